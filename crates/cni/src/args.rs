@@ -1,0 +1,73 @@
+//! `CNI_ARGS`: `KEY=VALUE` pairs separated by `;`.
+
+use crate::CniError;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CniArgs {
+    pairs: Vec<(String, String)>,
+}
+
+impl CniArgs {
+    /// Splits the pairs; a pair without exactly one `=` is an error, as in the reference.
+    pub fn parse(raw: &str) -> Result<CniArgs, CniError> {
+        let mut pairs = Vec::new();
+        if raw.is_empty() {
+            return Ok(CniArgs { pairs });
+        }
+        for pair in raw.split(';') {
+            let mut kv = pair.split('=');
+            match (kv.next(), kv.next(), kv.next()) {
+                (Some(k), Some(v), None) => pairs.push((k.to_owned(), v.to_owned())),
+                _ => {
+                    return Err(CniError::invalid_config(format!(
+                        "CNI_ARGS: invalid pair {pair:?}: want KEY=VALUE"
+                    )))
+                }
+            }
+        }
+        Ok(CniArgs { pairs })
+    }
+
+    /// The value for `key`; a repeated key's last value wins, as in the reference.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .rfind(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `IgnoreUnknown` as the reference reads it: 1/true/0/false, any case.
+    pub fn ignore_unknown(&self) -> Result<bool, CniError> {
+        match self
+            .get("IgnoreUnknown")
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            None | Some("0") | Some("false") => Ok(false),
+            Some("1") | Some("true") => Ok(true),
+            Some(other) => Err(CniError::invalid_config(format!(
+                "CNI_ARGS: IgnoreUnknown must be 1, true, 0 or false, not {other:?}"
+            ))),
+        }
+    }
+
+    /// Fails on keys outside `known` unless `IgnoreUnknown` is set.
+    pub fn check_known(&self, known: &[&str]) -> Result<(), CniError> {
+        if self.ignore_unknown()? {
+            return Ok(());
+        }
+        let unknown: Vec<&str> = self
+            .pairs
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .filter(|k| *k != "IgnoreUnknown" && !known.contains(k))
+            .collect();
+        if unknown.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::invalid_config(format!(
+                "CNI_ARGS: unknown args {unknown:?}; set IgnoreUnknown=1 to allow them"
+            )))
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Calling another plugin (a delegate) by its type, the way a runtime would: found by name in
+//! `CNI_PATH`, run with the `CNI_*` environment, config on stdin, result or error on stdout.
+
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::{CmdArgs, CniError, CniResult, Code, Command};
+
+/// How much of a failing delegate's output goes into an error.
+const EXCERPT_LEN: usize = 1024;
+
+/// A binary being replaced in place cannot be executed (ETXTBSY); libcni retries the same way.
+const BUSY_RETRIES: u32 = 5;
+const BUSY_WAIT: Duration = Duration::from_secs(1);
+
+/// The `CNI_*` environment a delegate runs with, apart from `CNI_COMMAND`.
+#[derive(Clone, Copy, Debug)]
+pub struct DelegateEnv<'a> {
+    pub container_id: &'a str,
+    pub netns: &'a str,
+    pub ifname: &'a str,
+    /// Raw `CNI_ARGS`.
+    pub args: &'a str,
+    /// Directories searched for the delegate, and passed on as its `CNI_PATH`.
+    pub path: &'a [PathBuf],
+}
+
+impl<'a> From<&'a CmdArgs> for DelegateEnv<'a> {
+    /// The same attachment the calling plugin was asked about (bridge calling its IPAM).
+    fn from(args: &'a CmdArgs) -> DelegateEnv<'a> {
+        DelegateEnv {
+            container_id: &args.container_id,
+            netns: &args.netns,
+            ifname: &args.ifname,
+            args: &args.args,
+            path: &args.path,
+        }
+    }
+}
+
+/// Finds the executable for `plugin_type` in `path`, first match wins.
+///
+/// A type is a bare file name: anything that could point outside `CNI_PATH` is refused. Both
+/// failures are code 7 (the type comes from the network config); libcni returns an untyped
+/// error there, which plugins then report as 999.
+pub fn find_in_path(plugin_type: &str, path: &[PathBuf]) -> Result<PathBuf, CniError> {
+    if plugin_type.is_empty()
+        || plugin_type == "."
+        || plugin_type == ".."
+        || plugin_type.contains(['/', '\0'])
+    {
+        return Err(CniError::invalid_config(format!(
+            "invalid plugin type {plugin_type:?}: a type is a binary's file name, looked up in CNI_PATH"
+        )));
+    }
+    path.iter()
+        .map(|dir| dir.join(plugin_type))
+        .find(|candidate| std::fs::metadata(candidate).is_ok_and(|m| m.is_file()))
+        .ok_or_else(|| {
+            let dirs: Vec<String> = path.iter().map(|d| d.display().to_string()).collect();
+            CniError::invalid_config(format!(
+                "failed to find plugin {plugin_type:?} in path [{}]",
+                dirs.join(" ")
+            ))
+        })
+}
+
+/// Runs the plugin binary `bin` for `command` with `stdin` as its config.
+///
+/// The rest of this process's environment is inherited, as libcni does. On success, ADD and
+/// VERSION return the JSON the plugin printed; the other commands return `None` and their
+/// stdout is ignored, as in libcni. A failing plugin's error object is returned as it is; a
+/// failure without one becomes a code-999 error with the binary, exit status and stderr.
+pub fn exec_plugin(
+    bin: &Path,
+    command: Command,
+    env: &DelegateEnv,
+    stdin: &[u8],
+) -> Result<Option<Value>, CniError> {
+    let cni_path = std::env::join_paths(env.path).map_err(|e| {
+        CniError::new(
+            Code::InvalidEnvironment,
+            format!("cannot pass CNI_PATH to {}: {e}", bin.display()),
+        )
+    })?;
+    let mut process = Process::new(bin);
+    process
+        .env("CNI_COMMAND", command.as_str())
+        .env("CNI_CONTAINERID", env.container_id)
+        .env("CNI_NETNS", env.netns)
+        .env("CNI_IFNAME", env.ifname)
+        .env("CNI_ARGS", env.args)
+        .env("CNI_PATH", cni_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let output = run(&mut process, stdin)
+        .map_err(|e| CniError::io(format!("cannot run plugin {}: {e}", bin.display())))?;
+
+    if !output.status.success() {
+        return Err(plugin_failure(bin, &output));
+    }
+    forward_stderr(&output.stderr);
+    if !matches!(command, Command::Add | Command::Version) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&output.stdout)
+        .map(Some)
+        .map_err(|e| {
+            CniError::decoding(format!(
+                "plugin {} printed an invalid {} result: {e}",
+                bin.display(),
+                command.as_str()
+            ))
+            .with_details(excerpt(&output.stdout))
+        })
+}
+
+/// [`find_in_path`] then [`exec_plugin`].
+pub fn delegate(
+    plugin_type: &str,
+    command: Command,
+    env: &DelegateEnv,
+    stdin: &[u8],
+) -> Result<Option<Value>, CniError> {
+    let bin = find_in_path(plugin_type, env.path)?;
+    exec_plugin(&bin, command, env, stdin)
+}
+
+/// ADD through a delegate, its result decoded. A result without `cniVersion` is read as the
+/// config's version, as libcni does.
+pub fn delegate_add(
+    plugin_type: &str,
+    env: &DelegateEnv,
+    stdin: &[u8],
+) -> Result<CniResult, CniError> {
+    let mut value = delegate(plugin_type, Command::Add, env, stdin)?.unwrap_or(Value::Null);
+    let Value::Object(result) = &mut value else {
+        return Err(CniError::decoding(format!(
+            "plugin {plugin_type:?} returned {value} instead of a result object"
+        )));
+    };
+    let has_version = result
+        .get("cniVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|v| !v.is_empty());
+    if !has_version {
+        let conf_version = serde_json::from_slice::<Value>(stdin)
+            .ok()
+            .and_then(|c| c.get("cniVersion")?.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        result.insert("cniVersion".into(), conf_version.into());
+    }
+    CniResult::from_value(&value)
+}
+
+/// DEL through a delegate (CHECK, STATUS and GC go through [`delegate`] the same way).
+pub fn delegate_del(plugin_type: &str, env: &DelegateEnv, stdin: &[u8]) -> Result<(), CniError> {
+    delegate(plugin_type, Command::Del, env, stdin).map(drop)
+}
+
+fn run(process: &mut Process, stdin: &[u8]) -> std::io::Result<Output> {
+    let mut attempt = 0;
+    let mut child = loop {
+        match process.spawn() {
+            Err(e) if e.kind() == ErrorKind::ExecutableFileBusy && attempt < BUSY_RETRIES => {
+                attempt += 1;
+                std::thread::sleep(BUSY_WAIT);
+            }
+            other => break other?,
+        }
+    };
+    let mut pipe = child.stdin.take();
+    // Written from a second thread so a plugin that prints before reading cannot deadlock us.
+    std::thread::scope(|s| {
+        let writer = s.spawn(move || match pipe.as_mut().map(|p| p.write_all(stdin)) {
+            // A plugin may exit without reading its config (VERSION does).
+            Some(Err(e)) if e.kind() != ErrorKind::BrokenPipe => Err(e),
+            _ => Ok(()),
+        });
+        let output = child.wait_with_output()?;
+        match writer.join() {
+            Ok(written) => written.map(|()| output),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+fn plugin_failure(bin: &Path, output: &Output) -> CniError {
+    if let Ok(e) = serde_json::from_slice::<CniError>(&output.stdout) {
+        forward_stderr(&output.stderr);
+        return e;
+    }
+    let mut details = Vec::new();
+    if !output.stdout.is_empty() {
+        details.push(format!("stdout: {}", excerpt(&output.stdout)));
+    }
+    if !output.stderr.is_empty() {
+        details.push(format!("stderr: {}", tail(&output.stderr)));
+    }
+    CniError::internal(format!(
+        "plugin {} failed ({}) without printing a CNI error object",
+        bin.display(),
+        output.status
+    ))
+    .with_details(details.join("; "))
+}
+
+/// A delegate's diagnostics go where ours go, as libcni passes them on.
+fn forward_stderr(stderr: &[u8]) {
+    if !stderr.is_empty() {
+        let _ = std::io::stderr().write_all(stderr);
+    }
+}
+
+fn excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(EXCERPT_LEN)]);
+    text.trim().to_owned()
+}
+
+fn tail(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(EXCERPT_LEN)..]);
+    text.trim().to_owned()
+}

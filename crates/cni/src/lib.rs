@@ -1,0 +1,20 @@
+//! The CNI protocol: network configurations, results in every spec version and the conversions
+//! between them, error objects, the `CNI_*` environment, the plugin entry point, delegation to
+//! other plugins through `CNI_PATH`, and the libcni result cache.
+
+pub mod args;
+pub mod cache;
+pub mod config;
+pub mod env;
+pub mod error;
+pub mod invoke;
+pub mod result;
+pub mod skel;
+pub mod version;
+
+pub use config::{Dns, GcAttachment, NetConf, NetConfList};
+pub use env::{CmdArgs, Command};
+pub use error::{CniError, Code};
+pub use result::{CniResult, Interface, IpConfig, Route};
+pub use skel::{plugin_main, Plugin};
+pub use version::Version;

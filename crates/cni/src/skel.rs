@@ -1,0 +1,141 @@
+//! The plugin entry point: reads the environment and stdin, checks them as the reference does,
+//! calls the plugin, and prints the result or the error object.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+
+use crate::{CmdArgs, CniError, CniResult, Code, Command, NetConf, Version};
+
+/// What a plugin implements. The config is in `args.stdin`, already checked to be JSON with a
+/// valid name and a supported `cniVersion` that allows the command.
+pub trait Plugin {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError>;
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError>;
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError>;
+    fn status(&self, args: &CmdArgs) -> Result<(), CniError>;
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError>;
+}
+
+/// Runs `plugin` against this process's environment and stdio; returns the exit status.
+pub fn plugin_main(plugin: &dyn Plugin, about: &str) -> i32 {
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    dispatch(
+        plugin,
+        about,
+        |k| std::env::var(k).ok(),
+        &mut std::io::stdin().lock(),
+        &mut stdout.lock(),
+        &mut stderr.lock(),
+    )
+}
+
+/// [`plugin_main`] with its inputs and outputs passed in.
+pub fn dispatch(
+    plugin: &dyn Plugin,
+    about: &str,
+    env: impl Fn(&str) -> Option<String>,
+    stdin: &mut dyn Read,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> i32 {
+    if env("CNI_COMMAND").unwrap_or_default().is_empty() {
+        let versions = Version::ALL.map(Version::as_str).join(", ");
+        let _ = writeln!(
+            stderr,
+            "{about}\nCNI protocol versions supported: {versions}"
+        );
+        return 0;
+    }
+    let override_netns_check =
+        env("CNI_NETNS_OVERRIDE").is_some_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
+    let mut config_version = String::new();
+    let outcome = run(
+        plugin,
+        env,
+        stdin,
+        &mut config_version,
+        override_netns_check,
+    );
+    match outcome {
+        Ok(None) => 0,
+        Ok(Some(value)) => {
+            if print_json(stdout, &value) {
+                0
+            } else {
+                1
+            }
+        }
+        Err(mut e) => {
+            if e.cni_version.is_empty() {
+                e.cni_version = config_version;
+            }
+            let value = serde_json::to_value(&e).unwrap_or_default();
+            print_json(stdout, &value);
+            1
+        }
+    }
+}
+
+fn print_json(out: &mut dyn Write, value: &serde_json::Value) -> bool {
+    serde_json::to_writer_pretty(&mut *out, value).is_ok() && writeln!(out).is_ok()
+}
+
+fn run(
+    plugin: &dyn Plugin,
+    env: impl Fn(&str) -> Option<String>,
+    stdin: &mut dyn Read,
+    config_version: &mut String,
+    override_netns_check: bool,
+) -> Result<Option<serde_json::Value>, CniError> {
+    let mut args = CmdArgs::from_env(env)?;
+    if args.command == Command::Version {
+        return Ok(Some(Version::plugin_info()));
+    }
+    stdin
+        .read_to_end(&mut args.stdin)
+        .map_err(|e| CniError::io(format!("error reading from stdin: {e}")))?;
+    let conf: NetConf = crate::config::parse_plugin_config(&args.stdin)?;
+    config_version.clone_from(&conf.cni_version);
+    crate::config::validate_network_name(&conf.name)?;
+    let version = conf.version()?;
+    let needed = match args.command {
+        Command::Check => Some(Version::V0_4_0),
+        Command::Status | Command::Gc => Some(Version::V1_1_0),
+        _ => None,
+    };
+    if let Some(needed) = needed {
+        crate::config::require_version(version, needed, args.command.as_str())?;
+    }
+    match args.command {
+        Command::Add => {
+            if !override_netns_check {
+                refuse_own_netns(&args.netns)?;
+            }
+            let result = plugin.add(&args)?;
+            Ok(Some(result.to_value(version)?))
+        }
+        Command::Del => plugin.del(&args).map(|()| None),
+        Command::Check => plugin.check(&args).map(|()| None),
+        Command::Status => plugin.status(&args).map(|()| None),
+        Command::Gc => plugin.gc(&args).map(|()| None),
+        Command::Version => Ok(Some(Version::plugin_info())),
+    }
+}
+
+/// A plugin must not configure its own namespace as the container's (code 8).
+fn refuse_own_netns(netns: &str) -> Result<(), CniError> {
+    let Ok(target) = std::fs::metadata(netns) else {
+        // The plugin reports an unusable path itself, naming what it tried to do.
+        return Ok(());
+    };
+    let own = std::fs::metadata("/proc/self/ns/net")
+        .map_err(|e| CniError::io(format!("cannot read this process's netns: {e}")))?;
+    if own.dev() == target.dev() && own.ino() == target.ino() {
+        return Err(CniError::new(
+            Code::InvalidNetns,
+            format!("CNI_NETNS {netns} is the plugin's own network namespace, not a container's"),
+        ));
+    }
+    Ok(())
+}

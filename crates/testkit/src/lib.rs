@@ -1,0 +1,11 @@
+//! Test support: network namespaces owned by a test, and running CNI plugin binaries exactly as a
+//! container runtime does (env, stdin, stdout, exit code).
+//!
+//! Nothing here touches the machine's root network namespace: plugins run with their process
+//! moved into a "node" namespace that the test created.
+
+mod netns;
+mod plugin;
+
+pub use netns::Netns;
+pub use plugin::{reference_dir, CniCall, CniOutput, PluginDir};

@@ -1,0 +1,110 @@
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// A named network namespace (`/run/netns/<name>`) that is deleted on drop.
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// Creates a fresh namespace named `mrs-<pid>-<n>-<tag>`, with loopback up.
+    pub fn new(tag: &str) -> Netns {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("mrs{}-{}-{}", std::process::id(), n, tag);
+        let out = Command::new("ip")
+            .args(["netns", "add", &name])
+            .output()
+            .expect("run ip netns add");
+        assert!(out.status.success(), "ip netns add {name}: {}", String::from_utf8_lossy(&out.stderr));
+        let ns = Netns { name };
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from("/run/netns").join(&self.name)
+    }
+
+    /// Runs `ip -n <ns> args...` and panics on failure; returns stdout.
+    pub fn ip(&self, args: &[&str]) -> String {
+        let out = self.try_ip(args);
+        assert!(
+            out.status.success(),
+            "ip -n {} {}: {}",
+            self.name,
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn try_ip(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .arg("-n")
+            .arg(&self.name)
+            .args(args)
+            .output()
+            .expect("run ip")
+    }
+
+    /// `ip -j -n <ns> args...` parsed as JSON (an empty output is `[]`).
+    pub fn ip_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut full = vec!["-j"];
+        full.extend_from_slice(args);
+        let text = self.ip(&full);
+        if text.trim().is_empty() {
+            return serde_json::Value::Array(vec![]);
+        }
+        serde_json::from_str(&text).expect("ip -j prints JSON")
+    }
+
+    /// Names of the links in this namespace.
+    pub fn links(&self) -> Vec<String> {
+        self.ip_json(&["link", "show"])
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|l| l["ifname"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A command whose process runs inside this namespace (setns before exec).
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        self.enter_on_exec(&mut cmd);
+        cmd
+    }
+
+    /// Makes `cmd` join this namespace between fork and exec.
+    pub fn enter_on_exec(&self, cmd: &mut Command) {
+        use std::os::unix::process::CommandExt;
+        let file = File::open(self.path()).expect("open netns");
+        // SAFETY: the closure only calls setns(2), which is async-signal-safe; `file` is moved
+        // into the closure and stays open until exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}

@@ -1,0 +1,212 @@
+//! `cargo xtask bench`: our plugins and Debian's Go reference side by side, in one run, with
+//! the same harness. Prints medians, p90, peak RSS, binary sizes and ratios.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use testkit::{reference_dir, CniCall, Netns, PluginDir};
+
+use crate::measure;
+
+/// One implementation under test: where its plugins are, plus its own node namespace and store.
+struct Side {
+    label: &'static str,
+    plugin_dir: PathBuf,
+    node: Netns,
+    data: tempfile::TempDir,
+}
+
+impl Side {
+    fn new(label: &'static str, plugin_dir: PathBuf) -> Result<Side> {
+        Ok(Side {
+            label,
+            plugin_dir,
+            node: Netns::new(&format!("bench-{label}")),
+            data: tempfile::tempdir()?,
+        })
+    }
+
+    fn call(&self, command: &str, config: &str, container_id: &str, pod: &Netns) -> CniCall {
+        let mut call = CniCall::new(command, &config.replace("DATADIR", &self.data.path().display().to_string()));
+        call.container_id = container_id.into();
+        call.netns = pod.path().display().to_string();
+        call.path = self.plugin_dir.display().to_string();
+        call
+    }
+
+    fn run(&self, plugin: &str, call: &CniCall) -> Result<measure::Sample> {
+        let sample = measure::run(&self.plugin_dir.join(plugin), call, &self.node)?;
+        ensure!(
+            sample.status.success(),
+            "{} {} {} failed: {}",
+            self.label,
+            plugin,
+            call.command,
+            sample.stdout
+        );
+        Ok(sample)
+    }
+}
+
+const BRIDGE_V4: &str = r#"{"cniVersion":"1.0.0","name":"bench","type":"bridge","bridge":"bench0","isGateway":true,
+ "ipam":{"type":"host-local","ranges":[[{"subnet":"10.99.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"DATADIR"}}"#;
+const BRIDGE_DUAL: &str = r#"{"cniVersion":"1.0.0","name":"bench6","type":"bridge","bridge":"bench1","isGateway":true,
+ "ipam":{"type":"host-local","ranges":[[{"subnet":"10.98.0.0/16"}],[{"subnet":"fd00:98::/64"}]],"dataDir":"DATADIR"}}"#;
+const HOST_LOCAL: &str = r#"{"cniVersion":"1.0.0","name":"benchipam","type":"host-local",
+ "ipam":{"type":"host-local","ranges":[[{"subnet":"10.97.0.0/16"}]],"dataDir":"DATADIR"}}"#;
+
+#[derive(Default)]
+struct Series {
+    times: Vec<Duration>,
+    max_rss_kb: i64,
+}
+
+impl Series {
+    fn push(&mut self, s: &measure::Sample) {
+        self.times.push(s.elapsed);
+        self.max_rss_kb = self.max_rss_kb.max(s.max_rss_kb);
+    }
+}
+
+struct Row {
+    case: String,
+    ours: (f64, f64),
+    reference: (f64, f64),
+    floor: f64,
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let cycles: usize = match args {
+        [flag, n] if flag == "--cycles" => n.parse().context("--cycles N")?,
+        _ => 200,
+    };
+    let bin = crate::build_release()?;
+    let ours_dir = PluginDir::new(&bin, &["bridge", "host-local", "static"]);
+    let sides = [
+        Side::new("ours", ours_dir.path().to_path_buf())?,
+        Side::new("go", reference_dir())?,
+    ];
+    let pod = Netns::new("bench-pod");
+    let mut rows = Vec::new();
+    let mut rss = [0i64; 2];
+
+    // The harness's own cost: fork+exec of a program that does nothing, timed the same way.
+    let mut floor = Series::default();
+    for _ in 0..cycles {
+        let call = sides[0].call("VERSION", "{}", "x", &pod);
+        floor.push(&measure::run(Path::new("/bin/true"), &call, &sides[0].node)?);
+    }
+    let (floor_ms, _) = measure::percentiles(&mut floor.times);
+
+    for (case, plugin, config) in [
+        ("host-local ADD / DEL", "host-local", HOST_LOCAL),
+        ("bridge+host-local ADD / DEL, IPv4", "bridge", BRIDGE_V4),
+        ("bridge+host-local ADD / DEL, dual-stack", "bridge", BRIDGE_DUAL),
+    ] {
+        let mut add = [Series::default(), Series::default()];
+        let mut del = [Series::default(), Series::default()];
+        let mut cycle = [Vec::new(), Vec::new()];
+        for i in 0..cycles {
+            // Alternate who goes first so drift on a noisy machine hits both sides alike.
+            let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+            for s in order {
+                let id = format!("bench-{i}");
+                let a = sides[s].run(plugin, &sides[s].call("ADD", config, &id, &pod))?;
+                let d = sides[s].run(plugin, &sides[s].call("DEL", config, &id, &pod))?;
+                cycle[s].push(a.elapsed + d.elapsed);
+                add[s].push(&a);
+                del[s].push(&d);
+            }
+        }
+        for s in 0..2 {
+            rss[s] = rss[s].max(add[s].max_rss_kb).max(del[s].max_rss_kb);
+        }
+        for (what, series) in [("ADD", &mut add), ("DEL", &mut del)] {
+            let [ours, go] = series;
+            rows.push(Row {
+                case: format!("{case}: {what}"),
+                ours: measure::percentiles(&mut ours.times),
+                reference: measure::percentiles(&mut go.times),
+                floor: floor_ms,
+            });
+        }
+        let [ours, go] = &mut cycle;
+        rows.push(Row {
+            case: format!("{case}: full cycle"),
+            ours: measure::percentiles(ours),
+            reference: measure::percentiles(go),
+            floor: 2.0 * floor_ms,
+        });
+    }
+
+    // 64 ADDs at once, each into its own pod namespace: wall time for all of them.
+    let pods: Vec<Netns> = (0..64).map(|i| Netns::new(&format!("bp{i}"))).collect();
+    let mut wall = [Vec::new(), Vec::new()];
+    let rounds = (cycles / 20).max(3);
+    for round in 0..rounds {
+        for (s, side) in sides.iter().enumerate() {
+            let start = Instant::now();
+            std::thread::scope(|scope| -> Result<()> {
+                let handles: Vec<_> = pods
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let call = side.call("ADD", BRIDGE_V4, &format!("par-{round}-{i}"), p);
+                        scope.spawn(move || side.run("bridge", &call))
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().map_err(|_| anyhow::anyhow!("thread panicked"))??;
+                }
+                Ok(())
+            })?;
+            wall[s].push(start.elapsed());
+            for (i, p) in pods.iter().enumerate() {
+                side.run("bridge", &side.call("DEL", BRIDGE_V4, &format!("par-{round}-{i}"), p))?;
+            }
+        }
+    }
+    let [ours, go] = &mut wall;
+    rows.push(Row {
+        case: "64 parallel bridge+host-local ADDs (wall time)".into(),
+        ours: measure::percentiles(ours),
+        reference: measure::percentiles(go),
+        floor: 0.0,
+    });
+
+    print_report(cycles, floor_ms, &rows, rss, &bin)
+}
+
+fn file_size(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+fn print_report(cycles: usize, floor_ms: f64, rows: &[Row], rss: [i64; 2], bin: &Path) -> Result<()> {
+    println!("cycles per case: {cycles}; harness exec floor (fork+exec of /bin/true): {floor_ms:.2} ms median\n");
+    println!("| case | ours median / p90 (ms) | Go median / p90 (ms) | ratio | ratio net of exec floor |");
+    println!("|---|---|---|---|---|");
+    for r in rows {
+        let ratio = r.ours.0 / r.reference.0;
+        let net = (r.ours.0 - r.floor).max(0.0) / (r.reference.0 - r.floor);
+        println!(
+            "| {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2}x | {} |",
+            r.case,
+            r.ours.0,
+            r.ours.1,
+            r.reference.0,
+            r.reference.1,
+            ratio,
+            if r.floor > 0.0 { format!("{net:.2}x") } else { "-".into() }
+        );
+    }
+    println!("\npeak RSS of one plugin call: ours {} KB, Go {} KB", rss[0], rss[1]);
+    let ref_dir = reference_dir();
+    let go_total: u64 = ["bridge", "host-local", "static"].iter().map(|p| file_size(&ref_dir.join(p))).sum();
+    println!(
+        "binary size: ours {} KB (one cni-plugins binary for bridge, host-local, static); Go {} KB (bridge + host-local + static)",
+        file_size(bin) / 1024,
+        go_total / 1024
+    );
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Project tasks: `cargo xtask demo` (the main job) and `cargo xtask bench`.
+
+mod bench;
+mod demo;
+mod measure;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+fn main() -> Result<()> {
+    let mut args = std::env::args().skip(1);
+    let task = args.next().unwrap_or_default();
+    let rest: Vec<String> = args.collect();
+    match task.as_str() {
+        "demo" => demo::run(),
+        "bench" => bench::run(&rest),
+        _ => {
+            eprintln!("usage: cargo xtask <demo | bench [--cycles N]>");
+            std::process::exit(2)
+        }
+    }
+}
+
+/// Builds the release binaries and returns the path of `cni-plugins`.
+pub fn build_release() -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "-q", "-p", "plugins"])
+        .status()
+        .context("running cargo build")?;
+    if !status.success() {
+        bail!("cargo build --release -p plugins failed");
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("workspace root")?
+        .to_path_buf();
+    Ok(root.join("target/release/cni-plugins"))
+}

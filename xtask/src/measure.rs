@@ -1,0 +1,71 @@
+//! Timing one exec of a plugin, with the child's peak RSS from wait4(2).
+
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use testkit::{CniCall, Netns};
+
+pub struct Sample {
+    pub elapsed: Duration,
+    pub max_rss_kb: i64,
+    pub status: ExitStatus,
+    pub stdout: String,
+}
+
+/// Runs `bin` with `call`'s environment inside `node`, timing fork to exit.
+pub fn run(bin: &Path, call: &CniCall, node: &Netns) -> Result<Sample> {
+    let mut cmd = Command::new(bin);
+    cmd.env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("CNI_COMMAND", &call.command)
+        .env("CNI_CONTAINERID", &call.container_id)
+        .env("CNI_NETNS", &call.netns)
+        .env("CNI_IFNAME", &call.ifname)
+        .env("CNI_ARGS", &call.args)
+        .env("CNI_PATH", &call.path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    node.enter_on_exec(&mut cmd);
+    let start = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("spawn {}", bin.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(call.stdin.as_bytes());
+    }
+    let mut stdout = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        use std::io::Read;
+        out.read_to_string(&mut stdout)?;
+    }
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child, not yet reaped (we never call child.wait()), and both
+    // out-pointers are valid for writes.
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let elapsed = start.elapsed();
+    if rc != pid {
+        bail!("wait4: {}", std::io::Error::last_os_error());
+    }
+    Ok(Sample {
+        elapsed,
+        max_rss_kb: usage.ru_maxrss,
+        status: ExitStatus::from_raw(status),
+        stdout,
+    })
+}
+
+/// Median and 90th percentile, in milliseconds.
+pub fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
+    samples.sort();
+    let at = |q: f64| {
+        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+        samples[i].as_secs_f64() * 1000.0
+    };
+    (at(0.5), at(0.9))
+}
