@@ -1,0 +1,416 @@
+//! IP masquerade for an attachment (the bridge plugin's `ipMasq`), with nftables or iptables.
+//!
+//! Rules are named and tagged exactly like the reference plugins' (same nftables table, chain
+//! and comment hashes; same iptables chain names and comments), so either implementation can
+//! tear down what the other set up. The commands run in the caller's network namespace.
+//!
+//! - nftables: table `inet cni_plugins_masquerade`; chain `postrouting` (nat hook) skips
+//!   multicast and jumps to `masq_checks`, which holds one rule per address:
+//!   `ip saddr <ip> ip daddr != <subnet> masquerade`, commented with a hash of the network and
+//!   of the (ifname, container id) pair.
+//! - iptables: a chain `CNI-<hash of network+container id>` in the nat table accepting the
+//!   subnet and masquerading the rest except multicast, jumped to from POSTROUTING for the
+//!   source address, every rule commented `name: "<net>" id: "<cid>"`.
+
+mod sha512;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use ipnet::IpNet;
+
+use crate::error::{Error, Result};
+use sha512::hex_prefix;
+
+const NFT_TABLE: &str = "cni_plugins_masquerade";
+const NFT_CHAIN: &str = "masq_checks";
+/// knftables' comment length limit, which the reference applies.
+const NFT_COMMENT_MAX: usize = 128;
+
+/// Which firewall tool to program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Nftables,
+    Iptables,
+}
+
+/// Masquerades traffic from each of `addrs` to anything outside its subnet (multicast
+/// excepted). `backend: None` uses nftables when the `nft` binary is installed, else iptables.
+/// Running it again for the same attachment replaces its rules.
+pub fn setup(
+    backend: Option<Backend>,
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+    addrs: &[IpNet],
+) -> Result<()> {
+    if backend != Some(Backend::Iptables) {
+        let tag = nft_tag(network, ifname, container_id);
+        match nft_rule_handles(&tag)? {
+            Some(stale) => return nft_setup(&stale, network, container_id, ifname, addrs),
+            None if backend == Some(Backend::Nftables) => {
+                return Err(Error::Command {
+                    op: "setting up masquerade with nftables".into(),
+                    msg: "the nft binary is not installed".into(),
+                })
+            }
+            None => {}
+        }
+    }
+    ipt_setup(network, container_id, addrs)
+}
+
+/// Removes this attachment's masquerade rules from both backends (a backend whose tools are
+/// not installed is skipped). Idempotent; needs no namespace of the pod. nftables rules are
+/// found by their tag; iptables chains are looked for in the families of `addrs` (both when
+/// `addrs` is empty) and removed with every POSTROUTING rule that jumps to them.
+pub fn teardown(network: &str, container_id: &str, ifname: &str, addrs: &[IpNet]) -> Result<()> {
+    let errors: Vec<String> = [
+        nft_teardown(network, container_id, ifname),
+        ipt_teardown(network, container_id, addrs),
+    ]
+    .into_iter()
+    .filter_map(|r| r.err().map(|e| e.to_string()))
+    .collect();
+    match errors.len() {
+        0 => Ok(()),
+        _ => Err(Error::Command {
+            op: format!("removing masquerade rules of {network}/{container_id}/{ifname}"),
+            msg: errors.join("; "),
+        }),
+    }
+}
+
+/// Runs a tool with optional stdin; `Ok(None)` when it is not installed.
+fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<Option<Output>> {
+    let op = || format!("running {program} {}", args.join(" "));
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(op(), e)),
+    };
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.as_bytes())
+            .map_err(|e| Error::io(op(), e))?;
+    }
+    child
+        .wait_with_output()
+        .map(Some)
+        .map_err(|e| Error::io(op(), e))
+}
+
+/// Like [`run`], but a failure exit or a missing tool is an error; returns stdout.
+fn run_ok(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String> {
+    let op = || format!("running {program} {}", args.join(" "));
+    let out = run(program, args, stdin)?.ok_or_else(|| Error::Command {
+        op: op(),
+        msg: format!("{program} is not installed"),
+    })?;
+    if !out.status.success() {
+        return Err(Error::Command {
+            op: op(),
+            msg: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+// ---- nftables ----
+
+/// The hash prefix of this attachment's rule comments (the reference's `hashForInstance`).
+fn nft_tag(network: &str, ifname: &str, container_id: &str) -> String {
+    format!(
+        "{}-{}",
+        hex_prefix(network, 16),
+        hex_prefix(&format!("{ifname}:{container_id}"), 16)
+    )
+}
+
+fn nft_comment(network: &str, ifname: &str, container_id: &str) -> String {
+    let clean = |s: &str| s.replace('"', "");
+    let mut comment = format!(
+        "{}, net: {}, if: {}, id: {}",
+        nft_tag(network, ifname, container_id),
+        clean(network),
+        clean(ifname),
+        clean(container_id)
+    );
+    if comment.len() > NFT_COMMENT_MAX {
+        let mut cut = NFT_COMMENT_MAX;
+        while !comment.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        comment.truncate(cut);
+    }
+    comment
+}
+
+/// Handles of the rules in `masq_checks` whose comment starts with `tag`; `None` when nft is
+/// not installed. A missing table or chain means no rules.
+fn nft_rule_handles(tag: &str) -> Result<Option<Vec<u64>>> {
+    let args = ["-j", "list", "chain", "inet", NFT_TABLE, NFT_CHAIN];
+    let Some(out) = run("nft", &args, None)? else {
+        return Ok(None);
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        if stderr.contains("No such file or directory") {
+            return Ok(Some(Vec::new()));
+        }
+        return Err(Error::Command {
+            op: format!("listing nftables chain inet {NFT_TABLE} {NFT_CHAIN}"),
+            msg: format!("{}: {}", out.status, stderr.trim()),
+        });
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).map_err(|e| Error::Command {
+            op: format!("parsing `nft {}`", args.join(" ")),
+            msg: e.to_string(),
+        })?;
+    let handles = json["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item.get("rule"))
+        .filter(|rule| rule["comment"].as_str().is_some_and(|c| c.starts_with(tag)))
+        .filter_map(|rule| rule["handle"].as_u64())
+        .collect();
+    Ok(Some(handles))
+}
+
+fn nft_setup(
+    stale: &[u64],
+    network: &str,
+    container_id: &str,
+    ifname: &str,
+    addrs: &[IpNet],
+) -> Result<()> {
+    let t = format!("inet {NFT_TABLE}");
+    let mut script = format!(
+        "add table {t} {{ comment \"Masquerading for plugins from github.com/containernetworking/plugins\" ; }}\n\
+         add chain {t} {NFT_CHAIN} {{ comment \"Masquerade traffic from certain IPs to any (non-multicast) IP outside their subnet\" ; }}\n\
+         add chain {t} postrouting {{ type nat hook postrouting priority srcnat ; }}\n\
+         flush chain {t} postrouting\n\
+         add rule {t} postrouting ip daddr 224.0.0.0/4 return\n\
+         add rule {t} postrouting ip6 daddr ff00::/8 return\n\
+         add rule {t} postrouting goto {NFT_CHAIN}\n"
+    );
+    for handle in stale {
+        script.push_str(&format!("delete rule {t} {NFT_CHAIN} handle {handle}\n"));
+    }
+    let comment = nft_comment(network, ifname, container_id);
+    for net in addrs {
+        let ip = if net.addr().is_ipv4() { "ip" } else { "ip6" };
+        script.push_str(&format!(
+            "add rule {t} {NFT_CHAIN} {ip} saddr {} {ip} daddr != {} masquerade comment \"{comment}\"\n",
+            net.addr(),
+            net.trunc()
+        ));
+    }
+    run_ok("nft", &["-f", "-"], Some(&script)).map(drop)
+}
+
+fn nft_teardown(network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    let tag = nft_tag(network, ifname, container_id);
+    let handles = match nft_rule_handles(&tag)? {
+        Some(h) if !h.is_empty() => h,
+        _ => return Ok(()),
+    };
+    let script: String = handles
+        .iter()
+        .map(|h| format!("delete rule inet {NFT_TABLE} {NFT_CHAIN} handle {h}\n"))
+        .collect();
+    run_ok("nft", &["-f", "-"], Some(&script)).map(drop)
+}
+
+// ---- iptables ----
+
+/// The reference's `FormatChainName`: "CNI-" and 24 hex digits of sha512(network + id).
+fn ipt_chain(network: &str, container_id: &str) -> String {
+    format!(
+        "CNI-{}",
+        hex_prefix(&format!("{network}{container_id}"), 24)
+    )
+}
+
+/// The reference's `FormatComment`: `name: %q id: %q`.
+fn ipt_comment(network: &str, container_id: &str) -> String {
+    format!("name: {} id: {}", go_quote(network), go_quote(container_id))
+}
+
+/// Go's `%q` for the characters that can occur in names and ids.
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The tools of one address family.
+struct Ipt {
+    cmd: &'static str,
+    save: &'static str,
+    restore: &'static str,
+    multicast: &'static str,
+}
+
+const IPT4: Ipt = Ipt {
+    cmd: "iptables",
+    save: "iptables-save",
+    restore: "iptables-restore",
+    multicast: "224.0.0.0/4",
+};
+const IPT6: Ipt = Ipt {
+    cmd: "ip6tables",
+    save: "ip6tables-save",
+    restore: "ip6tables-restore",
+    multicast: "ff00::/8",
+};
+
+fn ipt_for(net: &IpNet) -> &'static Ipt {
+    match net {
+        IpNet::V4(_) => &IPT4,
+        IpNet::V6(_) => &IPT6,
+    }
+}
+
+impl Ipt {
+    /// Appends a nat rule unless an identical one exists (`-C` first).
+    fn append_unique(&self, chain: &str, rule: &[&str]) -> Result<()> {
+        let check: Vec<&str> = ["-w", "-t", "nat", "-C", chain]
+            .iter()
+            .chain(rule)
+            .copied()
+            .collect();
+        if run(self.cmd, &check, None)?.is_some_and(|o| o.status.success()) {
+            return Ok(());
+        }
+        let append: Vec<&str> = ["-w", "-t", "nat", "-A", chain]
+            .iter()
+            .chain(rule)
+            .copied()
+            .collect();
+        run_ok(self.cmd, &append, None).map(drop)
+    }
+
+    fn ensure_chain(&self, chain: &str) -> Result<()> {
+        let args = ["-w", "-t", "nat", "-N", chain];
+        match run_ok(self.cmd, &args, None) {
+            Err(Error::Command { msg, .. }) if msg.contains("already exists") => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// Deletes `chain` and every POSTROUTING rule jumping to it, in one iptables-restore
+    /// transaction. Nothing to do (or tools not installed) is success.
+    fn remove_chain(&self, chain: &str) -> Result<()> {
+        let Some(out) = run(self.save, &["-t", "nat"], None)? else {
+            return Ok(());
+        };
+        let saved = String::from_utf8_lossy(&out.stdout);
+        let declared = saved.lines().any(|l| l.starts_with(&format!(":{chain} ")));
+        let jumps: Vec<&str> = saved
+            .lines()
+            .filter(|l| l.starts_with("-A POSTROUTING "))
+            .filter(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                words.windows(2).any(|w| w == ["-j", chain])
+            })
+            .collect();
+        if !declared && jumps.is_empty() {
+            return Ok(());
+        }
+        let mut script = String::from("*nat\n");
+        for rule in jumps {
+            script.push_str(&format!("-D{}\n", &rule[2..]));
+        }
+        if declared {
+            script.push_str(&format!("-F {chain}\n-X {chain}\n"));
+        }
+        script.push_str("COMMIT\n");
+        run_ok(self.restore, &["-w", "--noflush"], Some(&script)).map(drop)
+    }
+}
+
+fn ipt_setup(network: &str, container_id: &str, addrs: &[IpNet]) -> Result<()> {
+    let chain = ipt_chain(network, container_id);
+    let comment = ipt_comment(network, container_id);
+    let tag = ["-m", "comment", "--comment", comment.as_str()];
+    for net in addrs {
+        let ipt = ipt_for(net);
+        ipt.ensure_chain(&chain)?;
+        let subnet = net.to_string();
+        let accept = [&["-d", subnet.as_str(), "-j", "ACCEPT"][..], &tag].concat();
+        ipt.append_unique(&chain, &accept)?;
+        let masq = [&["!", "-d", ipt.multicast, "-j", "MASQUERADE"][..], &tag].concat();
+        ipt.append_unique(&chain, &masq)?;
+        let source = net.addr().to_string();
+        let jump = [&["-s", source.as_str(), "-j", chain.as_str()][..], &tag].concat();
+        ipt.append_unique("POSTROUTING", &jump)?;
+    }
+    Ok(())
+}
+
+fn ipt_teardown(network: &str, container_id: &str, addrs: &[IpNet]) -> Result<()> {
+    let chain = ipt_chain(network, container_id);
+    let families = [&IPT4, &IPT6]
+        .into_iter()
+        .filter(|ipt| addrs.is_empty() || addrs.iter().any(|a| ipt_for(a).cmd == ipt.cmd));
+    let mut first_err = None;
+    for ipt in families {
+        if let Err(e) = ipt.remove_chain(&chain) {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_the_reference() {
+        // sha512("mynetc0ffee") starts with 15815ef49e0fdf04a746924c.
+        assert_eq!(ipt_chain("mynet", "c0ffee"), "CNI-15815ef49e0fdf04a746924c");
+        assert_eq!(
+            ipt_comment("mynet", "c0ffee"),
+            r#"name: "mynet" id: "c0ffee""#
+        );
+        assert_eq!(go_quote("a\"b\\c\u{1}"), r#""a\"b\\c\x01""#);
+        let c = nft_comment("mynet", "eth0", "c0ffee");
+        assert!(c.starts_with(&nft_tag("mynet", "eth0", "c0ffee")));
+        assert!(c.ends_with(", net: mynet, if: eth0, id: c0ffee"), "{c}");
+        assert_eq!(nft_tag("mynet", "eth0", "c0ffee").len(), 33);
+        assert_eq!(
+            nft_comment("n", "eth0", &"x".repeat(300)).len(),
+            NFT_COMMENT_MAX
+        );
+    }
+}

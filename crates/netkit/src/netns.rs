@@ -1,0 +1,234 @@
+//! Network namespace handles.
+//!
+//! A thread is only ever moved into another namespace when this module created it for that
+//! purpose ([`NetNs::run`]); the thread ends with the closure, so no thread is ever left in the
+//! wrong namespace.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Where named namespaces live, as with `ip netns`.
+pub const NETNS_RUN_DIR: &str = "/run/netns";
+
+// statfs(2) magic numbers of the filesystems a netns handle can live on.
+const NSFS_MAGIC: i64 = 0x6e73_6673;
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+
+/// An open network namespace.
+#[derive(Debug)]
+pub struct NetNs {
+    file: File,
+    path: PathBuf,
+}
+
+impl NetNs {
+    /// Opens a namespace file such as `/run/netns/x` or `/proc/<pid>/ns/net`.
+    pub fn open(path: impl AsRef<Path>) -> Result<NetNs> {
+        let path = path.as_ref().to_path_buf();
+        let op = || format!("opening netns {}", path.display());
+        let file = File::open(&path).map_err(|e| Error::io(op(), e))?;
+        // SAFETY: statfs is plain old data, so all-zero is a valid value.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: the fd is open for the duration of the call and `st` is a valid out pointer.
+        if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+            return Err(Error::last_os(op()));
+        }
+        #[allow(clippy::unnecessary_cast)] // f_type's width differs between libc targets.
+        let fs_type = st.f_type as i64;
+        if fs_type != NSFS_MAGIC && fs_type != PROC_SUPER_MAGIC {
+            return Err(Error::Invalid(format!(
+                "{} is not a network namespace (not on nsfs or procfs)",
+                path.display()
+            )));
+        }
+        Ok(NetNs { file, path })
+    }
+
+    /// The namespace of the calling thread.
+    pub fn current() -> Result<NetNs> {
+        NetNs::open("/proc/thread-self/ns/net")
+    }
+
+    /// The path this handle was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` on a new short-lived thread that has joined this namespace, and returns its
+    /// value. A panic in `f` is propagated to the caller.
+    pub fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
+        std::thread::scope(|scope| {
+            let handle = std::thread::Builder::new()
+                .name("netns".into())
+                .spawn_scoped(scope, || {
+                    self.enter_this_thread()?;
+                    Ok(f())
+                })
+                .map_err(|e| Error::io("spawning a thread to enter a netns", e))?;
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    /// Whether both handles refer to the same namespace.
+    pub fn is_same(&self, other: &NetNs) -> bool {
+        match (fstat(&self.file), fstat(&other.file)) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Creates `/run/netns/<name>` holding a fresh namespace, like `ip netns add`. Loopback is
+    /// left down, as `ip netns add` leaves it.
+    pub fn create_named(name: &str) -> Result<NetNs> {
+        let path = named_path(name)?;
+        let run_dir = Path::new(NETNS_RUN_DIR);
+        std::fs::create_dir_all(run_dir)
+            .map_err(|e| Error::io(format!("creating {NETNS_RUN_DIR}"), e))?;
+        make_shared_mount(run_dir)?;
+        // The mount point; create_new fails with EEXIST when the name is taken.
+        std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        let bound = std::thread::scope(|scope| {
+            // The thread that unshares ends right after the bind mount: it is never reused.
+            std::thread::Builder::new()
+                .name("netns-create".into())
+                .spawn_scoped(scope, || {
+                    // SAFETY: unshare only affects the calling thread, which we own and which
+                    // ends right after.
+                    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                        return Err(Error::last_os("unshare(CLONE_NEWNET)"));
+                    }
+                    mount(
+                        Some(Path::new("/proc/thread-self/ns/net")),
+                        &path,
+                        libc::MS_BIND,
+                    )
+                })
+                .map_err(|e| Error::io("spawning a thread to create a netns", e))?
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        if let Err(e) = bound {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        NetNs::open(&path)
+    }
+
+    /// Deletes `/run/netns/<name>` like `ip netns del`; succeeds when it does not exist.
+    pub fn delete_named(name: &str) -> Result<()> {
+        let path = named_path(name)?;
+        let c = cstring(&path)?;
+        // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+            let e = std::io::Error::last_os_error();
+            // EINVAL: not a mount point (a half-made entry); ENOENT: already gone.
+            if !matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOENT)) {
+                return Err(Error::io(format!("unmounting {}", path.display()), e));
+            }
+        }
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io(format!("removing {}", path.display()), e))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Moves the calling thread into this namespace. Callers own the thread and end it after.
+    fn enter_this_thread(&self) -> Result<()> {
+        // SAFETY: setns on a valid fd only changes the calling thread's namespace; `run` owns
+        // this thread and lets it end when the closure returns.
+        if unsafe { libc::setns(self.file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(Error::last_os(format!(
+                "entering netns {}",
+                self.path.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl AsFd for NetNs {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.file.as_fd()
+    }
+}
+
+impl AsRawFd for NetNs {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
+fn named_path(name: &str) -> Result<PathBuf> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(Error::Invalid(format!("invalid netns name {name:?}")));
+    }
+    Ok(Path::new(NETNS_RUN_DIR).join(name))
+}
+
+fn fstat(file: &File) -> Option<(u64, u64)> {
+    // SAFETY: stat is plain old data, so all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: the fd is open for the duration of the call and `st` is a valid out pointer.
+    if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)] // st_dev/st_ino widths differ between libc targets.
+    Some((st.st_dev as u64, st.st_ino as u64))
+}
+
+fn cstring(path: &Path) -> Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::Invalid(format!("path {} contains NUL", path.display())))
+}
+
+fn mount(source: Option<&Path>, target: &Path, flags: libc::c_ulong) -> Result<()> {
+    let op = || match source {
+        Some(s) => format!("mounting {} on {}", s.display(), target.display()),
+        None => format!("changing mount propagation of {}", target.display()),
+    };
+    let src = source.map(cstring).transpose()?;
+    let tgt = cstring(target)?;
+    let none = c"none";
+    // SAFETY: all pointers are valid NUL-terminated strings that outlive the call; bind mounts
+    // and propagation changes ignore the filesystem type and take no data.
+    let rc = unsafe {
+        libc::mount(
+            src.as_deref().unwrap_or(none).as_ptr(),
+            tgt.as_ptr(),
+            none.as_ptr(),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(Error::last_os(op()));
+    }
+    Ok(())
+}
+
+/// Makes `dir` a shared mount so namespace mounts under it propagate to other mount namespaces
+/// (what iproute2 does): bind it onto itself first when it is not a mount point yet.
+fn make_shared_mount(dir: &Path) -> Result<()> {
+    let shared = || mount(None, dir, libc::MS_SHARED | libc::MS_REC);
+    match shared() {
+        Err(e) if e.errno() == Some(libc::EINVAL) => {
+            mount(Some(dir), dir, libc::MS_BIND | libc::MS_REC)?;
+            shared()
+        }
+        other => other,
+    }
+}

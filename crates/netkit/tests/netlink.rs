@@ -1,0 +1,590 @@
+//! The netlink layer against the kernel, always inside namespaces the test creates.
+
+use std::net::IpAddr;
+
+use anyhow::{Context, Result};
+use ipnet::IpNet;
+use netkit::netlink::{
+    AddrOpts, BridgeOpts, BridgePortOpts, IpvlanMode, MacvlanMode, Route, RT_SCOPE_LINK,
+};
+use netkit::{Family, NetNs, Netlink};
+use serde_json::Value;
+
+/// A sandbox namespace plus a handle and a netlink socket inside it.
+struct Ns {
+    sandbox: testkit::Netns,
+    ns: NetNs,
+    nl: Netlink,
+}
+
+impl Ns {
+    fn new(tag: &str) -> Result<Ns> {
+        let sandbox = testkit::Netns::new(tag);
+        let ns = NetNs::open(sandbox.path())?;
+        let nl = Netlink::in_ns(&ns)?;
+        Ok(Ns { sandbox, ns, nl })
+    }
+
+    fn index(&self, name: &str) -> Result<u32> {
+        Ok(self.nl.link(name)?.index)
+    }
+
+    /// `ip -j -d link show dev <name>`, first object.
+    fn link_json(&self, name: &str) -> Value {
+        self.sandbox.ip_json(&["-d", "link", "show", "dev", name])[0].clone()
+    }
+}
+
+fn net(s: &str) -> IpNet {
+    s.parse().expect("test CIDR")
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().expect("test IP")
+}
+
+#[test]
+fn veth_peer_is_created_straight_in_the_other_namespace() -> Result<()> {
+    let node = Ns::new("vnode")?;
+    let pod = Ns::new("vpod")?;
+    let mac = [0x0a, 0x58, 0x0a, 0x01, 0x02, 0x03];
+    node.nl
+        .add_veth("vhost0", "eth0", Some(&pod.ns), Some(1400), Some(mac))?;
+
+    let host = node.link_json("vhost0");
+    assert_eq!(host["mtu"], 1400);
+    assert_eq!(host["address"], "0a:58:0a:01:02:03");
+    assert_eq!(host["linkinfo"]["info_kind"], "veth");
+    assert!(!node.sandbox.links().contains(&"eth0".to_string()));
+    let peer = pod.link_json("eth0");
+    assert_eq!(peer["mtu"], 1400);
+
+    let link = node.nl.link("vhost0")?;
+    assert_eq!(link.kind.as_deref(), Some("veth"));
+    assert_eq!(link.mac, Some(mac));
+    assert_eq!(link.mtu, 1400);
+    assert_eq!(
+        link.link,
+        Some(pod.index("eth0")?),
+        "IFLA_LINK is the peer's index"
+    );
+    assert!(
+        link.link_netnsid.is_some(),
+        "peer lives in another namespace"
+    );
+
+    // Creating it again: EEXIST, and the message says what and where.
+    let err = node
+        .nl
+        .add_veth("vhost0", "eth1", Some(&pod.ns), None, None)
+        .expect_err("exists");
+    assert_eq!(err.errno(), Some(libc::EEXIST));
+    let text = err.to_string();
+    assert!(text.contains("\"vhost0\""), "{text}");
+    assert!(
+        text.contains(&node.sandbox.path().display().to_string()),
+        "{text}"
+    );
+    assert!(text.contains("File exists (os error 17)"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn socket_made_in_a_namespace_works_from_another_thread() -> Result<()> {
+    let node = Ns::new("thread")?;
+    let nl = Netlink::in_ns(&node.ns)?;
+    std::thread::spawn(move || nl.add_veth("a0", "a1", None, None, None))
+        .join()
+        .expect("thread")?;
+    let links = node.sandbox.links();
+    assert!(links.contains(&"a0".to_string()) && links.contains(&"a1".to_string()));
+    Ok(())
+}
+
+#[test]
+fn link_attributes_can_be_changed() -> Result<()> {
+    let node = Ns::new("attrs")?;
+    node.nl.add_veth("v0", "v0p", None, None, None)?;
+    let i = node.index("v0")?;
+
+    node.nl.set_mtu(i, 1300)?;
+    node.nl.set_mac(i, [0x02, 0, 0, 0, 0, 0x42])?;
+    node.nl.set_txqlen(i, 500)?;
+    node.nl.set_promisc(i, true)?;
+    node.nl.set_name(i, "renamed0")?;
+    node.nl.set_up(i)?;
+
+    let j = node.link_json("renamed0");
+    assert_eq!(j["mtu"], 1300);
+    assert_eq!(j["address"], "02:00:00:00:00:42");
+    assert_eq!(j["txqlen"], 500);
+    assert_eq!(j["promiscuity"], 1);
+    let flags: Vec<&str> = j["flags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        flags.contains(&"UP") && flags.contains(&"PROMISC"),
+        "{flags:?}"
+    );
+
+    let link = node.nl.link_by_index(i)?.context("link by index")?;
+    assert_eq!(link.name, "renamed0");
+    assert!(link.up && link.promisc);
+    assert_eq!(link.txqlen, Some(500));
+    assert!(node.nl.link_by_name("v0")?.is_none());
+
+    node.nl.set_down(i)?;
+    node.nl.set_promisc(i, false)?;
+    let link = node.nl.link("renamed0")?;
+    assert!(!link.up && !link.promisc);
+
+    assert!(node.nl.links()?.iter().any(|l| l.name == "v0p"));
+    assert!(node.nl.del_link_by_name("renamed0")?);
+    assert!(!node.nl.del_link_by_name("renamed0")?, "already gone");
+    // Deleting one end of a veth removes both.
+    assert!(node.nl.link_by_name("v0p")?.is_none());
+
+    let err = node.nl.del_link(i).expect_err("gone");
+    assert_eq!(err.errno(), Some(libc::ENODEV), "{err}");
+    assert!(node.nl.set_name(i, "this-name-is-far-too-long").is_err());
+    Ok(())
+}
+
+#[test]
+fn move_to_namespace() -> Result<()> {
+    let node = Ns::new("mvnode")?;
+    let pod = Ns::new("mvpod")?;
+    node.nl.add_veth("m0", "m1", None, None, None)?;
+    node.nl.move_to_ns(node.index("m1")?, &pod.ns)?;
+    assert!(pod.sandbox.links().contains(&"m1".to_string()));
+    assert!(node.nl.link_by_name("m1")?.is_none());
+    Ok(())
+}
+
+#[test]
+fn bridge_with_ports_and_port_options() -> Result<()> {
+    let node = Ns::new("br")?;
+    let opts = BridgeOpts {
+        mtu: Some(1450),
+        vlan_filtering: false,
+        mac: Some([0x02, 0xbb, 0, 0, 0, 1]),
+    };
+    node.nl.add_bridge("br0", &opts)?;
+    let br = node.nl.link("br0")?;
+    assert_eq!(br.kind.as_deref(), Some("bridge"));
+    assert_eq!(br.mac, opts.mac);
+    assert_eq!(br.mtu, 1450);
+    assert!(!node.nl.bridge_vlan_filtering(br.index)?);
+
+    node.nl.add_veth("p0", "p0peer", None, None, None)?;
+    let port = node.index("p0")?;
+    node.nl.set_master(port, Some(br.index))?;
+    assert_eq!(node.link_json("p0")["master"], "br0");
+    assert_eq!(node.nl.link("p0")?.master, Some(br.index));
+    assert!(
+        node.nl.bridge_vlan_filtering(port).is_err(),
+        "a port is not a bridge"
+    );
+
+    node.nl.set_bridge_port_opts(
+        port,
+        &BridgePortOpts {
+            hairpin: Some(true),
+            isolated: Some(true),
+            learning: Some(false),
+        },
+    )?;
+    let slave = &node.link_json("p0")["linkinfo"]["info_slave_data"];
+    assert_eq!(slave["hairpin"], true);
+    assert_eq!(slave["isolated"], true);
+    assert_eq!(slave["learning"], false);
+    // None leaves a flag alone.
+    node.nl.set_bridge_port_opts(
+        port,
+        &BridgePortOpts {
+            hairpin: Some(false),
+            ..Default::default()
+        },
+    )?;
+    let slave = &node.link_json("p0")["linkinfo"]["info_slave_data"];
+    assert_eq!(
+        (slave["hairpin"].clone(), slave["isolated"].clone()),
+        (false.into(), true.into())
+    );
+
+    node.nl.set_master(port, None)?;
+    assert!(node.link_json("p0").get("master").is_none());
+    assert_eq!(node.nl.link("p0")?.master, None);
+    Ok(())
+}
+
+/// VLAN filtering needs CONFIG_BRIDGE_VLAN_FILTERING. Without it, creating a filtering bridge
+/// must fail clearly (EOPNOTSUPP); with it, VLANs are added, read back and removed.
+#[test]
+fn bridge_vlans() -> Result<()> {
+    let node = Ns::new("brvlan")?;
+    let opts = BridgeOpts {
+        vlan_filtering: true,
+        ..Default::default()
+    };
+    if let Err(e) = node.nl.add_bridge("br0", &opts) {
+        assert_eq!(e.errno(), Some(libc::EOPNOTSUPP), "{e}");
+        assert!(e.to_string().contains("creating bridge \"br0\""), "{e}");
+        eprintln!("kernel without bridge VLAN filtering: {e}");
+        return Ok(());
+    }
+    let br = node.nl.link("br0")?;
+    assert!(node.nl.bridge_vlan_filtering(br.index)?);
+    node.nl.add_veth("p0", "p0peer", None, None, None)?;
+    let port = node.index("p0")?;
+    node.nl.set_master(port, Some(br.index))?;
+
+    // VLAN 100 on the port as PVID/untagged, and on the bridge itself.
+    node.nl.bridge_vlan_add(port, 100, true, true, false)?;
+    node.nl.bridge_vlan_add(br.index, 100, false, false, true)?;
+    let vlans = node.nl.bridge_vlans(Some(port))?;
+    assert_eq!(vlans.len(), 1);
+    let (index, port_vlans) = &vlans[0];
+    assert_eq!(*index, port);
+    let v100 = port_vlans
+        .iter()
+        .find(|v| v.vid == 100)
+        .context("vid 100 on port")?;
+    assert!(v100.pvid && v100.untagged);
+    let all = node.nl.bridge_vlans(None)?;
+    let on_bridge = all
+        .iter()
+        .find(|(i, _)| *i == br.index)
+        .context("bridge entry")?;
+    assert!(on_bridge.1.iter().any(|v| v.vid == 100 && !v.pvid));
+
+    // `bridge vlan show` agrees.
+    let out = node
+        .sandbox
+        .command("bridge")
+        .args(["-j", "vlan", "show", "dev", "p0"])
+        .output()?;
+    let shown: Value = serde_json::from_slice(&out.stdout)?;
+    let flags = shown[0]["vlans"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["vlan"] == 100)
+        .map(|v| v["flags"].clone())
+        .context("bridge vlan show lists 100")?;
+    assert_eq!(flags, serde_json::json!(["PVID", "Egress Untagged"]));
+
+    node.nl.bridge_vlan_del(port, 100, false)?;
+    let vlans = node.nl.bridge_vlans(Some(port))?;
+    assert!(vlans[0].1.iter().all(|v| v.vid != 100));
+    Ok(())
+}
+
+#[test]
+fn addresses_v4_v6_nodad_and_errors() -> Result<()> {
+    let node = Ns::new("addr")?;
+    node.nl.add_veth("a0", "a0p", None, None, None)?;
+    let i = node.index("a0")?;
+    node.nl.set_up(i)?;
+    node.nl.set_up(node.index("a0p")?)?;
+
+    node.nl
+        .add_addr(i, net("10.1.0.2/24"), AddrOpts::default())?;
+    node.nl.add_addr(
+        i,
+        net("fd00:1::2/64"),
+        AddrOpts {
+            nodad: true,
+            ..Default::default()
+        },
+    )?;
+    node.nl.add_addr(
+        i,
+        net("10.2.0.2/24"),
+        AddrOpts {
+            noprefixroute: true,
+            ..Default::default()
+        },
+    )?;
+
+    let j = node.sandbox.ip_json(&["addr", "show", "dev", "a0"]);
+    let infos = j[0]["addr_info"].as_array().context("addr_info")?.clone();
+    let v4 = infos
+        .iter()
+        .find(|a| a["local"] == "10.1.0.2")
+        .context("v4 address")?;
+    assert_eq!(v4["prefixlen"], 24);
+    assert_eq!(v4["broadcast"], "10.1.0.255");
+    let v6 = infos
+        .iter()
+        .find(|a| a["local"] == "fd00:1::2")
+        .context("v6 address")?;
+    assert!(v6.get("tentative").is_none(), "nodad: usable at once: {v6}");
+    assert_eq!(v6["nodad"], true);
+
+    let mine = node.nl.addrs(Some(i), Some(Family::V6))?;
+    let a = mine
+        .iter()
+        .find(|a| a.net == net("fd00:1::2/64"))
+        .context("listed")?;
+    assert!(!a.is_tentative() && !a.dad_failed());
+    assert_ne!(a.flags & libc::IFA_F_NODAD, 0);
+    assert!(mine.iter().all(|a| a.net.addr().is_ipv6() && a.index == i));
+    let v4s = node.nl.addrs(Some(i), Some(Family::V4))?;
+    assert_eq!(v4s.len(), 2);
+    let no_prefix_route = v4s
+        .iter()
+        .find(|a| a.net == net("10.2.0.2/24"))
+        .context("10.2")?;
+    assert_ne!(no_prefix_route.flags & libc::IFA_F_NOPREFIXROUTE, 0);
+    let routes = node.nl.routes(Family::V4, None)?;
+    assert!(routes.iter().any(|r| r.dst == net("10.1.0.0/24")));
+    assert!(
+        !routes.iter().any(|r| r.dst == net("10.2.0.0/24")),
+        "noprefixroute"
+    );
+    assert!(node
+        .nl
+        .addrs(None, None)?
+        .iter()
+        .any(|a| a.net.addr() == ip("127.0.0.1")));
+
+    let err = node
+        .nl
+        .add_addr(i, net("10.1.0.2/24"), AddrOpts::default())
+        .expect_err("duplicate");
+    assert_eq!(err.errno(), Some(libc::EEXIST));
+
+    node.nl.del_addr(i, net("10.1.0.2/24"))?;
+    node.nl.del_addr(i, net("fd00:1::2/64"))?;
+    let err = node.nl.del_addr(i, net("10.1.0.2/24")).expect_err("gone");
+    assert_eq!(err.errno(), Some(libc::EADDRNOTAVAIL), "{err}");
+    assert!(err.to_string().contains("10.1.0.2/24"), "{err}");
+    let left = node.nl.addrs(Some(i), None)?;
+    assert!(!left
+        .iter()
+        .any(|a| a.net == net("10.1.0.2/24") || a.net == net("fd00:1::2/64")));
+    Ok(())
+}
+
+#[test]
+fn routes_with_metric_table_scope_mtu_advmss() -> Result<()> {
+    let node = Ns::new("route")?;
+    node.nl.add_veth("r0", "r0p", None, None, None)?;
+    let i = node.index("r0")?;
+    node.nl.set_up(i)?;
+    node.nl.set_up(node.index("r0p")?)?;
+    node.nl
+        .add_addr(i, net("10.1.0.2/24"), AddrOpts::default())?;
+    let nodad = AddrOpts {
+        nodad: true,
+        ..Default::default()
+    };
+    node.nl.add_addr(i, net("fd00:1::2/64"), nodad)?;
+
+    assert_eq!(node.nl.default_route_iface(None)?, None);
+
+    let via = Route::new(net("10.9.0.0/16"))
+        .via(ip("10.1.0.1"))
+        .dev(i)
+        .metric(100)
+        .mtu(1300)
+        .advmss(1200);
+    node.nl.add_route(&via)?;
+    let in_table = Route::new(net("10.8.0.0/16"))
+        .via(ip("10.1.0.1"))
+        .dev(i)
+        .table(100);
+    node.nl.add_route(&in_table)?;
+    let big_table = Route::new(net("10.7.0.0/16"))
+        .dev(i)
+        .table(1000)
+        .scope(RT_SCOPE_LINK);
+    node.nl.add_route(&big_table)?;
+    let direct = Route::new(net("192.168.5.0/24"))
+        .dev(i)
+        .scope(RT_SCOPE_LINK)
+        .src(ip("10.1.0.2"));
+    node.nl.add_route(&direct)?;
+    let default = Route::new(net("0.0.0.0/0")).via(ip("10.1.0.1")).dev(i);
+    node.nl.add_route(&default)?;
+    let v6 = Route::new(net("fd00:9::/64"))
+        .via(ip("fd00:1::1"))
+        .dev(i)
+        .metric(50);
+    node.nl.add_route(&v6)?;
+
+    let all = node.sandbox.ip_json(&["route", "show", "table", "all"]);
+    let find = |dst: &str| -> Result<Value> {
+        all.as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["dst"] == dst)
+            .cloned()
+            .with_context(|| format!("ip route shows {dst}"))
+    };
+    let r = find("10.9.0.0/16")?;
+    assert_eq!(r["gateway"], "10.1.0.1");
+    assert_eq!(r["metric"], 100);
+    let metrics = r["metrics"].as_array().context("metrics")?;
+    assert!(metrics.iter().any(|m| m["mtu"] == 1300), "{r}");
+    assert!(metrics.iter().any(|m| m["advmss"] == 1200), "{r}");
+    assert_eq!(find("10.8.0.0/16")?["table"], "100");
+    assert_eq!(find("10.7.0.0/16")?["table"], "1000");
+    assert_eq!(find("10.7.0.0/16")?["scope"], "link");
+    let d = find("192.168.5.0/24")?;
+    assert_eq!(d["scope"], "link");
+    assert_eq!(d["prefsrc"], "10.1.0.2");
+    assert_eq!(find("default")?["gateway"], "10.1.0.1");
+    assert_eq!(find("fd00:9::/64")?["metric"], 50);
+
+    // Reading back with our own parser.
+    let main = node.nl.routes(Family::V4, Some(254))?;
+    let got = main
+        .iter()
+        .find(|r| r.dst == net("10.9.0.0/16"))
+        .context("10.9 in main")?;
+    assert_eq!(
+        (got.gateway, got.oif, got.metric, got.mtu, got.advmss),
+        (
+            Some(ip("10.1.0.1")),
+            Some(i),
+            Some(100),
+            Some(1300),
+            Some(1200)
+        )
+    );
+    assert!(
+        !main.iter().any(|r| r.dst == net("10.8.0.0/16")),
+        "table 100 filtered out"
+    );
+    let t1000 = node.nl.routes(Family::V4, Some(1000))?;
+    assert_eq!(t1000.len(), 1);
+    assert_eq!(t1000[0].scope, RT_SCOPE_LINK);
+    let v6s = node.nl.routes(Family::V6, None)?;
+    assert!(v6s
+        .iter()
+        .any(|r| r.dst == net("fd00:9::/64") && r.metric == Some(50)));
+    assert_eq!(node.nl.default_route_iface(Some(Family::V4))?, Some(i));
+    assert_eq!(node.nl.default_route_iface(Some(Family::V6))?, None);
+    assert_eq!(node.nl.default_route_iface(None)?, Some(i));
+
+    // add is exclusive, replace is not.
+    let err = node.nl.add_route(&via).expect_err("exists");
+    assert_eq!(err.errno(), Some(libc::EEXIST));
+    node.nl.replace_route(&via.clone().mtu(1280))?;
+    let got = node.nl.routes(Family::V4, Some(254))?;
+    let got = got
+        .iter()
+        .find(|r| r.dst == net("10.9.0.0/16"))
+        .context("replaced")?;
+    assert_eq!(got.mtu, Some(1280));
+
+    node.nl
+        .del_route(&Route::new(net("10.9.0.0/16")).metric(100))?;
+    node.nl.del_route(&in_table)?;
+    let err = node.nl.del_route(&in_table).expect_err("gone");
+    assert_eq!(err.errno(), Some(libc::ESRCH), "{err}");
+    let left = node.nl.routes(Family::V4, None)?;
+    assert!(!left
+        .iter()
+        .any(|r| r.dst == net("10.9.0.0/16") || r.dst == net("10.8.0.0/16")));
+    Ok(())
+}
+
+#[test]
+fn macvlan_is_created_straight_in_the_pod() -> Result<()> {
+    let node = Ns::new("mvlnode")?;
+    let pod = Ns::new("mvlpod")?;
+    node.nl.add_veth("uplink", "uplinkp", None, None, None)?;
+    let parent = node.index("uplink")?;
+    let mac = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
+    node.nl.add_macvlan(
+        "net1",
+        parent,
+        MacvlanMode::Bridge,
+        Some(&pod.ns),
+        Some(1400),
+        Some(mac),
+    )?;
+
+    let j = pod.link_json("net1");
+    assert_eq!(j["linkinfo"]["info_kind"], "macvlan");
+    assert_eq!(j["linkinfo"]["info_data"]["mode"], "bridge");
+    assert_eq!(j["mtu"], 1400);
+    assert_eq!(j["address"], "02:11:22:33:44:55");
+    let link = pod.nl.link("net1")?;
+    assert_eq!(link.kind.as_deref(), Some("macvlan"));
+    assert_eq!(link.macvlan_mode, Some(MacvlanMode::Bridge as u32));
+    assert_eq!(link.mac, Some(mac));
+    assert!(!node.sandbox.links().contains(&"net1".to_string()));
+
+    // In the node namespace with another mode.
+    node.nl
+        .add_macvlan("mv1", parent, MacvlanMode::Private, None, None, None)?;
+    assert_eq!(
+        node.nl.link("mv1")?.macvlan_mode,
+        Some(MacvlanMode::Private as u32)
+    );
+    assert_eq!(node.nl.link("mv1")?.link, Some(parent));
+    Ok(())
+}
+
+/// This kernel has no ipvlan: the failure must be clear. Under a kernel with ipvlan (the VM
+/// run), the link is created straight in the pod with the requested mode.
+#[test]
+fn ipvlan_in_the_pod_or_a_clear_failure() -> Result<()> {
+    let node = Ns::new("ipvl")?;
+    let pod = Ns::new("ipvlpod")?;
+    node.nl.add_veth("up0", "up0p", None, None, None)?;
+    let parent = node.index("up0")?;
+    match node
+        .nl
+        .add_ipvlan("net1", parent, IpvlanMode::L3, Some(&pod.ns), Some(1400))
+    {
+        Err(e) => {
+            assert_eq!(e.errno(), Some(libc::EOPNOTSUPP), "{e}");
+            let text = e.to_string();
+            assert!(text.contains("creating ipvlan \"net1\""), "{text}");
+            assert!(text.contains("Unknown device type"), "{text}");
+        }
+        Ok(()) => {
+            let link = pod.nl.link("net1")?;
+            assert_eq!(link.kind.as_deref(), Some("ipvlan"));
+            assert_eq!(link.ipvlan_mode, Some(IpvlanMode::L3 as u16));
+            assert_eq!(link.mtu, 1400);
+            assert_eq!(pod.link_json("net1")["linkinfo"]["info_data"]["mode"], "l3");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn neighbours_are_listed() -> Result<()> {
+    let node = Ns::new("neigh")?;
+    node.nl.add_veth("n0", "n0p", None, None, None)?;
+    let i = node.index("n0")?;
+    node.nl.set_up(i)?;
+    node.nl
+        .add_addr(i, net("10.3.0.2/24"), AddrOpts::default())?;
+    node.sandbox.ip(&[
+        "neigh",
+        "add",
+        "10.3.0.9",
+        "lladdr",
+        "02:00:00:00:00:09",
+        "dev",
+        "n0",
+    ]);
+    let neigh = node.nl.neighbours(Some(i))?;
+    let n = neigh
+        .iter()
+        .find(|n| n.ip == ip("10.3.0.9"))
+        .context("neighbour")?;
+    assert_eq!(n.mac, Some([2, 0, 0, 0, 0, 9]));
+    assert_eq!(n.state, 0x80, "NUD_PERMANENT");
+    Ok(())
+}
