@@ -1,0 +1,407 @@
+//! host-local's configuration: decoding, the reference's merge rules, and validation.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use cni::args::CniArgs;
+use cni::{GcAttachment, Route, Version};
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use super::range::{Range, RangeSet};
+use crate::error::{Error, Result};
+use crate::json::{ip_list, null_default, opt_ip, opt_net, parse_ip_maybe_prefixed};
+
+const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
+
+/// A validated host-local configuration, for ADD and CHECK.
+#[derive(Debug)]
+pub struct Config {
+    pub name: String,
+    pub data_dir: PathBuf,
+    /// Runtime `ipRanges` first, then the legacy top-level range, then `ranges`.
+    pub range_sets: Vec<RangeSet>,
+    /// Requested addresses without repeats, in the order CNI_ARGS, `args`, `runtimeConfig`.
+    pub requested: Vec<IpAddr>,
+    pub routes: Vec<Route>,
+    pub resolv_conf: Option<PathBuf>,
+}
+
+/// What DEL and GC need: where the store is, and for GC what to keep. DEL must work even when
+/// the rest of the config no longer validates, or the attachment could never be removed.
+#[derive(Debug)]
+pub struct StoreConfig {
+    pub name: String,
+    pub data_dir: PathBuf,
+    pub valid_attachments: Option<Vec<GcAttachment>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawNet {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    cni_version: String,
+    #[serde(default)]
+    ipam: Option<RawIpam>,
+    #[serde(default, deserialize_with = "null_default")]
+    runtime_config: RawRuntime,
+    #[serde(default, deserialize_with = "null_default")]
+    args: RawArgs,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawIpam {
+    // The legacy single range, directly under `ipam`.
+    #[serde(default, deserialize_with = "opt_net")]
+    subnet: Option<IpNet>,
+    #[serde(default, deserialize_with = "opt_ip")]
+    range_start: Option<IpAddr>,
+    #[serde(default, deserialize_with = "opt_ip")]
+    range_end: Option<IpAddr>,
+    #[serde(default, deserialize_with = "opt_ip")]
+    gateway: Option<IpAddr>,
+
+    #[serde(default, deserialize_with = "null_default")]
+    ranges: Vec<Vec<RawRange>>,
+    #[serde(default, deserialize_with = "null_default")]
+    routes: Vec<Route>,
+    #[serde(default, deserialize_with = "null_default")]
+    data_dir: String,
+    #[serde(default, deserialize_with = "null_default")]
+    resolv_conf: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawRange {
+    #[serde(default, deserialize_with = "opt_net")]
+    subnet: Option<IpNet>,
+    #[serde(default, deserialize_with = "opt_ip")]
+    range_start: Option<IpAddr>,
+    #[serde(default, deserialize_with = "opt_ip")]
+    range_end: Option<IpAddr>,
+    #[serde(default, deserialize_with = "opt_ip")]
+    gateway: Option<IpAddr>,
+}
+
+impl RawRange {
+    fn validate(self) -> Result<Range, String> {
+        Range::new(self.subnet, self.range_start, self.range_end, self.gateway)
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawRuntime {
+    #[serde(default, deserialize_with = "null_default")]
+    ip_ranges: Vec<Vec<RawRange>>,
+    #[serde(default, deserialize_with = "ip_list")]
+    ips: Vec<IpAddr>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawArgs {
+    #[serde(default, deserialize_with = "null_default")]
+    cni: RawCniArgs,
+}
+
+#[derive(Deserialize, Default)]
+struct RawCniArgs {
+    #[serde(default, deserialize_with = "ip_list")]
+    ips: Vec<IpAddr>,
+}
+
+#[derive(Deserialize)]
+struct RawStoreNet {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    ipam: Option<RawStoreIpam>,
+    #[serde(rename = "cni.dev/valid-attachments", default)]
+    valid_attachments: Option<Vec<GcAttachment>>,
+    /// The key's name in the 1.1.0 spec text; libcni sends both.
+    #[serde(rename = "cni.dev/attachments", default)]
+    attachments: Option<Vec<GcAttachment>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawStoreIpam {
+    #[serde(default, deserialize_with = "null_default")]
+    data_dir: String,
+}
+
+fn missing_ipam() -> Error {
+    Error::config("IPAM config missing 'ipam' key")
+}
+
+fn data_dir(raw: String) -> PathBuf {
+    if raw.is_empty() {
+        PathBuf::from(DEFAULT_DATA_DIR)
+    } else {
+        PathBuf::from(raw)
+    }
+}
+
+impl Config {
+    /// Decodes and validates the network config (`stdin`) with the raw `CNI_ARGS`.
+    pub fn load(stdin: &[u8], cni_args: &str) -> Result<Config> {
+        let net: RawNet = serde_json::from_slice(stdin)?;
+        let ipam = net.ipam.ok_or_else(missing_ipam)?;
+
+        let mut requested = Vec::new();
+        let args = CniArgs::parse(cni_args)?;
+        args.check_known(&["IP"])?;
+        if let Some(ip) = args.get("IP").filter(|v| !v.is_empty()) {
+            requested.push(
+                parse_ip_maybe_prefixed(ip)
+                    .map_err(|e| Error::config(format!("CNI_ARGS IP={ip}: {e}")))?,
+            );
+        }
+        for ip in net.args.cni.ips.into_iter().chain(net.runtime_config.ips) {
+            if !requested.contains(&ip) {
+                requested.push(ip);
+            }
+        }
+
+        let legacy = ipam.subnet.is_some().then(|| {
+            vec![RawRange {
+                subnet: ipam.subnet,
+                range_start: ipam.range_start,
+                range_end: ipam.range_end,
+                gateway: ipam.gateway,
+            }]
+        });
+        let raw_sets: Vec<Vec<RawRange>> = net
+            .runtime_config
+            .ip_ranges
+            .into_iter()
+            .chain(legacy)
+            .chain(ipam.ranges)
+            .collect();
+        if raw_sets.is_empty() {
+            return Err(Error::config("no IP ranges specified"));
+        }
+        let mut range_sets = Vec::with_capacity(raw_sets.len());
+        for (i, raw) in raw_sets.into_iter().enumerate() {
+            let set = raw
+                .into_iter()
+                .map(RawRange::validate)
+                .collect::<Result<Vec<_>, _>>()
+                .and_then(RangeSet::new)
+                .map_err(|e| Error::config(format!("invalid range set {i}: {e}")))?;
+            if let Some(j) = range_sets.iter().position(|s: &RangeSet| s.overlaps(&set)) {
+                return Err(Error::config(format!("range set {j} overlaps with {i}")));
+            }
+            range_sets.push(set);
+        }
+
+        let v4 = range_sets.iter().filter(|s| s.is_v4()).count();
+        let v6 = range_sets.len() - v4;
+        if (v4 > 1 || v6 > 1) && Version::from_config(&net.cni_version)? < Version::V0_3_0 {
+            return Err(Error::config(format!(
+                "CNI version {} does not support more than 1 address per family",
+                net.cni_version
+            )));
+        }
+
+        Ok(Config {
+            name: net.name,
+            data_dir: data_dir(ipam.data_dir),
+            range_sets,
+            requested,
+            routes: ipam.routes,
+            resolv_conf: (!ipam.resolv_conf.is_empty()).then(|| ipam.resolv_conf.into()),
+        })
+    }
+}
+
+impl StoreConfig {
+    pub fn load(stdin: &[u8]) -> Result<StoreConfig> {
+        let net: RawStoreNet = serde_json::from_slice(stdin)?;
+        let ipam = net.ipam.ok_or_else(missing_ipam)?;
+        Ok(StoreConfig {
+            name: net.name,
+            data_dir: data_dir(ipam.data_dir),
+            valid_attachments: net.valid_attachments.or(net.attachments),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(json: &str) -> Result<Config> {
+        Config::load(json.as_bytes(), "")
+    }
+
+    fn err(json: &str, args: &str) -> String {
+        Config::load(json.as_bytes(), args).unwrap_err().to_string()
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    const BASIC: &str = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"host-local",
+        "ranges":[[{"subnet":"10.1.2.0/24"}],[{"subnet":"fd00::/64"}]],
+        "routes":[{"dst":"0.0.0.0/0"}],"resolvConf":"/etc/resolv.conf"}}"#;
+
+    #[test]
+    fn basic() {
+        let c = load(BASIC).unwrap();
+        assert_eq!(c.name, "n");
+        assert_eq!(c.data_dir, PathBuf::from("/var/lib/cni/networks"));
+        assert_eq!(c.range_sets.len(), 2);
+        assert!(c.range_sets[0].is_v4());
+        assert!(!c.range_sets[1].is_v4());
+        assert_eq!(c.routes.len(), 1);
+        assert_eq!(c.resolv_conf, Some(PathBuf::from("/etc/resolv.conf")));
+        assert!(c.requested.is_empty());
+    }
+
+    #[test]
+    fn order_runtime_legacy_ranges() {
+        let c = load(
+            r#"{"cniVersion":"1.0.0","name":"n",
+            "runtimeConfig":{"ipRanges":[[{"subnet":"10.3.0.0/16"}]]},
+            "ipam":{"subnet":"10.2.0.0/16","ranges":[[{"subnet":"10.1.0.0/16"}]]}}"#,
+        )
+        .unwrap();
+        let subnets: Vec<String> = c
+            .range_sets
+            .iter()
+            .map(|s| s.ranges()[0].subnet.to_string())
+            .collect();
+        assert_eq!(subnets, ["10.3.0.0/16", "10.2.0.0/16", "10.1.0.0/16"]);
+    }
+
+    #[test]
+    fn legacy_needs_subnet() {
+        let e = err(
+            r#"{"cniVersion":"1.0.0","name":"n","ipam":{"rangeStart":"10.1.2.5"}}"#,
+            "",
+        );
+        assert_eq!(e, "no IP ranges specified");
+    }
+
+    #[test]
+    fn requested_sources_in_order_without_repeats() {
+        let c = Config::load(
+            br#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.1.2.0/24"},
+            "args":{"cni":{"ips":["10.1.2.9/24","10.1.2.7"]}},
+            "runtimeConfig":{"ips":["10.1.2.8","10.1.2.7"]}}"#,
+            "IgnoreUnknown=1;K8S_POD_NAME=p;IP=10.1.2.9",
+        )
+        .unwrap();
+        assert_eq!(
+            c.requested,
+            [ip("10.1.2.9"), ip("10.1.2.7"), ip("10.1.2.8")]
+        );
+    }
+
+    #[test]
+    fn cni_args_errors() {
+        let j = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.1.2.0/24"}}"#;
+        assert!(err(j, "IP=10.1.2.300").contains("invalid IP address"));
+        assert!(err(j, "IP=10.1.2.3,10.1.2.4").contains("invalid IP address"));
+        assert!(err(j, "FOO=bar").contains("unknown args"));
+        assert!(err(j, "IP").contains("invalid pair"));
+        assert!(Config::load(j.as_bytes(), "IP=")
+            .unwrap()
+            .requested
+            .is_empty());
+    }
+
+    #[test]
+    fn validation_errors() {
+        let cases = [
+            (r#"{"name":"n"}"#, "IPAM config missing 'ipam' key"),
+            (r#"{"name":"n","ipam":{}}"#, "no IP ranges specified"),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[]]}}"#,
+                "invalid range set 0: empty range set",
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/31"}]]}}"#,
+                "invalid range set 0: Network 10.1.2.0/31 too small to allocate from",
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.1/24"}]]}}"#,
+                "invalid range set 0: Network has host bits set",
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24"},{"subnet":"fd00::/64"}]]}}"#,
+                "invalid range set 0: mixed address families",
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24"},{"subnet":"10.1.2.0/25"}]]}}"#,
+                "invalid range set 0: subnets 10.1.2.1-10.1.2.254 and 10.1.2.1-10.1.2.126 overlap",
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.0.0/16"}],[{"subnet":"10.1.2.0/24"}]]}}"#,
+                "range set 0 overlaps with 1",
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24","rangeStart":"10.1.3.1"}]]}}"#,
+                "invalid range set 0: RangeStart 10.1.3.1 not in network 10.1.2.0/24",
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24","rangeEnd":"10.1.3.1"}]]}}"#,
+                "invalid range set 0: RangeEnd 10.1.3.1 not in network 10.1.2.0/24",
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"rangeStart":"10.1.3.1"}]]}}"#,
+                "invalid range set 0: subnet is missing",
+            ),
+            (
+                r#"{"cniVersion":"0.2.0","name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24"}],[{"subnet":"10.1.3.0/24"}]]}}"#,
+                "CNI version 0.2.0 does not support more than 1 address per family",
+            ),
+        ];
+        for (json, want) in cases {
+            let e = err(json, "");
+            assert!(e.starts_with(want), "{json}\n got {e}\nwant {want}");
+        }
+    }
+
+    #[test]
+    fn decode_errors_are_code_6() {
+        for json in [
+            r#"{"name":"n","ipam":{"ranges":[[{"subnet":"bogus"}]]}}"#,
+            r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24","gateway":"x"}]]}}"#,
+            r#"{"name":"n","ipam":{"ranges":"x"}}"#,
+            r#"{"name":"n","ipam":{"subnet":"10.1.2.0/24"},"runtimeConfig":{"ips":["nope"]}}"#,
+        ] {
+            let e = Config::load(json.as_bytes(), "").unwrap_err();
+            assert_eq!(cni::CniError::from(e).code, 6, "{json}");
+        }
+    }
+
+    #[test]
+    fn nulls_are_unset() {
+        let c = load(
+            r#"{"name":"n","runtimeConfig":null,"args":null,"ipam":{"subnet":"10.1.2.0/24",
+            "gateway":"","ranges":null,"routes":null,"dataDir":null}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.range_sets.len(), 1);
+        assert_eq!(c.range_sets[0].ranges()[0].gateway, ip("10.1.2.1"));
+    }
+
+    #[test]
+    fn store_config_is_lenient() {
+        let s = StoreConfig::load(
+            br#"{"name":"n","ipam":{"dataDir":"/d","ranges":[[{"subnet":"10.1.2.1/31"}]]},
+            "cni.dev/valid-attachments":[{"containerID":"c","ifname":"eth0"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.data_dir, PathBuf::from("/d"));
+        assert_eq!(s.valid_attachments.unwrap().len(), 1);
+        assert!(StoreConfig::load(br#"{"name":"n"}"#).is_err());
+    }
+}

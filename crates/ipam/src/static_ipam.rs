@@ -1,0 +1,363 @@
+//! static: the addresses, routes and DNS settings written in the config, or given by the
+//! runtime, handed back as the result. Nothing is stored.
+
+use std::net::IpAddr;
+
+use cni::args::CniArgs;
+use cni::{CmdArgs, CniError, CniResult, Dns, IpConfig, Plugin, Route, Version};
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::json::{null_default, opt_ip, parse_cidr, parse_ip};
+
+/// The static IPAM plugin.
+pub struct StaticIpam;
+
+impl Plugin for StaticIpam {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let conf = Config::load(&args.stdin, &args.args)?;
+        Ok(CniResult {
+            ips: conf.addresses,
+            routes: conf.routes,
+            dns: conf.dns,
+            ..CniResult::default()
+        })
+    }
+
+    /// Nothing was allocated, so there is nothing to release.
+    fn del(&self, _args: &CmdArgs) -> Result<(), CniError> {
+        Ok(())
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        Ok(check(args)?)
+    }
+
+    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
+        Ok(())
+    }
+
+    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawNet {
+    #[serde(default)]
+    cni_version: String,
+    #[serde(default)]
+    ipam: Option<RawIpam>,
+    #[serde(default, deserialize_with = "null_default")]
+    runtime_config: RawIps,
+    #[serde(default, deserialize_with = "null_default")]
+    args: RawArgs,
+    #[serde(default)]
+    prev_result: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct RawIpam {
+    #[serde(default, deserialize_with = "null_default")]
+    routes: Vec<Route>,
+    #[serde(default, deserialize_with = "null_default")]
+    addresses: Vec<RawAddress>,
+    #[serde(default, deserialize_with = "null_default")]
+    dns: Dns,
+}
+
+#[derive(Deserialize)]
+struct RawAddress {
+    #[serde(default)]
+    address: String,
+    #[serde(default, deserialize_with = "opt_ip")]
+    gateway: Option<IpAddr>,
+}
+
+/// `runtimeConfig` and `args.cni` both carry `ips`: CIDR strings.
+#[derive(Deserialize, Default)]
+struct RawIps {
+    #[serde(default, deserialize_with = "null_default")]
+    ips: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawArgs {
+    #[serde(default, deserialize_with = "null_default")]
+    cni: RawIps,
+}
+
+struct Config {
+    addresses: Vec<IpConfig>,
+    routes: Vec<Route>,
+    dns: Dns,
+    prev_result: Option<serde_json::Value>,
+}
+
+/// An address with its prefix, host bits kept (`10.10.0.1/24`), IPv4-mapped made IPv4.
+fn parse_address(s: &str) -> Result<IpNet, String> {
+    let net = parse_cidr(s)?;
+    match net {
+        IpNet::V6(n) => match n.addr().to_ipv4_mapped() {
+            Some(v4) if n.prefix_len() >= 96 => IpNet::new(v4.into(), n.prefix_len() - 96)
+                .map_err(|_| format!("invalid CIDR address: {s}")),
+            _ => Ok(net),
+        },
+        IpNet::V4(_) => Ok(net),
+    }
+}
+
+fn address(net: IpNet, gateway: Option<IpAddr>) -> IpConfig {
+    IpConfig {
+        address: net,
+        gateway,
+        interface: None,
+    }
+}
+
+/// `ips` from `args.cni` or `runtimeConfig`, which replace every other address.
+fn parse_ips(ips: &[String]) -> Result<Vec<IpConfig>> {
+    ips.iter()
+        .map(|s| {
+            parse_address(s).map(|n| address(n, None)).map_err(|_| {
+                Error::config(format!(
+                    "an entry in the 'ips' field is NOT in CIDR notation, got: '{s}'"
+                ))
+            })
+        })
+        .collect()
+}
+
+impl Config {
+    /// The reference's precedence: the config's `addresses` plus CNI_ARGS `IP` (with `GATEWAY`
+    /// applied to those), all replaced by `args.cni.ips` if given, all replaced by
+    /// `runtimeConfig.ips` if given (the runtime passes that only with the `ips` capability).
+    fn load(stdin: &[u8], cni_args: &str) -> Result<Config> {
+        let net: RawNet = serde_json::from_slice(stdin)?;
+        let ipam = net
+            .ipam
+            .ok_or_else(|| Error::config("IPAM config missing 'ipam' key"))?;
+        let mut configured = ipam.addresses;
+        let mut extra = cni_args_addresses(cni_args)?;
+        for replacement in [&net.args.cni.ips, &net.runtime_config.ips] {
+            if !replacement.is_empty() {
+                configured.clear();
+                extra = parse_ips(replacement)?;
+            }
+        }
+        let mut addresses = configured
+            .into_iter()
+            .map(|a| {
+                parse_address(&a.address)
+                    .map(|n| address(n, a.gateway.map(|g| g.to_canonical())))
+                    .map_err(|_| {
+                        Error::config(format!(
+                            "the 'address' field is expected to be in CIDR notation, got: '{}'",
+                            a.address
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        addresses.extend(extra);
+
+        let v4 = addresses
+            .iter()
+            .filter(|a| a.address.addr().is_ipv4())
+            .count();
+        let v6 = addresses.len() - v4;
+        if (v4 > 1 || v6 > 1) && Version::from_config(&net.cni_version)? < Version::V0_3_0 {
+            return Err(Error::config(format!(
+                "CNI version {} does not support more than 1 address per family",
+                net.cni_version
+            )));
+        }
+        Ok(Config {
+            addresses,
+            routes: ipam.routes,
+            dns: ipam.dns,
+            prev_result: net.prev_result,
+        })
+    }
+}
+
+/// CNI_ARGS `IP` and `GATEWAY`: comma lists. A gateway goes to each of these addresses whose
+/// subnet contains it (not to the config's addresses, as in the reference).
+fn cni_args_addresses(raw: &str) -> Result<Vec<IpConfig>> {
+    let args = CniArgs::parse(raw)?;
+    args.check_known(&["IP", "GATEWAY"])?;
+    let mut out = Vec::new();
+    for item in args
+        .get("IP")
+        .filter(|v| !v.is_empty())
+        .into_iter()
+        .flat_map(|v| v.split(','))
+    {
+        let item = item.trim();
+        let net = parse_address(item).map_err(|_| {
+            Error::config(format!(
+                "the 'ip' field is expected to be in CIDR notation, got: '{item}'"
+            ))
+        })?;
+        out.push(address(net, None));
+    }
+    for item in args
+        .get("GATEWAY")
+        .filter(|v| !v.is_empty())
+        .into_iter()
+        .flat_map(|v| v.split(','))
+    {
+        let gw = parse_ip(item.trim())
+            .map_err(|_| Error::config(format!("invalid gateway address: {item}")))?;
+        for a in out.iter_mut().filter(|a| a.address.contains(&gw)) {
+            a.gateway = Some(gw);
+        }
+    }
+    Ok(out)
+}
+
+/// Every configured address must be in the previous result, with the configured gateway.
+fn check(args: &CmdArgs) -> Result<()> {
+    let conf = Config::load(&args.stdin, &args.args)?;
+    let prev = conf
+        .prev_result
+        .as_ref()
+        .ok_or_else(|| Error::config("Required prevResult missing"))?;
+    let prev = CniResult::from_value(prev)?;
+    for want in &conf.addresses {
+        let ip = want.address.addr();
+        let found = prev.ips.iter().find(|have| have.address.addr() == ip);
+        match found {
+            Some(have) if want.gateway.is_none() || want.gateway == have.gateway => {}
+            Some(have) => {
+                return Err(Error::Mismatch(format!(
+                    "static: address {ip} on interface {} has gateway {}, the config says {}",
+                    args.ifname,
+                    have.gateway.map_or("none".into(), |g| g.to_string()),
+                    want.gateway.map_or("none".into(), |g| g.to_string()),
+                )))
+            }
+            None => {
+                return Err(Error::Mismatch(format!(
+                    "static: address {ip} is not in the previous result for interface {}",
+                    args.ifname
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(json: &str, args: &str) -> Result<Vec<String>> {
+        Config::load(json.as_bytes(), args).map(|c| {
+            c.addresses
+                .iter()
+                .map(|a| match a.gateway {
+                    Some(g) => format!("{} gw {g}", a.address),
+                    None => a.address.to_string(),
+                })
+                .collect()
+        })
+    }
+
+    const CONF: &str = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"type":"static",
+        "addresses":[{"address":"10.10.0.5/24","gateway":"10.10.0.1"},{"address":"fd00::5/64"}]}}"#;
+
+    #[test]
+    fn config_addresses_keep_host_bits() {
+        assert_eq!(
+            load(CONF, "").unwrap(),
+            ["10.10.0.5/24 gw 10.10.0.1", "fd00::5/64"]
+        );
+    }
+
+    #[test]
+    fn cni_args_append_with_gateways() {
+        let got = load(
+            CONF,
+            "IP=10.20.0.5/24, 10.30.0.5/16;GATEWAY=10.30.0.1,10.10.0.9",
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                "10.10.0.5/24 gw 10.10.0.1",
+                "fd00::5/64",
+                "10.20.0.5/24",
+                "10.30.0.5/16 gw 10.30.0.1",
+            ]
+        );
+    }
+
+    #[test]
+    fn args_then_runtime_replace() {
+        let with_args = CONF.replacen(
+            "\"ipam\"",
+            r#""args":{"cni":{"ips":["10.40.0.5/24"]}},"ipam""#,
+            1,
+        );
+        assert_eq!(
+            load(&with_args, "IP=10.20.0.5/24").unwrap(),
+            ["10.40.0.5/24"]
+        );
+        let with_both = with_args.replacen(
+            "\"ipam\"",
+            r#""runtimeConfig":{"ips":["10.50.0.5/24","fd00::9/64"]},"ipam""#,
+            1,
+        );
+        assert_eq!(
+            load(&with_both, "").unwrap(),
+            ["10.50.0.5/24", "fd00::9/64"]
+        );
+    }
+
+    #[test]
+    fn errors() {
+        let e = |json: &str, args: &str| load(json, args).unwrap_err().to_string();
+        assert_eq!(
+            e(CONF, "IP=10.20.0.5"),
+            "the 'ip' field is expected to be in CIDR notation, got: '10.20.0.5'"
+        );
+        assert_eq!(
+            e(CONF, "IP=10.20.0.5/24;GATEWAY=x"),
+            "invalid gateway address: x"
+        );
+        assert!(e(CONF, "FOO=1").contains("unknown args"));
+        assert!(load(CONF, "FOO=1;IgnoreUnknown=1").is_ok());
+        assert_eq!(e(r#"{"name":"n"}"#, ""), "IPAM config missing 'ipam' key");
+        assert_eq!(
+            e(
+                r#"{"name":"n","ipam":{"addresses":[{"address":"10.1.1.1"}]}}"#,
+                ""
+            ),
+            "the 'address' field is expected to be in CIDR notation, got: '10.1.1.1'"
+        );
+        assert_eq!(
+            e(
+                r#"{"name":"n","runtimeConfig":{"ips":["x"]},"ipam":{}}"#,
+                ""
+            ),
+            "an entry in the 'ips' field is NOT in CIDR notation, got: 'x'"
+        );
+        assert_eq!(
+            e(
+                r#"{"cniVersion":"0.2.0","name":"n","ipam":{"addresses":[{"address":"10.1.1.1/24"},{"address":"10.1.2.1/24"}]}}"#,
+                ""
+            ),
+            "CNI version 0.2.0 does not support more than 1 address per family"
+        );
+    }
+
+    #[test]
+    fn mapped_v4_is_v4() {
+        assert_eq!(
+            parse_address("::ffff:10.1.1.1/120").unwrap().to_string(),
+            "10.1.1.1/24"
+        );
+    }
+}
