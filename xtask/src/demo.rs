@@ -55,6 +55,11 @@ pub fn run() -> Result<()> {
     section("the node side: the bridge and the pod's veth");
     print!("{}", node.ip(&["-br", "addr", "show"]));
 
+    section("the masquerade rules for the pod, in the node's nftables");
+    let masq_rules = pod_rules(&node)?;
+    println!("{}", masq_rules.join("\n"));
+    ensure!(!masq_rules.is_empty(), "ipMasq is on but no rule names the pod");
+
     section("connectivity: the pod pings its gateway");
     for gw in ["10.88.0.1", "fd00:88::1"] {
         let ping = pod
@@ -86,11 +91,9 @@ pub fn run() -> Result<()> {
         .collect();
     println!("address reservations: {reservations:?}");
     ensure!(reservations.is_empty(), "a reservation is left");
-    let rules = node.command("nft").args(["list", "ruleset"]).output()?;
-    let rules = String::from_utf8_lossy(&rules.stdout);
-    let left = rules.lines().filter(|l| l.contains("demo-pod-1")).count();
-    println!("masquerade rules for the pod: {left}");
-    ensure!(left == 0, "masquerade rules are left:\n{rules}");
+    let left = pod_rules(&node)?;
+    println!("masquerade rules for the pod: {left:?}");
+    ensure!(left.is_empty(), "masquerade rules are left");
 
     let names = [node.name().to_owned(), pod.name().to_owned()];
     drop(pod);
@@ -104,4 +107,14 @@ pub fn run() -> Result<()> {
     println!("namespaces deleted: {names:?}");
     section("done");
     Ok(())
+}
+
+/// The node's nftables rules that name the demo pod's container ID.
+fn pod_rules(node: &Netns) -> Result<Vec<String>> {
+    let out = node.command("nft").args(["list", "ruleset"]).output()?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("demo-pod-1"))
+        .map(|l| l.trim().to_owned())
+        .collect())
 }

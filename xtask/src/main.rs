@@ -37,5 +37,8 @@ pub fn build_release() -> Result<PathBuf> {
         .parent()
         .context("workspace root")?
         .to_path_buf();
-    Ok(root.join("target/release/cni-plugins"))
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    Ok(target.join("release/cni-plugins"))
 }

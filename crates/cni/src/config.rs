@@ -71,6 +71,12 @@ impl NetConf {
 
 /// Decodes a plugin's config from stdin bytes: JSON errors are code 6, a bad name is code 7.
 pub fn parse_plugin_config<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
+    // serde would read a struct from a JSON array too; a config is always an object.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(CniError::decoding(
+            "error parsing network config: expected a JSON object",
+        ));
+    }
     serde_json::from_slice(bytes)
         .map_err(|e| CniError::decoding(format!("error parsing network config: {e}")))
 }

@@ -6,6 +6,7 @@ pub mod error;
 pub mod masq;
 pub mod netlink;
 pub mod netns;
+pub mod spoofcheck;
 pub mod sysctl;
 
 pub use error::{Error, Result};
