@@ -28,7 +28,10 @@ impl Side {
     }
 
     fn call(&self, command: &str, config: &str, container_id: &str, pod: &Netns) -> CniCall {
-        let mut call = CniCall::new(command, &config.replace("DATADIR", &self.data.path().display().to_string()));
+        let mut call = CniCall::new(
+            command,
+            &config.replace("DATADIR", &self.data.path().display().to_string()),
+        );
         call.container_id = container_id.into();
         call.netns = pod.path().display().to_string();
         call.path = self.plugin_dir.display().to_string();
@@ -95,14 +98,22 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut floor = Series::default();
     for _ in 0..cycles {
         let call = sides[0].call("VERSION", "{}", "x", &pod);
-        floor.push(&measure::run(Path::new("/bin/true"), &call, &sides[0].node)?);
+        floor.push(&measure::run(
+            Path::new("/bin/true"),
+            &call,
+            &sides[0].node,
+        )?);
     }
     let (floor_ms, _) = measure::percentiles(&mut floor.times);
 
     for (case, plugin, config) in [
         ("host-local ADD / DEL", "host-local", HOST_LOCAL),
         ("bridge+host-local ADD / DEL, IPv4", "bridge", BRIDGE_V4),
-        ("bridge+host-local ADD / DEL, dual-stack", "bridge", BRIDGE_DUAL),
+        (
+            "bridge+host-local ADD / DEL, dual-stack",
+            "bridge",
+            BRIDGE_DUAL,
+        ),
     ] {
         let mut add = [Series::default(), Series::default()];
         let mut del = [Series::default(), Series::default()];
@@ -163,7 +174,10 @@ pub fn run(args: &[String]) -> Result<()> {
             })?;
             wall[s].push(start.elapsed());
             for (i, p) in pods.iter().enumerate() {
-                side.run("bridge", &side.call("DEL", BRIDGE_V4, &format!("par-{round}-{i}"), p))?;
+                side.run(
+                    "bridge",
+                    &side.call("DEL", BRIDGE_V4, &format!("par-{round}-{i}"), p),
+                )?;
             }
         }
     }
@@ -182,7 +196,13 @@ fn file_size(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
 
-fn print_report(cycles: usize, floor_ms: f64, rows: &[Row], rss: [i64; 2], bin: &Path) -> Result<()> {
+fn print_report(
+    cycles: usize,
+    floor_ms: f64,
+    rows: &[Row],
+    rss: [i64; 2],
+    bin: &Path,
+) -> Result<()> {
     println!("cycles per case: {cycles}; harness exec floor (fork+exec of /bin/true): {floor_ms:.2} ms median\n");
     println!("| case | ours median / p90 (ms) | Go median / p90 (ms) | ratio | ratio net of exec floor |");
     println!("|---|---|---|---|---|");
@@ -197,12 +217,22 @@ fn print_report(cycles: usize, floor_ms: f64, rows: &[Row], rss: [i64; 2], bin: 
             r.reference.0,
             r.reference.1,
             ratio,
-            if r.floor > 0.0 { format!("{net:.2}x") } else { "-".into() }
+            if r.floor > 0.0 {
+                format!("{net:.2}x")
+            } else {
+                "-".into()
+            }
         );
     }
-    println!("\npeak RSS of one plugin call: ours {} KB, Go {} KB", rss[0], rss[1]);
+    println!(
+        "\npeak RSS of one plugin call: ours {} KB, Go {} KB",
+        rss[0], rss[1]
+    );
     let ref_dir = reference_dir();
-    let go_total: u64 = ["bridge", "host-local", "static"].iter().map(|p| file_size(&ref_dir.join(p))).sum();
+    let go_total: u64 = ["bridge", "host-local", "static"]
+        .iter()
+        .map(|p| file_size(&ref_dir.join(p)))
+        .sum();
     println!(
         "binary size: ours {} KB (one cni-plugins binary for bridge, host-local, static); Go {} KB (bridge + host-local + static)",
         file_size(bin) / 1024,

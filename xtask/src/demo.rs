@@ -34,7 +34,11 @@ pub fn run() -> Result<()> {
     section("a throwaway node namespace and a pod namespace");
     let node = Netns::new("demo-node");
     let pod = Netns::new("demo-pod");
-    println!("node: {}\npod:  {}", node.path().display(), pod.path().display());
+    println!(
+        "node: {}\npod:  {}",
+        node.path().display(),
+        pod.path().display()
+    );
 
     section("ADD: the runtime calls bridge (which calls host-local) with this config");
     println!("{config}");
@@ -58,7 +62,10 @@ pub fn run() -> Result<()> {
     section("the masquerade rules for the pod, in the node's nftables");
     let masq_rules = pod_rules(&node)?;
     println!("{}", masq_rules.join("\n"));
-    ensure!(!masq_rules.is_empty(), "ipMasq is on but no rule names the pod");
+    ensure!(
+        !masq_rules.is_empty(),
+        "ipMasq is on but no rule names the pod"
+    );
 
     section("connectivity: the pod pings its gateway");
     for gw in ["10.88.0.1", "fd00:88::1"] {
@@ -81,7 +88,11 @@ pub fn run() -> Result<()> {
     let pod_links = pod.links();
     println!("pod links: {pod_links:?}");
     ensure!(pod_links == ["lo"], "the pod still has links");
-    let veths: Vec<String> = node.links().into_iter().filter(|l| l.starts_with("veth")).collect();
+    let veths: Vec<String> = node
+        .links()
+        .into_iter()
+        .filter(|l| l.starts_with("veth"))
+        .collect();
     println!("veths on the node: {veths:?}");
     ensure!(veths.is_empty(), "a veth is left on the node");
     let reservations: Vec<String> = std::fs::read_dir(data.path().join("demo-net"))?

@@ -32,7 +32,9 @@ pub fn run(bin: &Path, call: &CniCall, node: &Netns) -> Result<Sample> {
         .stderr(Stdio::null());
     node.enter_on_exec(&mut cmd);
     let start = Instant::now();
-    let mut child = cmd.spawn().with_context(|| format!("spawn {}", bin.display()))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("spawn {}", bin.display()))?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(call.stdin.as_bytes());
     }

@@ -262,7 +262,7 @@ mod base64_bytes {
             .bytes()
             .filter(|b| !matches!(b, b'\r' | b'\n'))
             .collect();
-        if clean.len() % 4 != 0 {
+        if !clean.len().is_multiple_of(4) {
             return Err(format!(
                 "config: base64 length {} is not a multiple of 4",
                 clean.len()

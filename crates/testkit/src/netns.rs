@@ -20,7 +20,11 @@ impl Netns {
             .args(["netns", "add", &name])
             .output()
             .expect("run ip netns add");
-        assert!(out.status.success(), "ip netns add {name}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "ip netns add {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let ns = Netns { name };
         ns.ip(&["link", "set", "lo", "up"]);
         ns
@@ -105,6 +109,8 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
     }
 }

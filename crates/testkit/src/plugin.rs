@@ -77,7 +77,9 @@ impl CniCall {
         if let Some(ns) = node {
             ns.enter_on_exec(&mut cmd);
         }
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn plugin");
         let mut stdin = child.stdin.take().expect("stdin");
         // A plugin may exit before reading stdin (bad env); ignore EPIPE.
@@ -103,7 +105,8 @@ pub struct CniOutput {
 impl CniOutput {
     /// stdout as JSON; panics with the whole output when it is not JSON.
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {self:?}"))
     }
 
     /// Asserts success and returns the result JSON.
@@ -119,6 +122,8 @@ impl CniOutput {
     pub fn err_code(&self) -> u64 {
         assert_eq!(self.code, 1, "expected a CNI error: {self:?}");
         let v = self.json();
-        v["code"].as_u64().unwrap_or_else(|| panic!("error without code: {self:?}"))
+        v["code"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("error without code: {self:?}"))
     }
 }

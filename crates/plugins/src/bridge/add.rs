@@ -1,0 +1,279 @@
+//! ADD: bridge, veth port, IPAM, container addressing, gateway, masquerade, spoof check.
+//!
+//! Whatever fails after the veth exists undoes this attachment's work (rules, IPAM reservation,
+//! veth) before the error is returned; shared things (the bridge, its gateway address) stay.
+
+use std::time::Duration;
+
+use cni::{CmdArgs, CniError, CniResult, Interface};
+use ipnet::IpNet;
+use netkit::netlink::Link;
+use netkit::{NetNs, Netlink};
+
+use super::config::{BridgeConf, MasqBackend};
+use super::iface::ContainerIface;
+use super::port::{self, PortOpts, PortVlans};
+use super::{gateway, open_netns, sys, sys_ctx};
+use crate::ipam_call::Ipam;
+
+/// `IFF_RUNNING`: the kernel reports the link's operational state as up.
+const IFF_RUNNING: u32 = 0x40;
+/// Waits between looks at the host veth's state; the kernel settles it within microseconds,
+/// so the first look almost always succeeds.
+const OPER_UP_WAITS_MS: [u64; 8] = [0, 1, 5, 20, 100, 300, 1000, 1000];
+
+/// What has been done for this attachment so far, to undo on failure.
+#[derive(Default)]
+struct Done {
+    /// The bridge, when this ADD created it: removed again if no other port joined meanwhile.
+    bridge: Option<u32>,
+    /// The VLAN gateway pair's bridge side, when this ADD created it.
+    vlan_port: Option<u32>,
+    host_veth: Option<u32>,
+    spoofcheck: bool,
+    ipam: bool,
+    /// The addresses masqueraded, once the rules exist.
+    masq: Option<Vec<IpNet>>,
+}
+
+pub fn add(args: &CmdArgs) -> Result<CniResult, CniError> {
+    let conf = BridgeConf::parse(&args.stdin, &args.args)?;
+    let version = conf.net.version()?;
+    let pod = open_netns(&args.netns)?;
+    let node = Netlink::new().map_err(sys)?;
+    let ipam = conf.ipam_type().map(|t| Ipam::new(t, args));
+    let mut done = Done::default();
+    let outcome = attach(args, &conf, &pod, &node, ipam.as_ref(), &mut done);
+    let mut result = match outcome {
+        Ok(r) => r,
+        Err(e) => return Err(undo(e, args, &conf, &node, ipam.as_ref(), &done)),
+    };
+    result.cni_version = version.to_string();
+    Ok(result)
+}
+
+fn attach(
+    args: &CmdArgs,
+    conf: &BridgeConf,
+    pod: &NetNs,
+    node: &Netlink,
+    ipam: Option<&Ipam>,
+    done: &mut Done,
+) -> Result<CniResult, CniError> {
+    let (bridge, created) = port::ensure_bridge(node, conf)?;
+    if created {
+        done.bridge = Some(bridge.index);
+    }
+    let pod_nl = Netlink::in_ns(pod).map_err(sys)?;
+    let opts = PortOpts {
+        mtu: conf.mtu,
+        hairpin: conf.hairpin,
+        isolated: conf.port_isolation,
+        vlans: PortVlans {
+            access: conf.vlan,
+            trunk: &conf.trunk,
+            preserve_default: conf.preserve_default_vlan,
+        },
+    };
+    let host = port::create_port(node, &bridge, &args.ifname, Some(pod), &opts)?;
+    done.host_veth = Some(host.index);
+
+    let cont_ctx = || format!("interface {:?} in netns {}", args.ifname, args.netns);
+    let mut cont = pod_nl.link(&args.ifname).map_err(sys_ctx(cont_ctx()))?;
+    if let Some(mac) = conf.mac {
+        pod_nl
+            .set_mac(cont.index, mac)
+            .map_err(sys_ctx(cont_ctx()))?;
+        cont.mac = Some(mac);
+    }
+    let cont_mac = cont.mac.map(|m| netkit::format_mac(&m)).unwrap_or_default();
+
+    if conf.mac_spoof_check {
+        let mac = cont
+            .mac
+            .ok_or_else(|| CniError::internal(format!("{} has no MAC to enforce", cont_ctx())))?;
+        done.spoofcheck = true;
+        netkit::spoofcheck::setup(&host.name, &mac, &unique_id(args)).map_err(sys)?;
+    }
+
+    let mut result = CniResult::default();
+    let container = ContainerIface {
+        ns: pod,
+        nl: &pod_nl,
+        name: &args.ifname,
+        index: cont.index,
+    };
+    let mut vlan_iface = None;
+    if let Some(ipam) = ipam {
+        let version = conf.net.version()?;
+        let ipam_result = ipam.add(version)?;
+        done.ipam = true;
+        if ipam_result.ips.is_empty() {
+            return Err(CniError::internal(
+                "the IPAM plugin returned no IP address to configure",
+            ));
+        }
+        result.ips = ipam_result.ips;
+        result.routes = ipam_result.routes;
+        result.dns = ipam_result.dns;
+        let gws = gateway::calc(&mut result, conf);
+        let has_ipv6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6());
+        container.set_sysctls(conf.enable_dad, has_ipv6)?;
+        container.configure(&result, conf.enable_dad)?;
+        if conf.is_gateway {
+            let applied = gateway::apply(node, &bridge, conf, &gws, &mut vlan_iface);
+            done.vlan_port = vlan_iface.as_ref().and_then(|v| v.created_port);
+            applied?;
+        }
+        if conf.ip_masq {
+            let addrs: Vec<_> = result.ips.iter().map(|ip| ip.address).collect();
+            let backend = masq_backend(conf.ip_masq_backend);
+            // Recorded first: a setup that fails half-way is undone too (teardown is idempotent).
+            done.masq = Some(addrs.clone());
+            netkit::masq::setup(
+                backend,
+                &conf.net.name,
+                &args.container_id,
+                &args.ifname,
+                &addrs,
+            )
+            .map_err(sys)?;
+        }
+    } else if !conf.disable_container_interface {
+        pod_nl.set_up(cont.index).map_err(sys_ctx(cont_ctx()))?;
+    }
+
+    let host = if conf.disable_container_interface {
+        node.link_by_index(host.index).map_err(sys)?.unwrap_or(host)
+    } else {
+        wait_oper_up(node, &host)?
+    };
+    let bridge_now = node.link(&bridge.name).map_err(sys)?;
+
+    let mac_of = |l: &Link| l.mac.map(|m| netkit::format_mac(&m)).unwrap_or_default();
+    result.interfaces = vec![
+        Interface {
+            name: bridge_now.name.clone(),
+            mac: mac_of(&bridge_now),
+            ..Interface::default()
+        },
+        Interface {
+            name: host.name.clone(),
+            mac: mac_of(&host),
+            ..Interface::default()
+        },
+        Interface {
+            name: args.ifname.clone(),
+            mac: cont_mac,
+            sandbox: args.netns.clone(),
+            ..Interface::default()
+        },
+    ];
+    if let Some(v) = vlan_iface {
+        result.interfaces.push(Interface {
+            name: v.link.name.clone(),
+            mac: mac_of(&v.link),
+            ..Interface::default()
+        });
+    }
+    if let Some(dns) = conf.net.dns.as_ref().filter(|d| !d.is_empty()) {
+        result.dns = dns.clone();
+    }
+    Ok(result)
+}
+
+/// `ipMasqBackend`, else iptables when it is installed (as the reference prefers, so a node
+/// can go back to the Go plugins and still tear the rules down), else nftables.
+fn masq_backend(configured: Option<MasqBackend>) -> Option<netkit::masq::Backend> {
+    match configured {
+        Some(MasqBackend::Nftables) => Some(netkit::masq::Backend::Nftables),
+        Some(MasqBackend::Iptables) => Some(netkit::masq::Backend::Iptables),
+        None if has_program("iptables") => Some(netkit::masq::Backend::Iptables),
+        None => None,
+    }
+}
+
+fn has_program(name: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| dir.join(name).is_file())
+}
+
+/// The host veth once the kernel reports it operationally up (it is a bridge port whose
+/// peer is up).
+fn wait_oper_up(node: &Netlink, host: &Link) -> Result<Link, CniError> {
+    let mut last = host.clone();
+    for wait in OPER_UP_WAITS_MS {
+        std::thread::sleep(Duration::from_millis(wait));
+        last = node
+            .link_by_index(host.index)
+            .map_err(sys)?
+            .ok_or_else(|| {
+                CniError::internal(format!("host veth {:?} disappeared during ADD", host.name))
+            })?;
+        if last.flags & IFF_RUNNING != 0 {
+            return Ok(last);
+        }
+    }
+    Err(CniError::internal(format!(
+        "bridge port {:?} did not come up (flags {:#x})",
+        last.name, last.flags
+    )))
+}
+
+/// The id that tags this attachment's spoof-check rules.
+pub fn unique_id(args: &CmdArgs) -> String {
+    format!("{}-{}", args.container_id, args.ifname)
+}
+
+/// Undoes a failed ADD; cleanup failures are added to the error's details.
+fn undo(
+    mut err: CniError,
+    args: &CmdArgs,
+    conf: &BridgeConf,
+    node: &Netlink,
+    ipam: Option<&Ipam>,
+    done: &Done,
+) -> CniError {
+    let mut failures = Vec::new();
+    if let Some(addrs) = &done.masq {
+        if let Err(e) =
+            netkit::masq::teardown(&conf.net.name, &args.container_id, &args.ifname, addrs)
+        {
+            failures.push(e.to_string());
+        }
+    }
+    if done.spoofcheck {
+        if let Err(e) = netkit::spoofcheck::teardown(&unique_id(args)) {
+            failures.push(e.to_string());
+        }
+    }
+    // IPAM first, while the interface still exists.
+    if let (true, Some(ipam)) = (done.ipam, ipam) {
+        if let Err(e) = ipam.del() {
+            failures.push(format!("releasing the IPAM reservation: {e}"));
+        }
+    }
+    for index in [done.host_veth, done.vlan_port].into_iter().flatten() {
+        match node.del_link(index) {
+            Err(e) if e.errno() != Some(libc::ENODEV) => failures.push(e.to_string()),
+            _ => {}
+        }
+    }
+    if let Some(index) = done.bridge {
+        if let Err(e) = port::remove_if_unused(node, index) {
+            failures.push(e.to_string());
+        }
+    }
+    if !failures.is_empty() {
+        let cleanup = format!(
+            "cleaning up after the failure also failed: {}",
+            failures.join("; ")
+        );
+        err.details = if err.details.is_empty() {
+            cleanup
+        } else {
+            format!("{}; {cleanup}", err.details)
+        };
+    }
+    err
+}

@@ -1,0 +1,104 @@
+//! DEL: release the IPAM reservation while the interface still exists (a DHCP release can still
+//! go out), then delete the veth and this attachment's rules. Idempotent: a second DEL, an empty
+//! `CNI_NETNS` or a namespace that is gone only release what is left.
+
+use cni::{CmdArgs, CniError};
+use ipnet::IpNet;
+use netkit::{NetNs, Netlink};
+
+use super::add::unique_id;
+use super::config::BridgeConf;
+use super::{netns_error, sys};
+use crate::ipam_call::Ipam;
+
+pub fn del(args: &CmdArgs) -> Result<(), CniError> {
+    let conf = BridgeConf::parse(&args.stdin, &args.args)?;
+    let ipam = conf.ipam_type().map(|t| Ipam::new(t, args));
+    let pod = if args.netns.is_empty() {
+        None
+    } else {
+        match NetNs::open(&args.netns) {
+            Ok(ns) => Some(ns),
+            // The pod's namespace is gone, and the veth with it.
+            Err(e) if e.errno() == Some(libc::ENOENT) => None,
+            Err(e) => return Err(netns_error(&args.netns, &e)),
+        }
+    };
+    let found = match &pod {
+        Some(ns) => find_container_iface(ns, &args.ifname)?,
+        None => None,
+    };
+    // A failed release stops here, leaving the interface for the runtime's retry.
+    if let Some(ipam) = &ipam {
+        ipam.del()?;
+    }
+    let mut failures = Vec::new();
+    let mut addrs = Vec::new();
+    if let Some((nl, index, global)) = found {
+        addrs = global;
+        match nl.del_link(index) {
+            Err(e) if e.errno() != Some(libc::ENODEV) => failures.push(e.to_string()),
+            _ => {}
+        }
+    }
+    if conf.mac_spoof_check {
+        if let Err(e) = netkit::spoofcheck::teardown(&unique_id(args)) {
+            failures.push(e.to_string());
+        }
+    }
+    if ipam.is_some() && conf.ip_masq {
+        if let Err(e) =
+            netkit::masq::teardown(&conf.net.name, &args.container_id, &args.ifname, &addrs)
+        {
+            failures.push(e.to_string());
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(CniError::internal(format!(
+            "DEL of {}/{} left things behind: {}",
+            args.container_id,
+            args.ifname,
+            failures.join("; ")
+        )))
+    }
+}
+
+/// The container interface (a socket in its namespace, its index, and its global unicast
+/// addresses for the masquerade teardown), if it still exists.
+fn find_container_iface(
+    ns: &NetNs,
+    ifname: &str,
+) -> Result<Option<(Netlink, u32, Vec<IpNet>)>, CniError> {
+    let nl = Netlink::in_ns(ns).map_err(sys)?;
+    let Some(link) = nl.link_by_name(ifname).map_err(sys)? else {
+        return Ok(None);
+    };
+    let addrs = nl
+        .addrs(Some(link.index), None)
+        .map_err(sys)?
+        .into_iter()
+        .map(|a| a.net)
+        .filter(|n| is_global_unicast(&n.addr()))
+        .collect();
+    Ok(Some((nl, link.index, addrs)))
+}
+
+fn is_global_unicast(ip: &std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(a) => {
+            !(a.is_loopback()
+                || a.is_link_local()
+                || a.is_multicast()
+                || a.is_broadcast()
+                || a.is_unspecified())
+        }
+        std::net::IpAddr::V6(a) => {
+            !(a.is_loopback()
+                || a.is_multicast()
+                || a.is_unspecified()
+                || a.is_unicast_link_local())
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The pod side: the container interface's sysctls, addresses and routes (the reference's
+//! `ConfigureIface`).
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use cni::{CniError, CniResult};
+use netkit::netlink::{AddrOpts, Route};
+use netkit::{Family, NetNs, Netlink};
+
+use super::sys_ctx;
+
+/// How long to wait for IPv6 duplicate address detection when `enabledad` asks for it.
+const DAD_TIMEOUT: Duration = Duration::from_secs(5);
+const DAD_POLL: Duration = Duration::from_millis(20);
+
+/// The container interface, as seen inside the pod.
+pub struct ContainerIface<'a> {
+    pub ns: &'a NetNs,
+    pub nl: &'a Netlink,
+    pub name: &'a str,
+    pub index: u32,
+}
+
+impl ContainerIface<'_> {
+    fn ctx(&self) -> String {
+        format!(
+            "container interface {:?} in netns {}",
+            self.name,
+            self.ns.path().display()
+        )
+    }
+
+    /// Sysctls the reference sets before addressing: DAD as configured, gratuitous ARP on
+    /// address changes, and IPv6 enabled (with addresses kept on link down) when needed.
+    pub fn set_sysctls(&self, enable_dad: bool, has_ipv6: bool) -> Result<(), CniError> {
+        let name = self.name;
+        let result = self.ns.run(|| -> netkit::Result<()> {
+            let key = |path: &str| format!("net/{path}");
+            // Best effort like the reference: these may be missing with IPv6 disabled.
+            if enable_dad {
+                let _ = netkit::sysctl::write(&key(&format!("ipv6/conf/{name}/enhanced_dad")), "1");
+                let _ = netkit::sysctl::write(&key(&format!("ipv6/conf/{name}/accept_dad")), "1");
+            } else {
+                let _ = netkit::sysctl::write(&key(&format!("ipv6/conf/{name}/accept_dad")), "0");
+            }
+            let _ = netkit::sysctl::write(&key(&format!("ipv4/conf/{name}/arp_notify")), "1");
+            if has_ipv6 {
+                for dev in ["lo", name] {
+                    netkit::sysctl::write(&key(&format!("ipv6/conf/{dev}/disable_ipv6")), "0")?;
+                }
+                netkit::sysctl::write(&key(&format!("ipv6/conf/{name}/keep_addr_on_down")), "1")?;
+            }
+            Ok(())
+        });
+        result
+            .and_then(|r| r)
+            .map_err(sys_ctx(format_args!("enabling IPv6 on {}", self.ctx())))
+    }
+
+    /// Adds the result's addresses, brings the link up, and adds the routes. Routes without a
+    /// gateway go through the first gateway of their family among the addresses, else straight
+    /// out of the interface.
+    pub fn configure(&self, result: &CniResult, enable_dad: bool) -> Result<(), CniError> {
+        let (mut v4gw, mut v6gw) = (None, None);
+        for ip in &result.ips {
+            // IPv4 addresses do not do DAD; the flag would only show up in `ip addr`.
+            let nodad = !enable_dad && ip.address.addr().is_ipv6();
+            let opts = AddrOpts {
+                nodad,
+                noprefixroute: false,
+            };
+            self.nl
+                .add_addr(self.index, ip.address, opts)
+                .map_err(sys_ctx(self.ctx()))?;
+            match ip.gateway {
+                Some(gw @ IpAddr::V4(_)) => v4gw = v4gw.or(Some(gw)),
+                Some(gw @ IpAddr::V6(_)) => v6gw = v6gw.or(Some(gw)),
+                None => {}
+            }
+        }
+        self.nl.set_up(self.index).map_err(sys_ctx(self.ctx()))?;
+        if enable_dad && v6gw.is_some() {
+            self.settle_dad()?;
+        }
+        for r in &result.routes {
+            let family_gw = if r.dst.addr().is_ipv4() { v4gw } else { v6gw };
+            let mut route = Route::new(r.dst).dev(self.index);
+            if let Some(gw) = r.gw.or(family_gw) {
+                route = route.via(gw);
+            }
+            if let Some(p) = r.priority {
+                route = route.metric(p);
+            }
+            if let Some(t) = r.table {
+                route = route.table(t);
+            }
+            if let Some(s) = r.scope {
+                route = route.scope(s);
+            }
+            if let Some(m) = r.mtu {
+                route = route.mtu(m);
+            }
+            if let Some(m) = r.advmss {
+                route = route.advmss(m);
+            }
+            self.nl.add_route(&route).map_err(sys_ctx(self.ctx()))?;
+        }
+        Ok(())
+    }
+
+    /// Waits until no IPv6 address of the interface is tentative (only with `enabledad`).
+    fn settle_dad(&self) -> Result<(), CniError> {
+        let deadline = Instant::now() + DAD_TIMEOUT;
+        loop {
+            let addrs = self
+                .nl
+                .addrs(Some(self.index), Some(Family::V6))
+                .map_err(sys_ctx(self.ctx()))?;
+            if let Some(a) = addrs.iter().find(|a| a.dad_failed()) {
+                return Err(CniError::internal(format!(
+                    "{}: duplicate address detection failed for {}: another host uses it",
+                    self.ctx(),
+                    a.net
+                )));
+            }
+            if !addrs.iter().any(|a| a.is_tentative()) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(CniError::internal(format!(
+                    "{}: IPv6 addresses still tentative after {}s of duplicate address detection",
+                    self.ctx(),
+                    DAD_TIMEOUT.as_secs()
+                )));
+            }
+            std::thread::sleep(DAD_POLL);
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! The `bridge` plugin: a Linux bridge in the node's namespace, a veth pair per attachment with
+//! one end in the pod, addresses from an IPAM plugin, and optionally the gateway, masquerade,
+//! VLANs and MAC spoof checking.
+//!
+//! Behaviour follows containernetworking/plugins' bridge, with these deliberate changes: a
+//! failed ADD undoes everything it did for the attachment (veth, IPAM reservation, rules); DEL
+//! releases the IPAM reservation while the interface still exists; IPv6 addresses are added
+//! without DAD unless `enabledad` is set, so ADD never waits for it.
+
+mod add;
+mod check;
+mod config;
+mod del;
+mod gateway;
+mod iface;
+mod port;
+
+use cni::{CmdArgs, CniError, CniResult, Code, NetConf};
+use netkit::NetNs;
+
+use crate::ipam_call::Ipam;
+pub use config::{BridgeConf, MasqBackend};
+
+/// The plugin, as registered in the multi-call binary's table.
+pub struct Bridge;
+
+impl cni::Plugin for Bridge {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        add::add(args)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        del::del(args)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        check::check(args)
+    }
+
+    fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
+        with_ipam(args, |ipam| ipam.status())
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        with_ipam(args, |ipam| ipam.gc())
+    }
+}
+
+/// STATUS and GC are the IPAM plugin's business; a layer-2 network has nothing to report.
+fn with_ipam(
+    args: &CmdArgs,
+    f: impl FnOnce(&Ipam) -> Result<(), CniError>,
+) -> Result<(), CniError> {
+    let conf: NetConf = cni::config::parse_plugin_config(&args.stdin)?;
+    match conf.ipam_type() {
+        Some(t) => f(&Ipam::new(t, args)),
+        None => Ok(()),
+    }
+}
+
+/// A kernel or system failure, with the text that says what and where (errno kept).
+fn sys(e: netkit::Error) -> CniError {
+    match e {
+        netkit::Error::Invalid(msg) => CniError::invalid_config(msg),
+        other => CniError::internal(other.to_string()),
+    }
+}
+
+/// The same, with the step that failed in front.
+fn sys_ctx(what: impl std::fmt::Display) -> impl FnOnce(netkit::Error) -> CniError {
+    move |e| {
+        let mut err = sys(e);
+        err.msg = format!("{what}: {}", err.msg);
+        err
+    }
+}
+
+/// Opens the pod's namespace (code 8 when it cannot be used).
+fn open_netns(path: &str) -> Result<NetNs, CniError> {
+    NetNs::open(path).map_err(|e| netns_error(path, &e))
+}
+
+fn netns_error(path: &str, e: &netkit::Error) -> CniError {
+    CniError::new(
+        Code::InvalidNetns,
+        format!("cannot open the pod's network namespace {path:?} (CNI_NETNS): {e}"),
+    )
+}

@@ -1,0 +1,201 @@
+//! The node side: the bridge itself, and veth pairs plugged into it as ports.
+
+use std::io::Read;
+
+use cni::CniError;
+use netkit::netlink::{BridgeOpts, BridgePortOpts, Link};
+use netkit::{NetNs, Netlink};
+
+use super::config::BridgeConf;
+use super::{sys, sys_ctx};
+
+/// Attempts at a free random host veth name before giving up.
+const VETH_NAME_ATTEMPTS: usize = 10;
+/// The VLAN a trunk-only port gets as its untagged native VLAN.
+const NATIVE_VLAN: u16 = 1;
+
+/// Finds or creates the bridge, makes sure it is a bridge, and brings it up. Also says whether
+/// this call created it.
+pub fn ensure_bridge(nl: &Netlink, conf: &BridgeConf) -> Result<(Link, bool), CniError> {
+    let name = conf.bridge.as_str();
+    let mut created = false;
+    let mut br = match nl.link_by_name(name).map_err(sys)? {
+        Some(link) => link,
+        None => {
+            let opts = BridgeOpts {
+                mtu: conf.mtu,
+                vlan_filtering: conf.vlan_filtering(),
+                mac: None,
+            };
+            match nl.add_bridge(name, &opts) {
+                Ok(()) => created = true,
+                // Another ADD may have created it meanwhile.
+                Err(e) if e.errno() == Some(libc::EEXIST) => {}
+                Err(e) => return Err(sys(e)),
+            }
+            nl.link(name).map_err(sys)?
+        }
+    };
+    if br.kind.as_deref() != Some("bridge") {
+        return Err(CniError::invalid_config(format!(
+            "{name:?} already exists but is not a bridge (it is a {}): set \"bridge\" to \
+             another name, or remove that link",
+            br.kind.as_deref().unwrap_or("device without a kind")
+        )));
+    }
+    if conf.promisc && !br.promisc {
+        nl.set_promisc(br.index, true)
+            .map_err(sys_ctx(format_args!("bridge {name:?}")))?;
+        br.promisc = true;
+    }
+    // The plugin owns the bridge's routes; router advertisements must not add any. Best
+    // effort, as IPv6 may be disabled.
+    let _ = netkit::sysctl::write(&format!("net/ipv6/conf/{name}/accept_ra"), "0");
+    if !br.up {
+        nl.set_up(br.index)
+            .map_err(sys_ctx(format_args!("bridge {name:?}")))?;
+        br.up = true;
+    }
+    Ok((br, created))
+}
+
+/// Deletes a link this ADD created for sharing (the bridge, a VLAN gateway port) when no
+/// port uses it any more, as the failed ADD was its only user.
+pub fn remove_if_unused(nl: &Netlink, index: u32) -> netkit::Result<()> {
+    let in_use = nl.links()?.iter().any(|l| l.master == Some(index));
+    if in_use {
+        return Ok(());
+    }
+    match nl.del_link(index) {
+        Err(e) if e.errno() != Some(libc::ENODEV) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// VLAN settings of one port.
+#[derive(Debug, Clone, Copy)]
+pub struct PortVlans<'a> {
+    /// Access VLAN (untagged, pvid); 0 for none.
+    pub access: u16,
+    pub trunk: &'a [u16],
+    pub preserve_default: bool,
+}
+
+/// Port settings besides VLANs.
+#[derive(Debug, Clone, Copy)]
+pub struct PortOpts<'a> {
+    pub mtu: Option<u32>,
+    pub hairpin: bool,
+    pub isolated: bool,
+    pub vlans: PortVlans<'a>,
+}
+
+/// Creates a veth pair whose host end (random `vethXXXXXXXX` name) is a port of `bridge` and
+/// whose other end, `peer_name`, is created directly in `peer_ns` (or beside the host end with
+/// `None`). Returns the host end. On failure nothing is left behind.
+pub fn create_port(
+    nl: &Netlink,
+    bridge: &Link,
+    peer_name: &str,
+    peer_ns: Option<&NetNs>,
+    opts: &PortOpts,
+) -> Result<Link, CniError> {
+    let host = create_veth(nl, peer_name, peer_ns, opts.mtu)?;
+    match configure_port(nl, bridge, &host, opts) {
+        Ok(()) => Ok(host),
+        Err(e) => {
+            // Deleting one end removes the pair.
+            let _ = nl.del_link(host.index);
+            Err(e)
+        }
+    }
+}
+
+fn create_veth(
+    nl: &Netlink,
+    peer_name: &str,
+    peer_ns: Option<&NetNs>,
+    mtu: Option<u32>,
+) -> Result<Link, CniError> {
+    let where_ = peer_ns
+        .map(|ns| format!("netns {}", ns.path().display()))
+        .unwrap_or_else(|| "the node's netns".to_owned());
+    for _ in 0..VETH_NAME_ATTEMPTS {
+        let host_name = random_veth_name()?;
+        match nl.add_veth(&host_name, peer_name, peer_ns, mtu, None) {
+            Ok(()) => return nl.link(&host_name).map_err(sys),
+            Err(e) if e.errno() == Some(libc::EEXIST) => {
+                // Either our random name is taken (try another) or the peer's name is.
+                if nl.link_by_name(&host_name).map_err(sys)?.is_none() {
+                    return Err(CniError::internal(format!(
+                        "interface {peer_name:?} already exists in {where_}"
+                    ))
+                    .with_details(e.to_string()));
+                }
+            }
+            Err(e) => return Err(sys(e)),
+        }
+    }
+    Err(CniError::internal(format!(
+        "no free host veth name found after {VETH_NAME_ATTEMPTS} random tries"
+    )))
+}
+
+/// `veth` and 8 random hex digits, like the reference (NetworkManager ignores `veth*`).
+fn random_veth_name() -> Result<String, CniError> {
+    let mut bytes = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| CniError::io(format!("reading /dev/urandom for a veth name: {e}")))?;
+    Ok(format!(
+        "veth{:02x}{:02x}{:02x}{:02x}",
+        bytes[0], bytes[1], bytes[2], bytes[3]
+    ))
+}
+
+fn configure_port(
+    nl: &Netlink,
+    bridge: &Link,
+    host: &Link,
+    opts: &PortOpts,
+) -> Result<(), CniError> {
+    let ctx = || format!("host veth {:?} on bridge {:?}", host.name, bridge.name);
+    nl.set_up(host.index).map_err(sys_ctx(ctx()))?;
+    // The plugin owns this interface's routes. Best effort, as IPv6 may be disabled.
+    let _ = netkit::sysctl::write(&format!("net/ipv6/conf/{}/accept_ra", host.name), "0");
+    nl.set_master(host.index, Some(bridge.index))
+        .map_err(sys_ctx(ctx()))?;
+    // Both default to off on a new port.
+    if opts.hairpin || opts.isolated {
+        let port_opts = BridgePortOpts {
+            hairpin: Some(opts.hairpin),
+            isolated: Some(opts.isolated),
+            learning: None,
+        };
+        nl.set_bridge_port_opts(host.index, &port_opts)
+            .map_err(sys_ctx(ctx()))?;
+    }
+    set_port_vlans(nl, host.index, &opts.vlans).map_err(sys_ctx(ctx()))
+}
+
+fn set_port_vlans(nl: &Netlink, port: u32, vlans: &PortVlans) -> netkit::Result<()> {
+    let tagged = vlans.access != 0 || !vlans.trunk.is_empty();
+    if tagged && !vlans.preserve_default {
+        // The bridge's default VLAN would make the port a member of the untagged LAN too.
+        for (_, entries) in nl.bridge_vlans(Some(port))? {
+            for v in entries {
+                nl.bridge_vlan_del(port, v.vid, false)?;
+            }
+        }
+    }
+    if vlans.access != 0 {
+        nl.bridge_vlan_add(port, vlans.access, true, true, false)?;
+    }
+    for &vid in vlans.trunk {
+        nl.bridge_vlan_add(port, vid, false, false, false)?;
+    }
+    if vlans.access == 0 && !vlans.trunk.is_empty() {
+        nl.bridge_vlan_add(port, NATIVE_VLAN, true, true, false)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! Interface plugins (bridge) and the table of plugins in the `cni-plugins` multi-call binary.
+
+pub mod bridge;
+mod ipam_call;
+
+/// A plugin in the multi-call binary: the name it is installed under, and its implementation.
+pub struct Entry {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub plugin: &'static dyn cni::Plugin,
+}
+
+/// Every plugin `cni-plugins` can act as.
+pub const PLUGINS: &[Entry] = &[
+    Entry {
+        name: "bridge",
+        about: "bridge: a veth pair per attachment on a Linux bridge",
+        plugin: &bridge::Bridge,
+    },
+    Entry {
+        name: "host-local",
+        about: "host-local IPAM: addresses from local ranges, reservations on disk",
+        plugin: &ipam::host_local::HostLocal,
+    },
+    Entry {
+        name: "static",
+        about: "static IPAM: addresses given in the config or the runtime's args",
+        plugin: &ipam::static_ipam::StaticIpam,
+    },
+];
+
+/// Looks a plugin up by the name it was called under.
+pub fn find(name: &str) -> Option<&'static Entry> {
+    PLUGINS.iter().find(|e| e.name == name)
+}

@@ -1,0 +1,30 @@
+//! `cni-plugins`: one binary for every plugin, chosen by the name it is run under
+//! (a link named `bridge`, `host-local`, ...) or by its first argument.
+
+use std::path::Path;
+
+fn main() {
+    let mut argv = std::env::args();
+    let argv0 = argv.next().unwrap_or_default();
+    let called_as = Path::new(&argv0)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default()
+        .to_owned();
+    let name = if called_as == "cni-plugins" {
+        argv.next().unwrap_or_default()
+    } else {
+        called_as
+    };
+    let Some(entry) = plugins::find(&name) else {
+        let names: Vec<&str> = plugins::PLUGINS.iter().map(|e| e.name).collect();
+        eprintln!(
+            "cni-plugins {}: no plugin named {name:?}.\nInstall links to this binary named one of: {}\nor run it as `cni-plugins <name>`.",
+            env!("CARGO_PKG_VERSION"),
+            names.join(", ")
+        );
+        std::process::exit(2);
+    };
+    let about = format!("multus-rs {} v{}", entry.about, env!("CARGO_PKG_VERSION"));
+    std::process::exit(cni::plugin_main(entry.plugin, &about));
+}

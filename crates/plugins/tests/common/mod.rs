@@ -1,0 +1,347 @@
+//! Shared by the bridge tests: a sandbox per plugin run (node and pod namespaces, a host-local
+//! data directory), calling the plugins as a runtime does, and reading kernel state back in a
+//! form that can be compared between implementations.
+#![allow(dead_code)] // Each test binary uses its own part of this module.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use testkit::{CniCall, CniOutput, Netns, PluginDir};
+
+pub const CONTAINER_ID: &str = "c0ffee";
+
+/// Which implementation a run uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    Ours,
+    Reference,
+}
+
+/// `CNI_PATH` directories for both implementations.
+pub struct Plugins {
+    ours: PluginDir,
+}
+
+impl Plugins {
+    pub fn new() -> Plugins {
+        let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
+        Plugins {
+            ours: PluginDir::new(bin, &["bridge", "host-local", "static"]),
+        }
+    }
+
+    pub fn dir(&self, side: Side) -> PathBuf {
+        match side {
+            Side::Ours => self.ours.path().to_path_buf(),
+            Side::Reference => testkit::reference_dir(),
+        }
+    }
+}
+
+/// Fresh node and pod namespaces and a host-local data directory.
+pub struct Sandbox {
+    pub node: Netns,
+    pub pod: Netns,
+    pub data: tempfile::TempDir,
+    pub cni_path: PathBuf,
+}
+
+impl Sandbox {
+    pub fn new(plugins: &Plugins, side: Side) -> Sandbox {
+        Sandbox {
+            node: Netns::new("node"),
+            pod: Netns::new("pod"),
+            data: tempfile::tempdir().expect("tempdir"),
+            cni_path: plugins.dir(side),
+        }
+    }
+
+    /// A call of the bridge plugin for the pod, `DATADIR` in `conf` replaced.
+    pub fn call(&self, command: &str, conf: &str) -> CniCall {
+        let conf = conf.replace("DATADIR", &self.data.path().display().to_string());
+        let mut call = CniCall::new(command, &conf);
+        call.container_id = CONTAINER_ID.into();
+        call.netns = self.pod.path().display().to_string();
+        call.path = self.cni_path.display().to_string();
+        call
+    }
+
+    pub fn run(&self, call: &CniCall) -> CniOutput {
+        call.run(&self.cni_path.join("bridge"), Some(&self.node))
+    }
+
+    pub fn add(&self, conf: &str) -> CniOutput {
+        self.run(&self.call("ADD", conf))
+    }
+
+    pub fn del(&self, conf: &str) -> CniOutput {
+        self.run(&self.call("DEL", conf))
+    }
+
+    /// Reservation files (named by an IP address) under the data directory.
+    pub fn reservations(&self) -> Vec<String> {
+        walk_ips(self.data.path())
+    }
+
+    /// Links of the node besides lo.
+    pub fn node_links(&self) -> Vec<String> {
+        self.node
+            .links()
+            .into_iter()
+            .filter(|l| l != "lo")
+            .collect()
+    }
+
+    /// `nat` table rules of iptables and ip6tables in the node, plus the whole nft ruleset.
+    pub fn firewall(&self) -> String {
+        let mut out = String::new();
+        for (tool, args) in [
+            ("iptables", &["-t", "nat", "-S"][..]),
+            ("ip6tables", &["-t", "nat", "-S"][..]),
+            ("nft", &["list", "ruleset"][..]),
+        ] {
+            let o = self
+                .node
+                .command(tool)
+                .args(args)
+                .output()
+                .expect("firewall tool");
+            out.push_str(&String::from_utf8_lossy(&o.stdout));
+        }
+        out
+    }
+
+    /// `bridge -j vlan show` in the node: port name to sorted (vid, pvid, untagged).
+    pub fn vlans(&self) -> Value {
+        let o = self
+            .node
+            .command("bridge")
+            .args(["-j", "vlan", "show"])
+            .output()
+            .expect("bridge vlan show");
+        let all: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+        let mut ports = Vec::new();
+        for port in all.as_array().into_iter().flatten() {
+            let name = port["ifname"].as_str().unwrap_or_default();
+            let vlans: Vec<Value> = port["vlans"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|v| {
+                    let flags = v["flags"].as_array().cloned().unwrap_or_default();
+                    let has = |f: &str| flags.iter().any(|x| x == f);
+                    json!([v["vlan"], v["vlanEnd"], has("PVID"), has("Egress Untagged")])
+                })
+                .collect();
+            ports.push(json!([veth_alias(name), vlans]));
+        }
+        sort_values(&mut ports);
+        Value::Array(ports)
+    }
+
+    /// The link `name` in the node, with `ip -d` details.
+    pub fn node_link(&self, name: &str) -> Value {
+        self.node.ip_json(&["-d", "link", "show", "dev", name])[0].clone()
+    }
+
+    /// Kernel state that both implementations should leave the same, with random names and
+    /// MACs taken out.
+    pub fn snapshot(&self) -> Value {
+        let mut node_links = Vec::new();
+        for l in self
+            .node
+            .ip_json(&["-d", "addr", "show"])
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let name = l["ifname"].as_str().unwrap_or_default();
+            if name == "lo" {
+                continue;
+            }
+            let slave = &l["linkinfo"]["info_slave_data"];
+            node_links.push(json!({
+                "name": veth_alias(name),
+                "kind": l["linkinfo"]["info_kind"],
+                "mtu": l["mtu"],
+                "up": flags_has(l, "UP"),
+                "promisc": l["promiscuity"].as_u64().unwrap_or(0) > 0,
+                "master": l["master"],
+                "hairpin": slave["hairpin"],
+                "isolated": slave["isolated"],
+                "vlan_filtering": l["linkinfo"]["info_data"]["vlan_filtering"],
+                "addrs": addrs(l),
+            }));
+        }
+        sort_values(&mut node_links);
+        let pod_links: Vec<Value> = self
+            .pod
+            .ip_json(&["addr", "show"])
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|l| l["ifname"] != "lo")
+            .map(|l| {
+                json!({
+                    "name": l["ifname"],
+                    "mtu": l["mtu"],
+                    "up": flags_has(l, "UP"),
+                    "addrs": addrs(l),
+                })
+            })
+            .collect();
+        let sysctl = |key: &str| {
+            let o = self
+                .node
+                .command("sysctl")
+                .args(["-n", key])
+                .output()
+                .expect("sysctl");
+            String::from_utf8_lossy(&o.stdout).trim().to_owned()
+        };
+        json!({
+            "node_links": node_links,
+            "pod_links": pod_links,
+            "pod_routes": routes(&self.pod),
+            "vlans": self.vlans(),
+            "ip_forward": sysctl("net.ipv4.ip_forward"),
+            "ip6_forward": sysctl("net.ipv6.conf.all.forwarding"),
+        })
+    }
+}
+
+/// Random host veth names become `veth*`.
+fn veth_alias(name: &str) -> String {
+    if name.starts_with("veth") && name.len() == 12 {
+        "veth*".into()
+    } else {
+        name.to_owned()
+    }
+}
+
+fn flags_has(link: &Value, flag: &str) -> bool {
+    link["flags"]
+        .as_array()
+        .is_some_and(|f| f.iter().any(|x| x == flag))
+}
+
+/// Global addresses as `addr/len`, without link-local ones (derived from random MACs) and
+/// without the `nodad` flag (ours sets it, see docs/compatibility.md).
+fn addrs(link: &Value) -> Vec<String> {
+    let mut out: Vec<String> = link["addr_info"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["scope"] != "link")
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap_or(""), a["prefixlen"]))
+        .collect();
+    out.sort();
+    out
+}
+
+/// IPv4 and IPv6 routes of all tables, without the kernel's link-local and multicast ones.
+pub fn routes(ns: &Netns) -> Vec<Value> {
+    let mut out = Vec::new();
+    for family in ["-4", "-6"] {
+        for r in ns
+            .ip_json(&[family, "route", "show", "table", "all"])
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let dst = r["dst"].as_str().unwrap_or_default();
+            if dst.starts_with("fe80") || dst.starts_with("ff00") || r["table"] == "local" {
+                continue;
+            }
+            out.push(json!({
+                "dst": dst,
+                "gateway": r["gateway"],
+                "dev": r["dev"],
+                "scope": r["scope"],
+                "protocol": r["protocol"],
+                "metric": r["metric"],
+                "table": r["table"],
+                "mtu": r["metrics"],
+            }));
+        }
+    }
+    sort_values(&mut out);
+    out
+}
+
+fn sort_values(v: &mut [Value]) {
+    v.sort_by_key(|x| x.to_string());
+}
+
+/// A result with MACs, veth names, the sandbox path and an empty `dns` taken out.
+pub fn normalize_result(mut v: Value) -> Value {
+    if v["dns"] == json!({}) {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("dns");
+        }
+    }
+    if let Some(ifaces) = v["interfaces"].as_array_mut() {
+        for i in ifaces {
+            if let Some(o) = i.as_object_mut() {
+                o.remove("mac");
+                if o.contains_key("sandbox") {
+                    o.insert("sandbox".into(), "<netns>".into());
+                }
+                let name = o.get("name").and_then(Value::as_str).unwrap_or_default();
+                let alias = veth_alias(name);
+                o.insert("name".into(), alias.into());
+            }
+        }
+    }
+    v
+}
+
+fn walk_ips(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            found.extend(walk_ips(&p));
+        } else if e
+            .file_name()
+            .to_string_lossy()
+            .parse::<std::net::IpAddr>()
+            .is_ok()
+        {
+            found.push(p.display().to_string());
+        }
+    }
+    found
+}
+
+/// Whether this kernel can make VLAN-filtering bridges (CONFIG_BRIDGE_VLAN_FILTERING).
+pub fn kernel_has_vlan_filtering() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let ns = Netns::new("vlanprobe");
+        ns.try_ip(&[
+            "link",
+            "add",
+            "probe0",
+            "type",
+            "bridge",
+            "vlan_filtering",
+            "1",
+        ])
+        .status
+        .success()
+    })
+}
+
+/// A host-local IPAM block over `ranges` (JSON of the `ranges` array) and extra keys.
+pub fn host_local(ranges: &str, extra: &str) -> String {
+    format!(r#""ipam":{{"type":"host-local","dataDir":"DATADIR","ranges":{ranges}{extra}}}"#)
+}
+
+/// A bridge config: `body` is inserted after the common keys (start it with a comma).
+pub fn bridge_conf(version: &str, body: &str) -> String {
+    format!(r#"{{"cniVersion":"{version}","name":"sbs","type":"bridge","bridge":"sbs0"{body}}}"#)
+}

@@ -1,0 +1,552 @@
+//! The same cases through Debian's Go bridge + host-local (v1.1.1) and through ours, each side in
+//! fresh node and pod namespaces, compared on: success or failure of every step, the ADD result
+//! (MACs and veth names aside), kernel state (links, addresses, routes, VLANs, forwarding),
+//! reservations left and firewall rules. Where we differ on purpose, the case says why and
+//! asserts our behaviour instead; the reasons are listed in docs/compatibility.md.
+
+mod common;
+
+use common::{bridge_conf, host_local, normalize_result, Plugins, Sandbox, Side};
+use serde_json::{json, Value};
+
+const V4: &str = r#"[[{"subnet":"10.20.0.0/24"}]]"#;
+const V6: &str = r#"[[{"subnet":"fd20::/64"}]]"#;
+const DUAL: &str = r#"[[{"subnet":"10.20.0.0/24"}],[{"subnet":"fd20::/64"}]]"#;
+
+/// One thing a case does, in order.
+#[derive(Clone, Copy)]
+enum Step {
+    Add,
+    /// CHECK with the last ADD result as prevResult.
+    Check,
+    Del,
+    /// DEL with an empty CNI_NETNS.
+    DelNoNetns,
+    /// Removes the pod namespace and the veth (which the kernel removes with the namespace,
+    /// unless another mount namespace still holds it: done here so the result is the same).
+    DeletePodNetns,
+    /// Removes an address from the pod's eth0.
+    RemovePodAddr(&'static str),
+}
+
+/// How the two sides compare.
+enum Expect {
+    /// Same outcome of every step, same result, same kernel state.
+    Same,
+    /// Same, except these snapshot keys.
+    SameExcept(&'static [&'static str]),
+    /// Debian's v1.1.1 behaves differently, for this reason: only our side is checked.
+    Differs(&'static str),
+}
+
+struct Case {
+    name: &'static str,
+    conf: String,
+    cni_args: &'static str,
+    before: fn(&Sandbox),
+    steps: &'static [Step],
+    /// Our CNI error code for a step that fails (the reference answers 999 for most).
+    our_code: Option<u64>,
+    expect: Expect,
+    /// More assertions on our side.
+    check: Option<fn(&Sandbox, &[Outcome])>,
+}
+
+fn case(name: &'static str, conf: String) -> Case {
+    Case {
+        name,
+        conf,
+        cni_args: "",
+        before: |_| {},
+        steps: &[Step::Add],
+        our_code: None,
+        expect: Expect::Same,
+        check: None,
+    }
+}
+
+impl Case {
+    fn steps(mut self, steps: &'static [Step]) -> Case {
+        self.steps = steps;
+        self
+    }
+    fn args(mut self, args: &'static str) -> Case {
+        self.cni_args = args;
+        self
+    }
+    fn before(mut self, f: fn(&Sandbox)) -> Case {
+        self.before = f;
+        self
+    }
+    fn fails_with(mut self, code: u64) -> Case {
+        self.our_code = Some(code);
+        self
+    }
+    fn expect(mut self, e: Expect) -> Case {
+        self.expect = e;
+        self
+    }
+    fn check(mut self, f: fn(&Sandbox, &[Outcome])) -> Case {
+        self.check = Some(f);
+        self
+    }
+    /// Differs from v1.1.1 for `why`; `f` checks ours.
+    fn differs(self, why: &'static str, f: fn(&Sandbox, &[Outcome])) -> Case {
+        self.expect(Expect::Differs(why)).check(f)
+    }
+}
+
+/// What one step did.
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    ok: bool,
+    code: Option<u64>,
+    /// ADD: the normalized result.
+    result: Value,
+    raw: String,
+}
+
+/// Everything compared for one side.
+struct Run {
+    outcomes: Vec<Outcome>,
+    state: Value,
+}
+
+fn conf(body: &str) -> String {
+    bridge_conf("1.0.0", body)
+}
+
+fn hl(ranges: &str) -> String {
+    host_local(ranges, "")
+}
+
+fn cases() -> Vec<Case> {
+    let v4 = hl(V4);
+    vec![
+        case("L3 IPv4", conf(&format!(",{v4}"))),
+        case("isGateway", conf(&format!(r#","isGateway":true,{v4}"#))),
+        case("isDefaultGateway", conf(&format!(r#","isDefaultGateway":true,{v4}"#))),
+        case(
+            "forceAddress replaces the bridge address",
+            conf(&format!(r#","isGateway":true,"forceAddress":true,{v4}"#)),
+        )
+        .before(bridge_with_other_address),
+        case(
+            "gateway conflict without forceAddress",
+            conf(&format!(r#","isGateway":true,{v4}"#)),
+        )
+        .before(bridge_with_other_address)
+        .fails_with(7)
+        .expect(Expect::SameExcept(&["node_links", "pod_links", "pod_routes", "reservations"]))
+        .check(|sb, _| {
+            // v1.1.1 leaves the veth, the pod interface and the reservation behind; we do not.
+            assert_eq!(sb.node_links(), ["sbs0"]);
+            assert!(sb.pod.links().iter().all(|l| l == "lo"));
+            assert!(sb.reservations().is_empty());
+        }),
+        case("mtu", conf(&format!(r#","mtu":1400,{v4}"#))),
+        case("IPv6 gateway", conf(&format!(r#","isGateway":true,{}"#, hl(V6)))),
+        case(
+            "dual stack default gateway",
+            conf(&format!(r#","isDefaultGateway":true,{}"#, hl(DUAL))),
+        ),
+        case("IPv6 with enabledad", conf(&format!(r#","enabledad":true,{}"#, hl(V6)))),
+        case("L2, no ipam", conf("")),
+        case("L2, ipam without type", conf(r#","ipam":{}"#)),
+        case(
+            "routes and DNS from host-local, DNS from config",
+            conf(&format!(
+                r#","isGateway":true,"dns":{{"nameservers":["10.20.0.53"],"search":["x.local"]}},{}"#,
+                host_local(V4, r#","routes":[{"dst":"0.0.0.0/0"},{"dst":"192.168.7.0/24","gw":"10.20.0.254"}]"#)
+            )),
+        ),
+        case(
+            "static IPAM with routes",
+            conf(
+                r#","ipam":{"type":"static","addresses":[{"address":"10.30.0.7/24","gateway":"10.30.0.1"},{"address":"fd30::7/64"}],"routes":[{"dst":"10.40.0.0/16"},{"dst":"::/0","gw":"fd30::1"}]}"#,
+            ),
+        ),
+        case(
+            "mac from runtimeConfig",
+            conf(&format!(r#","runtimeConfig":{{"mac":"02:00:00:00:00:03"}},{v4}"#)),
+        )
+        .check(|sb, out| assert_mac(sb, out, "02:00:00:00:00:03")),
+        case(
+            "mac from args.cni",
+            conf(&format!(r#","args":{{"cni":{{"mac":"02:00:00:00:00:02"}}}},{v4}"#)),
+        )
+        .check(|sb, out| assert_mac(sb, out, "02:00:00:00:00:02")),
+        case("mac from CNI_ARGS", conf(&format!(",{v4}")))
+            .args("IgnoreUnknown=1;MAC=02:00:00:00:00:01")
+            .check(|sb, out| assert_mac(sb, out, "02:00:00:00:00:01")),
+        case(
+            "mac: runtimeConfig beats args.cni beats CNI_ARGS",
+            conf(&format!(
+                r#","args":{{"cni":{{"mac":"02:00:00:00:00:02"}}}},"runtimeConfig":{{"mac":"02:00:00:00:00:03"}},{v4}"#
+            )),
+        )
+        .args("IgnoreUnknown=1;MAC=02:00:00:00:00:01")
+        .check(|sb, out| assert_mac(sb, out, "02:00:00:00:00:03")),
+        case("ipMasq, default backend", conf(&format!(r#","ipMasq":true,{v4}"#)))
+            .steps(&[Step::Add, Step::Del]),
+        case("ipMasq with rules left in place", conf(&format!(r#","ipMasq":true,{}"#, hl(DUAL)))),
+        case(
+            "ipMasq iptables backend",
+            conf(&format!(r#","ipMasq":true,"ipMasqBackend":"iptables",{v4}"#)),
+        ),
+        case(
+            "ipMasq nftables backend",
+            conf(&format!(r#","ipMasq":true,"ipMasqBackend":"nftables",{v4}"#)),
+        )
+        .differs("v1.1.1 has no ipMasqBackend and always uses iptables", |sb, out| {
+                assert!(out[0].ok);
+                let fw = sb.firewall();
+                assert!(fw.contains("table inet cni_plugins_masquerade"), "{fw}");
+                assert!(!fw.contains("CNI-"), "no iptables chain expected: {fw}");
+            }),
+        case("hairpinMode", conf(&format!(r#","hairpinMode":true,{v4}"#))),
+        case("promiscMode", conf(&format!(r#","promiscMode":true,{v4}"#))),
+        case(
+            "vlan",
+            conf(&format!(r#","vlan":100,{v4}"#)),
+        )
+        .differs("v1.1.1 keeps the default VLAN on the port", |sb, out| {
+                if !vlan_filtering_here(out) {
+                    return;
+                }
+                assert!(out[0].ok, "{:?}", out[0]);
+                assert_eq!(sb.node_link("sbs0")["linkinfo"]["info_data"]["vlan_filtering"], 1);
+                assert_eq!(port_vlans(sb), json!([[100, null, true, true]]));
+            }),
+        case(
+            "vlan with isGateway",
+            conf(&format!(r#","vlan":100,"isGateway":true,{v4}"#)),
+        )
+        .differs("v1.1.1 has no VLAN gateway port", |sb, out| {
+                if !vlan_filtering_here(out) {
+                    return;
+                }
+                assert!(out[0].ok, "{:?}", out[0]);
+                let names: Vec<&str> = out[0].result["interfaces"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|i| i["name"].as_str())
+                    .collect();
+                assert_eq!(names, ["sbs0", "veth*", "eth0", "sbs0.100"]);
+                let gw = sb.node.ip_json(&["addr", "show", "dev", "sbs0.100"]);
+                assert!(gw.to_string().contains("10.20.0.1"), "{gw}");
+                sb.pod.ip(&["link", "set", "lo", "up"]);
+                let ping = sb.pod.command("ping").args(["-c1", "-W1", "10.20.0.1"]).output().unwrap();
+                assert!(ping.status.success(), "{}", String::from_utf8_lossy(&ping.stdout));
+            }),
+        case(
+            "vlanTrunk",
+            conf(&format!(r#","vlanTrunk":[{{"id":5}},{{"minID":10,"maxID":12}}],{v4}"#)),
+        )
+        .differs("v1.1.1 has no vlanTrunk", |sb, out| {
+                if !vlan_filtering_here(out) {
+                    return;
+                }
+                assert!(out[0].ok, "{:?}", out[0]);
+                assert_eq!(
+                    port_vlans(sb),
+                    json!([[1, null, true, true], [5, null, false, false], [10, 12, false, false]])
+                );
+            }),
+        case(
+            "vlan with preserveDefaultVlan",
+            conf(&format!(r#","vlan":7,"preserveDefaultVlan":true,{v4}"#)),
+        )
+        .differs("v1.1.1 has no preserveDefaultVlan", |sb, out| {
+                if !vlan_filtering_here(out) {
+                    return;
+                }
+                assert!(out[0].ok, "{:?}", out[0]);
+                // The default VLAN 1 stays (no longer pvid), 7 is the access VLAN.
+                assert_eq!(port_vlans(sb), json!([[1, null, false, true], [7, null, true, true]]));
+            }),
+        case("portIsolation", conf(&format!(r#","portIsolation":true,{v4}"#))).differs("v1.1.1 has no portIsolation", |sb, out| {
+                    assert!(out[0].ok);
+                    let veth = out[0].raw_iface(1);
+                    assert_eq!(sb.node_link(&veth)["linkinfo"]["info_slave_data"]["isolated"], true);
+                }),
+        case("cniVersion 0.3.1", bridge_conf("0.3.1", &format!(",{v4}"))),
+        case("cniVersion 0.4.0", bridge_conf("0.4.0", &format!(",{v4}"))),
+        case("cniVersion 0.2.0", bridge_conf("0.2.0", &format!(r#","isGateway":true,{v4}"#))),
+        case("cniVersion 0.2.0 without addresses", bridge_conf("0.2.0", ""))
+            .fails_with(1)
+            .expect(Expect::SameExcept(&["node_links", "pod_links"])),
+        case("cniVersion 1.1.0", bridge_conf("1.1.0", &format!(",{v4}"))).differs("v1.1.1 speaks CNI up to 1.0.0", |_, out| {
+                    assert!(out[0].ok, "{:?}", out[0]);
+                    assert_eq!(out[0].result["cniVersion"], "1.1.0");
+                }),
+        case("vlan 5000", conf(r#","vlan":5000"#)).fails_with(7),
+        case("hairpinMode with promiscMode", conf(r#","hairpinMode":true,"promiscMode":true"#))
+            .fails_with(7),
+        case("trunk minID above maxID", conf(r#","vlanTrunk":[{"minID":20,"maxID":10}]"#))
+            .differs("v1.1.1 ignores vlanTrunk", assert_rejected),
+        case("trunk id 0", conf(r#","vlanTrunk":[{"id":0}]"#))
+            .differs("v1.1.1 ignores vlanTrunk", assert_rejected),
+        case(
+            "disableContainerInterface with ipam",
+            conf(&format!(r#","disableContainerInterface":true,{v4}"#)),
+        )
+        .differs("v1.1.1 ignores disableContainerInterface", assert_rejected),
+        case("disableContainerInterface, L2", conf(r#","disableContainerInterface":true"#))
+            .differs("v1.1.1 ignores disableContainerInterface and brings the interface up", |sb, out| {
+                    assert!(out[0].ok, "{:?}", out[0]);
+                    let eth0 = sb.pod.ip_json(&["link", "show", "dev", "eth0"]);
+                    assert!(!eth0.to_string().contains("\"UP\""), "{eth0}");
+                }),
+        case("bridge name taken by a veth", conf(&format!(",{v4}")))
+            .before(veth_named_like_the_bridge)
+            .fails_with(7)
+            .expect(Expect::SameExcept(&["pod_links"])),
+        case("CHECK after ADD", conf(&format!(r#","isGateway":true,{}"#, hl(DUAL))))
+            .steps(&[Step::Add, Step::Check]),
+        case("CHECK after an address was removed", conf(&format!(",{v4}")))
+            .steps(&[Step::Add, Step::RemovePodAddr("10.20.0.2/24"), Step::Check]),
+        case("DEL twice", conf(&format!(r#","isGateway":true,{v4}"#)))
+            .steps(&[Step::Add, Step::Del, Step::Del]),
+        case("DEL after the pod netns was deleted", conf(&format!(",{v4}")))
+            .steps(&[Step::Add, Step::DeletePodNetns, Step::Del, Step::Del]),
+        case("DEL with empty CNI_NETNS", conf(&format!(",{v4}")))
+            .steps(&[Step::Add, Step::DelNoNetns]),
+        case("ADD, DEL, ADD again", conf(&format!(r#","isGateway":true,{v4}"#)))
+            .steps(&[Step::Add, Step::Del, Step::Add]),
+    ]
+}
+
+trait RawIface {
+    fn raw_iface(&self, i: usize) -> String;
+}
+
+impl RawIface for Outcome {
+    /// The real name of result interface `i` (normalized results hide veth names).
+    fn raw_iface(&self, i: usize) -> String {
+        let v: Value = serde_json::from_str(&self.raw).unwrap_or(Value::Null);
+        v["interfaces"][i]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+}
+
+/// On a kernel without VLAN filtering, VLAN options must fail with a message that says so;
+/// returns whether the kernel has it (and the case's own checks apply).
+fn vlan_filtering_here(out: &[Outcome]) -> bool {
+    if common::kernel_has_vlan_filtering() {
+        return true;
+    }
+    assert!(!out[0].ok, "{:?}", out[0]);
+    assert!(
+        out[0].raw.contains("CONFIG_BRIDGE_VLAN_FILTERING"),
+        "{}",
+        out[0].raw
+    );
+    false
+}
+
+/// VLANs of the (single) container port.
+fn port_vlans(sb: &Sandbox) -> Value {
+    let all = sb.vlans();
+    let port = all
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p[0] == "veth*")
+        .cloned()
+        .unwrap_or(Value::Null);
+    port[1].clone()
+}
+
+fn bridge_with_other_address(sb: &Sandbox) {
+    sb.node.ip(&["link", "add", "sbs0", "type", "bridge"]);
+    sb.node.ip(&["addr", "add", "10.99.0.1/24", "dev", "sbs0"]);
+}
+
+/// The container interface has `want` as its MAC, in the kernel and in the result.
+fn assert_mac(sb: &Sandbox, out: &[Outcome], want: &str) {
+    assert!(out[0].ok, "{:?}", out[0]);
+    let v: Value = serde_json::from_str(&out[0].raw).unwrap();
+    let eth0 = sb.pod.ip_json(&["link", "show", "dev", "eth0"]);
+    assert_eq!(eth0[0]["address"], want);
+    assert_eq!(v["interfaces"][2]["mac"], want);
+}
+
+/// Our ADD fails with a config error and leaves no link.
+fn assert_rejected(sb: &Sandbox, out: &[Outcome]) {
+    assert!(!out[0].ok, "{:?}", out[0]);
+    assert_eq!(out[0].code, Some(7), "{:?}", out[0]);
+    assert!(sb.node_links().is_empty());
+}
+
+fn veth_named_like_the_bridge(sb: &Sandbox) {
+    sb.node.ip(&[
+        "link", "add", "sbs0", "type", "veth", "peer", "name", "sbs0p",
+    ]);
+}
+
+fn run_case(plugins: &Plugins, side: Side, c: &Case) -> (Sandbox, Run) {
+    let sb = Sandbox::new(plugins, side);
+    (c.before)(&sb);
+    let mut outcomes = Vec::new();
+    let mut last_add = Value::Null;
+    for step in c.steps {
+        let call = |command: &str, conf: &str| {
+            let mut call = sb.call(command, conf);
+            call.args = c.cni_args.into();
+            call
+        };
+        let out = match *step {
+            Step::Add => Some(sb.run(&call("ADD", &c.conf))),
+            Step::Del => Some(sb.run(&call("DEL", &c.conf))),
+            Step::DelNoNetns => {
+                let mut del = call("DEL", &c.conf);
+                del.netns.clear();
+                Some(sb.run(&del))
+            }
+            Step::Check => {
+                let mut conf: Value = serde_json::from_str(&c.conf).unwrap();
+                conf["prevResult"] = last_add.clone();
+                Some(sb.run(&call("CHECK", &conf.to_string())))
+            }
+            Step::DeletePodNetns => {
+                sb.node
+                    .command("ip")
+                    .args(["netns", "del", sb.pod.name()])
+                    .output()
+                    .unwrap();
+                for veth in sb.node_links().iter().filter(|l| l.starts_with("veth")) {
+                    sb.node.try_ip(&["link", "del", veth]);
+                }
+                None
+            }
+            Step::RemovePodAddr(addr) => {
+                sb.pod.ip(&["addr", "del", addr, "dev", "eth0"]);
+                None
+            }
+        };
+        let Some(out) = out else { continue };
+        let json: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+        let ok = out.code == 0;
+        if ok && matches!(step, Step::Add) {
+            last_add = json.clone();
+        }
+        outcomes.push(Outcome {
+            ok,
+            code: (!ok).then(|| json["code"].as_u64()).flatten(),
+            result: if ok {
+                normalize_result(json)
+            } else {
+                Value::Null
+            },
+            raw: out.stdout,
+        });
+    }
+    let pod_alive = sb.pod.path().exists();
+    let mut state = if pod_alive {
+        sb.snapshot()
+    } else {
+        json!({ "node_links": sb.node_links() })
+    };
+    state["reservations"] = json!(sb.reservations().len());
+    state["firewall"] = json!(sb.firewall());
+    (sb, Run { outcomes, state })
+}
+
+/// Differences between two runs, skipping `skip` state keys.
+fn diff(ours: &Run, theirs: &Run, skip: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    if ours.outcomes.len() != theirs.outcomes.len() {
+        out.push("different number of steps".into());
+    }
+    for (i, (a, b)) in ours.outcomes.iter().zip(&theirs.outcomes).enumerate() {
+        if a.ok != b.ok {
+            out.push(format!(
+                "step {i}: ours ok={} ({}), reference ok={} ({})",
+                a.ok,
+                a.raw.trim(),
+                b.ok,
+                b.raw.trim()
+            ));
+        } else if a.result != b.result {
+            out.push(format!(
+                "step {i} result:\n  ours {}\n  ref  {}",
+                a.result, b.result
+            ));
+        }
+    }
+    let keys = ours
+        .state
+        .as_object()
+        .map(|o| o.keys().cloned().collect::<Vec<_>>())
+        .unwrap_or_default();
+    for k in keys {
+        if skip.contains(&k.as_str()) {
+            continue;
+        }
+        if ours.state[&k] != theirs.state[&k] {
+            out.push(format!(
+                "{k}:\n  ours {}\n  ref  {}",
+                ours.state[&k], theirs.state[&k]
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn bridge_matches_the_reference() {
+    let plugins = Plugins::new();
+    let cases = cases();
+    assert!(cases.len() >= 30, "only {} cases", cases.len());
+    let mut failures = Vec::new();
+    for c in &cases {
+        let (ours_sb, ours) = run_case(&plugins, Side::Ours, c);
+        if let Some(code) = c.our_code {
+            let failed = ours.outcomes.iter().find(|o| !o.ok);
+            if failed.and_then(|o| o.code) != Some(code) {
+                failures.push(format!(
+                    "{}: want our error code {code}, got {:?}",
+                    c.name, failed
+                ));
+            }
+        }
+        if let Some(check) = c.check {
+            let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                check(&ours_sb, &ours.outcomes)
+            }));
+            if let Err(panic) = checked {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failures.push(format!("{}: our behaviour: {msg}", c.name));
+            }
+        }
+        let skip: &[&str] = match &c.expect {
+            Expect::Same => &[],
+            Expect::SameExcept(keys) => keys,
+            Expect::Differs(why) => {
+                eprintln!("{}: not compared, v1.1.1 differs: {why}", c.name);
+                continue;
+            }
+        };
+        drop(ours_sb);
+        let (_ref_sb, theirs) = run_case(&plugins, Side::Reference, c);
+        let d = diff(&ours, &theirs, skip);
+        if !d.is_empty() {
+            failures.push(format!("{}:\n{}", c.name, d.join("\n")));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases differ:\n\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n\n")
+    );
+}
