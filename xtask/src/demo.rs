@@ -95,11 +95,7 @@ pub fn run() -> Result<()> {
         .collect();
     println!("veths on the node: {veths:?}");
     ensure!(veths.is_empty(), "a veth is left on the node");
-    let reservations: Vec<String> = std::fs::read_dir(data.path().join("demo-net"))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-        .collect();
+    let reservations = testkit::reservation_files(data.path());
     println!("address reservations: {reservations:?}");
     ensure!(reservations.is_empty(), "a reservation is left");
     let left = pod_rules(&node)?;

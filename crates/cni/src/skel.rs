@@ -113,7 +113,15 @@ fn run(
                 refuse_own_netns(&args.netns)?;
             }
             let result = plugin.add(&args)?;
-            Ok(Some(result.to_value(version)?))
+            match result.to_value(version) {
+                Ok(value) => Ok(Some(value)),
+                Err(e) => {
+                    // The runtime sees a failed ADD, so nothing it set up may stay behind.
+                    args.command = Command::Del;
+                    let _ = plugin.del(&args);
+                    Err(e)
+                }
+            }
         }
         Command::Del => plugin.del(&args).map(|()| None),
         Command::Check => plugin.check(&args).map(|()| None),

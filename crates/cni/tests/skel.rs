@@ -12,6 +12,8 @@ use serde_json::{json, Value};
 struct Fake {
     calls: RefCell<Vec<Command>>,
     fail: Option<CniError>,
+    /// ADD succeeds with a result that has no address (an L2-only attachment).
+    l2_only: bool,
 }
 
 impl Fake {
@@ -24,6 +26,9 @@ impl Fake {
 impl Plugin for Fake {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         self.answer(args)?;
+        if self.l2_only {
+            return Ok(CniResult::default());
+        }
         Ok(CniResult {
             ips: vec![
                 IpConfig {
@@ -326,4 +331,19 @@ fn every_version_is_accepted_for_add() {
         assert_eq!(out.status, 0, "{v}");
         assert_eq!(out.json()["cniVersion"], v.as_str());
     }
+}
+
+#[test]
+fn an_add_whose_result_cannot_be_expressed_is_undone() {
+    let fake = Fake {
+        l2_only: true,
+        ..Fake::default()
+    };
+    let out = run(&fake, "ADD", &conf("0.2.0"));
+    let err = out.error(Code::IncompatibleVersion);
+    assert!(
+        err["msg"].as_str().unwrap().contains("no IP address"),
+        "{err}"
+    );
+    assert_eq!(*fake.calls.borrow(), [Command::Add, Command::Del]);
 }

@@ -193,18 +193,7 @@ fn apply(cmds: &[String]) -> std::result::Result<(), String> {
 
 /// A JSON string literal.
 fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    serde_json::Value::from(s).to_string()
 }
 
 #[cfg(test)]
@@ -221,6 +210,6 @@ mod tests {
     #[test]
     fn json_strings_are_escaped() {
         assert_eq!(json_str(r#"a"b\c"#), r#""a\"b\\c""#);
-        assert_eq!(json_str("x\n"), r#""x\u000a""#);
+        assert_eq!(json_str("x\n"), r#""x\n""#);
     }
 }

@@ -417,7 +417,7 @@ fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
                 node.try_ip(&["link", "del", &l]);
             }
         }
-        let reservations = walk_files(data.path());
+        let reservations = testkit::reservation_files(data.path());
         if !reservations.is_empty() {
             failures.push(format!("{}: left reservations {reservations:?}", c.what));
             let _ = std::fs::remove_dir_all(data.path().join("badnet"));
@@ -439,26 +439,4 @@ fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
         cases.len(),
         failures.join("\n")
     );
-}
-
-/// Reservation files (named by an IP address) anywhere under `dir`.
-fn walk_files(dir: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            found.extend(walk_files(&p));
-        } else if e
-            .file_name()
-            .to_string_lossy()
-            .parse::<std::net::IpAddr>()
-            .is_ok()
-        {
-            found.push(p.display().to_string());
-        }
-    }
-    found
 }

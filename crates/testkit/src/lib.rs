@@ -8,4 +8,4 @@ mod netns;
 mod plugin;
 
 pub use netns::Netns;
-pub use plugin::{reference_dir, CniCall, CniOutput, PluginDir};
+pub use plugin::{reference_dir, reservation_files, CniCall, CniOutput, PluginDir};

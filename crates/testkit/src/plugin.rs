@@ -127,3 +127,25 @@ impl CniOutput {
             .unwrap_or_else(|| panic!("error without code: {self:?}"))
     }
 }
+
+/// host-local reservation files (named by an IP address) anywhere under `dir`.
+pub fn reservation_files(dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            found.extend(reservation_files(&p));
+        } else if e
+            .file_name()
+            .to_string_lossy()
+            .parse::<std::net::IpAddr>()
+            .is_ok()
+        {
+            found.push(p.display().to_string());
+        }
+    }
+    found
+}

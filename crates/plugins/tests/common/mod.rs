@@ -80,7 +80,7 @@ impl Sandbox {
 
     /// Reservation files (named by an IP address) under the data directory.
     pub fn reservations(&self) -> Vec<String> {
-        walk_ips(self.data.path())
+        testkit::reservation_files(self.data.path())
     }
 
     /// Links of the node besides lo.
@@ -294,27 +294,6 @@ pub fn normalize_result(mut v: Value) -> Value {
         }
     }
     v
-}
-
-fn walk_ips(dir: &Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            found.extend(walk_ips(&p));
-        } else if e
-            .file_name()
-            .to_string_lossy()
-            .parse::<std::net::IpAddr>()
-            .is_ok()
-        {
-            found.push(p.display().to_string());
-        }
-    }
-    found
 }
 
 /// Whether this kernel can make VLAN-filtering bridges (CONFIG_BRIDGE_VLAN_FILTERING).
