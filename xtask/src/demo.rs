@@ -59,7 +59,7 @@ pub fn run() -> Result<()> {
     section("the node side: the bridge and the pod's veth");
     print!("{}", node.ip(&["-br", "addr", "show"]));
 
-    section("the masquerade rules for the pod, in the node's nftables");
+    section("the masquerade rules for the pod, in the node namespace");
     let masq_rules = pod_rules(&node)?;
     println!("{}", masq_rules.join("\n"));
     ensure!(
@@ -116,12 +116,22 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// The node's nftables rules that name the demo pod's container ID.
+/// The node's masquerade rules (iptables or nftables, whichever the plugin chose) that name the
+/// demo pod's container ID.
 fn pod_rules(node: &Netns) -> Result<Vec<String>> {
-    let out = node.command("nft").args(["list", "ruleset"]).output()?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.contains("demo-pod-1"))
-        .map(|l| l.trim().to_owned())
-        .collect())
+    let mut rules = Vec::new();
+    for (tool, args) in [
+        ("nft", &["list", "ruleset"][..]),
+        ("iptables-save", &["-t", "nat"][..]),
+        ("ip6tables-save", &["-t", "nat"][..]),
+    ] {
+        let out = node.command(tool).args(args).output()?;
+        rules.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.contains("demo-pod-1"))
+                .map(|l| format!("{tool}: {}", l.trim())),
+        );
+    }
+    Ok(rules)
 }

@@ -7,5 +7,5 @@
 mod netns;
 mod plugin;
 
-pub use netns::Netns;
+pub use netns::{delete_all_of_this_process, Netns};
 pub use plugin::{reference_dir, reservation_files, CniCall, CniOutput, PluginDir};

@@ -107,6 +107,21 @@ impl Netns {
     }
 }
 
+/// Deletes every namespace this process created and still holds. For a panic hook: with
+/// `panic = "abort"` no destructor runs.
+pub fn delete_all_of_this_process() {
+    let prefix = format!("mrs{}-", std::process::id());
+    let Ok(entries) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) {
+            let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        }
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         let _ = Command::new("ip")
