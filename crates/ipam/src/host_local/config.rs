@@ -54,15 +54,9 @@ struct RawNet {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawIpam {
-    // The legacy single range, directly under `ipam`.
-    #[serde(default, deserialize_with = "opt_net")]
-    subnet: Option<IpNet>,
-    #[serde(default, deserialize_with = "opt_ip")]
-    range_start: Option<IpAddr>,
-    #[serde(default, deserialize_with = "opt_ip")]
-    range_end: Option<IpAddr>,
-    #[serde(default, deserialize_with = "opt_ip")]
-    gateway: Option<IpAddr>,
+    /// The legacy single range, directly under `ipam`.
+    #[serde(flatten)]
+    legacy: RawRange,
 
     #[serde(default, deserialize_with = "null_default")]
     ranges: Vec<Vec<RawRange>>,
@@ -74,7 +68,7 @@ struct RawIpam {
     resolv_conf: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawRange {
     #[serde(default, deserialize_with = "opt_net")]
@@ -167,14 +161,7 @@ impl Config {
             }
         }
 
-        let legacy = ipam.subnet.is_some().then(|| {
-            vec![RawRange {
-                subnet: ipam.subnet,
-                range_start: ipam.range_start,
-                range_end: ipam.range_end,
-                gateway: ipam.gateway,
-            }]
-        });
+        let legacy = ipam.legacy.subnet.is_some().then(|| vec![ipam.legacy]);
         let raw_sets: Vec<Vec<RawRange>> = net
             .runtime_config
             .ip_ranges

@@ -4,9 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
@@ -98,22 +96,15 @@ impl Env {
             "{} is missing: install Debian's containernetworking-plugins",
             binary.display()
         );
-        let mut child = Command::new(&binary)
-            .env_clear()
-            .envs(&self.vars)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
-        let done = child.wait_with_output().unwrap();
-        outcome(done.status.code().unwrap_or(-1), &done.stdout)
+        let var = |k: &str| self.vars.get(k).cloned().unwrap_or_default();
+        let mut call = testkit::CniCall::new(&var("CNI_COMMAND"), stdin);
+        call.container_id = var("CNI_CONTAINERID");
+        call.netns = var("CNI_NETNS");
+        call.ifname = var("CNI_IFNAME");
+        call.args = var("CNI_ARGS");
+        call.path = var("CNI_PATH");
+        let done = call.run(&binary, None);
+        outcome(done.code, done.stdout.as_bytes())
     }
 }
 

@@ -59,21 +59,7 @@ pub fn check(args: &CmdArgs) -> Result<(), CniError> {
         if entry.name == br.name || entry.name == cont_entry.name {
             continue;
         }
-        if !entry.sandbox.is_empty() {
-            return Err(fail(format!(
-                "interface {:?} should not be in a sandbox",
-                entry.name
-            )));
-        }
-        let link = node
-            .link_by_name(&entry.name)
-            .map_err(sys)?
-            .ok_or_else(|| {
-                fail(format!(
-                    "interface {:?} not found in the node's netns",
-                    entry.name
-                ))
-            })?;
+        let link = node_link(&node, entry)?;
         let is_our_port = link.kind.as_deref() == Some("veth")
             && link.link == Some(cont.index)
             && cont.link == Some(link.index)
@@ -109,21 +95,7 @@ fn check_bridge(
             conf.bridge
         ))
     })?;
-    if !entry.sandbox.is_empty() {
-        return Err(fail(format!(
-            "bridge {:?} should not be in a sandbox",
-            entry.name
-        )));
-    }
-    let br = node
-        .link_by_name(&entry.name)
-        .map_err(sys)?
-        .ok_or_else(|| {
-            fail(format!(
-                "bridge {:?} not found in the node's netns",
-                entry.name
-            ))
-        })?;
+    let br = node_link(node, entry)?;
     if br.kind.as_deref() != Some("bridge") {
         return Err(fail(format!("{:?} is not a bridge", br.name)));
     }
@@ -135,6 +107,22 @@ fn check_bridge(
         )));
     }
     Ok(br)
+}
+
+/// The node-side link a prevResult entry names; it must not claim a sandbox.
+fn node_link(node: &Netlink, entry: &Interface) -> Result<Link, CniError> {
+    if !entry.sandbox.is_empty() {
+        return Err(fail(format!(
+            "interface {:?} should be in the node's netns, not in sandbox {}",
+            entry.name, entry.sandbox
+        )));
+    }
+    node.link_by_name(&entry.name).map_err(sys)?.ok_or_else(|| {
+        fail(format!(
+            "interface {:?} not found in the node's netns",
+            entry.name
+        ))
+    })
 }
 
 fn check_mac(entry: &Interface, link: &Link) -> Result<(), CniError> {
