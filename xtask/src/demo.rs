@@ -119,19 +119,10 @@ pub fn run() -> Result<()> {
 /// The node's masquerade rules (iptables or nftables, whichever the plugin chose) that name the
 /// demo pod's container ID.
 fn pod_rules(node: &Netns) -> Result<Vec<String>> {
-    let mut rules = Vec::new();
-    for (tool, args) in [
-        ("nft", &["list", "ruleset"][..]),
-        ("iptables-save", &["-t", "nat"][..]),
-        ("ip6tables-save", &["-t", "nat"][..]),
-    ] {
-        let out = node.command(tool).args(args).output()?;
-        rules.extend(
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| l.contains("demo-pod-1"))
-                .map(|l| format!("{tool}: {}", l.trim())),
-        );
-    }
-    Ok(rules)
+    Ok(node
+        .firewall()
+        .lines()
+        .filter(|l| l.contains("demo-pod-1"))
+        .map(|l| l.trim().to_owned())
+        .collect())
 }

@@ -11,11 +11,13 @@ use anyhow::{bail, Context, Result};
 
 fn main() -> Result<()> {
     // Release builds abort on panic, so namespaces are removed here rather than by Drop.
-    let default_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        default_hook(info);
-        testkit::delete_all_of_this_process();
-    }));
+    if cfg!(panic = "abort") {
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            default_hook(info);
+            testkit::delete_all_of_this_process();
+        }));
+    }
     let mut args = std::env::args().skip(1);
     let task = args.next().unwrap_or_default();
     let rest: Vec<String> = args.collect();

@@ -138,10 +138,16 @@ pub fn delegate_add(
     env: &DelegateEnv,
     stdin: &[u8],
 ) -> Result<CniResult, CniError> {
-    let mut value = delegate(plugin_type, Command::Add, env, stdin)?.unwrap_or(Value::Null);
+    exec_add(&find_in_path(plugin_type, env.path)?, env, stdin)
+}
+
+/// [`delegate_add`] for a binary already found.
+pub fn exec_add(bin: &Path, env: &DelegateEnv, stdin: &[u8]) -> Result<CniResult, CniError> {
+    let mut value = exec_plugin(bin, Command::Add, env, stdin)?.unwrap_or(Value::Null);
     let Value::Object(result) = &mut value else {
         return Err(CniError::decoding(format!(
-            "plugin {plugin_type:?} returned {value} instead of a result object"
+            "plugin {} returned {value} instead of a result object",
+            bin.display()
         )));
     };
     let has_version = result

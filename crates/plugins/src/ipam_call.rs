@@ -6,15 +6,23 @@
 //! Any other binary is executed like a runtime does.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use cni::invoke::{self, DelegateEnv};
 use cni::{CmdArgs, CniError, CniResult, Command, Version};
+
+use crate::Kind;
 
 /// An IPAM plugin bound to one call's arguments.
 pub struct Ipam<'a> {
     plugin_type: &'a str,
     args: &'a CmdArgs,
+}
+
+/// How the IPAM plugin runs.
+enum Target {
+    InProcess(&'static dyn cni::Plugin),
+    Exec(PathBuf),
 }
 
 impl<'a> Ipam<'a> {
@@ -24,13 +32,12 @@ impl<'a> Ipam<'a> {
 
     /// ADD; the result comes back in the 1.x model, read as the config's version.
     pub fn add(&self, version: Version) -> Result<CniResult, CniError> {
-        let result = match self.in_process()? {
+        match self.target()? {
             // A round trip through the config's version, so the answer is exactly what the
             // executed plugin would have printed.
-            Some(plugin) => plugin.add(&self.call(Command::Add))?.convert(version)?,
-            None => invoke::delegate_add(self.plugin_type, &self.env(), &self.args.stdin)?,
-        };
-        Ok(result)
+            Target::InProcess(plugin) => plugin.add(&self.call(Command::Add))?.convert(version),
+            Target::Exec(bin) => invoke::exec_add(&bin, &self.env(), &self.args.stdin),
+        }
     }
 
     pub fn del(&self) -> Result<(), CniError> {
@@ -51,8 +58,8 @@ impl<'a> Ipam<'a> {
 
     /// A command without a result.
     fn run(&self, command: Command) -> Result<(), CniError> {
-        match self.in_process()? {
-            Some(plugin) => {
+        match self.target()? {
+            Target::InProcess(plugin) => {
                 let args = self.call(command);
                 match command {
                     Command::Del => plugin.del(&args),
@@ -65,8 +72,7 @@ impl<'a> Ipam<'a> {
                     ))),
                 }
             }
-            None => {
-                let bin = invoke::find_in_path(self.plugin_type, &self.args.path)?;
+            Target::Exec(bin) => {
                 invoke::exec_plugin(&bin, command, &self.env(), &self.args.stdin).map(drop)
             }
         }
@@ -84,13 +90,28 @@ impl<'a> Ipam<'a> {
         DelegateEnv::from(self.args)
     }
 
-    /// The plugin to run in-process, when the IPAM binary in `CNI_PATH` is this executable.
-    fn in_process(&self) -> Result<Option<&'static dyn cni::Plugin>, CniError> {
+    /// Finds the IPAM binary in `CNI_PATH`; when it is this executable, the plugin runs
+    /// in-process. Only an IPAM plugin may: an interface plugin as `ipam` would call itself.
+    fn target(&self) -> Result<Target, CniError> {
         let bin = invoke::find_in_path(self.plugin_type, &self.args.path)?;
         if !is_this_executable(&bin) {
-            return Ok(None);
+            return Ok(Target::Exec(bin));
         }
-        Ok(crate::find(self.plugin_type).map(|entry| entry.plugin))
+        match crate::find(self.plugin_type) {
+            Some(entry) if entry.kind == Kind::Ipam => Ok(Target::InProcess(entry.plugin)),
+            _ => {
+                let ipam: Vec<&str> = crate::PLUGINS
+                    .iter()
+                    .filter(|e| e.kind == Kind::Ipam)
+                    .map(|e| e.name)
+                    .collect();
+                Err(CniError::invalid_config(format!(
+                    "ipam type {:?} is not an IPAM plugin: use one of {}",
+                    self.plugin_type,
+                    ipam.join(", ")
+                )))
+            }
+        }
     }
 }
 

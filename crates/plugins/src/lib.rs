@@ -6,24 +6,35 @@ mod ipam_call;
 /// A plugin in the multi-call binary: the name it is installed under, and its implementation.
 pub struct Entry {
     pub name: &'static str,
+    pub kind: Kind,
     pub about: &'static str,
     pub plugin: &'static dyn cni::Plugin,
+}
+
+/// What a plugin does: only IPAM plugins may stand in an interface plugin's `ipam`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Interface,
+    Ipam,
 }
 
 /// Every plugin `cni-plugins` can act as.
 pub const PLUGINS: &[Entry] = &[
     Entry {
         name: "bridge",
+        kind: Kind::Interface,
         about: "bridge: a veth pair per attachment on a Linux bridge",
         plugin: &bridge::Bridge,
     },
     Entry {
         name: "host-local",
+        kind: Kind::Ipam,
         about: "host-local IPAM: addresses from local ranges, reservations on disk",
         plugin: &ipam::host_local::HostLocal,
     },
     Entry {
         name: "static",
+        kind: Kind::Ipam,
         about: "static IPAM: addresses given in the config or the runtime's args",
         plugin: &ipam::static_ipam::StaticIpam,
     },

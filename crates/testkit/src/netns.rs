@@ -83,6 +83,24 @@ impl Netns {
             .unwrap_or_default()
     }
 
+    /// The `nat` rules of iptables and ip6tables (`-S`) and the whole nft ruleset, in one text.
+    pub fn firewall(&self) -> String {
+        let mut out = String::new();
+        for (tool, args) in [
+            ("iptables", &["-t", "nat", "-S"][..]),
+            ("ip6tables", &["-t", "nat", "-S"][..]),
+            ("nft", &["list", "ruleset"][..]),
+        ] {
+            let o = self
+                .command(tool)
+                .args(args)
+                .output()
+                .expect("run firewall tool");
+            out.push_str(&String::from_utf8_lossy(&o.stdout));
+        }
+        out
+    }
+
     /// A command whose process runs inside this namespace (setns before exec).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(program);

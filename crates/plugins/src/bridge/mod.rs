@@ -15,7 +15,7 @@ mod gateway;
 mod iface;
 mod port;
 
-use cni::{CmdArgs, CniError, CniResult, Code, NetConf};
+use cni::{CmdArgs, CniError, CniResult, Code};
 use netkit::NetNs;
 
 use crate::ipam_call::Ipam;
@@ -51,7 +51,7 @@ fn with_ipam(
     args: &CmdArgs,
     f: impl FnOnce(&Ipam) -> Result<(), CniError>,
 ) -> Result<(), CniError> {
-    let conf: NetConf = cni::config::parse_plugin_config(&args.stdin)?;
+    let conf = BridgeConf::parse(&args.stdin, &args.args)?;
     match conf.ipam_type() {
         Some(t) => f(&Ipam::new(t, args)),
         None => Ok(()),

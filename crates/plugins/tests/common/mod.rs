@@ -92,23 +92,9 @@ impl Sandbox {
             .collect()
     }
 
-    /// `nat` table rules of iptables and ip6tables in the node, plus the whole nft ruleset.
+    /// The node's masquerade and spoof-check rules (see [`Netns::firewall`]).
     pub fn firewall(&self) -> String {
-        let mut out = String::new();
-        for (tool, args) in [
-            ("iptables", &["-t", "nat", "-S"][..]),
-            ("ip6tables", &["-t", "nat", "-S"][..]),
-            ("nft", &["list", "ruleset"][..]),
-        ] {
-            let o = self
-                .node
-                .command(tool)
-                .args(args)
-                .output()
-                .expect("firewall tool");
-            out.push_str(&String::from_utf8_lossy(&o.stdout));
-        }
-        out
+        self.node.firewall()
     }
 
     /// `bridge -j vlan show` in the node: port name to sorted (vid, pvid, untagged).
