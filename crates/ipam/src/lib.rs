@@ -4,6 +4,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod common;
 pub mod error;
 pub mod host_local;
 mod json;

@@ -4,10 +4,11 @@
 use std::net::IpAddr;
 
 use cni::args::CniArgs;
-use cni::{CmdArgs, CniError, CniResult, Dns, IpConfig, Plugin, Route, Version};
+use cni::{CmdArgs, CniError, CniResult, Dns, IpConfig, Plugin, Route};
 use ipnet::IpNet;
 use serde::Deserialize;
 
+use crate::common::{check_addresses_per_family, check_gateway_family, require_ipam};
 use crate::error::{Error, Result};
 use crate::json::{null_default, opt_ip, parse_cidr, parse_ip};
 
@@ -136,9 +137,7 @@ impl Config {
     /// `runtimeConfig.ips` if given (the runtime passes that only with the `ips` capability).
     fn load(stdin: &[u8], cni_args: &str) -> Result<Config> {
         let net: RawNet = serde_json::from_slice(stdin)?;
-        let ipam = net
-            .ipam
-            .ok_or_else(|| Error::config("IPAM config missing 'ipam' key"))?;
+        let ipam = require_ipam(net.ipam)?;
         let mut configured = ipam.addresses;
         let mut extra = cni_args_addresses(cni_args)?;
         for replacement in [&net.args.cni.ips, &net.runtime_config.ips] {
@@ -150,29 +149,24 @@ impl Config {
         let mut addresses = configured
             .into_iter()
             .map(|a| {
-                parse_address(&a.address)
-                    .map(|n| address(n, a.gateway.map(|g| g.to_canonical())))
-                    .map_err(|_| {
-                        Error::config(format!(
-                            "the 'address' field is expected to be in CIDR notation, got: '{}'",
-                            a.address
-                        ))
-                    })
+                let net = parse_address(&a.address).map_err(|_| {
+                    Error::config(format!(
+                        "the 'address' field is expected to be in CIDR notation, got: '{}'",
+                        a.address
+                    ))
+                })?;
+                if let Some(gw) = a.gateway {
+                    check_gateway_family(gw, &net).map_err(Error::Config)?;
+                }
+                Ok(address(net, a.gateway))
             })
             .collect::<Result<Vec<_>>>()?;
         addresses.extend(extra);
 
-        let v4 = addresses
-            .iter()
-            .filter(|a| a.address.addr().is_ipv4())
-            .count();
-        let v6 = addresses.len() - v4;
-        if (v4 > 1 || v6 > 1) && Version::from_config(&net.cni_version)? < Version::V0_3_0 {
-            return Err(Error::config(format!(
-                "CNI version {} does not support more than 1 address per family",
-                net.cni_version
-            )));
-        }
+        check_addresses_per_family(
+            &net.cni_version,
+            addresses.iter().map(|a| a.address.addr().is_ipv4()),
+        )?;
         Ok(Config {
             addresses,
             routes: ipam.routes,
@@ -351,6 +345,33 @@ mod tests {
             ),
             "CNI version 0.2.0 does not support more than 1 address per family"
         );
+    }
+
+    #[test]
+    fn gateway_of_the_wrong_family_is_refused() {
+        let conf = |gw: &str| {
+            format!(
+                r#"{{"cniVersion":"1.0.0","name":"n","ipam":{{"addresses":[{{"address":"10.1.1.5/24","gateway":"{gw}"}}]}}}}"#
+            )
+        };
+        let e = Config::load(conf("fd00::1").as_bytes(), "").err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            "gateway fd00::1 and subnet 10.1.1.5/24 are of different address families"
+        );
+        assert_eq!(CniError::from(e).code, 7);
+        // A gateway outside the subnet is accepted, as by the reference.
+        assert_eq!(
+            load(&conf("10.9.9.1"), "").unwrap(),
+            ["10.1.1.5/24 gw 10.9.9.1"]
+        );
+        // Config addresses that runtimeConfig replaces are not used, so not checked.
+        let replaced = conf("fd00::1").replacen(
+            "\"ipam\"",
+            r#""runtimeConfig":{"ips":["10.2.2.2/24"]},"ipam""#,
+            1,
+        );
+        assert_eq!(load(&replaced, "").unwrap(), ["10.2.2.2/24"]);
     }
 
     #[test]

@@ -8,9 +8,19 @@ fn unique(tag: &str) -> String {
     format!("nk{}-{tag}", std::process::id())
 }
 
+/// Deletes the named namespace on drop, so a failed assertion does not leak it.
+struct DeleteOnDrop<'a>(&'a str);
+
+impl Drop for DeleteOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = NetNs::delete_named(self.0);
+    }
+}
+
 #[test]
 fn create_run_and_delete_named() -> Result<()> {
     let name = unique("named");
+    let _cleanup = DeleteOnDrop(&name);
     let ns = NetNs::create_named(&name)?;
     let path = std::path::Path::new(NETNS_RUN_DIR).join(&name);
     assert_eq!(ns.path(), path);
@@ -56,9 +66,16 @@ fn open_errors_name_the_path() {
         "{err}"
     );
 
-    let err = NetNs::open("/etc/hostname").expect_err("not a netns");
-    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
-    assert!(err.to_string().contains("/etc/hostname"), "{err}");
+    // A plain file, a procfs file that is no namespace, another kind of namespace.
+    for path in ["/etc/hostname", "/proc/self/status", "/proc/self/ns/uts"] {
+        let err = NetNs::open(path).expect_err("not a netns");
+        assert!(matches!(err, Error::Invalid(_)), "{path}: {err:?}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{path} is not a network namespace")),
+            "{err}"
+        );
+    }
 
     assert!(matches!(NetNs::create_named("a/b"), Err(Error::Invalid(_))));
 }

@@ -139,15 +139,11 @@ fn podman_container_gets_bridge_network_and_reaches_gateway() {
         !links.iter().any(|l| l.starts_with("veth")),
         "veth left behind: {links:?}"
     );
-    let reserved = std::fs::read_dir(s.join("ipam/rsnet"))
-        .expect("ipam dir")
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .parse::<std::net::IpAddr>()
-                .is_ok()
-        })
-        .count();
-    assert_eq!(reserved, 0, "address reservation left behind");
+    let ipam_dir = s.join("ipam/rsnet");
+    assert!(ipam_dir.is_dir(), "no ipam dir {}", ipam_dir.display());
+    let reserved = testkit::reservation_files(&ipam_dir);
+    assert!(
+        reserved.is_empty(),
+        "address reservation left behind: {reserved:?}"
+    );
 }

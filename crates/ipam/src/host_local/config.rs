@@ -4,11 +4,12 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use cni::args::CniArgs;
-use cni::{GcAttachment, Route, Version};
+use cni::{GcAttachment, Route};
 use ipnet::IpNet;
 use serde::Deserialize;
 
 use super::range::{Range, RangeSet};
+use crate::common::{check_addresses_per_family, require_ipam};
 use crate::error::{Error, Result};
 use crate::json::{ip_list, null_default, opt_ip, opt_net, parse_ip_maybe_prefixed};
 
@@ -128,10 +129,6 @@ struct RawStoreIpam {
     data_dir: String,
 }
 
-fn missing_ipam() -> Error {
-    Error::config("IPAM config missing 'ipam' key")
-}
-
 fn data_dir(raw: String) -> PathBuf {
     if raw.is_empty() {
         PathBuf::from(DEFAULT_DATA_DIR)
@@ -144,7 +141,7 @@ impl Config {
     /// Decodes and validates the network config (`stdin`) with the raw `CNI_ARGS`.
     pub fn load(stdin: &[u8], cni_args: &str) -> Result<Config> {
         let net: RawNet = serde_json::from_slice(stdin)?;
-        let ipam = net.ipam.ok_or_else(missing_ipam)?;
+        let ipam = require_ipam(net.ipam)?;
 
         let mut requested = Vec::new();
         let args = CniArgs::parse(cni_args)?;
@@ -186,14 +183,8 @@ impl Config {
             range_sets.push(set);
         }
 
-        let v4 = range_sets.iter().filter(|s| s.is_v4()).count();
-        let v6 = range_sets.len() - v4;
-        if (v4 > 1 || v6 > 1) && Version::from_config(&net.cni_version)? < Version::V0_3_0 {
-            return Err(Error::config(format!(
-                "CNI version {} does not support more than 1 address per family",
-                net.cni_version
-            )));
-        }
+        // ADD takes one address from each range set.
+        check_addresses_per_family(&net.cni_version, range_sets.iter().map(RangeSet::is_v4))?;
 
         Ok(Config {
             name: net.name,
@@ -209,7 +200,7 @@ impl Config {
 impl StoreConfig {
     pub fn load(stdin: &[u8]) -> Result<StoreConfig> {
         let net: RawStoreNet = serde_json::from_slice(stdin)?;
-        let ipam = net.ipam.ok_or_else(missing_ipam)?;
+        let ipam = require_ipam(net.ipam)?;
         Ok(StoreConfig {
             name: net.name,
             data_dir: data_dir(ipam.data_dir),

@@ -8,6 +8,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
+use crate::common::check_gateway_family;
+
 /// One range: a subnet and the inclusive span `start..=end` to allocate from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Range {
@@ -39,7 +41,8 @@ impl Range {
     /// Checks a configured range and fills in the defaults, with the reference's rules:
     /// the subnet must be canonical and leave at least two addresses (so not /31 or /32 for
     /// IPv4, /127 or /128 for IPv6); start defaults to network+1, end to the last address
-    /// (for IPv4 the one before broadcast), the gateway to network+1.
+    /// (for IPv4 the one before broadcast), the gateway to network+1. A gateway must be of the
+    /// subnet's family (the reference does not check) but, as there, may lie outside it.
     pub fn new(
         subnet: Option<IpNet>,
         start: Option<IpAddr>,
@@ -86,6 +89,9 @@ impl Range {
             return Err(format!(
                 "RangeStart {start} is after RangeEnd {end} in network {subnet}"
             ));
+        }
+        if let Some(gw) = gateway {
+            check_gateway_family(gw, &subnet)?;
         }
         Ok(Range {
             subnet,
@@ -338,6 +344,26 @@ mod tests {
         assert!(e.contains("not in network"), "{e}");
         let e = range("10.1.2.0/24", Some("10.1.2.9"), Some("10.1.2.8")).unwrap_err();
         assert!(e.contains("after"), "{e}");
+    }
+
+    #[test]
+    fn gateway_family_checked_not_membership() {
+        let with_gw = |subnet: &str, gw: &str| {
+            Range::new(Some(subnet.parse().unwrap()), None, None, Some(ip(gw)))
+        };
+        let e = with_gw("10.1.2.0/24", "fd00::1").unwrap_err();
+        assert!(e.contains("different address families"), "{e}");
+        let e = with_gw("fd00::/64", "10.1.2.1").unwrap_err();
+        assert!(e.contains("different address families"), "{e}");
+        // Outside the subnet is accepted, as by the reference.
+        assert_eq!(
+            with_gw("10.1.2.0/24", "10.9.9.1").unwrap().gateway,
+            ip("10.9.9.1")
+        );
+        assert_eq!(
+            with_gw("fd00::/64", "fd01::1").unwrap().gateway,
+            ip("fd01::1")
+        );
     }
 
     #[test]

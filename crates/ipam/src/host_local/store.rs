@@ -116,8 +116,8 @@ impl Store {
         Ok(Store { dir, _lock: lock })
     }
 
-    /// Creates `<ip>` for `holder` unless it exists; on success records `ip` as the set's last
-    /// reserved address. Returns false when the address is taken.
+    /// Creates `<ip>` for `holder` unless it exists, and records `ip` as the set's last
+    /// reserved address. Returns false when the address is taken. On error nothing is reserved.
     pub fn reserve(&self, ip: IpAddr, holder: &Holder, set_index: usize) -> Result<bool> {
         let path = self.dir.join(ip.to_string());
         let mut file = match new_file().create_new(true).open(&path) {
@@ -130,12 +130,17 @@ impl Store {
             return Err(Error::io(format!("cannot write {}", path.display()), e));
         }
         let last = self.dir.join(format!("{LAST_RESERVED_PREFIX}{set_index}"));
-        new_file()
+        let written = new_file()
             .create(true)
             .truncate(true)
             .open(&last)
-            .and_then(|mut f| f.write_all(ip.to_string().as_bytes()))
-            .map_err(|e| Error::io(format!("cannot write {}", last.display()), e))?;
+            .and_then(|mut f| f.write_all(ip.to_string().as_bytes()));
+        if let Err(e) = written {
+            // The ADD fails, as the reference's does; unlike the reference's, it leaves no
+            // reservation behind that no result names and only GC would free.
+            let _ = fs::remove_file(&path);
+            return Err(Error::io(format!("cannot write {}", last.display()), e));
+        }
         Ok(true)
     }
 
@@ -199,15 +204,10 @@ impl Store {
     }
 }
 
-/// `<data_dir>/<network>`, refusing names that would point elsewhere.
+/// `<data_dir>/<network>`, refusing names that would point elsewhere: a valid CNI name starts
+/// with a letter or digit and has no `/`, so it is never `.`, `..` or a path.
 fn network_dir(data_dir: &Path, network: &str) -> Result<PathBuf> {
     cni::config::validate_network_name(network)?;
-    // The CNI name rules already exclude these; the store must not depend on the caller.
-    if network == "." || network == ".." || network.contains('/') {
-        return Err(Error::config(format!(
-            "network name {network:?} cannot be used as a directory name"
-        )));
-    }
     Ok(data_dir.join(network))
 }
 
@@ -263,6 +263,21 @@ mod tests {
     }
 
     #[test]
+    fn failed_last_reserved_write_keeps_no_reservation() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path(), "net").unwrap();
+        // A directory in its place makes the write fail.
+        fs::create_dir(tmp.path().join("net/last_reserved_ip.0")).unwrap();
+        let e = store.reserve(ip("10.1.2.2"), &HOLDER, 0).unwrap_err();
+        assert!(e.to_string().contains("last_reserved_ip.0"), "{e}");
+        assert_eq!(cni::CniError::from(e).code, 5);
+        assert!(store.reserved_ips().unwrap().is_empty());
+        assert!(!tmp.path().join("net/10.1.2.2").exists());
+        // Another set's file is unaffected, and the address can be reserved there.
+        assert!(store.reserve(ip("10.1.2.2"), &HOLDER, 1).unwrap());
+    }
+
+    #[test]
     fn matching_both_formats() {
         let r = |c: &str| Reservation {
             ip: ip("10.0.0.2"),
@@ -296,7 +311,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         for name in ["", ".", "..", "../x", "a/b", "/abs"] {
             let e = Store::open(tmp.path(), name).err().unwrap();
-            assert!(matches!(e, Error::Config(_) | Error::Cni(_)), "{name}: {e}");
+            assert!(matches!(e, Error::Cni(_)), "{name}: {e}");
             assert_eq!(cni::CniError::from(e).code, 7, "{name}");
         }
         assert!(Store::open_existing(tmp.path(), "absent")

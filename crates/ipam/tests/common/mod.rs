@@ -8,8 +8,6 @@ use std::path::Path;
 
 use serde_json::Value;
 
-pub const REFERENCE_DIR: &str = "/usr/lib/cni";
-
 /// What a plugin call printed and returned.
 #[derive(Debug)]
 pub struct Outcome {
@@ -59,7 +57,10 @@ impl Env {
         vars.insert("CNI_CONTAINERID".into(), container_id.into());
         vars.insert("CNI_NETNS".into(), "/nonexistent/netns".into());
         vars.insert("CNI_IFNAME".into(), "eth0".into());
-        vars.insert("CNI_PATH".into(), REFERENCE_DIR.into());
+        vars.insert(
+            "CNI_PATH".into(),
+            testkit::reference_dir().display().to_string(),
+        );
         Env { vars }
     }
 
@@ -90,7 +91,7 @@ impl Env {
 
     /// A Go reference plugin binary, e.g. `host-local`.
     pub fn reference(&self, plugin: &str, stdin: &str) -> Outcome {
-        let binary = Path::new(REFERENCE_DIR).join(plugin);
+        let binary = testkit::reference_dir().join(plugin);
         assert!(
             binary.exists(),
             "{} is missing: install Debian's containernetworking-plugins",

@@ -1,0 +1,88 @@
+//! Config checks that host-local and static share, with the reference's wording.
+
+use std::net::IpAddr;
+
+use cni::Version;
+use ipnet::IpNet;
+
+use crate::error::{Error, Result};
+
+/// The `ipam` object, which every command of both plugins needs.
+pub fn require_ipam<T>(ipam: Option<T>) -> Result<T> {
+    ipam.ok_or_else(|| Error::config("IPAM config missing 'ipam' key"))
+}
+
+/// Results before 0.3.0 have one `ip4` and one `ip6` slot, so a config may not yield more than
+/// one address per family. `is_v4` gives the family of each address.
+pub fn check_addresses_per_family(
+    cni_version: &str,
+    is_v4: impl IntoIterator<Item = bool>,
+) -> Result<()> {
+    let (v4, v6) = is_v4.into_iter().fold((0usize, 0usize), |(v4, v6), is_v4| {
+        if is_v4 {
+            (v4 + 1, v6)
+        } else {
+            (v4, v6 + 1)
+        }
+    });
+    if (v4 > 1 || v6 > 1) && Version::from_config(cni_version)? < Version::V0_3_0 {
+        return Err(Error::config(format!(
+            "CNI version {cni_version} does not support more than 1 address per family"
+        )));
+    }
+    Ok(())
+}
+
+/// A gateway must be of its subnet's family. The reference does not check, and the mistake
+/// surfaces later as a kernel error when the interface plugin adds the route. A gateway outside
+/// the subnet is accepted, as by the reference (it may be reached through an onlink route).
+pub fn check_gateway_family(gateway: IpAddr, subnet: &IpNet) -> Result<(), String> {
+    if gateway.is_ipv4() == subnet.addr().is_ipv4() {
+        Ok(())
+    } else {
+        Err(format!(
+            "gateway {gateway} and subnet {subnet} are of different address families"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_family_limit_before_0_3_0() {
+        let e = check_addresses_per_family("0.2.0", [true, false, true]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "CNI version 0.2.0 does not support more than 1 address per family"
+        );
+        assert_eq!(cni::CniError::from(e).code, 7);
+        // An empty version is 0.1.0.
+        assert!(check_addresses_per_family("", [false, false]).is_err());
+        assert!(check_addresses_per_family("0.2.0", [true, false]).is_ok());
+        assert!(check_addresses_per_family("0.3.0", [true, true, false, false]).is_ok());
+        assert!(check_addresses_per_family("1.0.0", [true, true]).is_ok());
+    }
+
+    #[test]
+    fn gateway_family() {
+        let net: IpNet = "10.1.2.0/24".parse().unwrap();
+        assert!(check_gateway_family("10.1.2.1".parse().unwrap(), &net).is_ok());
+        assert!(check_gateway_family("10.9.9.9".parse().unwrap(), &net).is_ok());
+        assert_eq!(
+            check_gateway_family("fd00::1".parse().unwrap(), &net).unwrap_err(),
+            "gateway fd00::1 and subnet 10.1.2.0/24 are of different address families"
+        );
+        let net6: IpNet = "fd00::/64".parse().unwrap();
+        assert!(check_gateway_family("10.1.2.1".parse().unwrap(), &net6).is_err());
+    }
+
+    #[test]
+    fn missing_ipam_is_code_7() {
+        assert_eq!(require_ipam(Some(1)).unwrap(), 1);
+        let e = require_ipam::<()>(None).unwrap_err();
+        assert_eq!(e.to_string(), "IPAM config missing 'ipam' key");
+        assert_eq!(cni::CniError::from(e).code, 7);
+    }
+}
