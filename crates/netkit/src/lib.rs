@@ -8,6 +8,7 @@ pub mod netlink;
 pub mod netns;
 pub mod spoofcheck;
 pub mod sysctl;
+mod tool;
 
 pub use error::{Error, Result};
 pub use netlink::{Family, Netlink};

@@ -15,9 +15,9 @@ use crate::error::{Error, Result};
 /// Where named namespaces live, as with `ip netns`.
 pub const NETNS_RUN_DIR: &str = "/run/netns";
 
-// statfs(2) magic numbers of the filesystems a netns handle can live on.
+/// statfs(2) magic of nsfs, where namespace handles live: `/proc/<pid>/ns/*` and their bind
+/// mounts such as `/run/netns/*`.
 const NSFS_MAGIC: i64 = 0x6e73_6673;
-const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 
 /// An open network namespace.
 #[derive(Debug)]
@@ -27,7 +27,9 @@ pub struct NetNs {
 }
 
 impl NetNs {
-    /// Opens a namespace file such as `/run/netns/x` or `/proc/<pid>/ns/net`.
+    /// Opens a namespace file such as `/run/netns/x` or `/proc/<pid>/ns/net`. Anything that is
+    /// not a network namespace (a plain file, the file left after an unmount, another kind of
+    /// namespace) is [`Error::Invalid`].
     pub fn open(path: impl AsRef<Path>) -> Result<NetNs> {
         let path = path.as_ref().to_path_buf();
         let op = || format!("opening netns {}", path.display());
@@ -40,11 +42,22 @@ impl NetNs {
         }
         #[allow(clippy::unnecessary_cast)] // f_type's width differs between libc targets.
         let fs_type = st.f_type as i64;
-        if fs_type != NSFS_MAGIC && fs_type != PROC_SUPER_MAGIC {
-            return Err(Error::Invalid(format!(
-                "{} is not a network namespace (not on nsfs or procfs)",
+        let not_netns = |why: &str| {
+            Error::Invalid(format!(
+                "{} is not a network namespace ({why})",
                 path.display()
-            )));
+            ))
+        };
+        if fs_type != NSFS_MAGIC {
+            return Err(not_netns("not a namespace file"));
+        }
+        // SAFETY: NS_GET_NSTYPE takes no argument and only inspects the fd, which is open.
+        let kind = unsafe { libc::ioctl(file.as_raw_fd(), libc::NS_GET_NSTYPE) };
+        if kind < 0 {
+            return Err(Error::last_os(op()));
+        }
+        if kind != libc::CLONE_NEWNET {
+            return Err(not_netns("another kind of namespace"));
         }
         Ok(NetNs { file, path })
     }

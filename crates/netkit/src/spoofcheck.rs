@@ -8,10 +8,10 @@
 //!
 //! Commands run in the caller's network namespace.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::tool;
 
 const FAMILY: &str = "bridge";
 const TABLE: &str = "nat";
@@ -32,8 +32,10 @@ fn comment(id: &str) -> String {
 /// Only frames with source `mac` may enter the bridge through `port`. Applied in one nft
 /// transaction; running it again for the same `id` replaces the rules.
 pub fn setup(port: &str, mac: &[u8; 6], id: &str) -> Result<()> {
+    let op = || format!("setting up MAC spoof check for port {port:?}");
+    let table = list_table()?.ok_or_else(|| tool::not_installed(op(), "nft"))?;
     // Stale rules of an earlier attachment with the same id would jump to a flushed chain.
-    let stale = base_rule_handles(id)?;
+    let stale = base_rule_handles(&table, id);
     let (ichain, mchain) = (iface_chain(id), mac_chain(id));
     let mut cmds = vec![
         format!(r#"{{"add":{{"table":{{"family":"{FAMILY}","name":"{TABLE}"}}}}}}"#),
@@ -75,30 +77,29 @@ pub fn setup(port: &str, mac: &[u8; 6], id: &str) -> Result<()> {
             json_str(&comment(id))
         ));
     }
-    apply(&cmds).map_err(|msg| Error::Command {
-        op: format!("setting up MAC spoof check for port {port:?}"),
-        msg,
-    })
+    apply(&cmds, op)
 }
 
-/// Removes the rules and chains of `id`. Idempotent: nothing to remove is success.
+/// Removes the rules and chains of `id`. Idempotent: nothing to remove is success, and so is a
+/// node without nft, where no rules can exist.
 pub fn teardown(id: &str) -> Result<()> {
-    let mut cmds: Vec<String> = base_rule_handles(id)?
+    let Some(table) = list_table()? else {
+        return Ok(());
+    };
+    let mut cmds: Vec<String> = base_rule_handles(&table, id)
         .into_iter()
         .map(delete_base_rule)
         .collect();
-    let existing = list_chains()?;
     for chain in [iface_chain(id), mac_chain(id)] {
-        if existing.contains(&chain) {
+        if has_chain(&table, &chain) {
             cmds.push(format!(r#"{{"delete":{{"chain":{}}}}}"#, chain_obj(&chain)));
         }
     }
     if cmds.is_empty() {
         return Ok(());
     }
-    apply(&cmds).map_err(|msg| Error::Command {
-        op: format!("removing MAC spoof check rules {}", comment(id)),
-        msg,
+    apply(&cmds, || {
+        format!("removing MAC spoof check rules {}", comment(id))
     })
 }
 
@@ -115,80 +116,39 @@ fn delete_base_rule(handle: u64) -> String {
     )
 }
 
-/// Handles of the base-chain rules tagged for `id` (none when the chain does not exist).
-fn base_rule_handles(id: &str) -> Result<Vec<u64>> {
-    let Some(listing) = list(&["-a", "list", "chain", FAMILY, TABLE, BASE_CHAIN])? else {
-        return Ok(Vec::new());
-    };
-    let tag = format!("comment \"{}\"", comment(id));
-    Ok(listing
-        .lines()
-        .filter(|line| line.contains(&tag))
-        .filter_map(|line| line.rsplit_once("# handle ")?.1.trim().parse().ok())
-        .collect())
+/// The objects of the `bridge nat` table (none when it does not exist); `None` when nft is not
+/// installed.
+fn list_table() -> Result<Option<Vec<Value>>> {
+    tool::nft_list(&["table", FAMILY, TABLE])
 }
 
-/// Chain names of the `bridge nat` table (none when it does not exist).
-fn list_chains() -> Result<Vec<String>> {
-    let Some(listing) = list(&["list", "table", FAMILY, TABLE])? else {
-        return Ok(Vec::new());
-    };
-    Ok(listing
-        .lines()
-        .filter_map(|line| line.trim().strip_prefix("chain "))
-        .filter_map(|rest| rest.strip_suffix('{'))
-        .map(|name| name.trim().trim_matches('"').to_owned())
-        .collect())
+/// Handles of the base-chain rules tagged for `id`.
+fn base_rule_handles(table: &[Value], id: &str) -> Vec<u64> {
+    let tag = comment(id);
+    table
+        .iter()
+        .filter_map(|item| item.get("rule"))
+        .filter(|rule| rule["chain"] == BASE_CHAIN && rule["comment"] == tag.as_str())
+        .filter_map(|rule| rule["handle"].as_u64())
+        .collect()
 }
 
-/// `nft <args>`'s output; `None` when the object does not exist (nft says ENOENT).
-fn list(args: &[&str]) -> Result<Option<String>> {
-    let op = || format!("running nft {}", args.join(" "));
-    let out = Command::new("nft")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::io(op(), e))?;
-    if out.status.success() {
-        return Ok(Some(String::from_utf8_lossy(&out.stdout).into_owned()));
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if stderr.contains("No such file or directory") {
-        return Ok(None);
-    }
-    Err(Error::Command {
-        op: op(),
-        msg: format!("{}: {}", out.status, stderr.trim()),
-    })
+fn has_chain(table: &[Value], name: &str) -> bool {
+    table
+        .iter()
+        .filter_map(|item| item.get("chain"))
+        .any(|chain| chain["name"] == name)
 }
 
 /// Applies JSON commands in one nft transaction.
-fn apply(cmds: &[String]) -> std::result::Result<(), String> {
+fn apply(cmds: &[String], op: impl Fn() -> String) -> Result<()> {
     let input = format!(r#"{{"nftables":[{}]}}"#, cmds.join(","));
-    let mut child = Command::new("nft")
-        .args(["-j", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run nft: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input.as_bytes())
-            .map_err(|e| format!("writing to nft: {e}"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("waiting for nft: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "nft {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+    tool::run_installed("nft", &["-j", "-f", "-"], Some(&input))
+        .map(drop)
+        .map_err(|e| Error::Command {
+            op: op(),
+            msg: e.to_string(),
+        })
 }
 
 /// A JSON string literal.

@@ -112,12 +112,8 @@ fn nftables_setup_replace_and_teardown() -> Result<()> {
     assert_eq!(postrouting, 3);
 
     // A second attachment, then teardown of the first leaves the second alone.
-    node.setup(None, "cid2", &nets(&["10.88.0.6/16"]))?;
-    assert_eq!(
-        node.masq_rules_of("cid2")?.len(),
-        1,
-        "default backend is nftables"
-    );
+    node.setup(Some(Backend::Nftables), "cid2", &nets(&["10.88.0.6/16"]))?;
+    assert_eq!(node.masq_rules_of("cid2")?.len(), 1);
     node.teardown("cid1", &addrs)?;
     assert!(node.masq_rules_of("cid1")?.is_empty());
     assert_eq!(node.masq_rules_of("cid2")?.len(), 1);
@@ -125,6 +121,22 @@ fn nftables_setup_replace_and_teardown() -> Result<()> {
     node.teardown("cid1", &addrs)?;
     node.teardown("cid2", &[])?;
     assert!(node.masq_rules_of("cid2")?.is_empty());
+    Ok(())
+}
+
+#[test]
+fn default_backend_is_iptables_when_installed() -> Result<()> {
+    let node = Node::new("default")?;
+    let addrs = nets(&["10.87.0.5/24"]);
+    node.setup(None, "cid0", &addrs)?;
+    // Like the reference, so its DEL can remove the rules after a switch back.
+    let saved = node.stdout("iptables-save", &["-t", "nat"])?;
+    assert!(saved.contains("-s 10.87.0.5/32"), "{saved}");
+    assert!(node.masq_rules_of("cid0")?.is_empty());
+    node.teardown("cid0", &addrs)?;
+    assert!(!node
+        .stdout("iptables-save", &["-t", "nat"])?
+        .contains("CNI-"));
     Ok(())
 }
 
@@ -227,10 +239,11 @@ fn iptables_teardown_without_addresses_checks_both_families() -> Result<()> {
 #[test]
 fn interoperates_with_the_reference_iptables_rules() -> Result<()> {
     let bridge = testkit::reference_dir().join("bridge");
-    if !bridge.exists() {
-        eprintln!("skipped: no reference plugins at {}", bridge.display());
-        return Ok(());
-    }
+    assert!(
+        bridge.exists(),
+        "{} is missing: install Debian's containernetworking-plugins",
+        bridge.display()
+    );
     let node = Node::new("refnode")?;
     let pod = testkit::Netns::new("refpod");
     let data_dir = std::env::temp_dir().join(format!("netkit-masq-{}", std::process::id()));

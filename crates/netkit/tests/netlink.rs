@@ -150,7 +150,60 @@ fn link_attributes_can_be_changed() -> Result<()> {
     let err = node.nl.del_link(i).expect_err("gone");
     assert_eq!(err.errno(), Some(libc::ENODEV), "{err}");
     assert!(node.nl.set_name(i, "this-name-is-far-too-long").is_err());
+
+    // By index: deleted once, then reported gone instead of failing.
+    node.nl.add_veth("d0", "d0p", None, None, None)?;
+    let d = node.index("d0")?;
+    assert!(node.nl.del_link_if_exists(d)?);
+    assert!(!node.nl.del_link_if_exists(d)?, "already gone");
+    assert!(node.nl.link_by_name("d0p")?.is_none());
     Ok(())
+}
+
+#[test]
+fn running_follows_the_veth_peer() -> Result<()> {
+    let node = Ns::new("oper")?;
+    node.nl.add_veth("r0", "r0p", None, None, None)?;
+    let (r0, r0p) = (node.index("r0")?, node.index("r0p")?);
+    node.nl.set_up(r0)?;
+    let link = node.nl.link_by_index(r0)?.context("r0")?;
+    assert!(
+        link.up && !link.running,
+        "no carrier while the peer is down"
+    );
+    node.nl.set_up(r0p)?;
+    // The kernel's link watcher sets the operational state shortly after, not synchronously.
+    let mut link = node.nl.link("r0")?;
+    for _ in 0..40 {
+        if link.running {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        link = node.nl.link("r0")?;
+    }
+    assert!(link.running, "carrier once the peer is up: {link:?}");
+    Ok(())
+}
+
+#[test]
+fn interface_names_are_checked_like_the_kernel_does() {
+    use netkit::netlink::validate_ifname;
+    for ok in ["eth0", "a", "br0.4094", "fifteen-bytes-x"] {
+        assert!(validate_ifname(ok).is_ok(), "{ok:?}");
+    }
+    for bad in [
+        "",
+        ".",
+        "..",
+        "sixteen-bytes-xx",
+        "a/b",
+        "a:b",
+        "a b",
+        "a\0b",
+    ] {
+        let err = validate_ifname(bad).expect_err("invalid");
+        assert!(matches!(err, netkit::Error::Invalid(_)), "{bad:?}: {err:?}");
+    }
 }
 
 #[test]

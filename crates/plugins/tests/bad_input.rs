@@ -196,11 +196,7 @@ fn corpus() -> Vec<Case> {
         ),
         ("isGateway is a string", r#","isGateway":"yes""#, DECODE),
         ("mtu is negative", r#","mtu":-5"#, DECODE),
-        (
-            "unknown ipMasq backend",
-            r#","ipMasqBackend":"pf""#,
-            CONFIG,
-        ),
+        ("unknown ipMasq backend", r#","ipMasqBackend":"pf""#, CONFIG),
         (
             "bad runtimeConfig mac",
             r#","runtimeConfig":{"mac":"zz:zz:zz:zz:zz:zz"}"#,

@@ -238,3 +238,55 @@ fn status_and_gc_go_to_ipam() {
     assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
     sb.run(&sb.call("STATUS", &bridge_conf("1.1.0", ""))).ok();
 }
+
+#[test]
+fn del_with_a_netns_path_that_is_no_longer_a_namespace_releases_everything() {
+    let plugins = Plugins::new();
+    let sb = Sandbox::new(&plugins, Side::Ours);
+    let c = conf(&format!(
+        r#","ipMasq":true,"macspoofchk":true,{}"#,
+        host_local(V4, "")
+    ));
+    sb.add(&c).ok();
+    assert_eq!(sb.reservations().len(), 1);
+    // What an unmounted namespace leaves at its path: a plain file.
+    let leftover = tempfile::NamedTempFile::new().unwrap();
+    let mut call = sb.call("DEL", &c);
+    call.netns = leftover.path().display().to_string();
+    sb.run(&call).ok();
+    sb.run(&call).ok();
+    assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
+    let fw = sb.firewall();
+    assert!(!fw.contains("CNI-"), "masquerade rules left: {fw}");
+    assert!(!fw.contains("macspoofchk"), "spoof check rules left: {fw}");
+}
+
+#[test]
+fn failed_add_releases_a_reservation_whose_result_was_unusable() {
+    use std::os::unix::fs::PermissionsExt;
+    let plugins = Plugins::new();
+    let sb = Sandbox::new(&plugins, Side::Ours);
+    // An IPAM plugin that reserves (our host-local) but then prints no usable result.
+    let dir = tempfile::tempdir().unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
+    std::os::unix::fs::symlink(bin, dir.path().join("bridge")).unwrap();
+    let wrapper = dir.path().join("host-local");
+    let real = plugins.dir(Side::Ours).join("host-local");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nout=$('{}')\nrc=$?\n\
+             if [ \"$CNI_COMMAND\" = ADD ] && [ $rc = 0 ]; then echo '{{\"ips\":'; \
+             else printf '%s' \"$out\"; fi\nexit $rc\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut call = sb.call("ADD", &conf(&format!(",{}", host_local(V4, ""))));
+    call.path = dir.path().display().to_string();
+    let out = call.run(&dir.path().join("bridge"), Some(&sb.node));
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
+    assert!(sb.pod.links().iter().all(|l| l == "lo"));
+}

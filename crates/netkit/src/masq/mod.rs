@@ -14,12 +14,10 @@
 
 mod sha512;
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-
 use ipnet::IpNet;
 
 use crate::error::{Error, Result};
+use crate::tool;
 use sha512::hex_prefix;
 
 const NFT_TABLE: &str = "cni_plugins_masquerade";
@@ -35,8 +33,11 @@ pub enum Backend {
 }
 
 /// Masquerades traffic from each of `addrs` to anything outside its subnet (multicast
-/// excepted). `backend: None` uses nftables when the `nft` binary is installed, else iptables.
-/// Running it again for the same attachment replaces its rules.
+/// excepted). Running it again for the same attachment replaces its rules.
+///
+/// `backend: None` picks iptables when the `iptables` binary is installed, else nftables. This
+/// is the reference's preference, so a node that goes back to the reference plugins can still
+/// remove the rules (the reference v1.1.1 tears down iptables rules only).
 pub fn setup(
     backend: Option<Backend>,
     network: &str,
@@ -44,26 +45,22 @@ pub fn setup(
     ifname: &str,
     addrs: &[IpNet],
 ) -> Result<()> {
-    if backend != Some(Backend::Iptables) {
-        let tag = nft_tag(network, ifname, container_id);
-        match nft_rule_handles(&tag)? {
-            Some(stale) => return nft_setup(&stale, network, container_id, ifname, addrs),
-            None if backend == Some(Backend::Nftables) => {
-                return Err(Error::Command {
-                    op: "setting up masquerade with nftables".into(),
-                    msg: "the nft binary is not installed".into(),
-                })
-            }
-            None => {}
-        }
+    let backend = backend.unwrap_or(if tool::installed("iptables") {
+        Backend::Iptables
+    } else {
+        Backend::Nftables
+    });
+    match backend {
+        Backend::Iptables => ipt_setup(network, container_id, addrs),
+        Backend::Nftables => nft_setup(network, container_id, ifname, addrs),
     }
-    ipt_setup(network, container_id, addrs)
 }
 
 /// Removes this attachment's masquerade rules from both backends (a backend whose tools are
-/// not installed is skipped). Idempotent; needs no namespace of the pod. nftables rules are
-/// found by their tag; iptables chains are looked for in the families of `addrs` (both when
-/// `addrs` is empty) and removed with every POSTROUTING rule that jumps to them.
+/// not installed, or whose rules cannot be listed, has none of ours). Idempotent; needs no
+/// namespace of the pod. nftables rules are found by their tag; iptables chains are looked for
+/// in the families of `addrs` (both when `addrs` is empty) and removed with every POSTROUTING
+/// rule that jumps to them.
 pub fn teardown(network: &str, container_id: &str, ifname: &str, addrs: &[IpNet]) -> Result<()> {
     let errors: Vec<String> = [
         nft_teardown(network, container_id, ifname),
@@ -79,53 +76,6 @@ pub fn teardown(network: &str, container_id: &str, ifname: &str, addrs: &[IpNet]
             msg: errors.join("; "),
         }),
     }
-}
-
-/// Runs a tool with optional stdin; `Ok(None)` when it is not installed.
-fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<Option<Output>> {
-    let op = || format!("running {program} {}", args.join(" "));
-    let mut cmd = Command::new(program);
-    cmd.args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io(op(), e)),
-    };
-    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(input.as_bytes())
-            .map_err(|e| Error::io(op(), e))?;
-    }
-    child
-        .wait_with_output()
-        .map(Some)
-        .map_err(|e| Error::io(op(), e))
-}
-
-/// Like [`run`], but a failure exit or a missing tool is an error; returns stdout.
-fn run_ok(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String> {
-    let op = || format!("running {program} {}", args.join(" "));
-    let out = run(program, args, stdin)?.ok_or_else(|| Error::Command {
-        op: op(),
-        msg: format!("{program} is not installed"),
-    })?;
-    if !out.status.success() {
-        return Err(Error::Command {
-            op: op(),
-            msg: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 // ---- nftables ----
@@ -161,43 +111,22 @@ fn nft_comment(network: &str, ifname: &str, container_id: &str) -> String {
 /// Handles of the rules in `masq_checks` whose comment starts with `tag`; `None` when nft is
 /// not installed. A missing table or chain means no rules.
 fn nft_rule_handles(tag: &str) -> Result<Option<Vec<u64>>> {
-    let args = ["-j", "list", "chain", "inet", NFT_TABLE, NFT_CHAIN];
-    let Some(out) = run("nft", &args, None)? else {
+    let Some(items) = tool::nft_list(&["chain", "inet", NFT_TABLE, NFT_CHAIN])? else {
         return Ok(None);
     };
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !out.status.success() {
-        if stderr.contains("No such file or directory") {
-            return Ok(Some(Vec::new()));
-        }
-        return Err(Error::Command {
-            op: format!("listing nftables chain inet {NFT_TABLE} {NFT_CHAIN}"),
-            msg: format!("{}: {}", out.status, stderr.trim()),
-        });
-    }
-    let json: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| Error::Command {
-            op: format!("parsing `nft {}`", args.join(" ")),
-            msg: e.to_string(),
-        })?;
-    let handles = json["nftables"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|item| item.get("rule"))
-        .filter(|rule| rule["comment"].as_str().is_some_and(|c| c.starts_with(tag)))
-        .filter_map(|rule| rule["handle"].as_u64())
-        .collect();
-    Ok(Some(handles))
+    Ok(Some(
+        items
+            .iter()
+            .filter_map(|item| item.get("rule"))
+            .filter(|rule| rule["comment"].as_str().is_some_and(|c| c.starts_with(tag)))
+            .filter_map(|rule| rule["handle"].as_u64())
+            .collect(),
+    ))
 }
 
-fn nft_setup(
-    stale: &[u64],
-    network: &str,
-    container_id: &str,
-    ifname: &str,
-    addrs: &[IpNet],
-) -> Result<()> {
+fn nft_setup(network: &str, container_id: &str, ifname: &str, addrs: &[IpNet]) -> Result<()> {
+    let stale = nft_rule_handles(&nft_tag(network, ifname, container_id))?
+        .ok_or_else(|| tool::not_installed("setting up masquerade with nftables".into(), "nft"))?;
     let t = format!("inet {NFT_TABLE}");
     let mut script = format!(
         "add table {t} {{ comment \"Masquerading for plugins from github.com/containernetworking/plugins\" ; }}\n\
@@ -208,7 +137,7 @@ fn nft_setup(
          add rule {t} postrouting ip6 daddr ff00::/8 return\n\
          add rule {t} postrouting goto {NFT_CHAIN}\n"
     );
-    for handle in stale {
+    for handle in &stale {
         script.push_str(&format!("delete rule {t} {NFT_CHAIN} handle {handle}\n"));
     }
     let comment = nft_comment(network, ifname, container_id);
@@ -220,20 +149,20 @@ fn nft_setup(
             net.trunc()
         ));
     }
-    run_ok("nft", &["-f", "-"], Some(&script)).map(drop)
+    tool::run_installed("nft", &["-f", "-"], Some(&script)).map(drop)
 }
 
 fn nft_teardown(network: &str, container_id: &str, ifname: &str) -> Result<()> {
-    let tag = nft_tag(network, ifname, container_id);
-    let handles = match nft_rule_handles(&tag)? {
-        Some(h) if !h.is_empty() => h,
+    // Without a working nft (not installed, or nf_tables unusable) no rule of ours can exist.
+    let handles = match nft_rule_handles(&nft_tag(network, ifname, container_id)) {
+        Ok(Some(h)) if !h.is_empty() => h,
         _ => return Ok(()),
     };
     let script: String = handles
         .iter()
         .map(|h| format!("delete rule inet {NFT_TABLE} {NFT_CHAIN} handle {h}\n"))
         .collect();
-    run_ok("nft", &["-f", "-"], Some(&script)).map(drop)
+    tool::run_installed("nft", &["-f", "-"], Some(&script)).map(drop)
 }
 
 // ---- iptables ----
@@ -308,7 +237,9 @@ impl Ipt {
             .chain(rule)
             .copied()
             .collect();
-        if run(self.cmd, &check, None)?.is_some_and(|o| o.status.success()) {
+        // A failure exit means the rule is not there (or iptables is missing, which the
+        // append reports).
+        if matches!(tool::run(self.cmd, &check, None), Ok(Some(_))) {
             return Ok(());
         }
         let append: Vec<&str> = ["-w", "-t", "nat", "-A", chain]
@@ -316,24 +247,24 @@ impl Ipt {
             .chain(rule)
             .copied()
             .collect();
-        run_ok(self.cmd, &append, None).map(drop)
+        tool::run_installed(self.cmd, &append, None).map(drop)
     }
 
     fn ensure_chain(&self, chain: &str) -> Result<()> {
         let args = ["-w", "-t", "nat", "-N", chain];
-        match run_ok(self.cmd, &args, None) {
+        match tool::run_installed(self.cmd, &args, None) {
             Err(Error::Command { msg, .. }) if msg.contains("already exists") => Ok(()),
             other => other.map(drop),
         }
     }
 
     /// Deletes `chain` and every POSTROUTING rule jumping to it, in one iptables-restore
-    /// transaction. Nothing to do (or tools not installed) is success.
+    /// transaction. Nothing to do (or tools not installed) is success; an iptables-save that
+    /// fails is an error, as its empty output would hide the rules.
     fn remove_chain(&self, chain: &str) -> Result<()> {
-        let Some(out) = run(self.save, &["-t", "nat"], None)? else {
+        let Some(saved) = tool::run(self.save, &["-t", "nat"], None)? else {
             return Ok(());
         };
-        let saved = String::from_utf8_lossy(&out.stdout);
         let declared = saved.lines().any(|l| l.starts_with(&format!(":{chain} ")));
         let jumps: Vec<&str> = saved
             .lines()
@@ -354,7 +285,7 @@ impl Ipt {
             script.push_str(&format!("-F {chain}\n-X {chain}\n"));
         }
         script.push_str("COMMIT\n");
-        run_ok(self.restore, &["-w", "--noflush"], Some(&script)).map(drop)
+        tool::run_installed(self.restore, &["-w", "--noflush"], Some(&script)).map(drop)
     }
 }
 

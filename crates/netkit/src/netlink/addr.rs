@@ -67,16 +67,9 @@ pub struct AddrOpts {
     pub noprefixroute: bool,
 }
 
-fn family_of(net: &IpNet) -> AddressFamily {
-    match net {
-        IpNet::V4(_) => AddressFamily::Inet,
-        IpNet::V6(_) => AddressFamily::Inet6,
-    }
-}
-
 fn address_message(index: u32, net: &IpNet) -> AddressMessage {
     let mut msg = AddressMessage::default();
-    msg.header.family = family_of(net);
+    msg.header.family = Family::of_net(net).address_family();
     msg.header.prefix_len = net.prefix_len();
     msg.header.index = index;
     msg.attributes = vec![
@@ -125,11 +118,7 @@ impl Netlink {
     /// Addresses, optionally only those of one link and/or one family.
     pub fn addrs(&self, index: Option<u32>, family: Option<Family>) -> Result<Vec<Addr>> {
         let mut msg = AddressMessage::default();
-        msg.header.family = match family {
-            Some(Family::V4) => AddressFamily::Inet,
-            Some(Family::V6) => AddressFamily::Inet6,
-            None => AddressFamily::Unspec,
-        };
+        msg.header.family = family.map_or(AddressFamily::Unspec, Family::address_family);
         let replies = self.dump(RouteNetlinkMessage::GetAddress(msg), || {
             "listing addresses".into()
         })?;
@@ -140,7 +129,7 @@ impl Netlink {
                 _ => None,
             })
             .filter(|a| index.is_none_or(|i| a.index == i))
-            .filter(|a| family.is_none_or(|f| Family::of(&a.net.addr()) == f))
+            .filter(|a| family.is_none_or(|f| Family::of_net(&a.net) == f))
             .collect())
     }
 }

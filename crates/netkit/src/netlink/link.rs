@@ -27,6 +27,9 @@ pub struct Link {
     pub mac: Option<[u8; 6]>,
     /// Administratively up (`IFF_UP`).
     pub up: bool,
+    /// Operationally up (`IFF_RUNNING`): it has a carrier; a bridge port's veth, once its peer
+    /// is up.
+    pub running: bool,
     /// All `IFF_*` flags.
     pub flags: u32,
     pub promisc: bool,
@@ -52,6 +55,7 @@ impl Link {
             mtu: 0,
             mac: None,
             up: msg.header.flags.contains(LinkFlags::Up),
+            running: msg.header.flags.contains(LinkFlags::Running),
             flags: msg.header.flags.bits(),
             promisc: msg.header.flags.contains(LinkFlags::Promisc),
             master: None,
@@ -136,8 +140,9 @@ pub enum IpvlanMode {
     L3S = 2,
 }
 
-/// The kernel's `dev_valid_name` rules, checked first so the error says what is wrong.
-fn check_ifname(name: &str) -> Result<()> {
+/// Checks a name against the kernel's `dev_valid_name` rules. Every call here that takes a
+/// name checks it first, so the error says what is wrong instead of a bare EINVAL.
+pub fn validate_ifname(name: &str) -> Result<()> {
     if name.is_empty()
         || name.len() > MAX_IFNAME
         || name == "."
@@ -165,7 +170,7 @@ fn base_attrs(
     mac: Option<[u8; 6]>,
     ns: Option<&NetNs>,
 ) -> Result<Vec<LinkAttribute>> {
-    check_ifname(name)?;
+    validate_ifname(name)?;
     let mut attrs = vec![LinkAttribute::IfName(name.to_string())];
     attrs.extend(mtu.map(LinkAttribute::Mtu));
     attrs.extend(mac.map(|m| LinkAttribute::Address(m.to_vec())));
@@ -193,7 +198,7 @@ fn with_info(
 impl Netlink {
     /// The link called `name`, if any.
     pub fn link_by_name(&self, name: &str) -> Result<Option<Link>> {
-        check_ifname(name)?;
+        validate_ifname(name)?;
         let msg = link_message(
             0,
             vec![
@@ -421,7 +426,7 @@ impl Netlink {
     }
 
     pub fn set_name(&self, index: u32, name: &str) -> Result<()> {
-        check_ifname(name)?;
+        validate_ifname(name)?;
         self.set_attr(index, LinkAttribute::IfName(name.to_string()), || {
             format!("renaming link {index} to {name:?}")
         })
@@ -448,16 +453,26 @@ impl Netlink {
         )
     }
 
+    /// Deletes the link with this index; `Ok(false)` when there is none (already gone).
+    pub fn del_link_if_exists(&self, index: u32) -> Result<bool> {
+        gone_is_false(self.del_link(index))
+    }
+
     /// Deletes the link called `name`; `Ok(false)` when there is none.
     pub fn del_link_by_name(&self, name: &str) -> Result<bool> {
-        check_ifname(name)?;
+        validate_ifname(name)?;
         let msg = link_message(0, vec![LinkAttribute::IfName(name.to_string())]);
-        match self.ack(RouteNetlinkMessage::DelLink(msg), 0, || {
+        gone_is_false(self.ack(RouteNetlinkMessage::DelLink(msg), 0, || {
             format!("deleting link {name:?}")
-        }) {
-            Ok(()) => Ok(true),
-            Err(e) if e.errno() == Some(libc::ENODEV) => Ok(false),
-            Err(e) => Err(e),
-        }
+        }))
+    }
+}
+
+/// A delete's outcome: `true` when it deleted, `false` when the link did not exist (ENODEV).
+fn gone_is_false(deleted: Result<()>) -> Result<bool> {
+    match deleted {
+        Ok(()) => Ok(true),
+        Err(e) if e.errno() == Some(libc::ENODEV) => Ok(false),
+        Err(e) => Err(e),
     }
 }

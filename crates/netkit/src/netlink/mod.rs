@@ -18,7 +18,7 @@ use netlink_packet_core::{
     parse_string, NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NlasIterator,
     NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST,
 };
-use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{protocols::NETLINK_ROUTE, Socket, SocketAddr};
 
 use crate::error::{Error, Result};
@@ -26,7 +26,7 @@ use crate::netns::NetNs;
 
 pub use addr::{Addr, AddrOpts};
 pub use bridge::{BridgePortOpts, BridgeVlan};
-pub use link::{BridgeOpts, IpvlanMode, Link, MacvlanMode};
+pub use link::{validate_ifname, BridgeOpts, IpvlanMode, Link, MacvlanMode};
 pub use neigh::Neighbour;
 pub use route::{Route, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
 
@@ -44,6 +44,19 @@ impl Family {
             Family::V4
         } else {
             Family::V6
+        }
+    }
+
+    /// The family of a network.
+    pub fn of_net(net: &ipnet::IpNet) -> Family {
+        Family::of(&net.addr())
+    }
+
+    /// The family as rtnetlink headers carry it.
+    fn address_family(self) -> AddressFamily {
+        match self {
+            Family::V4 => AddressFamily::Inet,
+            Family::V6 => AddressFamily::Inet6,
         }
     }
 }

@@ -109,10 +109,7 @@ impl Route {
     fn to_message(&self) -> RouteMessage {
         let mut msg = RouteMessage::default();
         let h = &mut msg.header;
-        h.address_family = match self.dst {
-            IpNet::V4(_) => AddressFamily::Inet,
-            IpNet::V6(_) => AddressFamily::Inet6,
-        };
+        h.address_family = Family::of_net(&self.dst).address_family();
         h.destination_prefix_length = self.dst.prefix_len();
         // Tables above 255 only fit in RTA_TABLE, which is always sent.
         h.table = u8::try_from(self.table).unwrap_or(0);
@@ -245,10 +242,7 @@ impl Netlink {
     /// Routes of one family, in one table or (with `None`) in all tables.
     pub fn routes(&self, family: Family, table: Option<u32>) -> Result<Vec<Route>> {
         let mut msg = RouteMessage::default();
-        msg.header.address_family = match family {
-            Family::V4 => AddressFamily::Inet,
-            Family::V6 => AddressFamily::Inet6,
-        };
+        msg.header.address_family = family.address_family();
         let replies = self.dump(RouteNetlinkMessage::GetRoute(msg), || {
             format!("listing {family:?} routes")
         })?;

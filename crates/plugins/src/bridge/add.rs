@@ -10,14 +10,12 @@ use ipnet::IpNet;
 use netkit::netlink::Link;
 use netkit::{NetNs, Netlink};
 
-use super::config::{BridgeConf, MasqBackend};
+use super::config::BridgeConf;
 use super::iface::ContainerIface;
 use super::port::{self, PortOpts, PortVlans};
 use super::{gateway, open_netns, sys, sys_ctx};
 use crate::ipam_call::Ipam;
 
-/// `IFF_RUNNING`: the kernel reports the link's operational state as up.
-const IFF_RUNNING: u32 = 0x40;
 /// Waits between looks at the host veth's state; the kernel settles it within microseconds,
 /// so the first look almost always succeeds.
 const OPER_UP_WAITS_MS: [u64; 8] = [0, 1, 5, 20, 100, 300, 1000, 1000];
@@ -27,8 +25,9 @@ const OPER_UP_WAITS_MS: [u64; 8] = [0, 1, 5, 20, 100, 300, 1000, 1000];
 struct Done {
     /// The bridge, when this ADD created it: removed again if no other port joined meanwhile.
     bridge: Option<u32>,
-    /// The VLAN gateway pair's bridge side, when this ADD created it.
-    vlan_port: Option<u32>,
+    /// The VLAN gateway pair's bridge side and VLAN, when this ADD created it: removed again
+    /// if no other port joined that VLAN meanwhile.
+    vlan_port: Option<(u32, u16)>,
     host_veth: Option<u32>,
     spoofcheck: bool,
     ipam: bool,
@@ -106,8 +105,10 @@ fn attach(
     let mut vlan_iface = None;
     if let Some(ipam) = ipam {
         let version = conf.net.version()?;
-        let ipam_result = ipam.add(version)?;
+        // Marked first: the plugin may have reserved an address even when its result turns out
+        // unusable, and releasing is idempotent.
         done.ipam = true;
+        let ipam_result = ipam.add(version)?;
         if ipam_result.ips.is_empty() {
             return Err(CniError::internal(
                 "the IPAM plugin returned no IP address to configure",
@@ -122,16 +123,18 @@ fn attach(
         container.configure(&result, conf.enable_dad)?;
         if conf.is_gateway {
             let applied = gateway::apply(node, &bridge, conf, &gws, &mut vlan_iface);
-            done.vlan_port = vlan_iface.as_ref().and_then(|v| v.created_port);
+            done.vlan_port = vlan_iface
+                .as_ref()
+                .and_then(|v| v.created_port)
+                .map(|port| (port, conf.vlan));
             applied?;
         }
         if conf.ip_masq {
             let addrs: Vec<_> = result.ips.iter().map(|ip| ip.address).collect();
-            let backend = masq_backend(conf.ip_masq_backend);
             // Recorded first: a setup that fails half-way is undone too (teardown is idempotent).
             done.masq = Some(addrs.clone());
             netkit::masq::setup(
-                backend,
+                conf.ip_masq_backend,
                 &conf.net.name,
                 &args.container_id,
                 &args.ifname,
@@ -182,22 +185,6 @@ fn attach(
     Ok(result)
 }
 
-/// `ipMasqBackend`, else iptables when it is installed (as the reference prefers, so a node
-/// can go back to the Go plugins and still tear the rules down), else nftables.
-fn masq_backend(configured: Option<MasqBackend>) -> Option<netkit::masq::Backend> {
-    match configured {
-        Some(MasqBackend::Nftables) => Some(netkit::masq::Backend::Nftables),
-        Some(MasqBackend::Iptables) => Some(netkit::masq::Backend::Iptables),
-        None if has_program("iptables") => Some(netkit::masq::Backend::Iptables),
-        None => None,
-    }
-}
-
-fn has_program(name: &str) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|dir| dir.join(name).is_file())
-}
-
 /// The host veth once the kernel reports it operationally up (it is a bridge port whose
 /// peer is up).
 fn wait_oper_up(node: &Netlink, host: &Link) -> Result<Link, CniError> {
@@ -210,7 +197,7 @@ fn wait_oper_up(node: &Netlink, host: &Link) -> Result<Link, CniError> {
             .ok_or_else(|| {
                 CniError::internal(format!("host veth {:?} disappeared during ADD", host.name))
             })?;
-        if last.flags & IFF_RUNNING != 0 {
+        if last.running {
             return Ok(last);
         }
     }
@@ -253,10 +240,15 @@ fn undo(
             failures.push(format!("releasing the IPAM reservation: {e}"));
         }
     }
-    for index in [done.host_veth, done.vlan_port].into_iter().flatten() {
-        match node.del_link(index) {
-            Err(e) if e.errno() != Some(libc::ENODEV) => failures.push(e.to_string()),
-            _ => {}
+    if let Some(index) = done.host_veth {
+        if let Err(e) = node.del_link_if_exists(index) {
+            failures.push(e.to_string());
+        }
+    }
+    // After the host veth is gone, so this attachment does not count as a user of the VLAN.
+    if let Some((port, vlan)) = done.vlan_port {
+        if let Err(e) = port::remove_vlan_port_if_unused(node, port, vlan) {
+            failures.push(e.to_string());
         }
     }
     if let Some(index) = done.bridge {

@@ -11,12 +11,9 @@ pub const DEFAULT_BRIDGE: &str = "cni0";
 /// Highest usable 802.1Q VLAN ID (4095 is reserved).
 const MAX_VLAN: i64 = 4094;
 
-/// Which firewall tool programs `ipMasq` rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MasqBackend {
-    Nftables,
-    Iptables,
-}
+/// Which firewall tool programs `ipMasq` rules: netkit's own choice, so the config's value
+/// goes through unchanged.
+pub use netkit::masq::Backend as MasqBackend;
 
 /// The config as written, before checks.
 #[derive(Deserialize)]
@@ -80,6 +77,7 @@ pub struct BridgeConf {
     pub is_default_gateway: bool,
     pub force_address: bool,
     pub ip_masq: bool,
+    /// `ipMasqBackend`; `None` leaves the choice to [`netkit::masq::setup`].
     pub ip_masq_backend: Option<MasqBackend>,
     pub mtu: Option<u32>,
     pub hairpin: bool,

@@ -19,8 +19,11 @@ pub fn del(args: &CmdArgs) -> Result<(), CniError> {
     } else {
         match NetNs::open(&args.netns) {
             Ok(ns) => Some(ns),
-            // The pod's namespace is gone, and the veth with it.
-            Err(e) if e.errno() == Some(libc::ENOENT) => None,
+            // The pod's namespace is gone, and the veth with it: the path no longer exists, or
+            // it is the plain file an unmount leaves behind.
+            Err(e) if e.errno() == Some(libc::ENOENT) || matches!(e, netkit::Error::Invalid(_)) => {
+                None
+            }
             Err(e) => return Err(netns_error(&args.netns, &e)),
         }
     };
@@ -36,9 +39,8 @@ pub fn del(args: &CmdArgs) -> Result<(), CniError> {
     let mut addrs = Vec::new();
     if let Some((nl, index, global)) = found {
         addrs = global;
-        match nl.del_link(index) {
-            Err(e) if e.errno() != Some(libc::ENODEV) => failures.push(e.to_string()),
-            _ => {}
+        if let Err(e) = nl.del_link_if_exists(index) {
+            failures.push(e.to_string());
         }
     }
     if conf.mac_spoof_check {

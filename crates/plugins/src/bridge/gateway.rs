@@ -167,7 +167,8 @@ fn ensure_vlan_iface(
     conf: &BridgeConf,
 ) -> Result<VlanIface, CniError> {
     let name = format!("{}.{vlan}", bridge.name);
-    if name.len() > 15 {
+    // The bridge's own name is valid (the bridge exists), so only the length can be wrong.
+    if netkit::netlink::validate_ifname(&name).is_err() {
         return Err(CniError::invalid_config(format!(
             "the VLAN gateway interface name {name:?} is longer than 15 bytes: use a shorter \
              bridge name"
