@@ -60,10 +60,13 @@ fn with_ipam(
 
 /// A kernel or system failure, with the text that says what and where (errno kept).
 fn sys(e: netkit::Error) -> CniError {
-    match e {
-        netkit::Error::Invalid(msg) => CniError::invalid_config(msg),
-        other => CniError::internal(other.to_string()),
-    }
+    let code = match (&e, e.errno()) {
+        (netkit::Error::Invalid(_), _) => Code::InvalidConfig,
+        // The kernel is busy; the runtime may retry the whole call.
+        (_, Some(libc::EAGAIN | libc::EBUSY)) => Code::TryAgainLater,
+        _ => Code::Internal,
+    };
+    CniError::new(code, e.to_string())
 }
 
 /// The same, with the step that failed in front.
@@ -85,4 +88,28 @@ fn netns_error(path: &str, e: &netkit::Error) -> CniError {
         Code::InvalidNetns,
         format!("cannot open the pod's network namespace {path:?} (CNI_NETNS): {e}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netkit_errors_map_to_codes_a_runtime_can_act_on() {
+        let busy = netkit::Error::Netlink {
+            op: "adding link".into(),
+            errno: libc::EBUSY,
+            msg: String::new(),
+        };
+        assert!(sys(busy).is(Code::TryAgainLater));
+        assert!(sys(netkit::Error::Invalid("bad name".into())).is(Code::InvalidConfig));
+        let exists = netkit::Error::Netlink {
+            op: "adding link".into(),
+            errno: libc::EEXIST,
+            msg: String::new(),
+        };
+        let err = sys(exists);
+        assert!(err.is(Code::Internal));
+        assert!(err.msg.contains("adding link"), "{err}");
+    }
 }
