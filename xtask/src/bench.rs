@@ -2,6 +2,7 @@
 //! the same harness. Prints medians, p90, peak RSS, binary sizes and ratios.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
@@ -151,6 +152,26 @@ pub fn run(args: &[String]) -> Result<()> {
         });
     }
 
+    // The kernel's floor for DEL: deleting the pod's veth with iproute2, net of the exec floor.
+    let mut veth_del = Vec::new();
+    for i in 0..cycles {
+        let id = format!("floor-{i}");
+        sides[0].run("bridge", &sides[0].call("ADD", BRIDGE_V4, &id, &pod))?;
+        let start = Instant::now();
+        let out = Command::new("ip")
+            .args(["-n", pod.name(), "link", "del", "eth0"])
+            .output()?;
+        veth_del.push(start.elapsed());
+        ensure!(
+            out.status.success(),
+            "ip link del: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        sides[0].run("bridge", &sides[0].call("DEL", BRIDGE_V4, &id, &pod))?;
+    }
+    let (veth_del_ms, _) = measure::percentiles(&mut veth_del);
+    let kernel_floor_ms = veth_del_ms - floor_ms;
+
     // 64 ADDs at once, each into its own pod namespace: wall time for all of them.
     let pods: Vec<Netns> = (0..64).map(|i| Netns::new(&format!("bp{i}"))).collect();
     let mut wall = [Vec::new(), Vec::new()];
@@ -189,7 +210,11 @@ pub fn run(args: &[String]) -> Result<()> {
         floor: 0.0,
     });
 
-    print_report(cycles, floor_ms, &rows, rss, &bin)
+    print_report(cycles, floor_ms, &rows, rss, &bin)?;
+    println!(
+        "kernel floor for DEL: `ip link del` of the pod's veth {veth_del_ms:.2} ms median, {kernel_floor_ms:.2} ms net of the exec floor"
+    );
+    Ok(())
 }
 
 fn file_size(p: &Path) -> u64 {
