@@ -9,6 +9,7 @@ packages=(
   containernetworking-plugins  # the Go reference plugins, /usr/lib/cni
   dnsmasq-base         # a real DHCP server for tests
   podman runc busybox-static  # a real container runtime calling our plugins
+  qemu-system-x86 cpio  # cargo xtask vm-test: a Debian kernel with VLAN filtering, ipvlan, 8021q
 )
 
 missing=()
