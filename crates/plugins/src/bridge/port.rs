@@ -264,7 +264,7 @@ mod tests {
             Err(e) if e.errno() == Some(libc::EOPNOTSUPP) => {
                 assert!(
                     std::env::var_os("MULTUS_RS_VM").is_none(),
-                    "MULTUS_RS_VM: {e}"
+                    "MULTUS_RS_VM is set but this kernel has no VLAN filtering: {e}"
                 );
                 nl.add_bridge("vp0", &BridgeOpts::default()).unwrap();
                 false

@@ -1,0 +1,649 @@
+//! `cargo xtask vm-test`: runs the test binaries that have VLAN, ipvlan and 8021q parts under
+//! Debian's cloud kernel in qemu, because the kernel of the development and CI machines lacks
+//! them and cannot load modules. The kernel package is downloaded once into `<target>/vm`; the
+//! initramfs (busybox, the tools the tests run, the test binaries at their own absolute paths)
+//! is rebuilt on every run. Inside the VM `MULTUS_RS_VM=1` turns the tests' "this kernel cannot"
+//! skips into failures.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+/// Test targets (name, kind) that have parts only a full kernel can run.
+const TESTS: &[(&str, &str)] = &[
+    ("netlink", "test"),
+    ("plugins", "lib"),
+    ("bridge", "test"),
+    ("side_by_side", "test"),
+];
+
+/// Kernel modules to load (with their dependencies): the link types, and netfilter for the
+/// bridge plugin's ipMasq (nft and iptables-nft) and spoof check (meta in the bridge family).
+const MODULES: &[&str] = &[
+    "bridge",
+    "veth",
+    "macvlan",
+    "ipvlan",
+    "8021q",
+    "dummy",
+    "nf_tables",
+    "nft_chain_nat",
+    "nft_masq",
+    "nft_compat",
+    "xt_MASQUERADE",
+    "xt_comment",
+    "nft_meta_bridge",
+];
+
+/// Programs the tests run, found on this machine's PATH and put at the same path in the VM.
+const TOOLS: &[&str] = &[
+    "ip",
+    "bridge",
+    "nft",
+    "iptables",
+    "ip6tables",
+    "iptables-save",
+    "ip6tables-save",
+    "iptables-restore",
+    "ip6tables-restore",
+    "ping",
+];
+
+/// The Go reference plugins, which side-by-side tests run from this fixed path.
+const REFERENCE_DIR: &str = "/usr/lib/cni";
+
+/// PATH inside the VM and for finding the tools here: /usr/sbin first, so iproute2 wins over
+/// any busybox applet of the same name.
+const PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// TCG runs the whole set in a few minutes; this is the point where a hang is assumed.
+const TIMEOUT: Duration = Duration::from_secs(600);
+
+const MARK: &str = "=== vm-test";
+
+pub fn run() -> Result<()> {
+    let vm = target_dir()?.join("vm");
+    fs::create_dir_all(&vm)?;
+    let built = build()?;
+    let kernel = Kernel::fetch(&vm)?;
+    let root = vm.join("root");
+    stage(&root, &kernel, &built)?;
+    let initrd = vm.join("initramfs.cpio");
+    pack(&root, &initrd)?;
+
+    println!("vm-test: booting {} under qemu (TCG)", kernel.version);
+    let started = Instant::now();
+    let log = boot(&kernel.vmlinuz(), &initrd)?;
+    println!(
+        "vm-test: VM wall time {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    report(&log, &built.tests)
+}
+
+/// Where cargo puts build output (honours CARGO_TARGET_DIR and config).
+fn target_dir() -> Result<PathBuf> {
+    let out = Command::new(cargo())
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .context("running cargo metadata")?;
+    ensure!(out.status.success(), "cargo metadata failed");
+    let meta: Value = serde_json::from_slice(&out.stdout)?;
+    let dir = meta["target_directory"]
+        .as_str()
+        .context("cargo metadata: no target_directory")?;
+    Ok(PathBuf::from(dir))
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+/// The test binaries to run, by target name, and the `cni-plugins` binary they call.
+struct Built {
+    tests: Vec<(String, PathBuf)>,
+    plugins_bin: PathBuf,
+}
+
+fn build() -> Result<Built> {
+    let mut child = Command::new(cargo())
+        .args(["test", "--no-run", "--message-format=json"])
+        .args(["-p", "netkit", "-p", "plugins"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running cargo test --no-run")?;
+    let stdout = child.stdout.take().context("cargo stdout")?;
+    let mut tests = HashMap::new();
+    let mut plugins_bin = None;
+    for line in BufReader::new(stdout).lines() {
+        let msg: Value = serde_json::from_str(&line?)?;
+        match msg["reason"].as_str() {
+            Some("compiler-message") => {
+                if let Some(text) = msg["message"]["rendered"].as_str() {
+                    eprint!("{text}");
+                }
+            }
+            Some("compiler-artifact") => {
+                let Some(exe) = msg["executable"].as_str() else {
+                    continue;
+                };
+                let name = msg["target"]["name"].as_str().unwrap_or_default();
+                let kind = msg["target"]["kind"][0].as_str().unwrap_or_default();
+                if msg["profile"]["test"] == true {
+                    if TESTS.contains(&(name, kind)) {
+                        tests.insert(name.to_owned(), PathBuf::from(exe));
+                    }
+                } else if name == "cni-plugins" {
+                    // Built for the integration tests, which name it by this absolute path.
+                    plugins_bin = Some(PathBuf::from(exe));
+                }
+            }
+            _ => {}
+        }
+    }
+    ensure!(child.wait()?.success(), "cargo test --no-run failed");
+    let tests = TESTS
+        .iter()
+        .map(|(name, kind)| {
+            let exe = tests
+                .remove(*name)
+                .with_context(|| format!("cargo built no {kind} target {name}"))?;
+            Ok((name.to_string(), exe))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Built {
+        tests,
+        plugins_bin: plugins_bin.context("cargo built no cni-plugins binary")?,
+    })
+}
+
+/// Debian's cloud kernel, unpacked from its package.
+struct Kernel {
+    tree: PathBuf,
+    version: String,
+}
+
+impl Kernel {
+    /// Downloads the package `linux-image-cloud-amd64` points to, unless it is already here.
+    fn fetch(vm: &Path) -> Result<Kernel> {
+        let package = with_apt_update(image_package)?;
+        let tree = vm.join(&package);
+        if !tree.join("boot").is_dir() {
+            let dl = vm.join("dl");
+            fs::create_dir_all(&dl)?;
+            let deb = match find_deb(&dl, &package)? {
+                Some(deb) => deb,
+                None => {
+                    println!("vm-test: downloading {package}");
+                    with_apt_update(|| {
+                        let status = Command::new("apt-get")
+                            .args(["download", "-q", &package])
+                            .current_dir(&dl)
+                            .status()
+                            .context("running apt-get download")?;
+                        ensure!(status.success(), "apt-get download {package} failed");
+                        Ok(())
+                    })?;
+                    find_deb(&dl, &package)?.context("apt-get download left no .deb")?
+                }
+            };
+            // Unpacked beside and renamed, so an interrupted run leaves no half tree.
+            let partial = vm.join(format!("{package}.partial"));
+            let _ = fs::remove_dir_all(&partial);
+            run_ok(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
+            fs::rename(&partial, &tree)?;
+        }
+        let mut versions = fs::read_dir(tree.join("lib/modules"))?
+            .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<Vec<_>>>()?;
+        ensure!(versions.len() == 1, "{package}: modules for {versions:?}");
+        Ok(Kernel {
+            tree,
+            version: versions.remove(0),
+        })
+    }
+
+    fn vmlinuz(&self) -> PathBuf {
+        self.tree.join(format!("boot/vmlinuz-{}", self.version))
+    }
+
+    fn modules_dir(&self) -> PathBuf {
+        self.tree.join("lib/modules").join(&self.version)
+    }
+
+    /// `MODULES` and what they depend on (each module's `depends=`), in load order, with the
+    /// path of each `.ko` or `.ko.xz`. The package has no modules.dep.
+    fn modules_in_load_order(&self) -> Result<Vec<(String, PathBuf)>> {
+        let dir = self.modules_dir();
+        let mut files = HashMap::new();
+        walk(&dir.join("kernel"), &mut |path| {
+            let file = path.file_name().unwrap_or_default().to_string_lossy();
+            if let Some(stem) = file
+                .strip_suffix(".ko")
+                .or_else(|| file.strip_suffix(".ko.xz"))
+            {
+                files.insert(stem.replace('-', "_"), path.to_owned());
+            }
+        })?;
+        let builtin: HashSet<String> = fs::read_to_string(dir.join("modules.builtin"))?
+            .lines()
+            .filter_map(|l| l.rsplit('/').next()?.strip_suffix(".ko"))
+            .map(|m| m.replace('-', "_"))
+            .collect();
+        let mut order = Vec::new();
+        for m in MODULES {
+            visit(&m.replace('-', "_"), &files, &builtin, &mut order)?;
+        }
+        Ok(order)
+    }
+}
+
+fn visit(
+    module: &str,
+    files: &HashMap<String, PathBuf>,
+    builtin: &HashSet<String>,
+    order: &mut Vec<(String, PathBuf)>,
+) -> Result<()> {
+    if builtin.contains(module) || order.iter().any(|(m, _)| m == module) {
+        return Ok(());
+    }
+    let path = files
+        .get(module)
+        .with_context(|| format!("kernel module {module} not in the package"))?;
+    for dep in module_depends(&module_bytes(path)?) {
+        visit(&dep, files, builtin, order)?;
+    }
+    order.push((module.to_owned(), path.clone()));
+    Ok(())
+}
+
+/// The module as `insmod` takes it: Debian 12 ships plain `.ko`, later releases `.ko.xz`.
+fn module_bytes(path: &Path) -> Result<Vec<u8>> {
+    if path.extension().is_some_and(|e| e == "xz") {
+        let out = Command::new("xz").arg("-dc").arg(path).output()?;
+        ensure!(out.status.success(), "xz -dc {}", path.display());
+        Ok(out.stdout)
+    } else {
+        Ok(fs::read(path)?)
+    }
+}
+
+/// The `depends=` entry of a module's .modinfo strings.
+fn module_depends(ko: &[u8]) -> Vec<String> {
+    ko.split(|&b| b == 0)
+        .find_map(|s| s.strip_prefix(b"depends="))
+        .map(|list| {
+            String::from_utf8_lossy(list)
+                .split(',')
+                .filter(|d| !d.is_empty())
+                .map(|d| d.replace('-', "_"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The versioned image package of the cloud flavour, e.g. linux-image-6.1.0-57-cloud-amd64.
+fn image_package() -> Result<String> {
+    let out = Command::new("apt-cache")
+        .args(["depends", "linux-image-cloud-amd64"])
+        .output()
+        .context("running apt-cache depends")?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Depends: linux-image-"))
+        .map(|v| format!("linux-image-{v}"))
+        .context("apt-cache knows no linux-image-cloud-amd64")
+}
+
+/// Runs `f`; on a failure runs `apt-get update` (a fresh machine has no package lists) and
+/// tries once more.
+fn with_apt_update<T>(f: impl Fn() -> Result<T>) -> Result<T> {
+    f().or_else(|e| {
+        println!("vm-test: {e:#}; running apt-get update");
+        run_ok(Command::new("apt-get").args(["update", "-q"]))?;
+        f()
+    })
+}
+
+fn find_deb(dir: &Path, package: &str) -> Result<Option<PathBuf>> {
+    let prefix = format!("{package}_");
+    for e in fs::read_dir(dir)? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) && name.ends_with(".deb") {
+            return Ok(Some(dir.join(name)));
+        }
+    }
+    Ok(None)
+}
+
+fn walk(dir: &Path, f: &mut impl FnMut(&Path)) -> Result<()> {
+    for e in fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            walk(&e.path(), f)?;
+        } else {
+            f(&e.path());
+        }
+    }
+    Ok(())
+}
+
+fn run_ok(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    ensure!(status.success(), "{cmd:?} failed: {status}");
+    Ok(())
+}
+
+/// The initramfs tree, which mirrors this machine's paths.
+struct Root {
+    dir: PathBuf,
+    copied: HashSet<PathBuf>,
+}
+
+impl Root {
+    fn path(&self, abs: &Path) -> PathBuf {
+        self.dir.join(abs.strip_prefix("/").unwrap_or(abs))
+    }
+
+    fn write(&self, abs: &str, text: &str) -> Result<()> {
+        let p = self.path(Path::new(abs));
+        fs::create_dir_all(p.parent().context("no parent")?)?;
+        Ok(fs::write(p, text)?)
+    }
+
+    /// Copies the host file `abs` to the same path, with the shared libraries it needs.
+    fn install(&mut self, abs: &Path) -> Result<()> {
+        if !self.copied.insert(abs.to_owned()) {
+            return Ok(());
+        }
+        self.copy(abs)
+            .with_context(|| format!("putting {} into the initramfs", abs.display()))
+    }
+
+    fn copy(&mut self, abs: &Path) -> Result<()> {
+        let dst = self.path(abs);
+        fs::create_dir_all(dst.parent().context("no parent")?)?;
+        if dst.is_symlink() {
+            // An absolute link would lead the copy out of the tree.
+            fs::remove_file(&dst)?;
+        }
+        fs::copy(abs, &dst)?;
+        // ldd fails on static binaries: they need nothing.
+        let out = Command::new("ldd").arg(abs).output()?;
+        for lib in String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter(|w| w.starts_with('/'))
+        {
+            self.install(Path::new(lib))?;
+        }
+        Ok(())
+    }
+
+    /// Installs the program found as `name` on PATH; a symlink (alternatives, multi-call
+    /// binaries) becomes a link to the real file, so the program still sees its own name.
+    fn install_tool(&mut self, name: &str) -> Result<PathBuf> {
+        let found = PATH
+            .split(':')
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.exists())
+            .with_context(|| format!("{name} is not installed (scripts/deps.sh installs it)"))?;
+        let real = fs::canonicalize(&found)?;
+        self.install(&real)?;
+        if real != found {
+            let link = self.path(&found);
+            if link.symlink_metadata().is_err() {
+                fs::create_dir_all(link.parent().context("no parent")?)?;
+                symlink(&real, &link)?;
+            }
+        }
+        Ok(real)
+    }
+}
+
+fn stage(dir: &Path, kernel: &Kernel, built: &Built) -> Result<()> {
+    if dir.exists() {
+        fs::remove_dir_all(dir)?;
+    }
+    fs::create_dir_all(dir)?;
+    let mut root = Root {
+        dir: dir.to_owned(),
+        copied: HashSet::new(),
+    };
+    // The same /bin, /lib ... symlinks as here (merged /usr), so every path a binary or library
+    // knows itself by is valid in the VM too.
+    for top in ["bin", "sbin", "lib", "lib64"] {
+        let host = Path::new("/").join(top);
+        match fs::read_link(&host) {
+            Ok(target) => {
+                // Relative, so that nothing written into the tree lands on this machine.
+                let target = target.strip_prefix("/").unwrap_or(&target);
+                fs::create_dir_all(dir.join(target))?;
+                symlink(target, dir.join(top))?;
+            }
+            Err(_) => fs::create_dir_all(dir.join(top))?,
+        }
+    }
+    for d in [
+        "dev",
+        "proc",
+        "sys",
+        "run/netns",
+        "tmp",
+        "var/lib",
+        "root",
+        "usr/sbin",
+    ] {
+        fs::create_dir_all(dir.join(d))?;
+    }
+    root.write(
+        "/etc/passwd",
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n",
+    )?;
+    root.write("/etc/group", "root:x:0:\nnogroup:x:65534:\n")?;
+
+    let busybox = root.install_tool("busybox")?;
+    for tool in TOOLS {
+        root.install_tool(tool)?;
+    }
+    // iptables loads its matches and targets (MASQUERADE, comment) from here at run time.
+    let xtables = root
+        .copied
+        .iter()
+        .find(|p| p.to_string_lossy().contains("/libxtables.so"))
+        .map(|p| p.with_file_name("xtables"))
+        .context("iptables without libxtables")?;
+    for e in fs::read_dir(&xtables)? {
+        root.install(&e?.path())?;
+    }
+    for e in fs::read_dir(REFERENCE_DIR)
+        .with_context(|| format!("{REFERENCE_DIR}: containernetworking-plugins missing"))?
+    {
+        root.install(&e?.path())?;
+    }
+    root.install(&built.plugins_bin)?;
+    for (_, exe) in &built.tests {
+        root.install(exe)?;
+    }
+
+    // Last, so that no file is copied through one of these links.
+    let applets = Command::new(&busybox).arg("--list").output()?;
+    for applet in String::from_utf8_lossy(&applets.stdout).lines() {
+        let link = dir.join("bin").join(applet);
+        if !TOOLS.contains(&applet) && link.symlink_metadata().is_err() {
+            symlink(&busybox, link)?;
+        }
+    }
+
+    let modules = kernel.modules_in_load_order()?;
+    let mod_dir = format!("/lib/modules/{}", kernel.version);
+    for (name, path) in &modules {
+        let dst = root.path(Path::new(&format!("{mod_dir}/{name}.ko")));
+        fs::create_dir_all(dst.parent().context("no parent")?)?;
+        fs::write(dst, module_bytes(path)?)?;
+    }
+    let names: Vec<&str> = modules.iter().map(|(n, _)| n.as_str()).collect();
+    root.write("/init", &init_script(&mod_dir, &names, &built.tests))?;
+    let init = root.path(Path::new("/init"));
+    let mut perm = fs::metadata(&init)?.permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+    fs::set_permissions(init, perm)?;
+    Ok(())
+}
+
+/// PID 1 in the VM: mounts, modules, each test binary with an exit marker, power off.
+fn init_script(mod_dir: &str, modules: &[&str], tests: &[(String, PathBuf)]) -> String {
+    // The root is already a writable tmpfs: /tmp and /var/lib need no mounts of their own, and
+    // binaries whose path is under /tmp stay visible. devtmpfs has no /dev/stdin, which `nft -f -`
+    // opens.
+    let mut s = format!(
+        "#!/bin/sh\n\
+         mount -t proc proc /proc\n\
+         mount -t sysfs sysfs /sys\n\
+         mount -t devtmpfs devtmpfs /dev\n\
+         ln -s /proc/self/fd /dev/fd\n\
+         ln -s fd/0 /dev/stdin\n\
+         ln -s fd/1 /dev/stdout\n\
+         ln -s fd/2 /dev/stderr\n\
+         export PATH={PATH} HOME=/root MULTUS_RS_VM=1 RUST_BACKTRACE=1\n\
+         echo \"{MARK} kernel $(uname -r)\"\n\
+         for m in {}; do\n\
+         \x20 insmod {mod_dir}/$m.ko || echo \"{MARK} module-failed $m\"\n\
+         done\n\
+         cd /tmp\n",
+        modules.join(" ")
+    );
+    for (name, exe) in tests {
+        let _ = writeln!(
+            s,
+            "echo \"{MARK} start {name}\"\n{} --test-threads=1\necho \"{MARK} exit {name} $?\"",
+            exe.display()
+        );
+    }
+    let _ = writeln!(s, "echo \"{MARK} done\"\npoweroff -f");
+    s
+}
+
+/// An uncompressed newc archive: TCG is slow at decompressing, fast at copying.
+fn pack(root: &Path, out: &Path) -> Result<()> {
+    let file = fs::File::create(out)?;
+    run_ok(
+        Command::new("sh")
+            .args(["-c", "find . | cpio -o -H newc --quiet"])
+            .current_dir(root)
+            .stdout(file),
+    )
+}
+
+/// Boots the VM and returns its serial console output, echoed as it arrives.
+fn boot(kernel: &Path, initrd: &Path) -> Result<Vec<String>> {
+    // /dev/kvm here is kvm_pvm, which cannot run a stock kernel: software emulation.
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "1"])
+        .args(["-nodefaults", "-no-user-config", "-display", "none"])
+        .args(["-serial", "stdio", "-no-reboot"])
+        .arg("-kernel")
+        .arg(kernel)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 quiet panic=-1 rdinit=/init"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("running qemu-system-x86_64 (scripts/deps.sh installs qemu-system-x86)")?;
+    let stdout = child.stdout.take().context("qemu stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        while matches!(reader.read_until(b'\n', &mut buf), Ok(n) if n > 0) {
+            let line = String::from_utf8_lossy(&buf).trim_end().to_owned();
+            buf.clear();
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + TIMEOUT;
+    let mut log = Vec::new();
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                println!("{line}");
+                log.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("the VM did not finish within {} s", TIMEOUT.as_secs());
+            }
+        }
+    }
+    let status = child.wait()?;
+    ensure!(status.success(), "qemu failed: {status}");
+    Ok(log)
+}
+
+/// One line per test binary from the markers and libtest's output; an error if any failed.
+fn report(log: &[String], tests: &[(String, PathBuf)]) -> Result<()> {
+    let mut problems = Vec::new();
+    for line in log {
+        if let Some(m) = line.strip_prefix(&format!("{MARK} module-failed ")) {
+            problems.push(format!("module {m} did not load"));
+        }
+    }
+    if !log.iter().any(|l| l == &format!("{MARK} done")) {
+        problems.push("the VM stopped before running every test binary".into());
+    }
+    println!("vm-test results ({}):", kernel_line(log));
+    for (name, _) in tests {
+        let start = format!("{MARK} start {name}");
+        let exit = format!("{MARK} exit {name} ");
+        let body: Vec<&String> = log
+            .iter()
+            .skip_while(|l| **l != start)
+            .take_while(|l| !l.starts_with(&exit))
+            .collect();
+        let code = log.iter().find_map(|l| l.strip_prefix(&exit));
+        let summary = body
+            .iter()
+            .rev()
+            .find(|l| l.starts_with("test result:"))
+            .map_or("no test result", |l| l.as_str());
+        let failed: BTreeSet<&str> = body
+            .iter()
+            .filter_map(|l| l.strip_prefix("test ")?.strip_suffix(" ... FAILED"))
+            .collect();
+        let ok = code == Some("0");
+        println!(
+            "  {name:<14} {:<6} {summary}",
+            if ok { "ok" } else { "FAILED" }
+        );
+        for t in &failed {
+            println!("      failed: {t}");
+        }
+        if !ok {
+            problems.push(format!("{name} exited with {}", code.unwrap_or("nothing")));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        bail!("vm-test failed: {}", problems.join("; "))
+    }
+}
+
+fn kernel_line(log: &[String]) -> &str {
+    log.iter()
+        .find_map(|l| l.strip_prefix(&format!("{MARK} kernel ")))
+        .unwrap_or("kernel unknown")
+}
