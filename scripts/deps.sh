@@ -26,3 +26,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# Debian's cloud kernel for the VM tests (cargo xtask vm-test), which this machine's kernel cannot
+# replace: bridge VLAN filtering, ipvlan, 8021q. Downloaded here because `cargo xtask` runs in a
+# network namespace of its own, with no network.
+cache=/var/cache/multus-rs
+kernel_package() { apt-cache depends linux-image-cloud-amd64 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }'; }
+pkg=$(kernel_package)
+if [ -z "$pkg" ]; then
+  apt-get update -qq
+  pkg=$(kernel_package)
+fi
+if ! ls "$cache/${pkg}"_*.deb >/dev/null 2>&1; then
+  echo "downloading $pkg for the VM tests"
+  mkdir -p "$cache"
+  # apt's sandbox user cannot write to a root-only directory; download as root, quietly.
+  (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null) \
+    || { apt-get update -qq && (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null); }
+fi

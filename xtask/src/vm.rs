@@ -74,7 +74,7 @@ pub fn run() -> Result<()> {
     let vm = target_dir()?.join("vm");
     fs::create_dir_all(&vm)?;
     let built = build()?;
-    let kernel = Kernel::fetch(&vm)?;
+    let kernel = Kernel::unpack(&vm)?;
     let root = vm.join("root");
     stage(&root, &kernel, &built)?;
     let initrd = vm.join("initramfs.cpio");
@@ -173,29 +173,15 @@ struct Kernel {
 }
 
 impl Kernel {
-    /// Downloads the package `linux-image-cloud-amd64` points to, unless it is already here.
-    fn fetch(vm: &Path) -> Result<Kernel> {
-        let package = with_apt_update(image_package)?;
+    /// Unpacks the kernel package that scripts/deps.sh downloaded, unless already unpacked.
+    /// (The download happens there: `cargo xtask` runs in a namespace with no network.)
+    fn unpack(vm: &Path) -> Result<Kernel> {
+        let deb = kernel_deb()?;
+        let file = deb.file_name().unwrap_or_default().to_string_lossy();
+        let package = file.split('_').next().unwrap_or_default().to_owned();
         let tree = vm.join(&package);
         if !tree.join("boot").is_dir() {
-            let dl = vm.join("dl");
-            fs::create_dir_all(&dl)?;
-            let deb = match find_deb(&dl, &package)? {
-                Some(deb) => deb,
-                None => {
-                    println!("vm-test: downloading {package}");
-                    with_apt_update(|| {
-                        let status = Command::new("apt-get")
-                            .args(["download", "-q", &package])
-                            .current_dir(&dl)
-                            .status()
-                            .context("running apt-get download")?;
-                        ensure!(status.success(), "apt-get download {package} failed");
-                        Ok(())
-                    })?;
-                    find_deb(&dl, &package)?.context("apt-get download left no .deb")?
-                }
-            };
+            fs::create_dir_all(vm)?;
             // Unpacked beside and renamed, so an interrupted run leaves no half tree.
             let partial = vm.join(format!("{package}.partial"));
             let _ = fs::remove_dir_all(&partial);
@@ -291,38 +277,25 @@ fn module_depends(ko: &[u8]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The versioned image package of the cloud flavour, e.g. linux-image-6.1.0-57-cloud-amd64.
-fn image_package() -> Result<String> {
-    let out = Command::new("apt-cache")
-        .args(["depends", "linux-image-cloud-amd64"])
-        .output()
-        .context("running apt-cache depends")?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Depends: linux-image-"))
-        .map(|v| format!("linux-image-{v}"))
-        .context("apt-cache knows no linux-image-cloud-amd64")
-}
+/// Where scripts/deps.sh keeps Debian's cloud kernel package for the VM tests.
+const KERNEL_CACHE: &str = "/var/cache/multus-rs";
 
-/// Runs `f`; on a failure runs `apt-get update` (a fresh machine has no package lists) and
-/// tries once more.
-fn with_apt_update<T>(f: impl Fn() -> Result<T>) -> Result<T> {
-    f().or_else(|e| {
-        println!("vm-test: {e:#}; running apt-get update");
-        run_ok(Command::new("apt-get").args(["update", "-q"]))?;
-        f()
+/// The newest cloud kernel package in [`KERNEL_CACHE`].
+fn kernel_deb() -> Result<PathBuf> {
+    let mut debs: Vec<PathBuf> = fs::read_dir(KERNEL_CACHE)
+        .map(|dir| {
+            dir.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    let name = p.file_name().unwrap_or_default().to_string_lossy();
+                    name.starts_with("linux-image-") && name.ends_with(".deb")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    debs.sort();
+    debs.pop().with_context(|| {
+        format!("no kernel package in {KERNEL_CACHE}: run scripts/deps.sh, which downloads it")
     })
-}
-
-fn find_deb(dir: &Path, package: &str) -> Result<Option<PathBuf>> {
-    let prefix = format!("{package}_");
-    for e in fs::read_dir(dir)? {
-        let name = e?.file_name().to_string_lossy().into_owned();
-        if name.starts_with(&prefix) && name.ends_with(".deb") {
-            return Ok(Some(dir.join(name)));
-        }
-    }
-    Ok(None)
 }
 
 fn walk(dir: &Path, f: &mut impl FnMut(&Path)) -> Result<()> {
