@@ -28,6 +28,11 @@ impl CniArgs {
         Ok(CniArgs { pairs })
     }
 
+    /// Every pair, in order.
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.pairs
+    }
+
     /// The value for `key`; a repeated key's last value wins, as in the reference.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.pairs

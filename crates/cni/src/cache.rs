@@ -219,8 +219,9 @@ pub fn list(cache_dir: &Path) -> Result<Vec<Result<CachedAttachment, CniError>>,
         .collect())
 }
 
-/// Go's encoding of `[]byte` in JSON: standard base64 with padding; `null` is empty.
-mod base64_bytes {
+/// Go's encoding of `[]byte` in JSON (standard base64 with padding; `null` is empty), for
+/// `#[serde(with = ...)]` wherever a file written by Go holds bytes.
+pub mod base64_bytes {
     use serde::{Deserialize, Deserializer, Serializer};
 
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

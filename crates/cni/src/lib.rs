@@ -8,6 +8,7 @@ pub mod config;
 pub mod env;
 pub mod error;
 pub mod invoke;
+pub mod network;
 pub mod result;
 pub mod skel;
 pub mod version;

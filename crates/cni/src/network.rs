@@ -1,0 +1,382 @@
+//! Running a whole network the way libcni does, for callers that act as a runtime (multus):
+//! a single plugin config or a list, with `prevResult` chaining, runtime config injected only
+//! for the capabilities each plugin declares, DEL in reverse order, and the result cache.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::cache::{self, CachedAttachment};
+use crate::invoke::{self, DelegateEnv};
+use crate::{CniError, CniResult, Code, Command, GcAttachment, NetConfList, Version};
+
+/// A network config: one plugin, or a list of them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Network {
+    pub name: String,
+    pub version: Version,
+    pub disable_check: bool,
+    pub disable_gc: bool,
+    plugins: Vec<Map<String, Value>>,
+    is_list: bool,
+    /// The config as given; this is what the result cache records.
+    bytes: Vec<u8>,
+}
+
+/// One attachment of a network: what libcni calls the runtime config.
+#[derive(Clone, Copy, Debug)]
+pub struct Attachment<'a> {
+    pub container_id: &'a str,
+    pub netns: &'a str,
+    pub ifname: &'a str,
+    /// `CNI_ARGS` pairs, in order.
+    pub args: &'a [(String, String)],
+    /// Runtime config offered to plugins that declare the capability (`ips`, `mac`, ...).
+    pub capability_args: &'a Map<String, Value>,
+    pub path: &'a [PathBuf],
+    pub cache_dir: &'a Path,
+}
+
+impl Network {
+    /// Reads a config or a config list (a JSON object with `plugins`).
+    pub fn parse(bytes: &[u8]) -> Result<Network, CniError> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| CniError::decoding(format!("error parsing network config: {e}")))?;
+        let Value::Object(object) = value else {
+            return Err(CniError::decoding(
+                "error parsing network config: expected a JSON object",
+            ));
+        };
+        if object.contains_key("plugins") {
+            let list = NetConfList::parse(bytes)?;
+            return Ok(Network {
+                name: list.name.clone(),
+                version: list.effective_version()?,
+                disable_check: list.disable_check,
+                disable_gc: list.disable_gc,
+                plugins: list.plugins,
+                is_list: true,
+                bytes: bytes.to_vec(),
+            });
+        }
+        let name = object
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        crate::config::validate_network_name(&name)?;
+        match object.get("type").and_then(Value::as_str) {
+            Some(t) if !t.is_empty() => {}
+            _ => {
+                return Err(CniError::invalid_config(format!(
+                    "network {name:?} has no plugin type"
+                )))
+            }
+        }
+        let version = Version::from_config(
+            object
+                .get("cniVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        )?;
+        Ok(Network {
+            name,
+            version,
+            disable_check: false,
+            disable_gc: false,
+            plugins: vec![object],
+            is_list: false,
+            bytes: bytes.to_vec(),
+        })
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub fn is_list(&self) -> bool {
+        self.is_list
+    }
+
+    /// The plugins' own configs, in order.
+    pub fn plugins(&self) -> &[Map<String, Value>] {
+        &self.plugins
+    }
+
+    /// Whether any plugin declares `capability` (`"capabilities": {"<name>": true}`).
+    pub fn has_capability(&self, capability: &str) -> bool {
+        self.plugins.iter().any(|p| {
+            p.get("capabilities")
+                .and_then(|c| c.get(capability))
+                .and_then(Value::as_bool)
+                == Some(true)
+        })
+    }
+
+    fn plugin_type(&self, index: usize) -> &str {
+        self.plugins[index]
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    /// The stdin of plugin `index`: the list's name and version, the capability args it
+    /// declared, and `prevResult`.
+    fn plugin_config(
+        &self,
+        index: usize,
+        capability_args: &Map<String, Value>,
+        prev_result: Option<&Value>,
+    ) -> Result<Vec<u8>, CniError> {
+        let mut conf = self.plugins[index].clone();
+        if self.is_list {
+            conf.insert("name".into(), self.name.clone().into());
+            conf.insert("cniVersion".into(), self.version.as_str().into());
+        }
+        crate::config::inject_runtime_config(&mut conf, capability_args);
+        if let Some(prev) = prev_result {
+            conf.insert("prevResult".into(), prev.clone());
+        }
+        serde_json::to_vec(&conf)
+            .map_err(|e| CniError::internal(format!("cannot encode plugin config: {e}")))
+    }
+
+    fn exec(
+        &self,
+        index: usize,
+        command: Command,
+        att: &Attachment,
+        stdin: &[u8],
+    ) -> Result<Option<Value>, CniError> {
+        let args = join_args(att.args);
+        let env = DelegateEnv {
+            container_id: att.container_id,
+            netns: att.netns,
+            ifname: att.ifname,
+            args: &args,
+            path: att.path,
+        };
+        invoke::delegate(self.plugin_type(index), command, &env, stdin)
+    }
+
+    /// ADD: every plugin in order, each given the previous one's result; the last result is
+    /// cached and returned, in the network's version.
+    pub fn add(&self, att: &Attachment) -> Result<CniResult, CniError> {
+        let mut prev: Option<Value> = None;
+        let mut result = CniResult::default();
+        for index in 0..self.plugins.len() {
+            let stdin = self.plugin_config(index, att.capability_args, prev.as_ref())?;
+            let args = join_args(att.args);
+            let env = DelegateEnv {
+                container_id: att.container_id,
+                netns: att.netns,
+                ifname: att.ifname,
+                args: &args,
+                path: att.path,
+            };
+            let bin = invoke::find_in_path(self.plugin_type(index), att.path)?;
+            result = invoke::exec_add(&bin, &env, &stdin)?;
+            prev = Some(result.to_value(self.version)?);
+        }
+        let cached = CachedAttachment {
+            container_id: att.container_id.to_owned(),
+            config: self.bytes.clone(),
+            ifname: att.ifname.to_owned(),
+            network_name: self.name.clone(),
+            netns: att.netns.to_owned(),
+            cni_args: att.args.to_vec(),
+            capability_args: att.capability_args.clone(),
+            result: prev,
+        };
+        cache::write(att.cache_dir, &cached)?;
+        Ok(result)
+    }
+
+    /// The cached result of this attachment in the network's version, when there is one.
+    pub fn cached_result(&self, att: &Attachment) -> Result<Option<Value>, CniError> {
+        let Some(cached) = cache::read(att.cache_dir, &self.name, att.container_id, att.ifname)?
+        else {
+            return Ok(None);
+        };
+        let Some(result) = cached.result else {
+            return Ok(None);
+        };
+        let result = CniResult::from_value(&result)?;
+        result.to_value(self.version).map(Some)
+    }
+
+    /// DEL: every plugin in reverse order (with the cached result as `prevResult` from 0.4.0
+    /// on), then the cache entry goes. Every plugin is called even when one fails; the errors
+    /// are joined.
+    pub fn del(&self, att: &Attachment) -> Result<(), CniError> {
+        let prev = if self.version >= Version::V0_4_0 {
+            self.cached_result(att)?
+        } else {
+            None
+        };
+        let mut errors: Vec<CniError> = Vec::new();
+        for index in (0..self.plugins.len()).rev() {
+            let outcome = self
+                .plugin_config(index, att.capability_args, prev.as_ref())
+                .and_then(|stdin| self.exec(index, Command::Del, att, &stdin));
+            if let Err(e) = outcome {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            return cache::remove(att.cache_dir, &self.name, att.container_id, att.ifname);
+        }
+        Err(join_errors(errors))
+    }
+
+    /// CHECK: every plugin, each with the cached result; needs 0.4.0 and a cached result.
+    pub fn check(&self, att: &Attachment) -> Result<(), CniError> {
+        if !self.version.has_check() {
+            return Err(CniError::new(
+                Code::IncompatibleVersion,
+                format!(
+                    "network {:?} is version {}: CHECK needs 0.4.0 or later",
+                    self.name, self.version
+                ),
+            ));
+        }
+        if self.disable_check {
+            return Ok(());
+        }
+        let prev = self.cached_result(att)?.ok_or_else(|| {
+            CniError::new(
+                Code::UnknownContainer,
+                format!(
+                    "no cached result for network {:?}, container {}, interface {}",
+                    self.name, att.container_id, att.ifname
+                ),
+            )
+        })?;
+        for index in 0..self.plugins.len() {
+            let stdin = self.plugin_config(index, att.capability_args, Some(&prev))?;
+            self.exec(index, Command::Check, att, &stdin)?;
+        }
+        Ok(())
+    }
+
+    /// STATUS of every plugin; networks older than 1.1.0 have no STATUS and pass.
+    pub fn status(&self, path: &[PathBuf]) -> Result<(), CniError> {
+        if !self.version.has_status_and_gc() {
+            return Ok(());
+        }
+        let empty = Map::new();
+        let att = Attachment {
+            container_id: "",
+            netns: "",
+            ifname: "",
+            args: &[],
+            capability_args: &empty,
+            path,
+            cache_dir: Path::new(""),
+        };
+        for index in 0..self.plugins.len() {
+            let stdin = self.plugin_config(index, &empty, None)?;
+            self.exec(index, Command::Status, &att, &stdin)?;
+        }
+        Ok(())
+    }
+
+    /// GC as libcni does it: DEL each cached attachment of this network that is not in
+    /// `valid`, then GC on every plugin with the valid list. Networks older than 1.1.0, or with
+    /// `disableGC`, are left alone. Every step runs; the errors are joined.
+    pub fn gc(
+        &self,
+        path: &[PathBuf],
+        cache_dir: &Path,
+        valid: &[GcAttachment],
+    ) -> Result<(), CniError> {
+        if !self.version.has_status_and_gc() || self.disable_gc {
+            return Ok(());
+        }
+        let mut errors = Vec::new();
+        for entry in cache::list(cache_dir)? {
+            let cached = match entry {
+                Ok(cached) => cached,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            };
+            let in_use = valid
+                .iter()
+                .any(|v| v.container_id == cached.container_id && v.ifname == cached.ifname);
+            if cached.network_name != self.name || in_use {
+                continue;
+            }
+            let att = Attachment {
+                container_id: &cached.container_id,
+                netns: &cached.netns,
+                ifname: &cached.ifname,
+                args: &cached.cni_args,
+                capability_args: &cached.capability_args,
+                path,
+                cache_dir,
+            };
+            if let Err(e) = self.del(&att) {
+                errors.push(e);
+            }
+        }
+        let empty = Map::new();
+        let att = Attachment {
+            container_id: "",
+            netns: "",
+            ifname: "",
+            args: &[],
+            capability_args: &empty,
+            path,
+            cache_dir,
+        };
+        let valid_json = serde_json::to_value(valid)
+            .map_err(|e| CniError::internal(format!("cannot encode valid attachments: {e}")))?;
+        for index in 0..self.plugins.len() {
+            let outcome = self.plugin_config(index, &empty, None).and_then(|stdin| {
+                let mut conf: Map<String, Value> = serde_json::from_slice(&stdin)
+                    .map_err(|e| CniError::internal(format!("cannot re-read config: {e}")))?;
+                conf.insert("cni.dev/valid-attachments".into(), valid_json.clone());
+                let stdin = serde_json::to_vec(&conf)
+                    .map_err(|e| CniError::internal(format!("cannot encode config: {e}")))?;
+                self.exec(index, Command::Gc, &att, &stdin)
+            });
+            if let Err(e) = outcome {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(join_errors(errors))
+        }
+    }
+}
+
+/// `CNI_ARGS` from pairs.
+pub fn join_args(args: &[(String, String)]) -> String {
+    args.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// One error for several: the first one's code, every message.
+pub fn join_errors(mut errors: Vec<CniError>) -> CniError {
+    if errors.len() == 1 {
+        return errors.remove(0);
+    }
+    let code = errors.first().map(|e| e.code).unwrap_or(Code::Internal as u32);
+    let msg = errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" / ");
+    CniError {
+        cni_version: String::new(),
+        code,
+        msg,
+        details: String::new(),
+    }
+}

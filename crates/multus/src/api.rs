@@ -1,0 +1,45 @@
+//! What multus needs from the Kubernetes API, as plain data. The commands talk to a `dyn Api`
+//! only, so everything else works (and is tested) on pods and NAD configs as values.
+
+use std::collections::BTreeMap;
+
+use crate::error::Result;
+
+/// The parts of a pod multus reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub annotations: BTreeMap<String, String>,
+}
+
+impl Pod {
+    /// A static (mirror) pod: its UID in the API differs from the kubelet's.
+    pub fn is_static(&self) -> bool {
+        self.annotations
+            .get("kubernetes.io/config.source")
+            .is_some_and(|source| source != "api")
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    Normal,
+    Warning,
+}
+
+pub trait Api {
+    /// The pod, or `None` when the API says it does not exist.
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>>;
+    /// A NAD's `spec.config` (empty when the spec has none), or `None` when it does not exist.
+    fn nad_config(&self, namespace: &str, name: &str) -> Result<Option<String>>;
+    /// Merges `annotations` into the pod's annotations.
+    fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>)
+        -> Result<()>;
+    /// Records an event on the pod; returns once the API has it.
+    fn event(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) -> Result<()>;
+}
+
+/// Opens the API for a configuration; `None` means multus runs without one.
+pub type Connect = fn(&crate::config::MultusConf) -> Result<Option<Box<dyn Api>>>;

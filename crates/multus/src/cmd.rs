@@ -1,0 +1,542 @@
+//! The CNI commands. Kubernetes calls happen here and in [`crate::resolve`] only, through
+//! [`Api`]; everything else works on plain data.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cni::network::Attachment;
+use cni::{CmdArgs, CniError, CniResult, GcAttachment};
+
+use crate::api::{Api, EventKind, Pod};
+use crate::config::MultusConf;
+use crate::delegate::{self, Delegate};
+use crate::error::{Error, Result};
+use crate::resolve::Context;
+use crate::route::{self, DefaultRouteChange};
+use crate::status::{self, NetworkStatus};
+
+/// The pod, as the runtime names it in `CNI_ARGS`.
+#[derive(Clone, Debug, Default)]
+pub struct K8sArgs {
+    pub namespace: String,
+    pub name: String,
+    pub infra_container_id: String,
+    pub uid: String,
+    /// Every `CNI_ARGS` pair, passed on to delegates.
+    pub pairs: Vec<(String, String)>,
+}
+
+impl K8sArgs {
+    pub fn parse(raw: &str) -> Result<K8sArgs> {
+        let args = cni::args::CniArgs::parse(raw)?;
+        let get = |k: &str| args.get(k).unwrap_or_default().to_owned();
+        Ok(K8sArgs {
+            namespace: get("K8S_POD_NAMESPACE"),
+            name: get("K8S_POD_NAME"),
+            infra_container_id: get("K8S_POD_INFRA_CONTAINER_ID"),
+            uid: get("K8S_POD_UID"),
+            pairs: args.pairs().to_vec(),
+        })
+    }
+
+    /// `CNI_ARGS` for a delegate: the pod's identity first (as upstream orders it), then the
+    /// runtime's other pairs, then the MAC and IPs the selection asked for.
+    fn for_delegate(&self, d: &Delegate) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = [
+            ("IgnoreUnknown", "true"),
+            ("K8S_POD_NAMESPACE", self.namespace.as_str()),
+            ("K8S_POD_NAME", self.name.as_str()),
+            ("K8S_POD_INFRA_CONTAINER_ID", self.infra_container_id.as_str()),
+            ("K8S_POD_UID", self.uid.as_str()),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        for (k, v) in &self.pairs {
+            match out.iter_mut().find(|(key, _)| key == k) {
+                Some(slot) if slot.1.is_empty() => slot.1.clone_from(v),
+                Some(_) => {}
+                None => out.push((k.clone(), v.clone())),
+            }
+        }
+        if let Some(mac) = &d.mac {
+            out.push(("MAC".into(), mac.clone()));
+        }
+        if !d.ips.is_empty() {
+            out.push(("IP".into(), d.ips.join(",")));
+        }
+        out
+    }
+}
+
+/// One command's inputs.
+pub struct Invocation<'a> {
+    pub conf: MultusConf,
+    pub k8s: K8sArgs,
+    pub args: &'a CmdArgs,
+    /// `binDir`, then `CNI_PATH`.
+    pub path: Vec<PathBuf>,
+    pub api: Option<&'a dyn Api>,
+}
+
+impl Invocation<'_> {
+    fn context<'b>(&'b self, pod: Option<&'b Pod>) -> Context<'b> {
+        Context {
+            conf: &self.conf,
+            api: self.api,
+            pod,
+            pod_namespace: &self.k8s.namespace,
+        }
+    }
+
+    fn attachment<'b>(
+        &'b self,
+        ifname: &'b str,
+        cni_args: &'b [(String, String)],
+        capability_args: &'b serde_json::Map<String, serde_json::Value>,
+    ) -> Attachment<'b> {
+        Attachment {
+            container_id: &self.args.container_id,
+            netns: &self.args.netns,
+            ifname,
+            args: cni_args,
+            capability_args,
+            path: &self.path,
+            cache_dir: &self.conf.cni_dir,
+        }
+    }
+
+    fn is_system_namespace(&self) -> bool {
+        self.conf.system_namespaces.contains(&self.k8s.namespace)
+    }
+
+    /// The pod from the API, checked against the runtime's UID. `None` without an API or
+    /// without a pod name (a runtime other than the kubelet).
+    fn pod(&self) -> Result<Option<Pod>> {
+        let Some(api) = self.api else { return Ok(None) };
+        if self.k8s.name.is_empty() {
+            return Ok(None);
+        }
+        let pod_ref = format!("{}/{}", self.k8s.namespace, self.k8s.name);
+        let pod = api
+            .pod(&self.k8s.namespace, &self.k8s.name)?
+            .ok_or_else(|| Error::Api(format!("pod {pod_ref} not found")))?;
+        if !self.k8s.uid.is_empty() && pod.uid != self.k8s.uid && !pod.is_static() {
+            return Err(Error::UidMismatch {
+                pod: pod_ref,
+                expected: self.k8s.uid.clone(),
+                actual: pod.uid,
+            });
+        }
+        Ok(Some(pod))
+    }
+
+    fn event(&self, pod: Option<&Pod>, kind: EventKind, reason: &str, message: &str) {
+        if let (Some(api), Some(pod)) = (self.api, pod) {
+            if let Err(e) = api.event(pod, kind, reason, message) {
+                tracing::error!("cannot record event {reason} on the pod: {e}");
+            }
+        }
+    }
+
+    /// Runs `f` for every delegate in reverse order, collecting the errors.
+    fn del_each(&self, delegates: &[Delegate]) -> Vec<Error> {
+        let mut errors = Vec::new();
+        for (index, d) in delegates.iter().enumerate().rev() {
+            let ifname = d.ifname(&self.args.ifname, index);
+            let cni_args = self.k8s.for_delegate(d);
+            let caps = d.capability_args(index, &self.conf.runtime_config);
+            let att = self.attachment(&ifname, &cni_args, &caps);
+            tracing::debug!(network = %d.name, %ifname, "DEL");
+            if let Err(source) = d.network.del(&att) {
+                tracing::error!(network = %d.name, %ifname, "DEL failed: {source}");
+                errors.push(Error::Delegate {
+                    network: d.name.clone(),
+                    ifname,
+                    source: Box::new(source),
+                });
+            }
+        }
+        errors
+    }
+}
+
+/// Waits for the readiness indicator file, polling, for at most `readinessTimeoutSeconds`.
+fn wait_ready(conf: &MultusConf) -> Result<()> {
+    let Some(file) = &conf.readiness_indicator_file else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + conf.readiness_timeout;
+    loop {
+        if file.exists() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::NotReady(format!(
+                "readiness indicator file {} did not appear within {} s",
+                file.display(),
+                conf.readiness_timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn add(inv: &Invocation) -> Result<CniResult> {
+    wait_ready(&inv.conf)?;
+    let pod = inv.pod()?;
+    let delegates = inv.context(pod.as_ref()).delegates()?;
+    // Everything that can be refused is refused before anything runs.
+    for (index, d) in delegates.iter().enumerate() {
+        d.check_capabilities(&d.ifname(&inv.args.ifname, index))?;
+    }
+    delegate::save_cache(&inv.conf.cni_dir, &inv.args.container_id, &delegates)?;
+
+    let mut results: Vec<CniResult> = Vec::with_capacity(delegates.len());
+    let mut statuses: Vec<NetworkStatus> = Vec::new();
+    for (index, d) in delegates.iter().enumerate() {
+        let ifname = d.ifname(&inv.args.ifname, index);
+        match attach(inv, d, index, &ifname) {
+            Ok(result) => {
+                statuses.extend(status::entries(
+                    &result,
+                    &d.name,
+                    &ifname,
+                    index == 0,
+                    &d.default_route,
+                ));
+                results.push(result);
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                undo(inv, &delegates[..=index]);
+                inv.event(pod.as_ref(), EventKind::Warning, "AddInterfaceFailed", &msg);
+                return Err(e);
+            }
+        }
+    }
+    if let (Some(api), Some(pod)) = (inv.api, pod.as_ref()) {
+        if !inv.is_system_namespace() {
+            let annotations = BTreeMap::from([(
+                status::NETWORK_STATUS_ANNOTATION.to_owned(),
+                status::annotation(&statuses),
+            )]);
+            if let Err(e) = api.set_pod_annotations(pod, &annotations) {
+                undo(inv, &delegates);
+                return Err(e);
+            }
+        }
+    }
+    for ((index, d), result) in delegates.iter().enumerate().zip(&results) {
+        let ips: Vec<String> = result.ips.iter().map(|ip| ip.address.to_string()).collect();
+        let msg = format!(
+            "Add {} [{}] from {}",
+            d.ifname(&inv.args.ifname, index),
+            ips.join(" "),
+            d.name
+        );
+        tracing::info!("{msg}");
+        inv.event(pod.as_ref(), EventKind::Normal, "AddedInterface", &msg);
+    }
+    results
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::config("delegates", "no cluster network"))
+}
+
+/// ADD of one delegate, with its `default-route` applied.
+fn attach(inv: &Invocation, d: &Delegate, index: usize, ifname: &str) -> Result<CniResult> {
+    if route::interface_exists(&inv.args.netns, ifname)? {
+        return Err(Error::Request {
+            network: d.name.clone(),
+            ifname: ifname.to_owned(),
+            msg: "the pod already has an interface of this name".to_owned(),
+        });
+    }
+    let cni_args = inv.k8s.for_delegate(d);
+    let caps = d.capability_args(index, &inv.conf.runtime_config);
+    let att = inv.attachment(ifname, &cni_args, &caps);
+    tracing::debug!(network = %d.name, %ifname, "ADD");
+    let mut result = d.network.add(&att).map_err(|source| Error::Delegate {
+        network: d.name.clone(),
+        ifname: ifname.to_owned(),
+        source: Box::new(source),
+    })?;
+    let change = DefaultRouteChange {
+        remove_v4: d.filter_v4_gateway || d.default_route.iter().any(|g| g.is_ipv4()),
+        remove_v6: d.filter_v6_gateway || d.default_route.iter().any(|g| g.is_ipv6()),
+        add: &d.default_route,
+    };
+    if !change.is_empty() {
+        route::apply(&inv.args.netns, ifname, &change, &mut result)?;
+        rewrite_cached_result(inv, d, ifname, &result)?;
+    }
+    Ok(result)
+}
+
+/// The libcni cache must hold the routes the interface really has, for DEL and CHECK.
+fn rewrite_cached_result(
+    inv: &Invocation,
+    d: &Delegate,
+    ifname: &str,
+    result: &CniResult,
+) -> Result<()> {
+    let dir = &inv.conf.cni_dir;
+    let id = &inv.args.container_id;
+    if let Some(mut cached) = cni::cache::read(dir, &d.network.name, id, ifname)? {
+        cached.result = Some(result.to_value(d.network.version)?);
+        cni::cache::write(dir, &cached)?;
+    }
+    Ok(())
+}
+
+/// Rolls back a failed ADD: DEL of `delegates` in reverse order, then the delegate cache.
+fn undo(inv: &Invocation, delegates: &[Delegate]) {
+    for e in inv.del_each(delegates) {
+        tracing::error!("rollback: {e}");
+    }
+    if let Err(e) = delegate::remove_cache(&inv.conf.cni_dir, &inv.args.container_id) {
+        tracing::error!("rollback: {e}");
+    }
+}
+
+pub fn del(inv: &Invocation) -> Result<()> {
+    if let Some(file) = &inv.conf.readiness_indicator_file {
+        if !file.exists() {
+            tracing::info!("readiness indicator file {} is missing on DEL", file.display());
+        }
+    }
+    let pod = match inv.pod() {
+        Ok(pod) => pod,
+        Err(e) => {
+            tracing::info!("DEL continues without the pod: {e}");
+            None
+        }
+    };
+    let dir = &inv.conf.cni_dir;
+    let id = &inv.args.container_id;
+    let mut errors = Vec::new();
+    let (delegates, cached) = match delegate::load_cache(dir, id, &inv.conf.cni_version) {
+        Ok(Some(delegates)) => (delegates, true),
+        Ok(None) => (rebuild(inv, pod.as_ref())?, false),
+        Err(e) => {
+            let path = delegate::cache_path(dir, id);
+            let aside = path.with_file_name(format!("{id}.corrupt"));
+            let moved = std::fs::rename(&path, &aside);
+            tracing::error!("{e}; deleting what can be known without it");
+            errors.push(match moved {
+                Ok(()) => Error::Cache {
+                    path: path.display().to_string(),
+                    msg: format!(
+                        "{e}; moved to {} and deleted what could be known without it",
+                        aside.display()
+                    ),
+                },
+                Err(_) => e,
+            });
+            (rebuild(inv, pod.as_ref())?, false)
+        }
+    };
+    let failures = inv.del_each(&delegates);
+    if cached && (failures.is_empty() || !inv.conf.retry_delete_on_error) {
+        delegate::remove_cache(dir, id)?;
+    }
+    errors.extend(failures);
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(Error::Many(errors)),
+    }
+}
+
+/// The delegates of an attachment without a cache: from the API when the pod is there,
+/// otherwise only what the configuration alone names, said in the log.
+fn rebuild(inv: &Invocation, pod: Option<&Pod>) -> Result<Vec<Delegate>> {
+    let ctx = inv.context(pod);
+    if pod.is_some() {
+        match ctx.delegates() {
+            Ok(delegates) => return Ok(delegates),
+            Err(e) => tracing::error!(
+                "no delegate cache, and the pod's networks cannot be resolved ({e}): only the cluster network and defaultNetworks are deleted"
+            ),
+        }
+    } else {
+        tracing::error!(
+            "no delegate cache in {} and no pod from the API: only the cluster network and defaultNetworks are deleted; networks from the pod's annotation cannot be known",
+            inv.conf.cni_dir.display()
+        );
+    }
+    ctx.cluster_networks()
+}
+
+pub fn check(inv: &Invocation) -> Result<()> {
+    let delegates = delegate::load_cache(
+        &inv.conf.cni_dir,
+        &inv.args.container_id,
+        &inv.conf.cni_version,
+    )?
+    .ok_or_else(|| Error::Cache {
+        path: delegate::cache_path(&inv.conf.cni_dir, &inv.args.container_id)
+            .display()
+            .to_string(),
+        msg: "no delegate cache: this container was not added by multus".to_owned(),
+    })?;
+    let mut errors = Vec::new();
+    for (index, d) in delegates.iter().enumerate() {
+        let ifname = d.ifname(&inv.args.ifname, index);
+        if !d.network.version.has_check() {
+            tracing::info!(network = %d.name, "CHECK skipped: version {}", d.network.version);
+            continue;
+        }
+        let cni_args = inv.k8s.for_delegate(d);
+        let caps = d.capability_args(index, &inv.conf.runtime_config);
+        if let Err(source) = d.network.check(&inv.attachment(&ifname, &cni_args, &caps)) {
+            errors.push(Error::Delegate {
+                network: d.name.clone(),
+                ifname,
+                source: Box::new(source),
+            });
+        }
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(Error::Many(errors)),
+    }
+}
+
+pub fn status(inv: &Invocation) -> Result<()> {
+    if let Some(file) = &inv.conf.readiness_indicator_file {
+        if !file.exists() {
+            return Err(Error::NotReady(format!(
+                "readiness indicator file {} does not exist",
+                file.display()
+            )));
+        }
+    }
+    let cluster = inv.context(None).cluster_networks()?;
+    let d = cluster
+        .first()
+        .ok_or_else(|| Error::config("delegates", "no cluster network"))?;
+    d.network.status(&inv.path).map_err(|source| Error::Delegate {
+        network: d.name.clone(),
+        ifname: String::new(),
+        source: Box::new(source),
+    })
+}
+
+/// GC: the runtime's valid attachments are multus's own (one per container); each valid
+/// container's delegates are valid too. Every network known from the caches is collected.
+pub fn gc(inv: &Invocation) -> Result<()> {
+    let valid = inv.conf.valid_attachments.clone().ok_or_else(|| {
+        Error::config(
+            "cni.dev/valid-attachments",
+            "GC needs the runtime's list of valid attachments",
+        )
+    })?;
+    let dir = &inv.conf.cni_dir;
+    let mut errors = Vec::new();
+    let mut expanded: Vec<GcAttachment> = valid.clone();
+    let mut networks: Vec<Delegate> = inv.context(None).cluster_networks()?;
+    let mut stale = Vec::new();
+    for id in delegate::cached_containers(dir)? {
+        let delegates = match delegate::load_cache(dir, &id, &inv.conf.cni_version) {
+            Ok(Some(d)) => d,
+            Ok(None) => continue,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        match valid.iter().find(|v| v.container_id == id) {
+            Some(v) => expanded.extend(delegates.iter().enumerate().map(|(i, d)| GcAttachment {
+                container_id: id.clone(),
+                ifname: d.ifname(&v.ifname, i),
+            })),
+            None => stale.push(id),
+        }
+        for d in delegates {
+            if !networks.iter().any(|n| n.network.name == d.network.name) {
+                networks.push(d);
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    for d in networks.iter().filter(|d| seen.insert(d.network.name.clone())) {
+        if let Err(source) = d.network.gc(&inv.path, dir, &expanded) {
+            errors.push(Error::Delegate {
+                network: d.name.clone(),
+                ifname: String::new(),
+                source: Box::new(source),
+            });
+        }
+    }
+    if errors.is_empty() {
+        for id in stale {
+            delegate::remove_cache(dir, &id)?;
+        }
+        return Ok(());
+    }
+    Err(Error::Many(errors))
+}
+
+/// The `cni::Plugin` adapter: parses the config, sets up logging and the API, and maps
+/// errors to CNI error objects.
+pub struct Multus {
+    /// Connects to the Kubernetes API named by the configuration (`None`: no API).
+    pub connect: crate::api::Connect,
+}
+
+impl Multus {
+    fn run<T>(&self, args: &CmdArgs, f: fn(&Invocation) -> Result<T>) -> std::result::Result<T, CniError> {
+        let conf = MultusConf::parse(&args.stdin).map_err(|e| e.to_cni())?;
+        crate::log::init(&conf);
+        let k8s = K8sArgs::parse(&args.args).map_err(|e| e.to_cni())?;
+        let span = tracing::error_span!(
+            "multus",
+            command = args.command.as_str(),
+            pod = %format!("{}/{}", k8s.namespace, k8s.name),
+            container = %args.container_id,
+            ifname = %args.ifname,
+        );
+        let _guard = span.enter();
+        let api = (self.connect)(&conf).map_err(|e| {
+            tracing::error!("{e}");
+            e.to_cni()
+        })?;
+        let inv = Invocation {
+            path: conf.plugin_path(&args.path),
+            conf,
+            k8s,
+            args,
+            api: api.as_deref(),
+        };
+        f(&inv).map_err(|e| {
+            tracing::error!("{e}");
+            e.to_cni()
+        })
+    }
+}
+
+impl cni::Plugin for Multus {
+    fn add(&self, args: &CmdArgs) -> std::result::Result<CniResult, CniError> {
+        self.run(args, add)
+    }
+
+    fn del(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
+        self.run(args, del)
+    }
+
+    fn check(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
+        self.run(args, check)
+    }
+
+    fn status(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
+        self.run(args, status)
+    }
+
+    fn gc(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
+        self.run(args, gc)
+    }
+}

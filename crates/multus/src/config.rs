@@ -1,0 +1,305 @@
+//! The multus configuration (the runtime's stdin, usually `00-multus.conf`): every upstream
+//! option with upstream's defaults. A value of the wrong type or an unknown value is an error
+//! that names the key; keys multus does not know are left alone, as upstream does.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+pub const DEFAULT_CONF_DIR: &str = "/etc/cni/multus/net.d";
+pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni/multus";
+pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
+pub const DEFAULT_MULTUS_NAMESPACE: &str = "kube-system";
+
+/// How much multus logs (upstream's levels, in increasing order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Panic,
+    Error,
+    Verbose,
+    Debug,
+}
+
+impl LogLevel {
+    fn parse(text: &str) -> Option<LogLevel> {
+        Some(match text.to_ascii_lowercase().as_str() {
+            "panic" => LogLevel::Panic,
+            "error" => LogLevel::Error,
+            "verbose" => LogLevel::Verbose,
+            "debug" => LogLevel::Debug,
+            _ => return None,
+        })
+    }
+}
+
+/// `logOptions`: rotation settings for `logFile`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogOptions {
+    pub max_age: Option<u64>,
+    pub max_size: Option<u64>,
+    pub max_backups: Option<u64>,
+    pub compress: Option<bool>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MultusConf {
+    pub cni_version: String,
+    pub name: String,
+    pub conf_dir: PathBuf,
+    pub cni_dir: PathBuf,
+    pub bin_dir: PathBuf,
+    /// Inline delegates: the first is the cluster network. Used when `clusterNetwork` is empty.
+    pub delegates: Vec<Map<String, Value>>,
+    pub cluster_network: String,
+    pub default_networks: Vec<String>,
+    pub kubeconfig: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    pub log_level: LogLevel,
+    pub log_to_stderr: bool,
+    pub log_options: LogOptions,
+    /// The runtime's runtime config: it goes to the cluster network only.
+    pub runtime_config: Map<String, Value>,
+    pub readiness_indicator_file: Option<PathBuf>,
+    pub namespace_isolation: bool,
+    /// `globalNamespaces`: namespaces whose NADs any pod may use under isolation.
+    pub global_namespaces: Vec<String>,
+    pub system_namespaces: Vec<String>,
+    pub multus_namespace: String,
+    pub retry_delete_on_error: bool,
+    /// How long ADD and STATUS wait for the readiness indicator file (ours; upstream: 45 s).
+    pub readiness_timeout: Duration,
+    /// Per-request timeout and retries of Kubernetes calls (ours).
+    pub api_timeout: Duration,
+    pub api_retries: u32,
+    /// `cni.dev/valid-attachments`, for GC.
+    pub valid_attachments: Option<Vec<cni::GcAttachment>>,
+}
+
+impl MultusConf {
+    pub fn parse(bytes: &[u8]) -> Result<MultusConf> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+            Error::from(cni::CniError::decoding(format!(
+                "error parsing multus config: {e}"
+            )))
+        })?;
+        let Value::Object(map) = value else {
+            return Err(Error::from(cni::CniError::decoding(
+                "error parsing multus config: expected a JSON object",
+            )));
+        };
+        let keys = Keys(&map);
+        let log_level = match keys.string("logLevel")? {
+            None => LogLevel::Panic,
+            Some(s) if s.is_empty() => LogLevel::Panic,
+            Some(s) => LogLevel::parse(&s).ok_or_else(|| {
+                Error::config(
+                    "logLevel",
+                    format!("unknown level {s:?}: use panic, error, verbose or debug"),
+                )
+            })?,
+        };
+        let log_options = match keys.object("logOptions")? {
+            None => LogOptions::default(),
+            Some(o) => {
+                let o = Keys(o);
+                LogOptions {
+                    max_age: o.uint("maxAge", "logOptions.maxAge")?,
+                    max_size: o.uint("maxSize", "logOptions.maxSize")?,
+                    max_backups: o.uint("maxBackups", "logOptions.maxBackups")?,
+                    compress: o.bool_named("compress", "logOptions.compress")?,
+                }
+            }
+        };
+        let delegates = match keys.get("delegates") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, d)| match d {
+                    Value::Object(o) => Ok(o.clone()),
+                    _ => Err(Error::config(
+                        &format!("delegates[{i}]"),
+                        "a delegate must be a network config object",
+                    )),
+                })
+                .collect::<Result<_>>()?,
+            Some(_) => return Err(Error::config("delegates", "must be a list of configs")),
+        };
+        let cluster_network = keys.string("clusterNetwork")?.unwrap_or_default();
+        if delegates.is_empty() && cluster_network.is_empty() {
+            return Err(Error::config(
+                "clusterNetwork",
+                "set clusterNetwork or at least one entry in delegates",
+            ));
+        }
+        let global_namespaces = match keys.string("globalNamespaces")? {
+            Some(raw) if !raw.is_empty() => raw
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            _ => vec!["default".to_owned()],
+        };
+        let runtime_config = keys.object("runtimeConfig")?.cloned().unwrap_or_default();
+        let valid_attachments = match keys.get("cni.dev/valid-attachments") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| {
+                Error::config("cni.dev/valid-attachments", format!("invalid: {e}"))
+            })?),
+        };
+        let path = |key: &str| -> Result<Option<PathBuf>> {
+            Ok(keys
+                .string(key)?
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from))
+        };
+        let seconds = |key: &str, default: u64| -> Result<Duration> {
+            Ok(Duration::from_secs(keys.uint(key, key)?.unwrap_or(default)))
+        };
+        MultusConf {
+            cni_version: keys.string("cniVersion")?.unwrap_or_default(),
+            name: keys.string("name")?.unwrap_or_default(),
+            conf_dir: path("confDir")?.unwrap_or_else(|| DEFAULT_CONF_DIR.into()),
+            cni_dir: path("cniDir")?.unwrap_or_else(|| DEFAULT_CNI_DIR.into()),
+            bin_dir: path("binDir")?.unwrap_or_else(|| DEFAULT_BIN_DIR.into()),
+            delegates,
+            cluster_network,
+            default_networks: keys.string_list("defaultNetworks")?,
+            kubeconfig: path("kubeconfig")?,
+            log_file: path("logFile")?,
+            log_level,
+            log_to_stderr: keys.bool("logToStderr")?.unwrap_or(true),
+            log_options,
+            runtime_config,
+            readiness_indicator_file: path("readinessindicatorfile")?,
+            namespace_isolation: keys.bool("namespaceIsolation")?.unwrap_or(false),
+            global_namespaces,
+            system_namespaces: match keys.get("systemNamespaces") {
+                None | Some(Value::Null) => vec!["kube-system".to_owned()],
+                Some(_) => keys.string_list("systemNamespaces")?,
+            },
+            multus_namespace: keys
+                .string("multusNamespace")?
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| DEFAULT_MULTUS_NAMESPACE.to_owned()),
+            retry_delete_on_error: keys.bool("retryDeleteOnError")?.unwrap_or(false),
+            readiness_timeout: seconds("readinessTimeoutSeconds", 45)?,
+            api_timeout: seconds("apiTimeoutSeconds", 10)?,
+            api_retries: keys
+                .uint("apiRetries", "apiRetries")?
+                .map_or(Ok(3), u32::try_from)
+                .map_err(|_| Error::config("apiRetries", "too large"))?,
+            valid_attachments,
+        }
+        .checked()
+    }
+
+    fn checked(self) -> Result<MultusConf> {
+        if !self.cni_version.is_empty() {
+            self.cni_version
+                .parse::<cni::Version>()
+                .map_err(|e| Error::config("cniVersion", e.to_string()))?;
+        }
+        for ns in self
+            .global_namespaces
+            .iter()
+            .chain(&self.system_namespaces)
+            .chain(std::iter::once(&self.multus_namespace))
+        {
+            if !crate::selection::is_dns1123_label(ns) {
+                return Err(Error::config(
+                    "globalNamespaces/systemNamespaces/multusNamespace",
+                    format!("{ns:?} is not a valid namespace name"),
+                ));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The directories delegates are looked up in: `binDir` first, then `CNI_PATH`.
+    pub fn plugin_path(&self, cni_path: &[PathBuf]) -> Vec<PathBuf> {
+        let mut path = vec![self.bin_dir.clone()];
+        path.extend(cni_path.iter().filter(|p| **p != self.bin_dir).cloned());
+        path
+    }
+}
+
+/// Typed reads of a JSON object whose errors name the key.
+struct Keys<'a>(&'a Map<String, Value>);
+
+impl<'a> Keys<'a> {
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.0.get(key)
+    }
+
+    fn string(&self, key: &str) -> Result<Option<String>> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(Error::config(
+                key,
+                format!("must be a string, not {other}"),
+            )),
+        }
+    }
+
+    fn bool(&self, key: &str) -> Result<Option<bool>> {
+        self.bool_named(key, key)
+    }
+
+    fn bool_named(&self, key: &str, name: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(Error::config(
+                name,
+                format!("must be true or false, not {other}"),
+            )),
+        }
+    }
+
+    fn uint(&self, key: &str, name: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
+            Some(other) => Err(Error::config(
+                name,
+                format!("must be a whole number of 0 or more, not {other}"),
+            )),
+        }
+    }
+
+    fn object(&self, key: &str) -> Result<Option<&'a Map<String, Value>>> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(o)) => Ok(Some(o)),
+            Some(other) => Err(Error::config(
+                key,
+                format!("must be an object, not {other}"),
+            )),
+        }
+    }
+
+    fn string_list(&self, key: &str) -> Result<Vec<String>> {
+        match self.get(key) {
+            None | Some(Value::Null) => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                    other => Err(Error::config(
+                        key,
+                        format!("entries must be non-empty strings, not {other}"),
+                    )),
+                })
+                .collect(),
+            Some(other) => Err(Error::config(
+                key,
+                format!("must be a list of strings, not {other}"),
+            )),
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! A delegate: one network multus attaches (a conf or a conflist, exec'd like a runtime would),
+//! with what the pod asked of it; and the delegate cache `<cniDir>/<containerID>`, in the file
+//! format upstream multus writes, so DEL works from either implementation's file.
+
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use cni::network::Network;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::selection::Selection;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Delegate {
+    /// The name network-status shows: `<namespace>/<nad>` for a NAD, else the network's own.
+    pub name: String,
+    pub network: Network,
+    pub ifname_request: Option<String>,
+    pub mac: Option<String>,
+    pub ips: Vec<String>,
+    pub infiniband_guid: Option<String>,
+    pub device_id: Option<String>,
+    pub port_mappings: Option<Value>,
+    pub bandwidth: Option<Value>,
+    /// `default-route`: the gateways this network's interface is to carry.
+    pub default_route: Vec<IpAddr>,
+    /// Remove this interface's IPv4/IPv6 default routes (another network has `default-route`).
+    pub filter_v4_gateway: bool,
+    pub filter_v6_gateway: bool,
+}
+
+impl Delegate {
+    /// A delegate from a config (conf or conflist). `origin` says where it came from, for errors.
+    pub fn from_config(bytes: &[u8], origin: &str) -> Result<Delegate> {
+        let network = Network::parse(bytes).map_err(|source| Error::NetworkConfig {
+            network: origin.to_owned(),
+            source: Box::new(source),
+        })?;
+        Ok(Delegate {
+            name: network.name.clone(),
+            network,
+            ifname_request: None,
+            mac: None,
+            ips: Vec::new(),
+            infiniband_guid: None,
+            device_id: None,
+            port_mappings: None,
+            bandwidth: None,
+            default_route: Vec::new(),
+            filter_v4_gateway: false,
+            filter_v6_gateway: false,
+        })
+    }
+
+    /// The delegate for a selection whose NAD config is `config`: the NAD's name is injected
+    /// when the config has none, `cni-args` go to every plugin as `args.cni`.
+    pub fn for_selection(config: &str, selection: &Selection) -> Result<Delegate> {
+        let origin = format!("{}/{}", selection.namespace, selection.name);
+        let bad = |msg: String| Error::NetworkConfig {
+            network: origin.clone(),
+            source: Box::new(cni::CniError::decoding(msg)),
+        };
+        let mut value: Map<String, Value> = match serde_json::from_str(config) {
+            Ok(Value::Object(o)) => o,
+            Ok(_) => return Err(bad("spec.config must be a JSON object".to_owned())),
+            Err(e) => return Err(bad(format!("spec.config is not valid JSON: {e}"))),
+        };
+        let has_name = value
+            .get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        if !has_name {
+            value.insert("name".into(), selection.name.clone().into());
+        }
+        if let Some(args) = &selection.cni_args {
+            let is_list = value.contains_key("plugins");
+            match value.get_mut("plugins") {
+                Some(Value::Array(plugins)) => {
+                    for plugin in plugins.iter_mut().filter_map(Value::as_object_mut) {
+                        inject_cni_args(plugin, args);
+                    }
+                }
+                _ if !is_list => inject_cni_args(&mut value, args),
+                _ => {}
+            }
+        }
+        let bytes = serde_json::to_vec(&value).map_err(|e| bad(e.to_string()))?;
+        let mut delegate = Delegate::from_config(&bytes, &origin)?;
+        delegate.name = origin;
+        delegate.ifname_request = selection.interface.clone();
+        delegate.mac = selection.mac.clone();
+        delegate.ips = selection.ips.clone();
+        delegate.infiniband_guid = selection.infiniband_guid.clone();
+        delegate.device_id = selection.device_id.clone();
+        delegate.port_mappings = selection.port_mappings.clone();
+        delegate.bandwidth = selection.bandwidth.clone();
+        delegate.default_route = selection.default_route.clone();
+        Ok(delegate)
+    }
+
+    /// The interface this delegate gets: its request, the runtime's for the cluster network
+    /// (index 0), `net<index>` otherwise.
+    pub fn ifname(&self, runtime_ifname: &str, index: usize) -> String {
+        match &self.ifname_request {
+            Some(name) => name.clone(),
+            None if index == 0 => runtime_ifname.to_owned(),
+            None => format!("net{index}"),
+        }
+    }
+
+    /// What the delegate is offered as runtime config: the cluster network (index 0) gets the
+    /// runtime's own; every other delegate gets only what its selection asked for.
+    pub fn capability_args(&self, index: usize, runtime: &Map<String, Value>) -> Map<String, Value> {
+        let mut args = if index == 0 { runtime.clone() } else { Map::new() };
+        if let Some(p) = &self.port_mappings {
+            args.insert("portMappings".into(), p.clone());
+        }
+        if let Some(b) = &self.bandwidth {
+            args.insert("bandwidth".into(), b.clone());
+        }
+        if !self.ips.is_empty() {
+            args.insert("ips".into(), self.ips.clone().into());
+        }
+        if let Some(mac) = &self.mac {
+            args.insert("mac".into(), mac.clone().into());
+        }
+        if let Some(guid) = &self.infiniband_guid {
+            args.insert("infinibandGUID".into(), guid.clone().into());
+        }
+        if let Some(id) = &self.device_id {
+            args.insert("deviceID".into(), id.clone().into());
+        }
+        args
+    }
+
+    /// Fails when the selection asks for `ips` or `mac` and no plugin of this delegate declares
+    /// the capability to receive it.
+    pub fn check_capabilities(&self, ifname: &str) -> Result<()> {
+        for (asked, capability) in [(!self.ips.is_empty(), "ips"), (self.mac.is_some(), "mac")] {
+            if asked && !self.network.has_capability(capability) {
+                return Err(Error::Request {
+                    network: self.name.clone(),
+                    ifname: ifname.to_owned(),
+                    msg: format!(
+                        "the selection asks for {capability:?} but no plugin in this network declares \"capabilities\": {{\"{capability}\": true}}"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn inject_cni_args(conf: &mut Map<String, Value>, args: &Map<String, Value>) {
+    let outer = conf
+        .entry("args")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !outer.is_object() {
+        *outer = Value::Object(Map::new());
+    }
+    if let Value::Object(outer) = outer {
+        let cni = outer
+            .entry("cni")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !cni.is_object() {
+            *cni = Value::Object(Map::new());
+        }
+        if let Value::Object(cni) = cni {
+            cni.extend(args.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+    }
+}
+
+/// One delegate as upstream's cache file holds it (field names are upstream's).
+#[derive(Serialize, Deserialize)]
+struct CachedDelegate {
+    #[serde(rename = "Conf", default)]
+    conf: Value,
+    #[serde(rename = "ConfList", default)]
+    conf_list: Value,
+    #[serde(rename = "Name", default)]
+    name: String,
+    #[serde(rename = "ifnameRequest", default, skip_serializing_if = "Option::is_none")]
+    ifname_request: Option<String>,
+    #[serde(rename = "macRequest", default, skip_serializing_if = "Option::is_none")]
+    mac: Option<String>,
+    #[serde(rename = "infinibandGUIDRequest", default, skip_serializing_if = "Option::is_none")]
+    infiniband_guid: Option<String>,
+    #[serde(rename = "ipRequest", default, skip_serializing_if = "Vec::is_empty")]
+    ips: Vec<String>,
+    #[serde(rename = "default-route", default, skip_serializing_if = "Vec::is_empty")]
+    default_route: Vec<IpAddr>,
+    #[serde(rename = "IsFilterV4Gateway", default)]
+    filter_v4_gateway: bool,
+    #[serde(rename = "IsFilterV6Gateway", default)]
+    filter_v6_gateway: bool,
+    #[serde(rename = "deviceID", default, skip_serializing_if = "Option::is_none")]
+    device_id: Option<String>,
+    /// Ours: upstream does not keep these, so its DEL cannot pass them on.
+    #[serde(rename = "portMappings", default, skip_serializing_if = "Option::is_none")]
+    port_mappings: Option<Value>,
+    #[serde(rename = "bandwidth", default, skip_serializing_if = "Option::is_none")]
+    bandwidth: Option<Value>,
+    #[serde(rename = "Bytes", default, with = "cni::cache::base64_bytes")]
+    bytes: Vec<u8>,
+}
+
+impl CachedDelegate {
+    fn from_delegate(d: &Delegate) -> CachedDelegate {
+        let config: Value = serde_json::from_slice(d.network.bytes()).unwrap_or_default();
+        let pick = |keys: &[&str]| {
+            let mut m = Map::new();
+            for k in keys {
+                if let Some(v) = config.get(*k) {
+                    m.insert((*k).to_owned(), v.clone());
+                }
+            }
+            Value::Object(m)
+        };
+        let (conf, conf_list) = if d.network.is_list() {
+            (
+                pick(&["cniVersion", "name"]),
+                pick(&["cniVersion", "name", "plugins"]),
+            )
+        } else {
+            (
+                pick(&["cniVersion", "name", "type", "capabilities", "ipam", "dns"]),
+                pick(&[]),
+            )
+        };
+        CachedDelegate {
+            conf,
+            conf_list,
+            name: d.name.clone(),
+            ifname_request: d.ifname_request.clone(),
+            mac: d.mac.clone(),
+            infiniband_guid: d.infiniband_guid.clone(),
+            ips: d.ips.clone(),
+            default_route: d.default_route.clone(),
+            filter_v4_gateway: d.filter_v4_gateway,
+            filter_v6_gateway: d.filter_v6_gateway,
+            device_id: d.device_id.clone(),
+            port_mappings: d.port_mappings.clone(),
+            bandwidth: d.bandwidth.clone(),
+            bytes: d.network.bytes().to_vec(),
+        }
+    }
+
+    fn into_delegate(self, fallback_version: &str) -> std::result::Result<Delegate, String> {
+        if self.bytes.is_empty() {
+            return Err(format!("delegate {:?} has no config (Bytes)", self.name));
+        }
+        let bytes = with_list_version(&self.bytes, fallback_version);
+        let network = Network::parse(&bytes)
+            .map_err(|e| format!("delegate {:?} has an unusable config: {e}", self.name))?;
+        Ok(Delegate {
+            name: if self.name.is_empty() {
+                network.name.clone()
+            } else {
+                self.name
+            },
+            network,
+            ifname_request: self.ifname_request.filter(|s| !s.is_empty()),
+            mac: self.mac.filter(|s| !s.is_empty()),
+            ips: self.ips,
+            infiniband_guid: self.infiniband_guid.filter(|s| !s.is_empty()),
+            device_id: self.device_id.filter(|s| !s.is_empty()),
+            port_mappings: self.port_mappings,
+            bandwidth: self.bandwidth,
+            default_route: self.default_route,
+            filter_v4_gateway: self.filter_v4_gateway,
+            filter_v6_gateway: self.filter_v6_gateway,
+        })
+    }
+}
+
+/// A conflist cached without `cniVersion` gets multus's own, as upstream's DEL does.
+fn with_list_version(bytes: &[u8], version: &str) -> Vec<u8> {
+    if version.is_empty() {
+        return bytes.to_vec();
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(mut o))
+            if o.contains_key("plugins")
+                && o.get("cniVersion")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty) =>
+        {
+            o.insert("cniVersion".into(), version.into());
+            serde_json::to_vec(&o).unwrap_or_else(|_| bytes.to_vec())
+        }
+        _ => bytes.to_vec(),
+    }
+}
+
+/// `<cniDir>/<containerID>`.
+pub fn cache_path(cni_dir: &Path, container_id: &str) -> PathBuf {
+    cni_dir.join(container_id)
+}
+
+fn cache_error(path: &Path, msg: impl std::fmt::Display) -> Error {
+    Error::Cache {
+        path: path.display().to_string(),
+        msg: msg.to_string(),
+    }
+}
+
+/// Writes the delegate list atomically: a temp file in `cni_dir`, synced, renamed over.
+pub fn save_cache(cni_dir: &Path, container_id: &str, delegates: &[Delegate]) -> Result<()> {
+    let path = cache_path(cni_dir, container_id);
+    let entries: Vec<CachedDelegate> = delegates.iter().map(CachedDelegate::from_delegate).collect();
+    let bytes = serde_json::to_vec(&entries).map_err(|e| cache_error(&path, e))?;
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(cni_dir)
+        .map_err(|e| cache_error(cni_dir, format!("cannot create: {e}")))?;
+    let tmp = cni_dir.join(format!(".{container_id}.tmp-{}", std::process::id()));
+    let written = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(&bytes)?;
+            f.sync_all()
+        })
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .and_then(|()| File::open(cni_dir)?.sync_all());
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(cache_error(&path, format!("cannot write: {e}")));
+    }
+    Ok(())
+}
+
+/// Reads the delegate list; `None` when there is no file. A file that cannot be read or
+/// decoded is an error naming it.
+pub fn load_cache(
+    cni_dir: &Path,
+    container_id: &str,
+    cni_version: &str,
+) -> Result<Option<Vec<Delegate>>> {
+    let path = cache_path(cni_dir, container_id);
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(cache_error(&path, format!("cannot read: {e}"))),
+    };
+    let entries: Vec<CachedDelegate> = serde_json::from_slice(&bytes)
+        .map_err(|e| cache_error(&path, format!("corrupt: {e}")))?;
+    if entries.is_empty() {
+        return Err(cache_error(&path, "corrupt: no delegates"));
+    }
+    entries
+        .into_iter()
+        .map(|e| e.into_delegate(cni_version))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map(Some)
+        .map_err(|msg| cache_error(&path, format!("corrupt: {msg}")))
+}
+
+pub fn remove_cache(cni_dir: &Path, container_id: &str) -> Result<()> {
+    let path = cache_path(cni_dir, container_id);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != ErrorKind::NotFound => {
+            Err(cache_error(&path, format!("cannot remove: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Every container ID with a delegate cache in `cni_dir` (for GC).
+pub fn cached_containers(cni_dir: &Path) -> Result<Vec<String>> {
+    let entries = match std::fs::read_dir(cni_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(cache_error(cni_dir, format!("cannot list: {e}"))),
+    };
+    let mut ids: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| cni::env::is_valid_name(n))
+        .collect();
+    ids.sort();
+    Ok(ids)
+}

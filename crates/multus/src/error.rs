@@ -1,0 +1,117 @@
+//! What can go wrong in multus, each mapped to a CNI error code at the binary edge.
+
+use cni::{CniError, Code};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A bad multus configuration: `key` names the option.
+    #[error("multus config: {key}: {msg}")]
+    Config { key: String, msg: String },
+    /// A pod annotation that cannot be used.
+    #[error("pod annotation {annotation}: {msg}")]
+    Annotation { annotation: String, msg: String },
+    /// A network the pod asks for that does not exist.
+    #[error("{0}")]
+    NetworkNotFound(String),
+    /// A network's config (a NAD's spec.config or a file) that cannot be used.
+    #[error("network {network}: {source}")]
+    NetworkConfig {
+        network: String,
+        #[source]
+        source: Box<CniError>,
+    },
+    /// Namespace isolation refuses a reference to another namespace.
+    #[error("namespace isolation: pod in namespace {pod_ns:?} may not use {what} from namespace {target_ns:?} (allowed: its own namespace and {allowed:?})")]
+    Isolation {
+        pod_ns: String,
+        target_ns: String,
+        what: String,
+        allowed: Vec<String>,
+    },
+    /// A delegate failed: the network, the interface, and the delegate's own error.
+    #[error("network {network} on interface {ifname}: {source}")]
+    Delegate {
+        network: String,
+        ifname: String,
+        #[source]
+        source: Box<CniError>,
+    },
+    /// A request the delegate cannot honour (`ips`/`mac` without the capability, an interface
+    /// name already taken).
+    #[error("network {network} on interface {ifname}: {msg}")]
+    Request {
+        network: String,
+        ifname: String,
+        msg: String,
+    },
+    /// The delegate cache in cniDir.
+    #[error("delegate cache {path}: {msg}")]
+    Cache { path: String, msg: String },
+    /// Kubernetes API calls.
+    #[error("kubernetes: {0}")]
+    Api(String),
+    /// The pod the runtime names is not the one the API has.
+    #[error("pod {pod}: the runtime says UID {expected:?} but the API has {actual:?}")]
+    UidMismatch {
+        pod: String,
+        expected: String,
+        actual: String,
+    },
+    /// The readiness indicator file did not appear in time.
+    #[error("the cluster network is not ready: {0}")]
+    NotReady(String),
+    /// Kernel state in the pod's namespace (interfaces, default routes).
+    #[error("{0}")]
+    Netlink(String),
+    /// Several failures of one command (DEL, GC), all reported.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(" / "))]
+    Many(Vec<Error>),
+    /// A protocol-level failure (environment, version, result conversion).
+    #[error(transparent)]
+    Cni(Box<CniError>),
+}
+
+impl Error {
+    pub fn config(key: &str, msg: impl Into<String>) -> Error {
+        Error::Config {
+            key: key.to_owned(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::Config { .. }
+            | Error::Annotation { .. }
+            | Error::NetworkNotFound(_)
+            | Error::Isolation { .. }
+            | Error::Request { .. } => Code::InvalidConfig as u32,
+            Error::NetworkConfig { source, .. }
+            | Error::Delegate { source, .. }
+            | Error::Cni(source) => source.code,
+            Error::Cache { .. } => Code::Io as u32,
+            Error::Api(_) | Error::NotReady(_) => Code::TryAgainLater as u32,
+            Error::UidMismatch { .. } => Code::UnknownContainer as u32,
+            Error::Netlink(_) => Code::Io as u32,
+            Error::Many(errors) => errors.first().map_or(Code::Internal as u32, Error::code),
+        }
+    }
+
+    /// The CNI error object the runtime gets.
+    pub fn to_cni(&self) -> CniError {
+        CniError {
+            cni_version: String::new(),
+            code: self.code(),
+            msg: self.to_string(),
+            details: String::new(),
+        }
+    }
+}
+
+impl From<CniError> for Error {
+    fn from(e: CniError) -> Error {
+        Error::Cni(Box::new(e))
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;

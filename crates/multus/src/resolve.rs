@@ -1,0 +1,242 @@
+//! Which delegates a pod gets, in order: the cluster network (or the pod's default-network
+//! annotation), the `defaultNetworks`, then the networks the pod's annotation selects.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::api::{Api, EventKind, Pod};
+use crate::config::MultusConf;
+use crate::delegate::Delegate;
+use crate::error::{Error, Result};
+use crate::selection::{self, Selection};
+
+/// Everything the resolution reads.
+pub struct Context<'a> {
+    pub conf: &'a MultusConf,
+    pub api: Option<&'a dyn Api>,
+    pub pod: Option<&'a Pod>,
+    /// The pod's namespace from `K8S_POD_NAMESPACE` (known even without the API).
+    pub pod_namespace: &'a str,
+}
+
+impl Context<'_> {
+    fn is_system_namespace(&self) -> bool {
+        self.conf
+            .system_namespaces
+            .iter()
+            .any(|ns| ns == self.pod_namespace)
+    }
+
+    /// The full delegate list for ADD (and for DEL without a cache).
+    pub fn delegates(&self) -> Result<Vec<Delegate>> {
+        let mut delegates = self.cluster_networks()?;
+        if let Some(text) = self.annotation(selection::DEFAULT_NETWORK_ANNOTATION) {
+            let sel = selection::parse_default_network(text, &self.conf.multus_namespace)?;
+            self.check_isolation(&sel, "the default network", true)?;
+            delegates[0] = self.nad_delegate(&sel)?;
+        }
+        if let Some(text) = self.annotation(selection::NETWORKS_ANNOTATION) {
+            for sel in selection::parse(selection::NETWORKS_ANNOTATION, text, self.pod_namespace)? {
+                self.check_isolation(&sel, "networks", false)?;
+                delegates.push(self.nad_delegate(&sel)?);
+            }
+        }
+        mark_gateway_filters(&mut delegates)?;
+        Ok(delegates)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.pod?.annotations.get(key).map(String::as_str)
+    }
+
+    /// The cluster network (delegate 0), the rest of the inline delegates, and the
+    /// `defaultNetworks` unless the pod is in a system namespace.
+    pub fn cluster_networks(&self) -> Result<Vec<Delegate>> {
+        let conf = self.conf;
+        let mut delegates = Vec::new();
+        if conf.cluster_network.is_empty() {
+            for (i, d) in conf.delegates.iter().enumerate() {
+                let bytes = serde_json::to_vec(d)
+                    .map_err(|e| Error::config(&format!("delegates[{i}]"), e.to_string()))?;
+                delegates.push(
+                    Delegate::from_config(&bytes, &format!("delegates[{i}]")).map_err(|e| {
+                        Error::config(&format!("delegates[{i}]"), e.to_string())
+                    })?,
+                );
+            }
+        } else {
+            delegates.push(self.network_by_reference(&conf.cluster_network, "clusterNetwork")?);
+        }
+        if !self.is_system_namespace() {
+            for name in &conf.default_networks {
+                delegates.push(self.network_by_reference(name, "defaultNetworks")?);
+            }
+        }
+        Ok(delegates)
+    }
+
+    /// `clusterNetwork`/`defaultNetworks` entries: a path (file or directory), or a name: a
+    /// NAD in `multusNamespace`, else a network in `confDir`.
+    fn network_by_reference(&self, reference: &str, key: &str) -> Result<Delegate> {
+        if reference.contains('/') {
+            let path = Path::new(reference);
+            let bytes = if path.is_dir() {
+                first_config_in(path, None)?.ok_or_else(|| {
+                    Error::config(key, format!("no .conf or .conflist file in {reference}"))
+                })?
+            } else {
+                std::fs::read(path)
+                    .map_err(|e| Error::config(key, format!("cannot read {reference}: {e}")))?
+            };
+            return Delegate::from_config(&bytes, reference);
+        }
+        let ns = &self.conf.multus_namespace;
+        if let Some(api) = self.api {
+            if let Some(config) = api.nad_config(ns, reference)? {
+                let sel = Selection {
+                    name: reference.to_owned(),
+                    namespace: ns.clone(),
+                    ..Selection::default()
+                };
+                let mut d = self.delegate_from_nad_config(&config, &sel)?;
+                // The cluster network is shown under the network's own name.
+                d.name = d.network.name.clone();
+                return Ok(d);
+            }
+        }
+        match first_config_in(&self.conf.conf_dir, Some(reference))? {
+            Some(bytes) => Delegate::from_config(&bytes, reference),
+            None => Err(Error::NetworkNotFound(format!(
+                "{key} {reference:?}: no NetworkAttachmentDefinition {ns}/{reference}{} and no network named {reference:?} in {}",
+                if self.api.is_none() { " (no Kubernetes API configured)" } else { "" },
+                self.conf.conf_dir.display()
+            ))),
+        }
+    }
+
+    fn check_isolation(&self, sel: &Selection, what: &str, is_default: bool) -> Result<()> {
+        if !self.conf.namespace_isolation || sel.namespace == self.pod_namespace {
+            return Ok(());
+        }
+        let mut allowed = self.conf.global_namespaces.clone();
+        if is_default {
+            allowed.push(self.conf.multus_namespace.clone());
+        }
+        if allowed.contains(&sel.namespace) {
+            return Ok(());
+        }
+        Err(Error::Isolation {
+            pod_ns: self.pod_namespace.to_owned(),
+            target_ns: sel.namespace.clone(),
+            what: format!("{what} ({}/{})", sel.namespace, sel.name),
+            allowed,
+        })
+    }
+
+    /// The delegate for a selected NAD. A missing NAD is an error and a `NoNetworkFound`
+    /// event on the pod.
+    fn nad_delegate(&self, sel: &Selection) -> Result<Delegate> {
+        let found = match self.api {
+            Some(api) => api.nad_config(&sel.namespace, &sel.name)?,
+            None => None,
+        };
+        let Some(config) = found else {
+            let msg = format!(
+                "cannot find a network-attachment-definition ({}) in namespace ({}){}",
+                sel.name,
+                sel.namespace,
+                if self.api.is_none() {
+                    ": no Kubernetes API configured"
+                } else {
+                    ""
+                }
+            );
+            if let (Some(api), Some(pod)) = (self.api, self.pod) {
+                if let Err(e) = api.event(pod, EventKind::Warning, "NoNetworkFound", &msg) {
+                    tracing::error!("cannot record the NoNetworkFound event: {e}");
+                }
+            }
+            return Err(Error::NetworkNotFound(msg));
+        };
+        self.delegate_from_nad_config(&config, sel)
+    }
+
+    /// A NAD's config; an empty `spec.config` means the network of that name in `confDir`.
+    fn delegate_from_nad_config(&self, config: &str, sel: &Selection) -> Result<Delegate> {
+        if !config.trim().is_empty() {
+            return Delegate::for_selection(config, sel);
+        }
+        let bytes = first_config_in(&self.conf.conf_dir, Some(&sel.name))?.ok_or_else(|| {
+            Error::NetworkNotFound(format!(
+                "NetworkAttachmentDefinition {}/{} has an empty spec.config and {} holds no network named {:?}",
+                sel.namespace,
+                sel.name,
+                self.conf.conf_dir.display(),
+                sel.name
+            ))
+        })?;
+        let text = String::from_utf8_lossy(&bytes);
+        Delegate::for_selection(&text, sel)
+    }
+}
+
+/// The first config file in `dir` (by file name) whose network is `name` (any, with `None`):
+/// `.conf`, `.json` and `.conflist` files, as libcni lists them.
+pub fn first_config_in(dir: &Path, name: Option<&str>) -> Result<Option<Vec<u8>>> {
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file())
+            .filter(|p| {
+                let ext = p.extension().and_then(|e| e.to_str()).unwrap_or_default();
+                match name {
+                    Some(_) => matches!(ext, "conf" | "json" | "conflist"),
+                    None => matches!(ext, "conf" | "conflist"),
+                }
+            })
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::config(
+                "confDir",
+                format!("cannot list {}: {e}", dir.display()),
+            ))
+        }
+    };
+    files.sort();
+    for file in files {
+        let bytes = std::fs::read(&file)
+            .map_err(|e| Error::config("confDir", format!("cannot read {}: {e}", file.display())))?;
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::config("confDir", format!("{} is not valid JSON: {e}", file.display()))
+        })?;
+        let file_name = value.get("name").and_then(Value::as_str).unwrap_or_default();
+        if name.is_none_or(|n| n == file_name) {
+            return Ok(Some(bytes));
+        }
+    }
+    Ok(None)
+}
+
+/// At most one gateway per family over all `default-route` requests; when there is one, every
+/// other delegate's default route of that family is removed.
+pub fn mark_gateway_filters(delegates: &mut [Delegate]) -> Result<()> {
+    let all: Vec<_> = delegates.iter().flat_map(|d| d.default_route.iter()).collect();
+    let v4 = all.iter().filter(|g| g.is_ipv4()).count();
+    if v4 > 1 || all.len() - v4 > 1 {
+        return Err(Error::Annotation {
+            annotation: selection::NETWORKS_ANNOTATION.to_owned(),
+            msg: "default-route: more than one gateway of one family over all networks (multus does not do ECMP)".to_owned(),
+        });
+    }
+    if all.is_empty() {
+        return Ok(());
+    }
+    for d in delegates.iter_mut() {
+        d.filter_v4_gateway = !d.default_route.iter().any(|g| g.is_ipv4());
+        d.filter_v6_gateway = !d.default_route.iter().any(|g| g.is_ipv6());
+    }
+    Ok(())
+}

@@ -1,0 +1,326 @@
+//! The pod annotations that select networks (the NPWG de-facto standard):
+//! `k8s.v1.cni.cncf.io/networks` and `v1.multus-cni.io/default-network`, in either form: a
+//! comma list of `[namespace/]name[@ifname]`, or a JSON list of selection objects. Everything is
+//! checked here, before anything runs.
+
+use std::net::IpAddr;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+
+pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
+pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
+
+/// One network a pod asks for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    pub name: String,
+    pub namespace: String,
+    pub interface: Option<String>,
+    pub ips: Vec<String>,
+    pub mac: Option<String>,
+    pub infiniband_guid: Option<String>,
+    pub port_mappings: Option<Value>,
+    pub bandwidth: Option<Value>,
+    pub device_id: Option<String>,
+    pub cni_args: Option<Map<String, Value>>,
+    pub default_route: Vec<IpAddr>,
+}
+
+/// The JSON form of one element, as written by users.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Element {
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    ips: Vec<String>,
+    #[serde(default)]
+    mac: String,
+    #[serde(rename = "infiniband-guid", default)]
+    infiniband_guid: String,
+    #[serde(default)]
+    interface: String,
+    /// The old key for `interface`.
+    #[serde(default)]
+    interface_request: String,
+    #[serde(default)]
+    port_mappings: Option<Vec<PortMapping>>,
+    #[serde(default)]
+    bandwidth: Option<Bandwidth>,
+    #[serde(rename = "deviceID", default)]
+    device_id: String,
+    #[serde(rename = "cni-args", default)]
+    cni_args: Option<Map<String, Value>>,
+    #[serde(rename = "default-route", default)]
+    default_route: Vec<IpAddr>,
+}
+
+#[derive(Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PortMapping {
+    host_port: u16,
+    container_port: u16,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    protocol: String,
+    #[serde(rename = "hostIP", default, skip_serializing_if = "String::is_empty")]
+    host_ip: String,
+}
+
+#[derive(Deserialize, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Bandwidth {
+    #[serde(default)]
+    ingress_rate: u64,
+    #[serde(default)]
+    ingress_burst: u64,
+    #[serde(default)]
+    egress_rate: u64,
+    #[serde(default)]
+    egress_burst: u64,
+}
+
+/// Parses annotation `annotation` whose text is `text`; names without a namespace get
+/// `default_namespace`.
+pub fn parse(annotation: &str, text: &str, default_namespace: &str) -> Result<Vec<Selection>> {
+    let bad = |msg: String| Error::Annotation {
+        annotation: annotation.to_owned(),
+        msg,
+    };
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(bad("is empty".to_owned()));
+    }
+    let mut selections = if trimmed.contains(['[', '{', '"']) {
+        parse_json(trimmed).map_err(bad)?
+    } else {
+        trimmed
+            .split(',')
+            .enumerate()
+            .map(|(i, item)| parse_text_item(item.trim()).map_err(|m| format!("element {i}: {m}")))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(bad)?
+    };
+    for (i, s) in selections.iter_mut().enumerate() {
+        if s.namespace.is_empty() {
+            s.namespace = default_namespace.to_owned();
+        }
+        validate(s).map_err(|m| bad(format!("element {i} ({}): {m}", s.name)))?;
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for s in &selections {
+        if let Some(ifname) = s.interface.as_deref() {
+            if seen.contains(&ifname) {
+                return Err(bad(format!(
+                    "interface {ifname:?} is requested more than once"
+                )));
+            }
+            seen.push(ifname);
+        }
+    }
+    Ok(selections)
+}
+
+fn parse_json(text: &str) -> std::result::Result<Vec<Selection>, String> {
+    let items: Vec<Value> = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Array(items)) => items,
+        Ok(_) => return Err("the JSON form must be a list of selection objects".to_owned()),
+        Err(e) => return Err(format!("invalid JSON: {e}")),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let e: Element = serde_json::from_value(item).map_err(|e| format!("element {i}: {e}"))?;
+            Ok(Selection {
+                name: e.name,
+                namespace: e.namespace,
+                interface: Some(e.interface)
+                    .filter(|s| !s.is_empty())
+                    .or(Some(e.interface_request).filter(|s| !s.is_empty())),
+                ips: e.ips,
+                mac: Some(e.mac).filter(|s| !s.is_empty()),
+                infiniband_guid: Some(e.infiniband_guid).filter(|s| !s.is_empty()),
+                port_mappings: e.port_mappings.as_ref().map(to_json),
+                bandwidth: e.bandwidth.as_ref().map(to_json),
+                device_id: Some(e.device_id).filter(|s| !s.is_empty()),
+                cni_args: e.cni_args,
+                default_route: e.default_route,
+            })
+        })
+        .collect()
+}
+
+/// The typed port mappings and bandwidth, back in JSON for the delegate.
+fn to_json<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or_default()
+}
+
+/// `[namespace/]name[@ifname]`.
+fn parse_text_item(item: &str) -> std::result::Result<Selection, String> {
+    if item.is_empty() {
+        return Err("empty network name (a stray comma?)".to_owned());
+    }
+    let (namespace, rest) = match item.split_once('/') {
+        Some((ns, rest)) => (ns.trim(), rest),
+        None => ("", item),
+    };
+    if rest.contains('/') {
+        return Err(format!("{item:?} has more than one '/'"));
+    }
+    let (name, ifname) = match rest.split_once('@') {
+        Some((name, ifname)) => (name.trim(), Some(ifname.trim())),
+        None => (rest.trim(), None),
+    };
+    if ifname.is_some_and(|i| i.contains('@')) {
+        return Err(format!("{item:?} has more than one '@'"));
+    }
+    if item.contains('/') && namespace.is_empty() {
+        return Err(format!("{item:?} has an empty namespace before '/'"));
+    }
+    if ifname == Some("") {
+        return Err(format!("{item:?} has an empty interface name after '@'"));
+    }
+    Ok(Selection {
+        name: name.to_owned(),
+        namespace: namespace.to_owned(),
+        interface: ifname.map(str::to_owned),
+        ..Selection::default()
+    })
+}
+
+fn validate(s: &Selection) -> std::result::Result<(), String> {
+    if !is_dns1123_label(&s.name) {
+        return Err(format!(
+            "network name {:?} is not a DNS-1123 label (lower case letters, digits and '-', starting and ending with a letter or digit, at most 63)",
+            s.name
+        ));
+    }
+    if !is_dns1123_label(&s.namespace) {
+        return Err(format!(
+            "namespace {:?} is not a DNS-1123 label",
+            s.namespace
+        ));
+    }
+    if let Some(ifname) = &s.interface {
+        cni::env::validate_ifname(ifname).map_err(|e| e.to_string())?;
+    }
+    if let Some(mac) = &s.mac {
+        netkit::parse_mac(mac).map_err(|_| format!("mac {mac:?} is not a MAC address"))?;
+    }
+    if let Some(guid) = &s.infiniband_guid {
+        if !is_hex_address(guid, &[8, 20]) {
+            return Err(format!(
+                "infiniband-guid {guid:?} is not 8 or 20 colon-separated hex bytes"
+            ));
+        }
+    }
+    for ip in &s.ips {
+        let ok = if ip.contains('/') {
+            ip.parse::<ipnet::IpNet>().is_ok()
+        } else {
+            ip.parse::<IpAddr>().is_ok()
+        };
+        if !ok {
+            return Err(format!("ips: {ip:?} is not an IP address or CIDR"));
+        }
+    }
+    let v4 = s.default_route.iter().filter(|g| g.is_ipv4()).count();
+    if v4 > 1 || s.default_route.len() - v4 > 1 {
+        return Err("default-route has two gateways of one family".to_owned());
+    }
+    Ok(())
+}
+
+/// A DNS-1123 label: what Kubernetes allows for namespace names.
+pub fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn is_hex_address(text: &str, lengths: &[usize]) -> bool {
+    let parts: Vec<&str> = text.split(':').collect();
+    lengths.contains(&parts.len())
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The default-network annotation: exactly one network, namespace defaulting to
+/// `multusNamespace`.
+pub fn parse_default_network(text: &str, multus_namespace: &str) -> Result<Selection> {
+    let mut selections = parse(DEFAULT_NETWORK_ANNOTATION, text, multus_namespace)?;
+    if selections.len() != 1 {
+        return Err(Error::Annotation {
+            annotation: DEFAULT_NETWORK_ANNOTATION.to_owned(),
+            msg: format!("names {} networks; it takes exactly one", selections.len()),
+        });
+    }
+    Ok(selections.remove(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_form() {
+        let s = parse(NETWORKS_ANNOTATION, " a , other/b@eth5 ,c@x", "pods").unwrap();
+        assert_eq!(s.len(), 3);
+        assert_eq!((s[0].namespace.as_str(), s[0].name.as_str()), ("pods", "a"));
+        assert_eq!(s[1].namespace, "other");
+        assert_eq!(s[1].interface.as_deref(), Some("eth5"));
+        assert_eq!(s[2].interface.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn json_form() {
+        let s = parse(
+            NETWORKS_ANNOTATION,
+            r#"[{"name":"a","ips":["10.1.1.1/24"],"mac":"02:00:00:00:00:01","interface":"n1",
+                "default-route":["10.1.1.254"],"cni-args":{"k":1},
+                "portMappings":[{"hostPort":80,"containerPort":8080}],"bandwidth":{"ingressRate":5}}]"#,
+            "pods",
+        )
+        .unwrap();
+        assert_eq!(s[0].namespace, "pods");
+        assert_eq!(s[0].default_route.len(), 1);
+        assert_eq!(
+            s[0].port_mappings,
+            Some(serde_json::json!([{"hostPort":80,"containerPort":8080}]))
+        );
+        assert_eq!(s[0].bandwidth.as_ref().unwrap()["ingressRate"], 5);
+    }
+
+    #[test]
+    fn bad_elements_name_the_element() {
+        for bad in [
+            "",
+            "a,,b",
+            "A",
+            "a/b/c",
+            "a@b@c",
+            "a@",
+            "/a",
+            "-a",
+            "a@this-name-is-too-long",
+            r#"[{"name":"a","mac":"nope"}]"#,
+            r#"[{"name":"a","ips":["10.0.0.300"]}]"#,
+            r#"[{"name":"a","default-route":["1.1.1.1","2.2.2.2"]}]"#,
+            r#"[{"name":"a","interface":"x"},{"name":"b","interface":"x"}]"#,
+            r#"{"name":"a"}"#,
+            r#"[{"nam":"a"}]"#,
+        ] {
+            let e = parse(NETWORKS_ANNOTATION, bad, "pods").unwrap_err();
+            assert!(e.to_string().contains(NETWORKS_ANNOTATION), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The `k8s.v1.cni.cncf.io/network-status` annotation: what each network gave the pod.
+
+use std::net::IpAddr;
+
+use cni::{CniResult, Dns};
+use serde::Serialize;
+use serde_json::Value;
+
+pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
+
+/// One entry (the NPWG `NetworkStatus` shape).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NetworkStatus {
+    pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub interface: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub mac: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub default: bool,
+    pub dns: Dns,
+    #[serde(rename = "device-info", skip_serializing_if = "Option::is_none")]
+    pub device_info: Option<Value>,
+    /// The gateways of the network's default routes; absent when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gateway: Vec<String>,
+    /// The gateways the pod asked this network to carry (`default-route`).
+    #[serde(rename = "default-route", skip_serializing_if = "Vec::is_empty")]
+    pub default_route: Vec<String>,
+}
+
+/// The entries for one delegate's result. `ifname` is the interface multus asked for; it is
+/// used when the result names no interface inside the pod. `is_default` marks the cluster
+/// network: exactly one of its entries (the one with the gateway, else the first) is default.
+pub fn entries(
+    result: &CniResult,
+    name: &str,
+    ifname: &str,
+    is_default: bool,
+    default_route: &[IpAddr],
+) -> Vec<NetworkStatus> {
+    let gateway: Vec<String> = result
+        .routes
+        .iter()
+        .filter(|r| r.dst.prefix_len() == 0)
+        .filter_map(|r| r.gw)
+        .map(|g| g.to_string())
+        .collect();
+    let base = NetworkStatus {
+        name: name.to_owned(),
+        interface: String::new(),
+        ips: Vec::new(),
+        mac: String::new(),
+        mtu: None,
+        default: false,
+        dns: result.dns.clone(),
+        device_info: None,
+        gateway,
+        default_route: default_route.iter().map(ToString::to_string).collect(),
+    };
+    // Interfaces inside the pod, with their index in the result.
+    let sandboxed: Vec<(usize, &cni::Interface)> = result
+        .interfaces
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| !i.sandbox.is_empty())
+        .collect();
+    if sandboxed.is_empty() {
+        return vec![NetworkStatus {
+            interface: ifname.to_owned(),
+            ips: result.ips.iter().map(|ip| ip.address.addr().to_string()).collect(),
+            default: is_default,
+            ..base
+        }];
+    }
+    let mut out: Vec<NetworkStatus> = sandboxed
+        .iter()
+        .map(|(_, iface)| NetworkStatus {
+            interface: iface.name.clone(),
+            mac: iface.mac.clone(),
+            mtu: iface.mtu,
+            ..base.clone()
+        })
+        .collect();
+    let last = out.len() - 1;
+    for ip in &result.ips {
+        let slot = ip
+            .interface
+            .and_then(|i| sandboxed.iter().position(|(index, _)| *index == i));
+        match (ip.interface, slot) {
+            (Some(_), Some(slot)) => out[slot].ips.push(ip.address.addr().to_string()),
+            (Some(_), None) => {}
+            (None, _) => out[last].ips.push(ip.address.addr().to_string()),
+        }
+    }
+    if is_default {
+        let with_gateway = result
+            .ips
+            .iter()
+            .filter(|ip| ip.gateway.is_some())
+            .filter_map(|ip| ip.interface)
+            .find_map(|i| sandboxed.iter().position(|(index, _)| *index == i));
+        out[with_gateway.unwrap_or(0)].default = true;
+    }
+    out
+}
+
+/// The annotation's text: a JSON list, each entry indented as upstream writes it.
+pub fn annotation(statuses: &[NetworkStatus]) -> String {
+    let entries: Vec<String> = statuses
+        .iter()
+        .map(|s| {
+            let mut buf = Vec::new();
+            let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+            let mut ser = serde_json::Serializer::with_formatter(&mut buf, fmt);
+            match s.serialize(&mut ser) {
+                Ok(()) => String::from_utf8_lossy(&buf).into_owned(),
+                Err(_) => String::new(),
+            }
+        })
+        .collect();
+    format!("[{}]", entries.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(json: &str) -> CniResult {
+        CniResult::from_slice(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn bridge_result_maps_to_one_entry_with_ip_mac_and_gateway() {
+        let r = result(
+            r#"{"cniVersion":"1.0.0","interfaces":[{"name":"cni0","mac":"aa:aa:aa:aa:aa:aa"},
+            {"name":"veth1","mac":"bb:bb:bb:bb:bb:bb"},
+            {"name":"net1","mac":"22:c4:f3:e9:a8:8f","sandbox":"/run/netns/p"}],
+            "ips":[{"address":"10.10.0.1/24","gateway":"10.10.0.254","interface":2}],
+            "routes":[{"dst":"0.0.0.0/0","gw":"10.10.0.254"}]}"#,
+        );
+        let e = entries(&r, "default/bridge-conf", "net1", false, &[]);
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].interface, "net1");
+        assert_eq!(e[0].ips, ["10.10.0.1"]);
+        assert_eq!(e[0].gateway, ["10.10.0.254"]);
+        assert!(!e[0].default);
+        let text = annotation(&e);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v[0]["mac"], "22:c4:f3:e9:a8:8f");
+        assert_eq!(v[0]["dns"], serde_json::json!({}));
+        assert!(v[0].get("default").is_none());
+    }
+
+    #[test]
+    fn no_gateway_key_without_a_real_gateway() {
+        let r = result(
+            r#"{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.2/24"}],
+            "routes":[{"dst":"0.0.0.0/0"}]}"#,
+        );
+        let e = entries(&r, "net", "eth0", true, &[]);
+        assert!(e[0].gateway.is_empty());
+        assert!(e[0].default);
+        assert!(!annotation(&e).contains("gateway"));
+    }
+}
