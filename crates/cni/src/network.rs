@@ -367,7 +367,10 @@ pub fn join_errors(mut errors: Vec<CniError>) -> CniError {
     if errors.len() == 1 {
         return errors.remove(0);
     }
-    let code = errors.first().map(|e| e.code).unwrap_or(Code::Internal as u32);
+    let code = errors
+        .first()
+        .map(|e| e.code)
+        .unwrap_or(Code::Internal as u32);
     let msg = errors
         .iter()
         .map(ToString::to_string)

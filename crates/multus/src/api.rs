@@ -35,8 +35,7 @@ pub trait Api {
     /// A NAD's `spec.config` (empty when the spec has none), or `None` when it does not exist.
     fn nad_config(&self, namespace: &str, name: &str) -> Result<Option<String>>;
     /// Merges `annotations` into the pod's annotations.
-    fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>)
-        -> Result<()>;
+    fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>) -> Result<()>;
     /// Records an event on the pod; returns once the API has it.
     fn event(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) -> Result<()>;
 }

@@ -47,7 +47,10 @@ impl K8sArgs {
             ("IgnoreUnknown", "true"),
             ("K8S_POD_NAMESPACE", self.namespace.as_str()),
             ("K8S_POD_NAME", self.name.as_str()),
-            ("K8S_POD_INFRA_CONTAINER_ID", self.infra_container_id.as_str()),
+            (
+                "K8S_POD_INFRA_CONTAINER_ID",
+                self.infra_container_id.as_str(),
+            ),
             ("K8S_POD_UID", self.uid.as_str()),
         ]
         .iter()
@@ -197,6 +200,18 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
     let mut statuses: Vec<NetworkStatus> = Vec::new();
     for (index, d) in delegates.iter().enumerate() {
         let ifname = d.ifname(&inv.args.ifname, index);
+        // A name already taken is refused before the delegate runs: its DEL would remove the
+        // interface that was there.
+        if let Err(e) = free_ifname(inv, d, &ifname) {
+            undo(inv, &delegates[..index]);
+            inv.event(
+                pod.as_ref(),
+                EventKind::Warning,
+                "AddInterfaceFailed",
+                &e.to_string(),
+            );
+            return Err(e);
+        }
         match attach(inv, d, index, &ifname) {
             Ok(result) => {
                 statuses.extend(status::entries(
@@ -246,7 +261,7 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
 }
 
 /// ADD of one delegate, with its `default-route` applied.
-fn attach(inv: &Invocation, d: &Delegate, index: usize, ifname: &str) -> Result<CniResult> {
+fn free_ifname(inv: &Invocation, d: &Delegate, ifname: &str) -> Result<()> {
     if route::interface_exists(&inv.args.netns, ifname)? {
         return Err(Error::Request {
             network: d.name.clone(),
@@ -254,6 +269,10 @@ fn attach(inv: &Invocation, d: &Delegate, index: usize, ifname: &str) -> Result<
             msg: "the pod already has an interface of this name".to_owned(),
         });
     }
+    Ok(())
+}
+
+fn attach(inv: &Invocation, d: &Delegate, index: usize, ifname: &str) -> Result<CniResult> {
     let cni_args = inv.k8s.for_delegate(d);
     let caps = d.capability_args(index, &inv.conf.runtime_config);
     let att = inv.attachment(ifname, &cni_args, &caps);
@@ -304,7 +323,10 @@ fn undo(inv: &Invocation, delegates: &[Delegate]) {
 pub fn del(inv: &Invocation) -> Result<()> {
     if let Some(file) = &inv.conf.readiness_indicator_file {
         if !file.exists() {
-            tracing::info!("readiness indicator file {} is missing on DEL", file.display());
+            tracing::info!(
+                "readiness indicator file {} is missing on DEL",
+                file.display()
+            );
         }
     }
     let pod = match inv.pod() {
@@ -419,11 +441,13 @@ pub fn status(inv: &Invocation) -> Result<()> {
     let d = cluster
         .first()
         .ok_or_else(|| Error::config("delegates", "no cluster network"))?;
-    d.network.status(&inv.path).map_err(|source| Error::Delegate {
-        network: d.name.clone(),
-        ifname: String::new(),
-        source: Box::new(source),
-    })
+    d.network
+        .status(&inv.path)
+        .map_err(|source| Error::Delegate {
+            network: d.name.clone(),
+            ifname: String::new(),
+            source: Box::new(source),
+        })
 }
 
 /// GC: the runtime's valid attachments are multus's own (one per container); each valid
@@ -463,7 +487,10 @@ pub fn gc(inv: &Invocation) -> Result<()> {
         }
     }
     let mut seen = HashSet::new();
-    for d in networks.iter().filter(|d| seen.insert(d.network.name.clone())) {
+    for d in networks
+        .iter()
+        .filter(|d| seen.insert(d.network.name.clone()))
+    {
         if let Err(source) = d.network.gc(&inv.path, dir, &expanded) {
             errors.push(Error::Delegate {
                 network: d.name.clone(),
@@ -489,7 +516,11 @@ pub struct Multus {
 }
 
 impl Multus {
-    fn run<T>(&self, args: &CmdArgs, f: fn(&Invocation) -> Result<T>) -> std::result::Result<T, CniError> {
+    fn run<T>(
+        &self,
+        args: &CmdArgs,
+        f: fn(&Invocation) -> Result<T>,
+    ) -> std::result::Result<T, CniError> {
         let conf = MultusConf::parse(&args.stdin).map_err(|e| e.to_cni())?;
         crate::log::init(&conf);
         let k8s = K8sArgs::parse(&args.args).map_err(|e| e.to_cni())?;

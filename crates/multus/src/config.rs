@@ -239,10 +239,7 @@ impl<'a> Keys<'a> {
         match self.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(Error::config(
-                key,
-                format!("must be a string, not {other}"),
-            )),
+            Some(other) => Err(Error::config(key, format!("must be a string, not {other}"))),
         }
     }
 

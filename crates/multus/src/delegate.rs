@@ -115,8 +115,16 @@ impl Delegate {
 
     /// What the delegate is offered as runtime config: the cluster network (index 0) gets the
     /// runtime's own; every other delegate gets only what its selection asked for.
-    pub fn capability_args(&self, index: usize, runtime: &Map<String, Value>) -> Map<String, Value> {
-        let mut args = if index == 0 { runtime.clone() } else { Map::new() };
+    pub fn capability_args(
+        &self,
+        index: usize,
+        runtime: &Map<String, Value>,
+    ) -> Map<String, Value> {
+        let mut args = if index == 0 {
+            runtime.clone()
+        } else {
+            Map::new()
+        };
         if let Some(p) = &self.port_mappings {
             args.insert("portMappings".into(), p.clone());
         }
@@ -185,15 +193,31 @@ struct CachedDelegate {
     conf_list: Value,
     #[serde(rename = "Name", default)]
     name: String,
-    #[serde(rename = "ifnameRequest", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "ifnameRequest",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     ifname_request: Option<String>,
-    #[serde(rename = "macRequest", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "macRequest",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     mac: Option<String>,
-    #[serde(rename = "infinibandGUIDRequest", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "infinibandGUIDRequest",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     infiniband_guid: Option<String>,
     #[serde(rename = "ipRequest", default, skip_serializing_if = "Vec::is_empty")]
     ips: Vec<String>,
-    #[serde(rename = "default-route", default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        rename = "default-route",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
     default_route: Vec<IpAddr>,
     #[serde(rename = "IsFilterV4Gateway", default)]
     filter_v4_gateway: bool,
@@ -202,7 +226,11 @@ struct CachedDelegate {
     #[serde(rename = "deviceID", default, skip_serializing_if = "Option::is_none")]
     device_id: Option<String>,
     /// Ours: upstream does not keep these, so its DEL cannot pass them on.
-    #[serde(rename = "portMappings", default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "portMappings",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     port_mappings: Option<Value>,
     #[serde(rename = "bandwidth", default, skip_serializing_if = "Option::is_none")]
     bandwidth: Option<Value>,
@@ -313,7 +341,10 @@ fn cache_error(path: &Path, msg: impl std::fmt::Display) -> Error {
 /// Writes the delegate list atomically: a temp file in `cni_dir`, synced, renamed over.
 pub fn save_cache(cni_dir: &Path, container_id: &str, delegates: &[Delegate]) -> Result<()> {
     let path = cache_path(cni_dir, container_id);
-    let entries: Vec<CachedDelegate> = delegates.iter().map(CachedDelegate::from_delegate).collect();
+    let entries: Vec<CachedDelegate> = delegates
+        .iter()
+        .map(CachedDelegate::from_delegate)
+        .collect();
     let bytes = serde_json::to_vec(&entries).map_err(|e| cache_error(&path, e))?;
     DirBuilder::new()
         .recursive(true)
@@ -353,8 +384,8 @@ pub fn load_cache(
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(cache_error(&path, format!("cannot read: {e}"))),
     };
-    let entries: Vec<CachedDelegate> = serde_json::from_slice(&bytes)
-        .map_err(|e| cache_error(&path, format!("corrupt: {e}")))?;
+    let entries: Vec<CachedDelegate> =
+        serde_json::from_slice(&bytes).map_err(|e| cache_error(&path, format!("corrupt: {e}")))?;
     if entries.is_empty() {
         return Err(cache_error(&path, "corrupt: no delegates"));
     }

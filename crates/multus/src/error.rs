@@ -90,7 +90,8 @@ impl Error {
             | Error::Delegate { source, .. }
             | Error::Cni(source) => source.code,
             Error::Cache { .. } => Code::Io as u32,
-            Error::Api(_) | Error::NotReady(_) => Code::TryAgainLater as u32,
+            Error::Api(_) => Code::TryAgainLater as u32,
+            Error::NotReady(_) => Code::PluginNotAvailable as u32,
             Error::UidMismatch { .. } => Code::UnknownContainer as u32,
             Error::Netlink(_) => Code::Io as u32,
             Error::Many(errors) => errors.first().map_or(Code::Internal as u32, Error::code),

@@ -60,9 +60,8 @@ impl Context<'_> {
                 let bytes = serde_json::to_vec(d)
                     .map_err(|e| Error::config(&format!("delegates[{i}]"), e.to_string()))?;
                 delegates.push(
-                    Delegate::from_config(&bytes, &format!("delegates[{i}]")).map_err(|e| {
-                        Error::config(&format!("delegates[{i}]"), e.to_string())
-                    })?,
+                    Delegate::from_config(&bytes, &format!("delegates[{i}]"))
+                        .map_err(|e| Error::config(&format!("delegates[{i}]"), e.to_string()))?,
                 );
             }
         } else {
@@ -207,12 +206,19 @@ pub fn first_config_in(dir: &Path, name: Option<&str>) -> Result<Option<Vec<u8>>
     };
     files.sort();
     for file in files {
-        let bytes = std::fs::read(&file)
-            .map_err(|e| Error::config("confDir", format!("cannot read {}: {e}", file.display())))?;
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            Error::config("confDir", format!("{} is not valid JSON: {e}", file.display()))
+        let bytes = std::fs::read(&file).map_err(|e| {
+            Error::config("confDir", format!("cannot read {}: {e}", file.display()))
         })?;
-        let file_name = value.get("name").and_then(Value::as_str).unwrap_or_default();
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::config(
+                "confDir",
+                format!("{} is not valid JSON: {e}", file.display()),
+            )
+        })?;
+        let file_name = value
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         if name.is_none_or(|n| n == file_name) {
             return Ok(Some(bytes));
         }
@@ -223,7 +229,10 @@ pub fn first_config_in(dir: &Path, name: Option<&str>) -> Result<Option<Vec<u8>>
 /// At most one gateway per family over all `default-route` requests; when there is one, every
 /// other delegate's default route of that family is removed.
 pub fn mark_gateway_filters(delegates: &mut [Delegate]) -> Result<()> {
-    let all: Vec<_> = delegates.iter().flat_map(|d| d.default_route.iter()).collect();
+    let all: Vec<_> = delegates
+        .iter()
+        .flat_map(|d| d.default_route.iter())
+        .collect();
     let v4 = all.iter().filter(|g| g.is_ipv4()).count();
     if v4 > 1 || all.len() - v4 > 1 {
         return Err(Error::Annotation {

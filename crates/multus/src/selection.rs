@@ -134,7 +134,8 @@ fn parse_json(text: &str) -> std::result::Result<Vec<Selection>, String> {
         .into_iter()
         .enumerate()
         .map(|(i, item)| {
-            let e: Element = serde_json::from_value(item).map_err(|e| format!("element {i}: {e}"))?;
+            let e: Element =
+                serde_json::from_value(item).map_err(|e| format!("element {i}: {e}"))?;
             Ok(Selection {
                 name: e.name,
                 namespace: e.namespace,

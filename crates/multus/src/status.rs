@@ -72,7 +72,11 @@ pub fn entries(
     if sandboxed.is_empty() {
         return vec![NetworkStatus {
             interface: ifname.to_owned(),
-            ips: result.ips.iter().map(|ip| ip.address.addr().to_string()).collect(),
+            ips: result
+                .ips
+                .iter()
+                .map(|ip| ip.address.addr().to_string())
+                .collect(),
             default: is_default,
             ..base
         }];

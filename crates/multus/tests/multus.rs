@@ -1,0 +1,382 @@
+//! The real `multus` binary, run as a runtime runs it, with bridge + host-local delegates from
+//! `cni-plugins`, in namespaces; no Kubernetes API (the cluster network and defaultNetworks).
+
+mod common;
+
+use std::fs;
+
+use common::{Sandbox, CONTAINER_ID};
+use serde_json::{json, Value};
+
+const VERSIONS: [&str; 4] = ["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+/// A sandbox whose multus config has the cluster network inline and two defaultNetworks in
+/// confDir: `extra1` (a .conf) and `extra2` (a .conflist).
+fn three_networks(sb: &Sandbox, version: &str, extra: Value) -> String {
+    sb.write_conf(
+        "10-extra1.conf",
+        &sb.bridge("extra1", "br1", "10.20.0.0/24", version),
+    );
+    let mut list = json!({"cniVersion": version, "name": "extra2", "plugins": [
+        sb.bridge("ignored", "br2", "10.30.0.0/24", version)
+    ]});
+    if let Some(p) = list["plugins"][0].as_object_mut() {
+        p.remove("name");
+        p.remove("cniVersion");
+    }
+    sb.write_conf("20-extra2.conflist", &list);
+    let mut extra = extra;
+    if let Value::Object(e) = &mut extra {
+        e.insert("defaultNetworks".into(), json!(["extra1", "extra2"]));
+    }
+    sb.multus(
+        version,
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", version)],
+        extra,
+    )
+}
+
+#[test]
+fn add_attaches_cluster_and_default_networks_and_del_removes_everything() {
+    let sb = Sandbox::new();
+    let conf = three_networks(&sb, "1.0.0", json!({}));
+    let result = sb.cmd("ADD", &conf).ok();
+    assert_eq!(result["cniVersion"], "1.0.0");
+    assert_eq!(result["ips"][0]["address"], "10.10.0.2/24");
+    assert_eq!(sb.pod_links(), ["eth0", "net1", "net2"]);
+    assert_eq!(sb.pod_addrs("eth0"), ["10.10.0.2"]);
+    assert_eq!(sb.pod_addrs("net1"), ["10.20.0.2"]);
+    assert_eq!(sb.pod_addrs("net2"), ["10.30.0.2"]);
+    assert_eq!(
+        sb.cache_files(),
+        [
+            CONTAINER_ID.to_owned(),
+            format!("results/cluster-{CONTAINER_ID}-eth0"),
+            format!("results/extra1-{CONTAINER_ID}-net1"),
+            format!("results/extra2-{CONTAINER_ID}-net2"),
+        ]
+    );
+    // The delegate cache holds upstream's fields, the config as base64 `Bytes`.
+    let cache: Value =
+        serde_json::from_slice(&fs::read(sb.cni_dir().join(CONTAINER_ID)).unwrap()).unwrap();
+    let names: Vec<&str> = cache
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["Name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["cluster", "extra1", "extra2"]);
+    assert!(cache[2]["ConfList"]["plugins"].is_array());
+    assert!(cache[0]["Bytes"].as_str().unwrap().len() > 20);
+
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after DEL");
+    // DEL again: nothing to do, and still success.
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after the second DEL");
+}
+
+#[test]
+fn every_version_from_0_3_1_to_1_1_0_adds_checks_and_deletes() {
+    for version in VERSIONS {
+        let sb = Sandbox::new();
+        let conf = three_networks(&sb, version, json!({}));
+        let result = sb.cmd("ADD", &conf).ok();
+        assert_eq!(result["cniVersion"], version, "{version}");
+        let ip = &result["ips"][0];
+        assert_eq!(ip["address"], "10.10.0.2/24", "{version}");
+        assert_eq!(ip.get("version").is_some(), version < "1.0.0", "{version}");
+        if version >= "0.4.0" {
+            sb.cmd("CHECK", &conf).ok();
+        } else {
+            assert_eq!(sb.cmd("CHECK", &conf).err_code(), 1, "{version}");
+        }
+        sb.cmd("DEL", &conf).ok();
+        sb.assert_clean(version);
+    }
+}
+
+#[test]
+fn a_failing_delegate_rolls_back_every_network_already_added() {
+    for (failing_index, defaults) in [
+        (1, json!(["broken", "extra1"])),
+        (2, json!(["extra1", "broken"])),
+    ] {
+        let sb = Sandbox::new();
+        sb.write_conf(
+            "10-extra1.conf",
+            &sb.bridge("extra1", "br1", "10.20.0.0/24", "1.0.0"),
+        );
+        sb.write_conf(
+            "30-broken.conf",
+            &json!({"cniVersion": "1.0.0", "name": "broken", "type": "fail"}),
+        );
+        let conf = sb.multus(
+            "1.0.0",
+            vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
+            json!({"defaultNetworks": defaults}),
+        );
+        let out = sb.cmd("ADD", &conf);
+        assert_eq!(out.err_code(), 11, "the delegate's own code: {out:?}");
+        let msg = out.json()["msg"].as_str().unwrap().to_owned();
+        let ifname = format!("net{failing_index}");
+        assert!(msg.contains("network broken"), "{msg}");
+        assert!(msg.contains(&format!("interface {ifname}")), "{msg}");
+        assert!(msg.contains("refuses on purpose"), "{msg}");
+        // The failed delegate got its DEL too.
+        assert_eq!(sb.fail_log(), format!("ADD {ifname}\nDEL {ifname}\n"));
+        sb.assert_clean(&format!("failure at {ifname}"));
+    }
+}
+
+#[test]
+fn an_interface_name_already_in_the_pod_fails_the_add_cleanly() {
+    let sb = Sandbox::new();
+    let conf = three_networks(&sb, "1.0.0", json!({}));
+    sb.pod.ip(&["link", "add", "net1", "type", "bridge"]);
+    let out = sb.cmd("ADD", &conf);
+    assert_eq!(out.err_code(), 7);
+    let msg = out.json()["msg"].as_str().unwrap().to_owned();
+    assert!(msg.contains("network extra1 on interface net1"), "{msg}");
+    assert!(msg.contains("already has an interface"), "{msg}");
+    sb.pod.ip(&["link", "del", "net1"]);
+    sb.assert_clean("after the refused ADD");
+}
+
+#[test]
+fn del_without_a_cache_and_without_an_api_deletes_what_the_config_names_and_says_so() {
+    let sb = Sandbox::new();
+    let conf = three_networks(&sb, "1.0.0", json!({}));
+    sb.cmd("ADD", &conf).ok();
+    fs::remove_file(sb.cni_dir().join(CONTAINER_ID)).unwrap();
+    let out = sb.cmd("DEL", &conf);
+    out.ok();
+    assert!(out.stderr.contains("no delegate cache"), "{}", out.stderr);
+    sb.assert_clean("after DEL without a cache");
+}
+
+#[test]
+fn a_corrupt_cache_is_reported_and_moved_aside_and_the_next_del_succeeds() {
+    let sb = Sandbox::new();
+    let conf = three_networks(&sb, "1.0.0", json!({}));
+    sb.cmd("ADD", &conf).ok();
+    let cache = sb.cni_dir().join(CONTAINER_ID);
+    fs::write(&cache, b"[{\"Name\": \"cluster\", \"Bytes\": 12").unwrap();
+    let out = sb.cmd("DEL", &conf);
+    assert_eq!(out.err_code(), 5);
+    let msg = out.json()["msg"].as_str().unwrap().to_owned();
+    assert!(msg.contains(&cache.display().to_string()), "{msg}");
+    assert!(msg.contains("corrupt"), "{msg}");
+    // What the config names was deleted anyway.
+    assert_eq!(sb.pod_links(), Vec::<String>::new());
+    assert_eq!(sb.reservations(), Vec::<String>::new());
+    let aside = sb.cni_dir().join(format!("{CONTAINER_ID}.corrupt"));
+    assert!(aside.exists());
+    fs::remove_file(aside).unwrap();
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after the second DEL");
+}
+
+#[test]
+fn del_works_from_a_cache_file_in_upstream_format() {
+    let sb = Sandbox::new();
+    let conf = three_networks(&sb, "1.0.0", json!({}));
+    sb.cmd("ADD", &conf).ok();
+    // Rewrite the cache as upstream multus (Go) writes it: its field set and order, the
+    // config bytes in base64, conflists with ConfList.plugins.
+    let ours: Value =
+        serde_json::from_slice(&fs::read(sb.cni_dir().join(CONTAINER_ID)).unwrap()).unwrap();
+    let upstream: Vec<Value> = ours
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            json!({
+                "Conf": {"cniVersion": "", "name": "", "type": ""},
+                "ConfList": {"cniVersion": "", "name": "", "plugins": d["ConfList"]["plugins"]},
+                "Name": d["Name"],
+                "IsFilterV4Gateway": false,
+                "IsFilterV6Gateway": false,
+                "Bytes": d["Bytes"],
+            })
+        })
+        .collect();
+    fs::write(
+        sb.cni_dir().join(CONTAINER_ID),
+        serde_json::to_vec(&upstream).unwrap(),
+    )
+    .unwrap();
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after DEL from an upstream cache");
+}
+
+#[test]
+fn check_checks_every_delegate() {
+    let sb = Sandbox::new();
+    let conf = three_networks(&sb, "1.0.0", json!({}));
+    sb.cmd("ADD", &conf).ok();
+    sb.cmd("CHECK", &conf).ok();
+    sb.pod.ip(&["link", "del", "net2"]);
+    let out = sb.cmd("CHECK", &conf);
+    assert_ne!(out.code, 0);
+    let msg = out.json()["msg"].as_str().unwrap().to_owned();
+    assert!(msg.contains("network extra2 on interface net2"), "{msg}");
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after DEL");
+}
+
+#[test]
+fn status_reports_the_readiness_file_and_the_cluster_network() {
+    let sb = Sandbox::new();
+    let ready = sb.dir.path().join("ready");
+    let conf = sb.multus(
+        "1.1.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.1.0")],
+        json!({"readinessindicatorfile": ready}),
+    );
+    let out = sb.cmd("STATUS", &conf);
+    assert_eq!(out.err_code(), 50);
+    assert!(out.stdout.contains("readiness indicator file"), "{out:?}");
+    fs::write(&ready, b"").unwrap();
+    sb.cmd("STATUS", &conf).ok();
+    // The cluster network's own STATUS is what multus reports.
+    let bad = sb.multus(
+        "1.1.0",
+        vec![json!({"cniVersion": "1.1.0", "name": "cluster", "type": "fail"})],
+        json!({}),
+    );
+    sb.script(
+        "fail",
+        r#"echo '{"code":50,"msg":"fail: not available"}'; exit 1"#,
+    );
+    let out = sb.cmd("STATUS", &bad);
+    assert_eq!(out.err_code(), 50);
+    assert!(out.stdout.contains("not available"), "{out:?}");
+}
+
+#[test]
+fn add_waits_for_the_readiness_file_for_a_bounded_time() {
+    let sb = Sandbox::new();
+    let ready = sb.dir.path().join("ready");
+    let conf = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
+        json!({"readinessindicatorfile": ready, "readinessTimeoutSeconds": 1}),
+    );
+    let out = sb.cmd("ADD", &conf);
+    assert_eq!(out.err_code(), 50);
+    assert!(out.stdout.contains("did not appear within 1 s"), "{out:?}");
+    sb.assert_clean("after the timeout");
+}
+
+#[test]
+fn gc_deletes_the_attachments_of_containers_no_longer_valid_on_every_network() {
+    let sb = Sandbox::new();
+    let conf = three_networks(&sb, "1.1.0", json!({}));
+    sb.cmd("ADD", &conf).ok();
+    let pod2 = testkit::Netns::new("pod2");
+    let mut second = sb.call("ADD", &conf);
+    second.container_id = "c0ffee02".into();
+    second.netns = pod2.path().display().to_string();
+    sb.run(&second).ok();
+    assert_eq!(sb.reservations().len(), 6);
+
+    let gc_conf: Value = serde_json::from_str(&conf).unwrap();
+    let mut gc_conf = gc_conf;
+    gc_conf["cni.dev/valid-attachments"] = json!([{"containerID": CONTAINER_ID, "ifname": "eth0"}]);
+    let mut gc = sb.call("GC", &gc_conf.to_string());
+    gc.container_id = String::new();
+    gc.netns = String::new();
+    gc.ifname = String::new();
+    sb.run(&gc).ok();
+
+    // The second container is gone from every network; the first is untouched.
+    assert_eq!(sb.reservations().len(), 3);
+    let mut left = pod2.links();
+    left.retain(|l| l != "lo");
+    assert_eq!(left, Vec::<String>::new());
+    assert!(
+        sb.cache_files().iter().all(|f| !f.contains("c0ffee02")),
+        "{:?}",
+        sb.cache_files()
+    );
+    assert_eq!(sb.pod_links(), ["eth0", "net1", "net2"]);
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after DEL");
+}
+
+#[test]
+fn logs_go_to_the_log_file_with_the_pod_container_and_interface_and_stdout_stays_clean() {
+    let sb = Sandbox::new();
+    let log = sb.dir.path().join("multus.log");
+    let conf = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
+        json!({"logFile": log, "logLevel": "verbose", "logToStderr": false}),
+    );
+    let out = sb.cmd("ADD", &conf);
+    let result = out.ok();
+    assert!(result.is_object());
+    assert_eq!(out.stderr, "", "logToStderr false");
+    let text = fs::read_to_string(&log).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("Add eth0 [10.10.0.2/24] from cluster"))
+        .unwrap_or_else(|| panic!("no AddedInterface line in {text}"));
+    assert!(line.contains("default/web"), "{line}");
+    assert!(line.contains(CONTAINER_ID), "{line}");
+    assert!(line.contains("ifname=eth0"), "{line}");
+    assert!(
+        !text.contains("DEBUG"),
+        "verbose leaves out debug lines: {text}"
+    );
+
+    let quiet = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
+        json!({"logLevel": "error"}),
+    );
+    let out = sb.cmd("DEL", &quiet);
+    out.ok();
+    assert_eq!(out.stdout, "");
+    assert_eq!(out.stderr, "", "nothing at error level on success");
+    sb.assert_clean("after DEL");
+}
+
+#[test]
+fn the_runtime_config_goes_to_the_cluster_network_only() {
+    let sb = Sandbox::new();
+    // A plugin that records its stdin, then passes on to bridge.
+    sb.script(
+        "spy",
+        r#"cat > "$(dirname "$0")/spy.$CNI_IFNAME.json"; echo '{"cniVersion":"1.0.0"}'"#,
+    );
+    let spy = |name: &str| {
+        json!({"cniVersion": "1.0.0", "name": name, "type": "spy",
+        "capabilities": {"portMappings": true, "mac": true}})
+    };
+    sb.write_conf("10-second.conf", &spy("second"));
+    let conf = sb.multus(
+        "1.0.0",
+        vec![spy("cluster")],
+        json!({"defaultNetworks": ["second"],
+               "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]}}),
+    );
+    sb.cmd("ADD", &conf).ok();
+    let read = |ifname: &str| -> Value {
+        serde_json::from_slice(
+            &fs::read(sb.plugins.path().join(format!("spy.{ifname}.json"))).unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        read("eth0")["runtimeConfig"]["portMappings"][0]["hostPort"],
+        8080
+    );
+    assert!(
+        read("net1").get("runtimeConfig").is_none(),
+        "{}",
+        read("net1")
+    );
+    sb.cmd("DEL", &conf).ok();
+}
