@@ -255,7 +255,7 @@ fn microshift_tree_renders_and_validates() -> Result<()> {
         "--multus-conf-file=auto",
         "--cni-bin-dir=/host/run/cni/bin",
         "--multus-master-cni-file-name=10-ovn-kubernetes.conf",
-        "--readiness-indicator-file=/host/etc/cni/net.d/10-ovn-kubernetes.conf",
+        "--readiness-indicator-file=/etc/cni/net.d/10-ovn-kubernetes.conf",
     ] {
         ensure!(
             args.iter().any(|a| a == wanted),

@@ -32,6 +32,15 @@ pub fn write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     File::open(dir).and_then(|d| d.sync_all())
 }
 
+/// Points `path` at `target` with a symlink that replaces whatever was there in one rename.
+pub fn symlink(target: &Path, path: &Path) -> std::io::Result<()> {
+    let tmp = temp_path(path);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
 /// A temp name unique to this process and call, starting with a dot so that directory readers
 /// that skip hidden files (the result cache's `list`, CNI config loading) never pick up one
 /// left behind by a crash.
@@ -58,6 +67,16 @@ mod tests {
         assert_eq!(mode, 0o600);
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn symlink_replaces_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bridge");
+        std::fs::write(&path, b"old binary").unwrap();
+        symlink(Path::new("cni-plugins"), &path).unwrap();
+        assert_eq!(std::fs::read_link(&path).unwrap(), Path::new("cni-plugins"));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
