@@ -2,10 +2,10 @@
 //! with what the pod asked of it; and the delegate cache `<cniDir>/<containerID>`, in the file
 //! format upstream multus writes, so DEL works from either implementation's file.
 
-use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::fs::DirBuilder;
+use std::io::ErrorKind;
 use std::net::IpAddr;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use cni::network::Network;
@@ -338,7 +338,7 @@ fn cache_error(path: &Path, msg: impl std::fmt::Display) -> Error {
     }
 }
 
-/// Writes the delegate list atomically: a temp file in `cni_dir`, synced, renamed over.
+/// Writes the delegate list atomically, so DEL never finds a torn file.
 pub fn save_cache(cni_dir: &Path, container_id: &str, delegates: &[Delegate]) -> Result<()> {
     let path = cache_path(cni_dir, container_id);
     let entries: Vec<CachedDelegate> = delegates
@@ -351,24 +351,8 @@ pub fn save_cache(cni_dir: &Path, container_id: &str, delegates: &[Delegate]) ->
         .mode(0o700)
         .create(cni_dir)
         .map_err(|e| cache_error(cni_dir, format!("cannot create: {e}")))?;
-    let tmp = cni_dir.join(format!(".{container_id}.tmp-{}", std::process::id()));
-    let written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(&bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, &path))
-        .and_then(|()| File::open(cni_dir)?.sync_all());
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(cache_error(&path, format!("cannot write: {e}")));
-    }
-    Ok(())
+    cni::atomic_file::write(&path, &bytes, 0o600)
+        .map_err(|e| cache_error(&path, format!("cannot write: {e}")))
 }
 
 /// Reads the delegate list; `None` when there is no file. A file that cannot be read or

@@ -1,15 +1,14 @@
 //! The multus meta-plugin: the container runtime calls it as the node's CNI network; it calls
 //! the cluster network for the pod's first interface and one delegate per network the pod's
 //! annotation selects, writes what the pod got to its network-status annotation, and undoes
-//! everything when any part fails.
-
-#![cfg_attr(test, allow(clippy::unwrap_used))]
+//! everything when any part fails. Also the node installer (`multus install`).
 
 pub mod api;
 pub mod cmd;
 pub mod config;
 pub mod delegate;
 pub mod error;
+pub mod install;
 pub mod log;
 pub mod resolve;
 pub mod route;

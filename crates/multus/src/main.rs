@@ -1,9 +1,40 @@
-//! `multus`: run by the container runtime as a CNI plugin (`CNI_COMMAND` set).
+//! `multus`: the CNI plugin when the runtime runs it (`CNI_COMMAND` set), and the node tools
+//! (`multus install`) otherwise.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "multus",
+    version,
+    about = "multus-rs: pods on more than one network"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Tool,
+}
+
+#[derive(Subcommand)]
+enum Tool {
+    /// Install multus and the plugins on this node and keep its multus config current (the
+    /// multus DaemonSet's entrypoint).
+    Install(multus::install::Options),
+}
 
 fn main() {
-    let about = format!("multus-rs meta-plugin v{}", env!("CARGO_PKG_VERSION"));
-    let plugin = multus::cmd::Multus {
-        connect: multus::connect,
+    if std::env::var_os("CNI_COMMAND").is_some_and(|c| !c.is_empty()) {
+        let about = format!("multus-rs meta-plugin v{}", env!("CARGO_PKG_VERSION"));
+        let plugin = multus::cmd::Multus {
+            connect: multus::connect,
+        };
+        std::process::exit(cni::plugin_main(&plugin, &about));
+    }
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Tool::Install(opts) => multus::install::run(opts),
     };
-    std::process::exit(cni::plugin_main(&plugin, &about));
+    if let Err(e) = result {
+        eprintln!("multus install: {e}");
+        std::process::exit(1);
+    }
 }
