@@ -37,6 +37,19 @@ pub struct Attachment<'a> {
     pub cache_dir: &'a Path,
 }
 
+impl<'a> Attachment<'a> {
+    /// The delegate's environment, `CNI_ARGS` already joined into `args`.
+    fn env<'b>(&'b self, args: &'b str) -> DelegateEnv<'b> {
+        DelegateEnv {
+            container_id: self.container_id,
+            netns: self.netns,
+            ifname: self.ifname,
+            args,
+            path: self.path,
+        }
+    }
+}
+
 impl Network {
     /// Reads a config or a config list (a JSON object with `plugins`).
     pub fn parse(bytes: &[u8]) -> Result<Network, CniError> {
@@ -149,14 +162,7 @@ impl Network {
         stdin: &[u8],
     ) -> Result<Option<Value>, CniError> {
         let args = join_args(att.args);
-        let env = DelegateEnv {
-            container_id: att.container_id,
-            netns: att.netns,
-            ifname: att.ifname,
-            args: &args,
-            path: att.path,
-        };
-        invoke::delegate(self.plugin_type(index), command, &env, stdin)
+        invoke::delegate(self.plugin_type(index), command, &att.env(&args), stdin)
     }
 
     /// ADD: every plugin in order, each given the previous one's result; the last result is
@@ -167,15 +173,7 @@ impl Network {
         for index in 0..self.plugins.len() {
             let stdin = self.plugin_config(index, att.capability_args, prev.as_ref())?;
             let args = join_args(att.args);
-            let env = DelegateEnv {
-                container_id: att.container_id,
-                netns: att.netns,
-                ifname: att.ifname,
-                args: &args,
-                path: att.path,
-            };
-            let bin = invoke::find_in_path(self.plugin_type(index), att.path)?;
-            result = invoke::exec_add(&bin, &env, &stdin)?;
+            result = invoke::delegate_add(self.plugin_type(index), &att.env(&args), &stdin)?;
             prev = Some(result.to_value(self.version)?);
         }
         let cached = CachedAttachment {
