@@ -128,6 +128,15 @@ impl MultusConf {
                 .collect::<Result<_>>()?,
             Some(_) => return Err(Error::config("delegates", "must be a list of configs")),
         };
+        if keys
+            .string("auxiliaryCNIChainName")?
+            .is_some_and(|s| !s.is_empty())
+        {
+            return Err(Error::config(
+                "auxiliaryCNIChainName",
+                "auxiliary CNI chains are not supported",
+            ));
+        }
         let cluster_network = keys.string("clusterNetwork")?.unwrap_or_default();
         if delegates.is_empty() && cluster_network.is_empty() {
             return Err(Error::config(

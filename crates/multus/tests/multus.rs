@@ -380,3 +380,32 @@ fn the_runtime_config_goes_to_the_cluster_network_only() {
     );
     sb.cmd("DEL", &conf).ok();
 }
+
+#[test]
+fn a_log_file_past_max_size_is_rotated() {
+    let sb = Sandbox::new();
+    let log = sb.dir.path().join("multus.log");
+    fs::write(&log, vec![b'x'; (1 << 20) + 1]).unwrap();
+    fs::write(sb.dir.path().join("multus.log.1"), b"older").unwrap();
+    let conf = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
+        json!({"logFile": log, "logOptions": {"maxSize": 1, "maxBackups": 2}}),
+    );
+    sb.cmd("ADD", &conf).ok();
+    assert_eq!(
+        fs::metadata(sb.dir.path().join("multus.log.1"))
+            .unwrap()
+            .len(),
+        (1 << 20) + 1
+    );
+    assert_eq!(
+        fs::read(sb.dir.path().join("multus.log.2")).unwrap(),
+        b"older"
+    );
+    assert!(fs::read_to_string(&log)
+        .unwrap()
+        .contains("ADD network=cluster"));
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after DEL");
+}
