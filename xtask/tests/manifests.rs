@@ -203,14 +203,25 @@ fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
     Ok(())
 }
 
+/// The multus DaemonSet's args, checked to be flags `multus install` accepts.
 fn multus_args(objects: &[Value]) -> Result<Vec<String>> {
     let ds = find(objects, "DaemonSet", "multus")?;
-    Ok(
-        strings(&ds["spec"]["template"]["spec"]["containers"][0]["args"])
-            .into_iter()
-            .map(String::from)
-            .collect(),
-    )
+    let args: Vec<String> = strings(&ds["spec"]["template"]["spec"]["containers"][0]["args"])
+        .into_iter()
+        .map(String::from)
+        .collect();
+    // Off a node, /host/... is missing: the installer gets past its flags and stops at that
+    // (exit 1). A flag it does not know is a usage error (exit 2).
+    let out = Command::new(testkit::workspace_binary("multus", "multus"))
+        .arg("install")
+        .args(&args)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(1) && stderr.contains("is not a directory"),
+        "multus install rejects the DaemonSet's args: {stderr}"
+    );
+    Ok(args)
 }
 
 /// The hostPath behind a container mount of the multus DaemonSet.
