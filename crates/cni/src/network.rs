@@ -38,6 +38,23 @@ pub struct Attachment<'a> {
 }
 
 impl<'a> Attachment<'a> {
+    /// For STATUS and GC, which concern the network rather than one container.
+    fn network_wide(
+        path: &'a [PathBuf],
+        cache_dir: &'a Path,
+        no_args: &'a Map<String, Value>,
+    ) -> Attachment<'a> {
+        Attachment {
+            container_id: "",
+            netns: "",
+            ifname: "",
+            args: &[],
+            capability_args: no_args,
+            path,
+            cache_dir,
+        }
+    }
+
     /// The delegate's environment, `CNI_ARGS` already joined into `args`.
     fn env<'b>(&'b self, args: &'b str) -> DelegateEnv<'b> {
         DelegateEnv {
@@ -141,6 +158,15 @@ impl Network {
         capability_args: &Map<String, Value>,
         prev_result: Option<&Value>,
     ) -> Result<Vec<u8>, CniError> {
+        encode(&self.plugin_map(index, capability_args, prev_result))
+    }
+
+    fn plugin_map(
+        &self,
+        index: usize,
+        capability_args: &Map<String, Value>,
+        prev_result: Option<&Value>,
+    ) -> Map<String, Value> {
         let mut conf = self.plugins[index].clone();
         if self.is_list {
             conf.insert("name".into(), self.name.clone().into());
@@ -150,8 +176,7 @@ impl Network {
         if let Some(prev) = prev_result {
             conf.insert("prevResult".into(), prev.clone());
         }
-        serde_json::to_vec(&conf)
-            .map_err(|e| CniError::internal(format!("cannot encode plugin config: {e}")))
+        conf
     }
 
     fn exec(
@@ -263,15 +288,7 @@ impl Network {
             return Ok(());
         }
         let empty = Map::new();
-        let att = Attachment {
-            container_id: "",
-            netns: "",
-            ifname: "",
-            args: &[],
-            capability_args: &empty,
-            path,
-            cache_dir: Path::new(""),
-        };
+        let att = Attachment::network_wide(path, Path::new(""), &empty);
         for index in 0..self.plugins.len() {
             let stdin = self.plugin_config(index, &empty, None)?;
             self.exec(index, Command::Status, &att, &stdin)?;
@@ -320,26 +337,14 @@ impl Network {
             }
         }
         let empty = Map::new();
-        let att = Attachment {
-            container_id: "",
-            netns: "",
-            ifname: "",
-            args: &[],
-            capability_args: &empty,
-            path,
-            cache_dir,
-        };
+        let att = Attachment::network_wide(path, cache_dir, &empty);
         let valid_json = serde_json::to_value(valid)
             .map_err(|e| CniError::internal(format!("cannot encode valid attachments: {e}")))?;
         for index in 0..self.plugins.len() {
-            let outcome = self.plugin_config(index, &empty, None).and_then(|stdin| {
-                let mut conf: Map<String, Value> = serde_json::from_slice(&stdin)
-                    .map_err(|e| CniError::internal(format!("cannot re-read config: {e}")))?;
-                conf.insert("cni.dev/valid-attachments".into(), valid_json.clone());
-                let stdin = serde_json::to_vec(&conf)
-                    .map_err(|e| CniError::internal(format!("cannot encode config: {e}")))?;
-                self.exec(index, Command::Gc, &att, &stdin)
-            });
+            let mut conf = self.plugin_map(index, &empty, None);
+            conf.insert("cni.dev/valid-attachments".into(), valid_json.clone());
+            let outcome =
+                encode(&conf).and_then(|stdin| self.exec(index, Command::Gc, &att, &stdin));
             if let Err(e) = outcome {
                 errors.push(e);
             }
@@ -352,8 +357,13 @@ impl Network {
     }
 }
 
+fn encode(conf: &Map<String, Value>) -> Result<Vec<u8>, CniError> {
+    serde_json::to_vec(conf)
+        .map_err(|e| CniError::internal(format!("cannot encode plugin config: {e}")))
+}
+
 /// `CNI_ARGS` from pairs.
-pub fn join_args(args: &[(String, String)]) -> String {
+fn join_args(args: &[(String, String)]) -> String {
     args.iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
@@ -361,7 +371,7 @@ pub fn join_args(args: &[(String, String)]) -> String {
 }
 
 /// One error for several: the first one's code, every message.
-pub fn join_errors(mut errors: Vec<CniError>) -> CniError {
+fn join_errors(mut errors: Vec<CniError>) -> CniError {
     if errors.len() == 1 {
         return errors.remove(0);
     }
