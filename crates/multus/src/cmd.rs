@@ -343,19 +343,16 @@ pub fn del(inv: &Invocation) -> Result<()> {
         Ok(Some(delegates)) => (delegates, true),
         Ok(None) => (rebuild(inv, pod.as_ref())?, false),
         Err(e) => {
-            let path = delegate::cache_path(dir, id);
-            let aside = path.with_file_name(format!("{id}.corrupt"));
-            let moved = std::fs::rename(&path, &aside);
             tracing::error!("{e}; deleting what can be known without it");
-            errors.push(match moved {
-                Ok(()) => Error::Cache {
-                    path: path.display().to_string(),
+            errors.push(match (delegate::quarantine_cache(dir, id), e) {
+                (Ok(aside), Error::Cache { path, msg }) => Error::Cache {
+                    path,
                     msg: format!(
-                        "{e}; moved to {} and deleted what could be known without it",
+                        "{msg}; moved to {} and deleted what could be known without it",
                         aside.display()
                     ),
                 },
-                Err(_) => e,
+                (_, e) => e,
             });
             (rebuild(inv, pod.as_ref())?, false)
         }

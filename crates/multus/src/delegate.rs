@@ -391,6 +391,20 @@ pub fn remove_cache(cni_dir: &Path, container_id: &str) -> Result<()> {
     }
 }
 
+/// Moves an unreadable cache file to `<cniDir>/corrupt/<containerID>`, out of the way of the
+/// next DEL and of GC, and kept for whoever investigates. Returns where it went.
+pub fn quarantine_cache(cni_dir: &Path, container_id: &str) -> Result<PathBuf> {
+    let dir = cni_dir.join("corrupt");
+    let aside = dir.join(container_id);
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .and_then(|()| std::fs::rename(cache_path(cni_dir, container_id), &aside))
+        .map_err(|e| cache_error(&aside, format!("cannot move the corrupt cache here: {e}")))?;
+    Ok(aside)
+}
+
 /// Every container ID with a delegate cache in `cni_dir` (for GC).
 pub fn cached_containers(cni_dir: &Path) -> Result<Vec<String>> {
     let entries = match std::fs::read_dir(cni_dir) {

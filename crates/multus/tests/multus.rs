@@ -170,7 +170,11 @@ fn a_corrupt_cache_is_reported_and_moved_aside_and_the_next_del_succeeds() {
     // What the config names was deleted anyway.
     assert_eq!(sb.pod_links(), Vec::<String>::new());
     assert_eq!(sb.reservations(), Vec::<String>::new());
-    let aside = sb.cni_dir().join(format!("{CONTAINER_ID}.corrupt"));
+    let aside = sb.cni_dir().join("corrupt").join(CONTAINER_ID);
+    assert!(
+        msg.contains(&format!("moved to {}", aside.display())),
+        "{msg}"
+    );
     assert!(aside.exists());
     fs::remove_file(aside).unwrap();
     sb.cmd("DEL", &conf).ok();
