@@ -226,8 +226,8 @@ pub fn first_config_in(dir: &Path, name: Option<&str>) -> Result<Option<Vec<u8>>
     Ok(None)
 }
 
-/// At most one gateway per family over all `default-route` requests; when there is one, every
-/// other delegate's default route of that family is removed.
+/// At most one gateway per family over all `default-route` requests; for each family that
+/// is requested, every other delegate's default route of that family is removed.
 pub fn mark_gateway_filters(delegates: &mut [Delegate]) -> Result<()> {
     let all: Vec<_> = delegates
         .iter()
@@ -240,12 +240,10 @@ pub fn mark_gateway_filters(delegates: &mut [Delegate]) -> Result<()> {
             msg: "default-route: more than one gateway of one family over all networks (multus does not do ECMP)".to_owned(),
         });
     }
-    if all.is_empty() {
-        return Ok(());
-    }
+    let (want_v4, want_v6) = (v4 > 0, all.len() > v4);
     for d in delegates.iter_mut() {
-        d.filter_v4_gateway = !d.default_route.iter().any(|g| g.is_ipv4());
-        d.filter_v6_gateway = !d.default_route.iter().any(|g| g.is_ipv6());
+        d.filter_v4_gateway = want_v4 && !d.default_route.iter().any(|g| g.is_ipv4());
+        d.filter_v6_gateway = want_v6 && !d.default_route.iter().any(|g| g.is_ipv6());
     }
     Ok(())
 }

@@ -445,6 +445,33 @@ fn default_route_moves_the_default_route_to_the_requested_network() {
 }
 
 #[test]
+fn an_ipv6_default_route_leaves_the_ipv4_one_alone() {
+    let mut c = Case::new(
+        "default",
+        &[(
+            NETWORKS,
+            r#"[{"name":"v6","default-route":["fd00:20::1"]}]"#,
+        )],
+        json!({}),
+    );
+    let conf = json!({"cniVersion": "1.0.0", "name": "v6", "type": "bridge",
+        "bridge": bridge_name(), "isGateway": true,
+        "ipam": {"type": "host-local", "subnet": "fd00:20::/64", "dataDir": c.sb.ipam_dir()}});
+    c.nad("default", "v6", conf);
+    c.add().unwrap();
+    assert_eq!(
+        c.sb.pod_default_routes("-4"),
+        [("eth0".to_owned(), "10.88.0.1".to_owned())]
+    );
+    assert_eq!(
+        c.sb.pod_default_routes("-6"),
+        [("net1".to_owned(), "fd00:20::1".to_owned())]
+    );
+    c.del().unwrap();
+    c.assert_clean("after DEL");
+}
+
+#[test]
 fn two_gateways_of_one_family_are_refused() {
     let mut c = Case::new(
         "default",
