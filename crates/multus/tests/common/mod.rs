@@ -18,15 +18,9 @@ pub fn multus_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_multus"))
 }
 
-/// The `cni-plugins` binary of this workspace, built next to `multus`.
+/// The `cni-plugins` binary of this workspace.
 pub fn plugins_bin() -> PathBuf {
-    let bin = multus_bin().with_file_name("cni-plugins");
-    assert!(
-        bin.exists(),
-        "{} is missing: build it with `cargo build -p plugins` (cargo test --workspace does)",
-        bin.display()
-    );
-    bin
+    testkit::workspace_binary("cni-plugins", "plugins")
 }
 
 pub struct Sandbox {
