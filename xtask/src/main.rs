@@ -1,8 +1,9 @@
 //! Project tasks: `cargo xtask demo` (the main job), `cargo xtask build` (the static release
-//! binaries), `cargo xtask image` (the container image, built and tried), `cargo xtask bench`
-//! and `cargo xtask vm-test` (the tests that need a full kernel).
+//! binaries), `cargo xtask image` (the container image, built and tried), `cargo xtask bench`,
+//! `cargo xtask bench-multus` and `cargo xtask vm-test` (the tests that need a full kernel).
 
 mod bench;
+mod bench_multus;
 mod demo;
 mod image;
 mod measure;
@@ -28,6 +29,7 @@ fn main() -> Result<()> {
     match task.as_str() {
         "demo" => demo::run(),
         "bench" => bench::run(&rest),
+        "bench-multus" => bench_multus::run(&rest),
         "vm-test" => vm::run(),
         "image" => image::run(),
         "build" => {
@@ -35,7 +37,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo | build | image | bench [--cycles N] | vm-test>");
+            eprintln!("usage: cargo xtask <demo | build | image | bench [--cycles N] | bench-multus [--cycles N] | vm-test>");
             std::process::exit(2)
         }
     }

@@ -193,6 +193,17 @@ impl Network {
     /// ADD: every plugin in order, each given the previous one's result; the last result is
     /// cached and returned, in the network's version.
     pub fn add(&self, att: &Attachment) -> Result<CniResult, CniError> {
+        let (result, entry) = self.add_uncached(att)?;
+        cache::write(att.cache_dir, &entry)?;
+        Ok(result)
+    }
+
+    /// [`Network::add`] without writing the result cache: the entry is returned for the
+    /// caller to write (after adjusting it, or while other work goes on).
+    pub fn add_uncached(
+        &self,
+        att: &Attachment,
+    ) -> Result<(CniResult, CachedAttachment), CniError> {
         let mut prev: Option<Value> = None;
         let mut result = CniResult::default();
         for index in 0..self.plugins.len() {
@@ -201,7 +212,7 @@ impl Network {
             result = invoke::delegate_add(self.plugin_type(index), &att.env(&args), &stdin)?;
             prev = Some(result.to_value(self.version)?);
         }
-        let cached = CachedAttachment {
+        let entry = CachedAttachment {
             container_id: att.container_id.to_owned(),
             config: self.bytes.clone(),
             ifname: att.ifname.to_owned(),
@@ -211,8 +222,7 @@ impl Network {
             capability_args: att.capability_args.clone(),
             result: prev,
         };
-        cache::write(att.cache_dir, &cached)?;
-        Ok(result)
+        Ok((result, entry))
     }
 
     /// The cached result of this attachment in the network's version, when there is one.

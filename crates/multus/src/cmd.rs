@@ -198,11 +198,13 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
 
     let mut results: Vec<CniResult> = Vec::with_capacity(delegates.len());
     let mut statuses: Vec<NetworkStatus> = Vec::new();
+    let mut writers = CacheWriters::default();
     for (index, d) in delegates.iter().enumerate() {
         let ifname = d.ifname(&inv.args.ifname, index);
         // A name already taken is refused before the delegate runs: its DEL would remove the
         // interface that was there.
         if let Err(e) = free_ifname(inv, d, &ifname) {
+            let _ = std::mem::take(&mut writers).finish();
             undo(inv, &delegates[..index]);
             inv.event(
                 pod.as_ref(),
@@ -213,7 +215,8 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
             return Err(e);
         }
         match attach(inv, d, index, &ifname) {
-            Ok(result) => {
+            Ok((result, entry)) => {
+                writers.spawn(inv.conf.cni_dir.clone(), entry);
                 statuses.extend(status::entries(
                     &result,
                     &d.name,
@@ -225,11 +228,16 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
             }
             Err(e) => {
                 let msg = e.to_string();
+                let _ = std::mem::take(&mut writers).finish();
                 undo(inv, &delegates[..=index]);
                 inv.event(pod.as_ref(), EventKind::Warning, "AddInterfaceFailed", &msg);
                 return Err(e);
             }
         }
+    }
+    if let Err(e) = writers.finish() {
+        undo(inv, &delegates);
+        return Err(e);
     }
     if let (Some(api), Some(pod)) = (inv.api, pod.as_ref()) {
         if !inv.is_system_namespace() {
@@ -272,16 +280,24 @@ fn free_ifname(inv: &Invocation, d: &Delegate, ifname: &str) -> Result<()> {
     Ok(())
 }
 
-fn attach(inv: &Invocation, d: &Delegate, index: usize, ifname: &str) -> Result<CniResult> {
+fn attach(
+    inv: &Invocation,
+    d: &Delegate,
+    index: usize,
+    ifname: &str,
+) -> Result<(CniResult, cni::cache::CachedAttachment)> {
     let cni_args = inv.k8s.for_delegate(d);
     let caps = d.capability_args(index, &inv.conf.runtime_config);
     let att = inv.attachment(ifname, &cni_args, &caps);
     tracing::debug!(network = %d.name, %ifname, "ADD");
-    let mut result = d.network.add(&att).map_err(|source| Error::Delegate {
-        network: d.name.clone(),
-        ifname: ifname.to_owned(),
-        source: Box::new(source),
-    })?;
+    let (mut result, mut entry) =
+        d.network
+            .add_uncached(&att)
+            .map_err(|source| Error::Delegate {
+                network: d.name.clone(),
+                ifname: ifname.to_owned(),
+                source: Box::new(source),
+            })?;
     let change = DefaultRouteChange {
         remove_v4: d.filter_v4_gateway || d.default_route.iter().any(|g| g.is_ipv4()),
         remove_v6: d.filter_v6_gateway || d.default_route.iter().any(|g| g.is_ipv6()),
@@ -289,25 +305,36 @@ fn attach(inv: &Invocation, d: &Delegate, index: usize, ifname: &str) -> Result<
     };
     if !change.is_empty() {
         route::apply(&inv.args.netns, ifname, &change, &mut result)?;
-        rewrite_cached_result(inv, d, ifname, &result)?;
+        // The cache holds the routes the interface really has, for DEL and CHECK.
+        entry.result = Some(result.to_value(d.network.version)?);
     }
-    Ok(result)
+    Ok((result, entry))
 }
 
-/// The libcni cache must hold the routes the interface really has, for DEL and CHECK.
-fn rewrite_cached_result(
-    inv: &Invocation,
-    d: &Delegate,
-    ifname: &str,
-    result: &CniResult,
-) -> Result<()> {
-    let dir = &inv.conf.cni_dir;
-    let id = &inv.args.container_id;
-    if let Some(mut cached) = cni::cache::read(dir, &d.network.name, id, ifname)? {
-        cached.result = Some(result.to_value(d.network.version)?);
-        cni::cache::write(dir, &cached)?;
+/// The delegates' result cache entries, each written (and synced) on its own thread while
+/// the next delegate runs: the syncs overlap instead of adding up.
+#[derive(Default)]
+struct CacheWriters(Vec<std::thread::JoinHandle<std::result::Result<(), CniError>>>);
+
+impl CacheWriters {
+    fn spawn(&mut self, dir: PathBuf, entry: cni::cache::CachedAttachment) {
+        self.0
+            .push(std::thread::spawn(move || cni::cache::write(&dir, &entry)));
     }
-    Ok(())
+
+    /// Waits for every write; the first failure is returned.
+    fn finish(self) -> Result<()> {
+        let mut first = Ok(());
+        for handle in self.0 {
+            let outcome = handle
+                .join()
+                .unwrap_or_else(|_| Err(CniError::internal("a cache writer panicked")));
+            if let (Err(e), Ok(())) = (outcome, &first) {
+                first = Err(Error::from(e));
+            }
+        }
+        first
+    }
 }
 
 /// Rolls back a failed ADD: DEL of `delegates` in reverse order, then the delegate cache.

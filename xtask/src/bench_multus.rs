@@ -1,0 +1,201 @@
+//! `cargo xtask bench-multus`: what multus costs on top of its delegates. A pod gets the
+//! cluster network and two more networks (bridge + host-local each); the same three delegates
+//! are also called directly, as a runtime would call them, and the difference is multus's own
+//! time. Then 50 pods at once, and peak RSS.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use serde_json::{json, Value};
+use testkit::{CniCall, Netns, PluginDir};
+
+use crate::measure;
+
+struct Bench {
+    multus: PathBuf,
+    plugins: PluginDir,
+    node: Netns,
+    dir: tempfile::TempDir,
+}
+
+impl Bench {
+    fn network(&self, name: &str, bridge: &str, subnet: &str, gateway_route: bool) -> Value {
+        let routes = if gateway_route {
+            json!([{"dst": "0.0.0.0/0"}])
+        } else {
+            json!([])
+        };
+        json!({"cniVersion": "1.0.0", "name": name, "type": "bridge", "bridge": bridge,
+            "isGateway": true,
+            "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "routes": routes,
+                     "dataDir": self.dir.path().join("ipam")}})
+    }
+
+    fn networks(&self) -> [(Value, &'static str); 3] {
+        [
+            (self.network("cluster", "bm0", "10.90.0.0/16", true), "eth0"),
+            (self.network("net-a", "bm1", "10.91.0.0/16", false), "net1"),
+            (self.network("net-b", "bm2", "10.92.0.0/16", false), "net2"),
+        ]
+    }
+
+    fn multus_conf(&self) -> Result<String> {
+        let conf_dir = self.dir.path().join("net.d");
+        std::fs::create_dir_all(&conf_dir)?;
+        let [cluster, (a, _), (b, _)] = self.networks();
+        std::fs::write(conf_dir.join("10-net-a.conf"), a.to_string())?;
+        std::fs::write(conf_dir.join("20-net-b.conf"), b.to_string())?;
+        Ok(
+            json!({"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus",
+            "confDir": conf_dir, "cniDir": self.dir.path().join("multus"),
+            "binDir": self.plugins.path(), "delegates": [cluster.0],
+            "defaultNetworks": ["net-a", "net-b"]})
+            .to_string(),
+        )
+    }
+
+    fn call(&self, command: &str, conf: &str, id: &str, ifname: &str, pod: &Netns) -> CniCall {
+        let mut call = CniCall::new(command, conf);
+        call.container_id = id.into();
+        call.ifname = ifname.into();
+        call.netns = pod.path().display().to_string();
+        call.path = self.plugins.path().display().to_string();
+        call.args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={id}");
+        call
+    }
+
+    fn run(&self, bin: &Path, call: &CniCall) -> Result<measure::Sample> {
+        let sample = measure::run(bin, call, &self.node)?;
+        ensure!(
+            sample.status.success(),
+            "{} {} failed: {}",
+            bin.display(),
+            call.command,
+            sample.stdout
+        );
+        Ok(sample)
+    }
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let cycles: usize = match args {
+        [flag, n] if flag == "--cycles" => n.parse().context("--cycles N")?,
+        _ => 100,
+    };
+    let plugins_bin = crate::build_release()?;
+    let bench = Bench {
+        multus: plugins_bin.with_file_name("multus"),
+        plugins: PluginDir::new(&plugins_bin, &["bridge", "host-local", "static"]),
+        node: Netns::new("bench-multus"),
+        dir: tempfile::tempdir()?,
+    };
+    let conf = bench.multus_conf()?;
+    let bridge = bench.plugins.path().join("bridge");
+    let pod = Netns::new("bench-mpod");
+
+    let (mut via_multus, mut direct) = (Vec::new(), Vec::new());
+    let (mut direct_add, mut direct_del) = (Vec::new(), Vec::new());
+    let (mut multus_add, mut multus_del) = (Vec::new(), Vec::new());
+    let mut rss = 0i64;
+    for i in 0..cycles {
+        let id = format!("bm{i}");
+        let mut one_multus = || -> Result<Duration> {
+            let a = bench.run(&bench.multus, &bench.call("ADD", &conf, &id, "eth0", &pod))?;
+            let d = bench.run(&bench.multus, &bench.call("DEL", &conf, &id, "eth0", &pod))?;
+            rss = rss.max(a.max_rss_kb).max(d.max_rss_kb);
+            multus_add.push(a.elapsed);
+            multus_del.push(d.elapsed);
+            Ok(a.elapsed + d.elapsed)
+        };
+        let mut one_direct = || -> Result<Duration> {
+            let (mut add, mut del) = (Duration::ZERO, Duration::ZERO);
+            let networks = bench.networks();
+            for (net, ifname) in &networks {
+                let call = bench.call("ADD", &net.to_string(), &id, ifname, &pod);
+                add += bench.run(&bridge, &call)?.elapsed;
+            }
+            for (net, ifname) in networks.iter().rev() {
+                let call = bench.call("DEL", &net.to_string(), &id, ifname, &pod);
+                del += bench.run(&bridge, &call)?.elapsed;
+            }
+            direct_add.push(add);
+            direct_del.push(del);
+            Ok(add + del)
+        };
+        // Alternate who goes first so drift on a noisy machine hits both alike.
+        if i % 2 == 0 {
+            via_multus.push(one_multus()?);
+            direct.push(one_direct()?);
+        } else {
+            direct.push(one_direct()?);
+            via_multus.push(one_multus()?);
+        }
+    }
+    let (m, m90) = measure::percentiles(&mut via_multus);
+    let (d, d90) = measure::percentiles(&mut direct);
+    let (ma, ma90) = measure::percentiles(&mut multus_add);
+    let (md, md90) = measure::percentiles(&mut multus_del);
+    let (da, da90) = measure::percentiles(&mut direct_add);
+    let (dd, dd90) = measure::percentiles(&mut direct_del);
+
+    // 50 pods at once, each into its own namespace: wall time of all ADDs, then all DELs.
+    let pods: Vec<Netns> = (0..50).map(|i| Netns::new(&format!("bmp{i}"))).collect();
+    let (mut wall_add, mut wall_del) = (Vec::new(), Vec::new());
+    for round in 0..(cycles / 20).max(3) {
+        for (command, wall) in [("ADD", &mut wall_add), ("DEL", &mut wall_del)] {
+            let start = Instant::now();
+            std::thread::scope(|scope| -> Result<()> {
+                let handles: Vec<_> = pods
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let call =
+                            bench.call(command, &conf, &format!("par{round}-{i}"), "eth0", p);
+                        let bench = &bench;
+                        scope.spawn(move || bench.run(&bench.multus, &call))
+                    })
+                    .collect();
+                for h in handles {
+                    let sample = h.join().map_err(|_| anyhow::anyhow!("thread panicked"))??;
+                    rss = rss.max(sample.max_rss_kb);
+                }
+                Ok(())
+            })?;
+            wall.push(start.elapsed());
+        }
+    }
+    let (pa, pa90) = measure::percentiles(&mut wall_add);
+    let (pd, pd90) = measure::percentiles(&mut wall_del);
+
+    println!(
+        "cycles: {cycles}; a pod with the cluster network and 2 more (bridge + host-local each)\n"
+    );
+    println!("| case | median (ms) | p90 (ms) |");
+    println!("|---|---|---|");
+    println!("| multus ADD | {ma:.2} | {ma90:.2} |");
+    println!("| the 3 delegates' ADDs called directly | {da:.2} | {da90:.2} |");
+    println!(
+        "| multus's own time per ADD (difference of medians) | {:.2} | |",
+        ma - da
+    );
+    println!("| multus DEL | {md:.2} | {md90:.2} |");
+    println!("| the 3 delegates' DELs called directly | {dd:.2} | {dd90:.2} |");
+    println!(
+        "| multus's own time per DEL (difference of medians) | {:.2} | |",
+        md - dd
+    );
+    println!("| multus ADD + DEL | {m:.2} | {m90:.2} |");
+    println!("| the delegates directly, ADD + DEL | {d:.2} | {d90:.2} |");
+    println!("| 50 pods in parallel, ADD (wall) | {pa:.2} | {pa90:.2} |");
+    println!("| 50 pods in parallel, DEL (wall) | {pd:.2} | {pd90:.2} |");
+    println!("\npeak RSS of a multus call (multus or one of its delegates, whichever is larger): {rss} KB");
+    println!(
+        "multus binary: {} KB",
+        std::fs::metadata(&bench.multus)
+            .map(|m| m.len())
+            .unwrap_or(0)
+            / 1024
+    );
+    Ok(())
+}
