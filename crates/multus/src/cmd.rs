@@ -467,9 +467,8 @@ pub fn status(inv: &Invocation) -> Result<()> {
         .ok_or_else(|| Error::config("delegates", "no cluster network"))?;
     d.network
         .status(&inv.path)
-        .map_err(|source| Error::Delegate {
+        .map_err(|source| Error::Network {
             network: d.name.clone(),
-            ifname: String::new(),
             source: Box::new(source),
         })
 }
@@ -516,9 +515,8 @@ pub fn gc(inv: &Invocation) -> Result<()> {
         .filter(|d| seen.insert(d.network.name.clone()))
     {
         if let Err(source) = d.network.gc(&inv.path, dir, &expanded) {
-            errors.push(Error::Delegate {
+            errors.push(Error::Network {
                 network: d.name.clone(),
-                ifname: String::new(),
                 source: Box::new(source),
             });
         }

@@ -37,7 +37,7 @@ pub struct Delegate {
 impl Delegate {
     /// A delegate from a config (conf or conflist). `origin` says where it came from, for errors.
     pub fn from_config(bytes: &[u8], origin: &str) -> Result<Delegate> {
-        let network = Network::parse(bytes).map_err(|source| Error::NetworkConfig {
+        let network = Network::parse(bytes).map_err(|source| Error::Network {
             network: origin.to_owned(),
             source: Box::new(source),
         })?;
@@ -61,7 +61,7 @@ impl Delegate {
     /// when the config has none, `cni-args` go to every plugin as `args.cni`.
     pub fn for_selection(config: &str, selection: &Selection) -> Result<Delegate> {
         let origin = format!("{}/{}", selection.namespace, selection.name);
-        let bad = |msg: String| Error::NetworkConfig {
+        let bad = |msg: String| Error::Network {
             network: origin.clone(),
             source: Box::new(cni::CniError::decoding(msg)),
         };

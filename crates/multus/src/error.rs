@@ -13,9 +13,10 @@ pub enum Error {
     /// A network the pod asks for that does not exist.
     #[error("{0}")]
     NetworkNotFound(String),
-    /// A network's config (a NAD's spec.config or a file) that cannot be used.
+    /// A network as a whole: its config (a NAD's spec.config or a file) cannot be used, or its
+    /// STATUS or GC failed.
     #[error("network {network}: {source}")]
-    NetworkConfig {
+    Network {
         network: String,
         #[source]
         source: Box<CniError>,
@@ -86,9 +87,9 @@ impl Error {
             | Error::NetworkNotFound(_)
             | Error::Isolation { .. }
             | Error::Request { .. } => Code::InvalidConfig as u32,
-            Error::NetworkConfig { source, .. }
-            | Error::Delegate { source, .. }
-            | Error::Cni(source) => source.code,
+            Error::Network { source, .. } | Error::Delegate { source, .. } | Error::Cni(source) => {
+                source.code
+            }
             Error::Cache { .. } => Code::Io as u32,
             Error::Api(_) => Code::TryAgainLater as u32,
             Error::NotReady(_) => Code::PluginNotAvailable as u32,
