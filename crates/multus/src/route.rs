@@ -10,7 +10,12 @@ use netkit::{Family, NetNs, Netlink};
 use crate::error::{Error, Result};
 
 fn netlink_in(netns: &str) -> Result<Netlink> {
-    let ns = NetNs::open(netns).map_err(|e| Error::Netlink(e.to_string()))?;
+    let ns = NetNs::open(netns).map_err(|e| {
+        Error::from(cni::CniError::new(
+            cni::Code::InvalidNetns,
+            format!("CNI_NETNS {netns}: {e}"),
+        ))
+    })?;
     Netlink::in_ns(&ns).map_err(|e| Error::Netlink(e.to_string()))
 }
 

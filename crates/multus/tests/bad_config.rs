@@ -238,6 +238,17 @@ fn bad_multus_configs_name_the_key_and_leave_nothing() {
 }
 
 #[test]
+fn a_netns_that_does_not_exist_is_code_8_and_leaves_nothing() {
+    let sb = Sandbox::new();
+    let mut call = sb.call("ADD", &patched(&sb, json!({})));
+    call.netns = "/run/netns/does-not-exist".into();
+    let out = sb.run(&call);
+    assert_eq!(out.err_code(), 8);
+    assert!(out.stdout.contains("/run/netns/does-not-exist"), "{out:?}");
+    sb.assert_clean("bad netns");
+}
+
+#[test]
 fn a_cni_version_multus_does_not_know_is_refused() {
     let sb = Sandbox::new();
     let out = sb.cmd("ADD", &patched(&sb, json!({"cniVersion": "9.9.9"})));
