@@ -235,21 +235,20 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
             }
         }
     }
-    if let Err(e) = writers.finish() {
-        undo(inv, &delegates);
-        return Err(e);
-    }
-    if let (Some(api), Some(pod)) = (inv.api, pod.as_ref()) {
-        if !inv.is_system_namespace() {
+    // The status write overlaps the last cache writes; both must succeed.
+    let written = match (inv.api, pod.as_ref()) {
+        (Some(api), Some(pod)) if !inv.is_system_namespace() => {
             let annotations = BTreeMap::from([(
                 status::NETWORK_STATUS_ANNOTATION.to_owned(),
                 status::annotation(&statuses),
             )]);
-            if let Err(e) = api.set_pod_annotations(pod, &annotations) {
-                undo(inv, &delegates);
-                return Err(e);
-            }
+            api.set_pod_annotations(pod, &annotations)
         }
+        _ => Ok(()),
+    };
+    if let Err(e) = writers.finish().and(written) {
+        undo(inv, &delegates);
+        return Err(e);
     }
     for ((index, d), result) in delegates.iter().enumerate().zip(&results) {
         let ips: Vec<String> = result.ips.iter().map(|ip| ip.address.to_string()).collect();
