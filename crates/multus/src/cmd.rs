@@ -13,7 +13,7 @@ use crate::config::MultusConf;
 use crate::delegate::{self, Delegate};
 use crate::error::{Error, Result};
 use crate::resolve::Context;
-use crate::route::{self, DefaultRouteChange};
+use crate::route::{self, DefaultRouteChange, PodNetns};
 use crate::status::{self, NetworkStatus};
 
 /// The pod, as the runtime names it in `CNI_ARGS`.
@@ -194,6 +194,7 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
     for (index, d) in delegates.iter().enumerate() {
         d.check_capabilities(&d.ifname(&inv.args.ifname, index))?;
     }
+    let pod_ns = PodNetns::open(&inv.args.netns)?;
     delegate::save_cache(&inv.conf.cni_dir, &inv.args.container_id, &delegates)?;
 
     let mut results: Vec<CniResult> = Vec::with_capacity(delegates.len());
@@ -203,7 +204,7 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
         let ifname = d.ifname(&inv.args.ifname, index);
         // A name already taken is refused before the delegate runs: its DEL would remove the
         // interface that was there.
-        if let Err(e) = free_ifname(inv, d, &ifname) {
+        if let Err(e) = free_ifname(&pod_ns, d, &ifname) {
             let _ = std::mem::take(&mut writers).finish();
             undo(inv, &delegates[..index]);
             inv.event(
@@ -214,7 +215,7 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
             );
             return Err(e);
         }
-        match attach(inv, d, index, &ifname) {
+        match attach(inv, &pod_ns, d, index, &ifname) {
             Ok((result, entry)) => {
                 writers.spawn(inv.conf.cni_dir.clone(), entry);
                 statuses.extend(status::entries(
@@ -268,8 +269,8 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
 }
 
 /// ADD of one delegate, with its `default-route` applied.
-fn free_ifname(inv: &Invocation, d: &Delegate, ifname: &str) -> Result<()> {
-    if route::interface_exists(&inv.args.netns, ifname)? {
+fn free_ifname(pod_ns: &PodNetns, d: &Delegate, ifname: &str) -> Result<()> {
+    if pod_ns.has_interface(ifname)? {
         return Err(Error::Request {
             network: d.name.clone(),
             ifname: ifname.to_owned(),
@@ -281,6 +282,7 @@ fn free_ifname(inv: &Invocation, d: &Delegate, ifname: &str) -> Result<()> {
 
 fn attach(
     inv: &Invocation,
+    pod_ns: &PodNetns,
     d: &Delegate,
     index: usize,
     ifname: &str,
@@ -303,7 +305,7 @@ fn attach(
         add: &d.default_route,
     };
     if !change.is_empty() {
-        route::apply(&inv.args.netns, ifname, &change, &mut result)?;
+        route::apply(pod_ns, ifname, &change, &mut result)?;
         // The cache holds the routes the interface really has, for DEL and CHECK.
         entry.result = Some(result.to_value(d.network.version)?);
     }

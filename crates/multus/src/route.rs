@@ -9,22 +9,35 @@ use netkit::{Family, NetNs, Netlink};
 
 use crate::error::{Error, Result};
 
-fn netlink_in(netns: &str) -> Result<Netlink> {
-    let ns = NetNs::open(netns).map_err(|e| {
-        Error::from(cni::CniError::new(
-            cni::Code::InvalidNetns,
-            format!("CNI_NETNS {netns}: {e}"),
-        ))
-    })?;
-    Netlink::in_ns(&ns).map_err(|e| Error::Netlink(e.to_string()))
+/// A netlink socket in the pod's namespace, opened once per command.
+pub struct PodNetns {
+    path: String,
+    nl: Netlink,
 }
 
-/// Whether the pod already has an interface named `ifname`.
-pub fn interface_exists(netns: &str, ifname: &str) -> Result<bool> {
-    let nl = netlink_in(netns)?;
-    nl.link_by_name(ifname)
-        .map(|l| l.is_some())
-        .map_err(|e| Error::Netlink(e.to_string()))
+impl PodNetns {
+    /// Opens `netns`; an unusable path is code 8, naming it.
+    pub fn open(netns: &str) -> Result<PodNetns> {
+        let ns = NetNs::open(netns).map_err(|e| {
+            Error::from(cni::CniError::new(
+                cni::Code::InvalidNetns,
+                format!("CNI_NETNS {netns}: {e}"),
+            ))
+        })?;
+        let nl = Netlink::in_ns(&ns).map_err(|e| Error::Netlink(e.to_string()))?;
+        Ok(PodNetns {
+            path: netns.to_owned(),
+            nl,
+        })
+    }
+
+    /// Whether the pod already has an interface named `ifname`.
+    pub fn has_interface(&self, ifname: &str) -> Result<bool> {
+        self.nl
+            .link_by_name(ifname)
+            .map(|l| l.is_some())
+            .map_err(|e| Error::Netlink(e.to_string()))
+    }
 }
 
 /// What to do with one interface's default routes.
@@ -51,12 +64,12 @@ impl DefaultRouteChange<'_> {
 /// Applies `change` to interface `ifname` in the pod, and to `result` so that what is cached
 /// and reported matches the kernel.
 pub fn apply(
-    netns: &str,
+    pod: &PodNetns,
     ifname: &str,
     change: &DefaultRouteChange,
     result: &mut CniResult,
 ) -> Result<()> {
-    let nl = netlink_in(netns)?;
+    let (nl, netns) = (&pod.nl, &pod.path);
     let fail = |what: &str, e: netkit::Error| {
         Error::Netlink(format!("{what} on interface {ifname} in {netns}: {e}"))
     };
