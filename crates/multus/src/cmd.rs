@@ -191,8 +191,21 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
     let pod = inv.pod()?;
     let delegates = inv.context(pod.as_ref()).delegates()?;
     // Everything that can be refused is refused before anything runs.
+    let mut ifnames: Vec<String> = Vec::with_capacity(delegates.len());
     for (index, d) in delegates.iter().enumerate() {
-        d.check_capabilities(&d.ifname(&inv.args.ifname, index))?;
+        let ifname = d.ifname(&inv.args.ifname, index);
+        d.check_capabilities(&ifname)?;
+        if let Some(other) = ifnames.iter().position(|i| *i == ifname) {
+            return Err(Error::Request {
+                network: d.name.clone(),
+                ifname,
+                msg: format!(
+                    "network {} gets this interface name too",
+                    delegates[other].name
+                ),
+            });
+        }
+        ifnames.push(ifname);
     }
     let pod_ns = PodNetns::open(&inv.args.netns)?;
     delegate::save_cache(&inv.conf.cni_dir, &inv.args.container_id, &delegates)?;
@@ -200,40 +213,38 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
     let mut results: Vec<CniResult> = Vec::with_capacity(delegates.len());
     let mut statuses: Vec<NetworkStatus> = Vec::new();
     let mut writers = CacheWriters::default();
-    for (index, d) in delegates.iter().enumerate() {
-        let ifname = d.ifname(&inv.args.ifname, index);
+    // On a failure: the cache writes finish (so none lands after the undo), every delegate
+    // that ran is deleted again, and the pod gets a warning.
+    let fail = |writers: CacheWriters, ran: &[Delegate], e: Error| {
+        let _ = writers.finish();
+        undo(inv, ran);
+        inv.event(
+            pod.as_ref(),
+            EventKind::Warning,
+            "AddInterfaceFailed",
+            &e.to_string(),
+        );
+        Err(e)
+    };
+    for (index, (d, ifname)) in delegates.iter().zip(&ifnames).enumerate() {
         // A name already taken is refused before the delegate runs: its DEL would remove the
         // interface that was there.
-        if let Err(e) = free_ifname(&pod_ns, d, &ifname) {
-            let _ = std::mem::take(&mut writers).finish();
-            undo(inv, &delegates[..index]);
-            inv.event(
-                pod.as_ref(),
-                EventKind::Warning,
-                "AddInterfaceFailed",
-                &e.to_string(),
-            );
-            return Err(e);
+        if let Err(e) = free_ifname(&pod_ns, d, ifname) {
+            return fail(writers, &delegates[..index], e);
         }
-        match attach(inv, &pod_ns, d, index, &ifname) {
+        match attach(inv, &pod_ns, d, index, ifname) {
             Ok((result, entry)) => {
                 writers.spawn(inv.conf.cni_dir.clone(), entry);
                 statuses.extend(status::entries(
                     &result,
                     &d.name,
-                    &ifname,
+                    ifname,
                     index == 0,
                     &d.default_route,
                 ));
                 results.push(result);
             }
-            Err(e) => {
-                let msg = e.to_string();
-                let _ = std::mem::take(&mut writers).finish();
-                undo(inv, &delegates[..=index]);
-                inv.event(pod.as_ref(), EventKind::Warning, "AddInterfaceFailed", &msg);
-                return Err(e);
-            }
+            Err(e) => return fail(writers, &delegates[..=index], e),
         }
     }
     // The status write overlaps the last cache writes; both must succeed.
@@ -251,14 +262,9 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
         undo(inv, &delegates);
         return Err(e);
     }
-    for ((index, d), result) in delegates.iter().enumerate().zip(&results) {
+    for ((d, ifname), result) in delegates.iter().zip(&ifnames).zip(&results) {
         let ips: Vec<String> = result.ips.iter().map(|ip| ip.address.to_string()).collect();
-        let msg = format!(
-            "Add {} [{}] from {}",
-            d.ifname(&inv.args.ifname, index),
-            ips.join(" "),
-            d.name
-        );
+        let msg = format!("Add {ifname} [{}] from {}", ips.join(" "), d.name);
         tracing::info!("{msg}");
         inv.event(pod.as_ref(), EventKind::Normal, "AddedInterface", &msg);
     }
@@ -268,7 +274,7 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
         .ok_or_else(|| Error::config("delegates", "no cluster network"))
 }
 
-/// ADD of one delegate, with its `default-route` applied.
+/// Refuses an interface name the pod already has.
 fn free_ifname(pod_ns: &PodNetns, d: &Delegate, ifname: &str) -> Result<()> {
     if pod_ns.has_interface(ifname)? {
         return Err(Error::Request {
@@ -280,6 +286,8 @@ fn free_ifname(pod_ns: &PodNetns, d: &Delegate, ifname: &str) -> Result<()> {
     Ok(())
 }
 
+/// ADD of one delegate, with its `default-route` applied; returns the result and its cache
+/// entry.
 fn attach(
     inv: &Invocation,
     pod_ns: &PodNetns,
