@@ -392,6 +392,19 @@ fn wrong_token_is_unauthorized_and_not_retried() -> Result<()> {
     Ok(())
 }
 
+#[test]
+fn no_credentials_is_unauthorized() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::None)?;
+    add_web_pod(&s.server);
+    let err = s.client(5000, 3)?.get_pod("ns1", "web").unwrap_err();
+    assert!(matches!(cause(&err), Cause::Unauthorized(_)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "get pods ns1/web: unauthorized (the API server refused the credentials): Unauthorized"
+    );
+    Ok(())
+}
+
 fn write_token(path: &Path, token: &str) -> Result<()> {
     // As the kubelet does for projected tokens: a new file renamed into place.
     let tmp = path.with_extension("new");
