@@ -1,4 +1,4 @@
-//! Shared by the bridge tests: a sandbox per plugin run (node and pod namespaces, a host-local
+//! Shared by the plugin tests: a sandbox per plugin run (node and pod namespaces, a host-local
 //! data directory), calling the plugins as a runtime does, and reading kernel state back in a
 //! form that can be compared between implementations.
 #![allow(dead_code)] // Each test binary uses its own part of this module.
@@ -26,7 +26,10 @@ impl Plugins {
     pub fn new() -> Plugins {
         let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
         Plugins {
-            ours: PluginDir::new(bin, &["bridge", "host-local", "static"]),
+            ours: PluginDir::new(
+                bin,
+                &["bridge", "macvlan", "ipvlan", "host-local", "static"],
+            ),
         }
     }
 
@@ -56,7 +59,7 @@ impl Sandbox {
         }
     }
 
-    /// A call of the bridge plugin for the pod, `DATADIR` in `conf` replaced.
+    /// A call of a plugin for the pod, `DATADIR` in `conf` replaced.
     pub fn call(&self, command: &str, conf: &str) -> CniCall {
         let conf = conf.replace("DATADIR", &self.data.path().display().to_string());
         let mut call = CniCall::new(command, &conf);
@@ -66,8 +69,11 @@ impl Sandbox {
         call
     }
 
+    /// Runs the plugin the call's config names in `type`, in the node namespace.
     pub fn run(&self, call: &CniCall) -> CniOutput {
-        call.run(&self.cni_path.join("bridge"), Some(&self.node))
+        let conf: Value = serde_json::from_str(&call.stdin).unwrap_or(Value::Null);
+        let plugin = conf["type"].as_str().unwrap_or("bridge");
+        call.run(&self.cni_path.join(plugin), Some(&self.node))
     }
 
     pub fn add(&self, conf: &str) -> CniOutput {
@@ -162,7 +168,7 @@ impl Sandbox {
         sort_values(&mut node_links);
         let pod_links: Vec<Value> = self
             .pod
-            .ip_json(&["addr", "show"])
+            .ip_json(&["-d", "addr", "show"])
             .as_array()
             .into_iter()
             .flatten()
@@ -170,6 +176,8 @@ impl Sandbox {
             .map(|l| {
                 json!({
                     "name": l["ifname"],
+                    "kind": l["linkinfo"]["info_kind"],
+                    "mode": l["linkinfo"]["info_data"]["mode"],
                     "mtu": l["mtu"],
                     "up": flags_has(l, "UP"),
                     "addrs": addrs(l),
@@ -304,6 +312,87 @@ pub fn kernel_has_vlan_filtering() -> bool {
         );
         out.status.success()
     })
+}
+
+/// Whether this kernel can make ipvlan links. Under `cargo xtask vm-test` (MULTUS_RS_VM=1) it
+/// must: the ipvlan cases may not be skipped there.
+pub fn kernel_has_ipvlan() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let ns = Netns::new("ipvlprobe");
+        ns.ip(&[
+            "link", "add", "probe0", "type", "veth", "peer", "name", "probe1",
+        ]);
+        let out = ns.try_ip(&["link", "add", "probe2", "link", "probe0", "type", "ipvlan"]);
+        assert!(
+            out.status.success() || std::env::var_os("MULTUS_RS_VM").is_none(),
+            "MULTUS_RS_VM is set but this kernel makes no ipvlan: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.status.success()
+    })
+}
+
+/// Whether this kernel has dummy links. Under `cargo xtask vm-test` it must.
+pub fn kernel_has_dummy() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let ns = Netns::new("dummyprobe");
+        let out = ns.try_ip(&["link", "add", "probe0", "type", "dummy"]);
+        assert!(
+            out.status.success() || std::env::var_os("MULTUS_RS_VM").is_none(),
+            "MULTUS_RS_VM is set but this kernel makes no dummy link: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.status.success()
+    })
+}
+
+/// Gives the node namespace a master for macvlan/ipvlan: `up0`, a veth whose peer `up0p` is
+/// up too (so the master has a carrier), with 192.0.2.1/24 and a default route via it.
+pub fn veth_master(node: &Netns, mtu: u32) {
+    node.ip(&[
+        "link",
+        "add",
+        "up0",
+        "mtu",
+        &mtu.to_string(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "up0p",
+    ]);
+    node.ip(&["link", "set", "up0p", "up"]);
+    node.ip(&["link", "set", "up0", "up"]);
+    node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
+    node.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "192.0.2.254",
+        "dev",
+        "up0",
+    ]);
+}
+
+/// Pings `to` once from inside `from`; the ping output on failure.
+pub fn ping(from: &Netns, to: &str) -> Result<(), String> {
+    let out = from
+        .command("ping")
+        .args(["-c1", "-W2", to])
+        .output()
+        .expect("run ping");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ping {to}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
 }
 
 /// A host-local IPAM block over `ranges` (JSON of the `ranges` array) and extra keys.
