@@ -1,4 +1,4 @@
-//! `cargo xtask vm-test`: runs the test binaries that have VLAN, ipvlan and 8021q parts under
+//! `cargo xtask vm-test`: runs the test binaries that have VLAN, ipvlan, dummy and 8021q parts under
 //! Debian's cloud kernel in qemu, because the kernel of the development and CI machines lacks
 //! them and cannot load modules. The kernel package is downloaded once into `<target>/vm`; the
 //! initramfs (busybox, the tools the tests run, the test binaries at their own absolute paths)
@@ -24,6 +24,8 @@ const TESTS: &[(&str, &str)] = &[
     ("plugins", "lib"),
     ("bridge", "test"),
     ("side_by_side", "test"),
+    ("macvlan", "test"),
+    ("ipvlan", "test"),
 ];
 
 /// Kernel modules to load (with their dependencies): the link types, and netfilter for the
