@@ -60,6 +60,60 @@ impl SubConf {
     }
 }
 
+/// Picks a mode from a plugin's table (names and values, the default first); `""` is the
+/// default.
+pub fn parse_mode<M: Copy>(kind: &str, modes: &[(&str, M)], name: &str) -> Result<M, CniError> {
+    if name.is_empty() {
+        if let Some((_, default)) = modes.first() {
+            return Ok(*default);
+        }
+    }
+    if let Some((_, mode)) = modes.iter().find(|(n, _)| *n == name) {
+        return Ok(*mode);
+    }
+    let names: Vec<String> = modes
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| {
+            if i == 0 {
+                format!("{n} (the default)")
+            } else {
+                (*n).to_owned()
+            }
+        })
+        .collect();
+    Err(CniError::invalid_config(format!(
+        "unknown {kind} mode {name:?}: use one of {}",
+        names.join(", ")
+    )))
+}
+
+/// CHECK: the link's mode (the kernel's value, `actual`) is `wanted`.
+pub fn check_mode<M: Copy>(
+    link: &Link,
+    modes: &[(&str, M)],
+    wanted: M,
+    value: impl Fn(M) -> u32,
+    actual: Option<u32>,
+) -> Result<(), CniError> {
+    if actual == Some(value(wanted)) {
+        return Ok(());
+    }
+    let name = |v: Option<u32>| {
+        modes
+            .iter()
+            .find(|(_, m)| Some(value(*m)) == v)
+            .map_or("unknown", |(n, _)| *n)
+    };
+    Err(check::fail(format!(
+        "{} {:?} is in mode {}, the config says {}",
+        link.kind.as_deref().unwrap_or("link"),
+        link.name,
+        name(actual),
+        name(Some(value(wanted)))
+    )))
+}
+
 /// Decodes a plugin's config (code 6 for a value of the wrong type).
 pub fn decode<T: serde::de::DeserializeOwned>(stdin: &[u8], kind: &str) -> Result<T, CniError> {
     serde_json::from_slice(stdin)

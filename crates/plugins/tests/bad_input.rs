@@ -241,35 +241,38 @@ fn corpus() -> Vec<Case> {
         let stdin = good_bridge.replace(r#""bridge":"bad0""#, &format!(r#""bridge":"{name}""#));
         cases.push(case(format!("bridge: {what}"), "bridge", stdin, CONFIG));
     }
-    for command in ["ADD", "DEL", "CHECK"] {
+    // The ipam block and CNI_ARGS of the interface plugins that read them.
+    for (plugin, good) in [("bridge", &good_bridge), ("macvlan", &good_macvlan)] {
+        for command in ["ADD", "DEL", "CHECK"] {
+            let mut c = case(
+                format!("{plugin}: {command} with an interface plugin as ipam"),
+                plugin,
+                good.replace(r#""type":"host-local""#, &format!(r#""type":"{plugin}""#)),
+                CONFIG,
+            );
+            c.command = command;
+            cases.push(c);
+        }
+        for (what, ipam_type) in [
+            ("ipam type with a path", "../host-local"),
+            ("ipam type absolute", "/usr/lib/cni/host-local"),
+            ("ipam type not installed", "no-such-ipam"),
+        ] {
+            let stdin = good.replace(
+                r#""type":"host-local""#,
+                &format!(r#""type":"{ipam_type}""#),
+            );
+            cases.push(case(format!("{plugin}: {what}"), plugin, stdin, CONFIG));
+        }
         let mut c = case(
-            format!("bridge: {command} with an interface plugin as ipam"),
-            "bridge",
-            good_bridge.replace(r#""type":"host-local""#, r#""type":"bridge""#),
+            format!("{plugin}: bad MAC in CNI_ARGS"),
+            plugin,
+            good.clone(),
             CONFIG,
         );
-        c.command = command;
+        c.env = vec![("CNI_ARGS", Some("MAC=nope".into()))];
         cases.push(c);
     }
-    for (what, ipam_type) in [
-        ("ipam type with a path", "../host-local"),
-        ("ipam type absolute", "/usr/lib/cni/host-local"),
-        ("ipam type not installed", "no-such-ipam"),
-    ] {
-        let stdin = good_bridge.replace(
-            r#""type":"host-local""#,
-            &format!(r#""type":"{ipam_type}""#),
-        );
-        cases.push(case(format!("bridge: {what}"), "bridge", stdin, CONFIG));
-    }
-    let mut c = case(
-        "bridge: bad MAC in CNI_ARGS",
-        "bridge",
-        good_bridge.clone(),
-        CONFIG,
-    );
-    c.env = vec![("CNI_ARGS", Some("MAC=nope".into()))];
-    cases.push(c);
 
     // macvlan and ipvlan options.
     for (what, extra, code) in [
@@ -361,35 +364,6 @@ fn corpus() -> Vec<Case> {
         r#"{"cniVersion":"1.0.0","name":"badnet","type":"ipvlan","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"a"},{"name":"b"}],"ips":[{"address":"10.66.0.9/24"}]}}"#.into(),
         CONFIG,
     ));
-    for command in ["ADD", "CHECK"] {
-        let mut c = case(
-            format!("macvlan: {command} with an interface plugin as ipam"),
-            "macvlan",
-            good_macvlan.replace(r#""type":"host-local""#, r#""type":"macvlan""#),
-            CONFIG,
-        );
-        c.command = command;
-        cases.push(c);
-    }
-    for (what, ipam_type) in [
-        ("ipam type with a path", "../host-local"),
-        ("ipam type not installed", "no-such-ipam"),
-    ] {
-        let stdin = good_macvlan.replace(
-            r#""type":"host-local""#,
-            &format!(r#""type":"{ipam_type}""#),
-        );
-        cases.push(case(format!("macvlan: {what}"), "macvlan", stdin, CONFIG));
-    }
-    let mut c = case(
-        "macvlan: bad MAC in CNI_ARGS",
-        "macvlan",
-        good_macvlan.clone(),
-        CONFIG,
-    );
-    c.env = vec![("CNI_ARGS", Some("MAC=nope".into()))];
-    cases.push(c);
-
     // host-local, alone and under bridge (both must fail the same way, leaving nothing).
     let ipam_cases: Vec<(&str, String, u64)> = vec![
         ("no ranges", String::new(), CONFIG),

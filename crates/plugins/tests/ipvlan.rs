@@ -140,27 +140,20 @@ fn config_errors_come_before_anything_is_created() {
         ),
         (
             "chained without master, prevResult with two interfaces",
-            format!(
-                r#"{{"cniVersion":"1.0.0","name":"ipvnet","type":"ipvlan","prevResult":{{"cniVersion":"1.0.0","interfaces":[{{"name":"a"}},{{"name":"b"}}],"ips":[{{"address":"10.70.0.9/24"}}]}}}}"#
-            ),
+            r#"{"cniVersion":"1.0.0","name":"ipvnet","type":"ipvlan","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"a"},{"name":"b"}],"ips":[{"address":"10.70.0.9/24"}]}}"#.to_owned(),
             7,
             "exactly one interface",
         ),
         (
             "chained, prevResult without addresses",
-            format!(
-                r#"{{"cniVersion":"1.0.0","name":"ipvnet","type":"ipvlan","prevResult":{{"cniVersion":"1.0.0","interfaces":[{{"name":"up0"}}]}}}}"#
-            ),
+            r#"{"cniVersion":"1.0.0","name":"ipvnet","type":"ipvlan","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"up0"}]}}"#.to_owned(),
             7,
             "ipvlan needs addresses",
         ),
     ];
     for (what, c, code, words) in cases {
         let sb = sandbox(&plugins);
-        let out = sb.add(&c);
-        assert_eq!(out.err_code(), code, "{what}: {out:?}");
-        let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
-        assert!(msg.contains(words), "{what}: want {words:?} in {msg}");
+        common::assert_error(&sb.add(&c), code, words, what);
         assert_clean(&sb);
     }
     // No master and no default route.

@@ -163,9 +163,9 @@ fn layer_2_only_without_ipam() {
 fn bcqueuelen_and_sysctls() {
     let plugins = Plugins::new();
     let sb = sandbox(&plugins);
-    let c = conf(&format!(
-        r#","bcqueuelen":200,"ipam":{{"type":"static","addresses":[{{"address":"10.60.0.5/24"}},{{"address":"fd60::5/64"}}]}}"#
-    ));
+    let c = conf(
+        r#","bcqueuelen":200,"ipam":{"type":"static","addresses":[{"address":"10.60.0.5/24"},{"address":"fd60::5/64"}]}"#,
+    );
     sb.add(&c).ok();
     assert_eq!(eth0(&sb)["linkinfo"]["info_data"]["bcqueuelen"], 200);
     let sysctl = |key: &str| {
@@ -459,10 +459,7 @@ fn every_error_path_leaves_nothing_behind() {
         let sb = sandbox(&plugins);
         let mut call = sb.call("ADD", &c);
         call.args = env.into();
-        let out = sb.run(&call);
-        assert_eq!(out.err_code(), code, "{what}: {out:?}");
-        let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
-        assert!(msg.contains(words), "{what}: want {words:?} in {msg}");
+        common::assert_error(&sb.run(&call), code, words, what);
         assert_clean(&sb);
     }
 

@@ -349,21 +349,9 @@ fn veth_master(sb: &Sandbox) {
     common::veth_master(&sb.node, 1500);
 }
 
-/// The master `up0` as a dummy link (the VM's kernel has them), with a default route.
+/// The master `up0` as a dummy link (see [`common::dummy_master`]).
 fn dummy_master(sb: &Sandbox) {
-    assert!(common::kernel_has_dummy());
-    sb.node.ip(&["link", "add", "up0", "type", "dummy"]);
-    sb.node.ip(&["link", "set", "up0", "up"]);
-    sb.node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
-    sb.node.ip(&[
-        "route",
-        "add",
-        "default",
-        "via",
-        "192.0.2.254",
-        "dev",
-        "up0",
-    ]);
+    common::dummy_master(&sb.node);
 }
 
 /// Our failed ADD left nothing in the pod and no reservation.

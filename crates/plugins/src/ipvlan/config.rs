@@ -8,7 +8,7 @@ use serde::Deserialize;
 use crate::sublink::{self, RawConf, SubConf};
 
 /// Modes by name, the default first.
-const MODES: [(&str, IpvlanMode); 3] = [
+pub const MODES: [(&str, IpvlanMode); 3] = [
     ("l2", IpvlanMode::L2),
     ("l3", IpvlanMode::L3),
     ("l3s", IpvlanMode::L3S),
@@ -34,18 +34,7 @@ impl IpvlanConf {
     /// the wrong JSON type or an undecodable `prevResult`).
     pub fn parse(stdin: &[u8]) -> Result<IpvlanConf, CniError> {
         let raw: Raw = sublink::decode(stdin, "ipvlan")?;
-        let mode = match raw.common.mode.as_str() {
-            "" => IpvlanMode::L2,
-            name => MODES
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, m)| *m)
-                .ok_or_else(|| {
-                    CniError::invalid_config(format!(
-                        "unknown ipvlan mode {name:?}: use l2 (the default), l3 or l3s"
-                    ))
-                })?,
-        };
+        let mode = sublink::parse_mode("ipvlan", &MODES, &raw.common.mode)?;
         let common = SubConf::check(raw.common)?;
         let prev = common
             .net
@@ -58,14 +47,6 @@ impl IpvlanConf {
             .transpose()?;
         Ok(IpvlanConf { common, mode, prev })
     }
-}
-
-/// The name of a kernel mode value.
-pub fn mode_name(value: u16) -> Option<&'static str> {
-    MODES
-        .iter()
-        .find(|(_, m)| *m as u16 == value)
-        .map(|(n, _)| *n)
 }
 
 #[cfg(test)]
@@ -83,7 +64,6 @@ mod tests {
         assert_eq!(parse("").unwrap().mode, IpvlanMode::L2);
         for (name, mode) in MODES {
             assert_eq!(parse(&format!(r#","mode":"{name}""#)).unwrap().mode, mode);
-            assert_eq!(mode_name(mode as u16), Some(name));
         }
         let e = parse(r#","mode":"bridge""#).unwrap_err();
         assert_eq!(e.code, 7);

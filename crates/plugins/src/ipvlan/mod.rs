@@ -56,18 +56,13 @@ impl Flavor for IpvlanConf {
     }
 
     fn check_mode(&self, link: &Link) -> Result<(), CniError> {
-        if link.ipvlan_mode == Some(self.mode as u16) {
-            return Ok(());
-        }
-        let actual = link
-            .ipvlan_mode
-            .and_then(config::mode_name)
-            .unwrap_or("unknown");
-        Err(crate::check::fail(format!(
-            "ipvlan {:?} is in mode {actual}, the config says {}",
-            link.name,
-            config::mode_name(self.mode as u16).unwrap_or("unknown")
-        )))
+        sublink::check_mode(
+            link,
+            &config::MODES,
+            self.mode,
+            |m| u32::from(m as u16),
+            link.ipvlan_mode.map(u32::from),
+        )
     }
 
     fn without_ipam(&self) -> Result<CniResult, CniError> {

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use crate::sublink::{self, RawConf, SubConf};
 
 /// Modes by name, the default first.
-const MODES: [(&str, MacvlanMode); 4] = [
+pub const MODES: [(&str, MacvlanMode); 4] = [
     ("bridge", MacvlanMode::Bridge),
     ("private", MacvlanMode::Private),
     ("vepa", MacvlanMode::Vepa),
@@ -41,19 +41,7 @@ impl MacvlanConf {
     /// (code 6 for a value of the wrong JSON type).
     pub fn parse(stdin: &[u8], cni_args: &str) -> Result<MacvlanConf, CniError> {
         let raw: Raw = sublink::decode(stdin, "macvlan")?;
-        let mode = match raw.common.mode.as_str() {
-            "" => MacvlanMode::Bridge,
-            name => MODES
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, m)| *m)
-                .ok_or_else(|| {
-                    CniError::invalid_config(format!(
-                        "unknown macvlan mode {name:?}: use bridge (the default), private, vepa \
-                         or passthru"
-                    ))
-                })?,
-        };
+        let mode = sublink::parse_mode("macvlan", &MODES, &raw.common.mode)?;
         let common = SubConf::check(raw.common)?;
         let mac = crate::mac::resolve(Some(&raw.mac), &common.net, cni_args, false)?;
         Ok(MacvlanConf {
@@ -63,14 +51,6 @@ impl MacvlanConf {
             common,
         })
     }
-}
-
-/// The name of a kernel mode value.
-pub fn mode_name(value: u32) -> Option<&'static str> {
-    MODES
-        .iter()
-        .find(|(_, m)| *m as u32 == value)
-        .map(|(n, _)| *n)
 }
 
 #[cfg(test)]
@@ -97,7 +77,6 @@ mod tests {
         for (name, mode) in MODES {
             let c = parse(&format!(r#","mode":"{name}""#)).unwrap();
             assert_eq!(c.mode, mode);
-            assert_eq!(mode_name(mode as u32), Some(name));
         }
         let e = parse(r#","mode":"l2""#).unwrap_err();
         assert_eq!(e.code, 7);

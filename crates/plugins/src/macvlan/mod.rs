@@ -59,18 +59,13 @@ impl Flavor for MacvlanConf {
     }
 
     fn check_mode(&self, link: &Link) -> Result<(), CniError> {
-        if link.macvlan_mode == Some(self.mode as u32) {
-            return Ok(());
-        }
-        let actual = link
-            .macvlan_mode
-            .and_then(config::mode_name)
-            .unwrap_or("unknown");
-        Err(crate::check::fail(format!(
-            "macvlan {:?} is in mode {actual}, the config says {}",
-            link.name,
-            config::mode_name(self.mode as u32).unwrap_or("unknown")
-        )))
+        sublink::check_mode(
+            link,
+            &config::MODES,
+            self.mode,
+            |m| m as u32,
+            link.macvlan_mode,
+        )
     }
 
     fn without_ipam(&self) -> Result<CniResult, CniError> {

@@ -377,6 +377,31 @@ pub fn veth_master(node: &Netns, mtu: u32) {
     ]);
 }
 
+/// Gives the node namespace a dummy master `up0` (the VM's kernel has dummy links), up, with
+/// 192.0.2.1/24 and a default route via it.
+pub fn dummy_master(node: &Netns) {
+    assert!(kernel_has_dummy(), "this kernel has no dummy links");
+    node.ip(&["link", "add", "up0", "type", "dummy"]);
+    node.ip(&["link", "set", "up0", "up"]);
+    node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
+    node.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "192.0.2.254",
+        "dev",
+        "up0",
+    ]);
+}
+
+/// Asserts a CNI error with `code` whose message contains `words`; `what` names the case.
+pub fn assert_error(out: &CniOutput, code: u64, words: &str, what: &str) {
+    assert_eq!(out.err_code(), code, "{what}: {out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(msg.contains(words), "{what}: want {words:?} in {msg}");
+}
+
 /// Pings `to` once from inside `from`; the ping output on failure.
 pub fn ping(from: &Netns, to: &str) -> Result<(), String> {
     let out = from
