@@ -32,18 +32,7 @@ fn static_ipam(addrs: &[&str]) -> String {
 fn sandbox(plugins: &Plugins) -> Sandbox {
     let sb = Sandbox::new(plugins, Side::Ours);
     if common::kernel_has_dummy() {
-        sb.node.ip(&["link", "add", "up0", "type", "dummy"]);
-        sb.node.ip(&["link", "set", "up0", "up"]);
-        sb.node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
-        sb.node.ip(&[
-            "route",
-            "add",
-            "default",
-            "via",
-            "192.0.2.254",
-            "dev",
-            "up0",
-        ]);
+        common::dummy_master(&sb.node);
     } else {
         veth_master(&sb.node, 1500);
     }

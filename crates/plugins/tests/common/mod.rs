@@ -290,62 +290,64 @@ pub fn normalize_result(mut v: Value) -> Value {
     v
 }
 
-/// Whether this kernel can make VLAN-filtering bridges (CONFIG_BRIDGE_VLAN_FILTERING). Under
-/// `cargo xtask vm-test` (MULTUS_RS_VM=1) it must: the VLAN cases may not be skipped there.
+/// Whether `ip` can run each of `steps` in a fresh namespace: a kernel feature probe. Under
+/// `cargo xtask vm-test` (MULTUS_RS_VM=1) the kernel must have `feature`, so that the cases
+/// that need it cannot be skipped there.
+fn kernel_can(feature: &str, steps: &[&[&str]]) -> bool {
+    let ns = Netns::new("probe");
+    for step in steps {
+        let out = ns.try_ip(step);
+        if !out.status.success() {
+            assert!(
+                std::env::var_os("MULTUS_RS_VM").is_none(),
+                "MULTUS_RS_VM is set but this kernel has no {feature}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether this kernel can make VLAN-filtering bridges (CONFIG_BRIDGE_VLAN_FILTERING).
 pub fn kernel_has_vlan_filtering() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
-        let ns = Netns::new("vlanprobe");
-        let out = ns.try_ip(&[
-            "link",
-            "add",
-            "probe0",
-            "type",
-            "bridge",
-            "vlan_filtering",
-            "1",
-        ]);
-        assert!(
-            out.status.success() || std::env::var_os("MULTUS_RS_VM").is_none(),
-            "MULTUS_RS_VM is set but this kernel makes no VLAN-filtering bridge: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.status.success()
+        kernel_can(
+            "VLAN-filtering bridge",
+            &[&[
+                "link",
+                "add",
+                "probe0",
+                "type",
+                "bridge",
+                "vlan_filtering",
+                "1",
+            ]],
+        )
     })
 }
 
-/// Whether this kernel can make ipvlan links. Under `cargo xtask vm-test` (MULTUS_RS_VM=1) it
-/// must: the ipvlan cases may not be skipped there.
+/// Whether this kernel can make ipvlan links (CONFIG_IPVLAN).
 pub fn kernel_has_ipvlan() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
-        let ns = Netns::new("ipvlprobe");
-        ns.ip(&[
-            "link", "add", "probe0", "type", "veth", "peer", "name", "probe1",
-        ]);
-        let out = ns.try_ip(&["link", "add", "probe2", "link", "probe0", "type", "ipvlan"]);
-        assert!(
-            out.status.success() || std::env::var_os("MULTUS_RS_VM").is_none(),
-            "MULTUS_RS_VM is set but this kernel makes no ipvlan: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.status.success()
+        kernel_can(
+            "ipvlan",
+            &[
+                &[
+                    "link", "add", "probe0", "type", "veth", "peer", "name", "probe1",
+                ],
+                &["link", "add", "probe2", "link", "probe0", "type", "ipvlan"],
+            ],
+        )
     })
 }
 
-/// Whether this kernel has dummy links. Under `cargo xtask vm-test` it must.
+/// Whether this kernel has dummy links (CONFIG_DUMMY).
 pub fn kernel_has_dummy() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *HAS.get_or_init(|| {
-        let ns = Netns::new("dummyprobe");
-        let out = ns.try_ip(&["link", "add", "probe0", "type", "dummy"]);
-        assert!(
-            out.status.success() || std::env::var_os("MULTUS_RS_VM").is_none(),
-            "MULTUS_RS_VM is set but this kernel makes no dummy link: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.status.success()
-    })
+    *HAS.get_or_init(|| kernel_can("dummy link", &[&["link", "add", "probe0", "type", "dummy"]]))
 }
 
 /// Gives the node namespace a master for macvlan/ipvlan: `up0`, a veth whose peer `up0p` is
