@@ -1,5 +1,6 @@
 //! Project tasks: `cargo xtask demo` (the main job), `cargo xtask build` (the static release
-//! binary), `cargo xtask bench` and `cargo xtask vm-test` (the tests that need a full kernel).
+//! binary), `cargo xtask bench`, `cargo xtask vm-test` (the tests that need a full kernel) and
+//! `cargo xtask vm-bench` (the macvlan and ipvlan benchmarks in that kernel).
 
 mod bench;
 mod demo;
@@ -27,12 +28,15 @@ fn main() -> Result<()> {
         "demo" => demo::run(),
         "bench" => bench::run(&rest),
         "vm-test" => vm::run(),
+        "vm-bench" => vm::bench(&rest),
+        // What `vm-bench` runs inside the VM.
+        "bench-in-vm" => bench::run_in_vm(&rest),
         "build" => {
             println!("{}", build_release()?.display());
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo | build | bench [--cycles N] | vm-test>");
+            eprintln!("usage: cargo xtask <demo | build | bench [--cycles N] | vm-test | vm-bench [--cycles N]>");
             std::process::exit(2)
         }
     }
