@@ -1,6 +1,7 @@
 //! Project tasks: `cargo xtask demo` (the main job), `cargo xtask build` (the static release
 //! binaries), `cargo xtask image` (the container image, built and tried), `cargo xtask bench`,
-//! `cargo xtask bench-multus` and `cargo xtask vm-test` (the tests that need a full kernel).
+//! `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need a full kernel) and
+//! `cargo xtask vm-bench` (the macvlan and ipvlan benchmarks in that kernel).
 
 mod bench;
 mod bench_multus;
@@ -32,12 +33,17 @@ fn main() -> Result<()> {
         "bench-multus" => bench_multus::run(&rest),
         "vm-test" => vm::run(),
         "image" => image::run(),
+        "vm-bench" => vm::bench(&rest),
+        // What `vm-bench` runs inside the VM.
+        "bench-in-vm" => bench::run_in_vm(&rest),
         "build" => {
             println!("{}", build_release()?.display());
             Ok(())
         }
-        _ => {
-            eprintln!("usage: cargo xtask <demo | build | image | bench [--cycles N] | bench-multus [--cycles N] | vm-test>");
+        _ =>
+        {
+            //! `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need a full kernel) and
+            //! `cargo xtask vm-bench` (the macvlan and ipvlan benchmarks in that kernel).
             std::process::exit(2)
         }
     }
