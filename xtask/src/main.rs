@@ -40,10 +40,10 @@ fn main() -> Result<()> {
             println!("{}", build_release()?.display());
             Ok(())
         }
-        _ =>
-        {
-            //! `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need a full kernel) and
-            //! `cargo xtask vm-bench` (the macvlan and ipvlan benchmarks in that kernel).
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <demo | build | image | bench [--cycles N] | bench-multus [--cycles N] | vm-test | vm-bench [--cycles N]>"
+            );
             std::process::exit(2)
         }
     }
