@@ -232,6 +232,45 @@ fn annotations_patch_retries_conflicts_within_bounds() -> Result<()> {
 }
 
 #[test]
+fn annotations_patch_with_a_uid_precondition() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let first = add_web_pod(&s.server);
+    let uid = first["metadata"]["uid"].as_str().unwrap().to_string();
+    let client = s.client(5000, 3)?;
+    let annotations = BTreeMap::from([("a".to_string(), "1".to_string())]);
+    client.set_pod_annotations_for_uid("ns1", "web", &uid, &annotations)?;
+    assert_eq!(
+        s.server.pod("ns1", "web").unwrap()["metadata"]["annotations"]["a"],
+        "1"
+    );
+
+    // The pod is deleted and re-created under the same name.
+    s.server.delete_pod("ns1", "web");
+    add_web_pod(&s.server);
+    s.server.clear_requests();
+    let err = client
+        .set_pod_annotations_for_uid("ns1", "web", &uid, &annotations)
+        .unwrap_err();
+    assert!(matches!(cause(&err), Cause::Conflict(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("Precondition failed: UID in precondition"),
+        "{err}"
+    );
+    assert_eq!(
+        s.requests_to(&format!("{POD_PATH}/status")).len(),
+        1,
+        "not retried"
+    );
+    assert!(
+        s.server.pod("ns1", "web").unwrap()["metadata"]["annotations"]
+            .get("a")
+            .is_none()
+    );
+    Ok(())
+}
+
+#[test]
 fn patch_of_a_missing_pod_is_not_found() -> Result<()> {
     let s = Setup::https(KubeconfigAuth::Token)?;
     let err = s

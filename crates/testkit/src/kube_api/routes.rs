@@ -299,8 +299,9 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
                     return conflict(
                         "pods",
                         name,
+                        // The storage layer's wording.
                         &format!(
-                            "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                            "StorageError: invalid object, Code: 4, Key: /registry/pods/{ns}/{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {}, UID in object meta: {}",
                             uid.as_str().unwrap_or_default(),
                             current_meta["uid"].as_str().unwrap_or_default()
                         ),
