@@ -523,3 +523,61 @@ fn setup_errors_name_the_kubeconfig() {
     );
     assert!(err.cause().is_none());
 }
+
+/// The in-cluster path, as in a pod: the API server's address in the environment and the
+/// service account's token, CA and namespace under /var/run/secrets. This test runs itself
+/// again in a private mount namespace where /run is a fresh tmpfs holding those files.
+#[test]
+fn in_cluster_credentials() -> Result<()> {
+    if std::env::var_os("IN_CLUSTER_CHILD").is_some() {
+        assert!(multus::k8s::in_cluster_available());
+        let pod = KubeClient::new(&ClientOptions::default())?.get_pod("ns1", "web")?;
+        println!("uid={}", pod.metadata.uid.unwrap_or_default());
+        return Ok(());
+    }
+    let server = KubeApiServer::https()?;
+    add_web_pod(&server);
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("token"), server.token())?;
+    std::fs::write(dir.path().join("ca.crt"), server.ca_pem().unwrap())?;
+    std::fs::write(dir.path().join("namespace"), "ns1")?;
+    let script = r#"set -e
+mount -t tmpfs none /run
+mkdir -p /run/secrets/kubernetes.io/serviceaccount
+cp "$SA/token" "$SA/ca.crt" "$SA/namespace" /run/secrets/kubernetes.io/serviceaccount/
+exec "$SELF" in_cluster_credentials --exact --nocapture --test-threads 1"#;
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .env("SA", dir.path())
+        .env("SELF", std::env::current_exe()?)
+        .env("IN_CLUSTER_CHILD", "1")
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", server.addr().port().to_string())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let uid = server.pod("ns1", "web").unwrap()["metadata"]["uid"].clone();
+    assert!(
+        stdout.contains(&format!("uid={}\n", uid.as_str().unwrap())),
+        "{stdout}"
+    );
+    Ok(())
+}
+
+#[test]
+fn in_cluster_detection_follows_the_environment() {
+    // The test binaries run outside any cluster.
+    assert!(!multus::k8s::in_cluster_available());
+    let err = KubeClient::new(&ClientOptions::default())
+        .err()
+        .expect("no in-cluster setup");
+    assert!(
+        err.to_string()
+            .starts_with("Kubernetes client setup from in-cluster credentials: "),
+        "{err}"
+    );
+}
