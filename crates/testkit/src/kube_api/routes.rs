@@ -285,7 +285,10 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
                 return not_found("", "pods", name);
             };
             let current_meta = &current["metadata"];
-            if let Some(rv) = patch["metadata"].get("resourceVersion") {
+            if let Some(rv) = patch["metadata"]
+                .get("resourceVersion")
+                .filter(|v| !v.is_null())
+            {
                 if *rv != current_meta["resourceVersion"] {
                     return conflict(
                         "pods",
@@ -294,7 +297,7 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
                     );
                 }
             }
-            if let Some(uid) = patch["metadata"].get("uid") {
+            if let Some(uid) = patch["metadata"].get("uid").filter(|v| !v.is_null()) {
                 if *uid != current_meta["uid"] {
                     return conflict(
                         "pods",
