@@ -409,7 +409,7 @@ fn server_down_is_a_clear_error_then_it_comes_back() -> Result<()> {
     assert!(matches!(cause(&err), Cause::Transport(_)), "{err}");
     let text = err.to_string();
     assert!(
-        text.starts_with("get pods ns1/web: cannot reach the API server"),
+        text.starts_with("get pods ns1/web: connection to the API server failed"),
         "{text}"
     );
     assert!(text.contains("onnection refused"), "{text}");
@@ -580,4 +580,25 @@ fn in_cluster_detection_follows_the_environment() {
             .starts_with("Kubernetes client setup from in-cluster credentials: "),
         "{err}"
     );
+}
+
+#[test]
+fn a_certificate_from_another_ca_is_refused() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    // The kubeconfig trusts another server's CA.
+    let other = KubeApiServer::https()?;
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&s.kubeconfig)?)?;
+    let other_config = s.dir.path().join("other");
+    other.write_kubeconfig(&other_config, KubeconfigAuth::Token)?;
+    let other_config: serde_json::Value = serde_json::from_slice(&std::fs::read(&other_config)?)?;
+    config["clusters"][0]["cluster"]["certificate-authority-data"] =
+        other_config["clusters"][0]["cluster"]["certificate-authority-data"].clone();
+    std::fs::write(&s.kubeconfig, serde_json::to_vec(&config)?)?;
+
+    let err = s.client(2000, 1)?.get_pod("ns1", "web").unwrap_err();
+    assert!(matches!(cause(&err), Cause::Transport(_)), "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    assert!(s.requests_to(POD_PATH).is_empty());
+    Ok(())
 }

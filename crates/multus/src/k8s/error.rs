@@ -50,7 +50,7 @@ pub enum Cause {
         reason: String,
         message: String,
     },
-    #[error("cannot reach the API server: {0}")]
+    #[error("connection to the API server failed: {0}")]
     Transport(String),
     #[error("unreadable reply: {0}")]
     Decode(String),
