@@ -145,7 +145,8 @@ pub fn in_cluster_available() -> bool {
 }
 
 /// A synchronous Kubernetes client for the calls multus makes. It is `Send + Sync`; calls
-/// from several threads share its connections.
+/// from several threads share its connections. Its methods block, so they must not be called
+/// from inside another tokio runtime's async code (use `spawn_blocking` there).
 pub struct KubeClient {
     runtime: tokio::runtime::Runtime,
     client: kube::Client,
