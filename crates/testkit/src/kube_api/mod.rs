@@ -43,8 +43,11 @@ pub enum Fault {
     Status(u16),
     /// Wait this long, then serve normally.
     Delay(Duration),
-    /// Close the connection without replying.
+    /// Close the connection without serving or replying.
     Close,
+    /// Serve the request (a write is stored), then close the connection without replying: a
+    /// reply lost on the way.
+    LoseReply,
 }
 
 /// A request as the server saw it.
@@ -55,8 +58,10 @@ pub struct LoggedRequest {
     pub query: String,
     pub content_type: Option<String>,
     pub body: String,
-    /// The status replied, or 0 when the connection was closed without a reply.
+    /// The status served, or 0 when the request was not served ([`Fault::Close`]).
     pub status: u16,
+    /// Whether the reply was sent ([`Fault::Close`] and [`Fault::LoseReply`] send none).
+    pub replied: bool,
 }
 
 /// The credentials a written kubeconfig carries.
@@ -385,8 +390,11 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) {
                 _ if !authorized => Some(routes::unauthorized()),
                 Some(Fault::Status(code)) => Some(routes::injected(code)),
                 Some(Fault::Close) => None,
-                Some(Fault::Delay(_)) | None => Some(routes::handle(&mut state, &req)),
+                Some(Fault::Delay(_) | Fault::LoseReply) | None => {
+                    Some(routes::handle(&mut state, &req))
+                }
             };
+            let replied = reply.is_some() && !matches!(fault, Some(Fault::LoseReply));
             state.log.push(LoggedRequest {
                 method: req.method.clone(),
                 path: req.path.clone(),
@@ -394,10 +402,11 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) {
                 content_type: req.header("content-type").map(str::to_string),
                 body: String::from_utf8_lossy(&req.body).into_owned(),
                 status: reply.as_ref().map_or(0, |(code, _)| *code),
+                replied,
             });
             match reply {
-                Some(reply) => reply,
-                None => return,
+                Some(reply) if replied => reply,
+                _ => return,
             }
         };
         let body = serde_json::to_vec(&body).unwrap_or_default();
