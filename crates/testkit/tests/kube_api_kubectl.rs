@@ -8,7 +8,8 @@ use std::process::{Command, Output};
 
 use anyhow::Result;
 use serde_json::{json, Value};
-use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth};
+use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth, Scheme};
+use testkit::Netns;
 
 struct Kubectl {
     server: KubeApiServer,
@@ -282,6 +283,54 @@ fn create_raw_event() -> Result<()> {
         &k.kubeconfig,
         &["create", "--raw", path, "-f", file.to_str().unwrap()],
         r#"events "web.1" already exists"#,
+    );
+    Ok(())
+}
+
+#[test]
+fn server_inside_a_node_namespace() -> Result<()> {
+    let node = Netns::new("kapi");
+    let server = KubeApiServer::start_in(Scheme::Https, &node)?;
+    server.add_pod(pod_manifest("ns1", "web"));
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)?;
+    let get = |ns: Option<&Netns>| {
+        let mut cmd = match ns {
+            Some(ns) => ns.command("kubectl"),
+            None => Command::new("kubectl"),
+        };
+        cmd.arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .args(["--request-timeout", "5s", "get", "--raw"])
+            .arg("/api/v1/namespaces/ns1/pods/web")
+            .output()
+            .expect("run kubectl")
+    };
+    let out = get(Some(&node));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !get(None).status.success(),
+        "reachable outside the node namespace"
+    );
+
+    server.go_down();
+    assert!(
+        !get(Some(&node)).status.success(),
+        "still serving while down"
+    );
+    server.come_back()?;
+    let out = get(Some(&node));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     Ok(())
 }

@@ -14,6 +14,7 @@ mod routes;
 mod tls;
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -27,6 +28,7 @@ use anyhow::Context;
 use base64::Engine;
 use serde_json::{json, Value};
 
+use crate::Netns;
 use routes::State;
 
 /// How the server is reached.
@@ -90,6 +92,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The server; it stops and closes every connection when dropped.
 pub struct KubeApiServer {
     addr: SocketAddr,
+    /// The network namespace the server listens in, when not the test's own.
+    netns: Option<PathBuf>,
     scheme: Scheme,
     ca_pem: Option<String>,
     shared: Arc<Shared>,
@@ -113,6 +117,16 @@ impl KubeApiServer {
     /// namespace has it down).
     pub fn start(scheme: Scheme) -> anyhow::Result<KubeApiServer> {
         ensure_loopback_up()?;
+        KubeApiServer::serve(scheme, None)
+    }
+
+    /// Starts serving on 127.0.0.1 inside `netns` (a test's "node"), where a plugin process
+    /// moved into that namespace reaches it; the test process itself does not.
+    pub fn start_in(scheme: Scheme, netns: &Netns) -> anyhow::Result<KubeApiServer> {
+        KubeApiServer::serve(scheme, Some(netns.path()))
+    }
+
+    fn serve(scheme: Scheme, netns: Option<PathBuf>) -> anyhow::Result<KubeApiServer> {
         let (ca_pem, tls) = match scheme {
             Scheme::Https => {
                 let t = tls::make()?;
@@ -120,7 +134,7 @@ impl KubeApiServer {
             }
             Scheme::Http => (None, None),
         };
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind 127.0.0.1")?;
+        let listener = bind(netns.as_deref(), SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
         let addr = listener.local_addr()?;
         let token = format!("testkit-{}", routes::new_uid());
         let shared = Arc::new(Shared {
@@ -142,6 +156,7 @@ impl KubeApiServer {
         };
         Ok(KubeApiServer {
             addr,
+            netns,
             scheme,
             ca_pem,
             shared,
@@ -300,8 +315,7 @@ impl KubeApiServer {
         if self.shared.up.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let listener =
-            TcpListener::bind(self.addr).with_context(|| format!("rebind {}", self.addr))?;
+        let listener = bind(self.netns.as_deref(), self.addr)?;
         *lock(&self.listening) = Some(listener.try_clone()?);
         self.shared.up.store(true, Ordering::SeqCst);
         self.listeners
@@ -416,6 +430,27 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) {
             return;
         }
     }
+}
+
+/// Binds a listening socket, inside the network namespace at `netns` when given: a socket
+/// stays in the namespace it was made in, so only the short-lived binding thread enters it.
+fn bind(netns: Option<&Path>, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let Some(path) = netns else {
+        return TcpListener::bind(addr).with_context(|| format!("bind {addr}"));
+    };
+    let ns = File::open(path).with_context(|| format!("open {}", path.display()))?;
+    let binder = std::thread::spawn(move || -> anyhow::Result<TcpListener> {
+        // SAFETY: setns(2) with a namespace descriptor we own, on this thread only, which
+        // ends right after binding.
+        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("setns");
+        }
+        TcpListener::bind(addr).with_context(|| format!("bind {addr}"))
+    });
+    binder
+        .join()
+        .map_err(|_| anyhow::anyhow!("the binding thread panicked"))?
+        .with_context(|| format!("in network namespace {}", path.display()))
 }
 
 /// A fresh network namespace (as the test runner gives each test binary) has loopback down.
