@@ -601,3 +601,56 @@ fn a_certificate_from_another_ca_is_refused() -> Result<()> {
     assert!(s.requests_to(POD_PATH).is_empty());
     Ok(())
 }
+
+/// The kubeconfig as `multus install` writes it: YAML, the CA and the token as files beside
+/// it (or no CA with `insecure-skip-tls-verify`).
+#[test]
+fn installer_style_yaml_kubeconfig() -> Result<()> {
+    let server = KubeApiServer::https()?;
+    add_web_pod(&server);
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("ca.crt"), server.ca_pem().unwrap())?;
+    write_token(&dir.path().join("token"), &server.token())?;
+    for tls in [
+        format!(
+            "certificate-authority: \"{}\"",
+            dir.path().join("ca.crt").display()
+        ),
+        "insecure-skip-tls-verify: true".to_string(),
+    ] {
+        let kubeconfig = dir.path().join("multus.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "# written by multus install
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: \"{}\"
+    {tls}
+users:
+- name: multus
+  user:
+    tokenFile: \"{}\"
+contexts:
+- name: multus-context
+  context:
+    cluster: local
+    user: multus
+current-context: multus-context
+",
+                server.url(),
+                dir.path().join("token").display()
+            ),
+        )?;
+        let client = KubeClient::new(&ClientOptions {
+            kubeconfig: Some(kubeconfig),
+            ..ClientOptions::default()
+        })?;
+        let pod = client.get_pod("ns1", "web")?;
+        assert_eq!(pod.metadata.name.as_deref(), Some("web"), "{tls}");
+    }
+    Ok(())
+}
