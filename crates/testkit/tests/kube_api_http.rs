@@ -220,3 +220,37 @@ fn faults_latency_close_and_down() -> Result<()> {
     assert_eq!(c.send(&get(&server, POD, &token))?.0, 200);
     Ok(())
 }
+
+#[test]
+fn faults_aimed_at_one_method_and_path() -> Result<()> {
+    let server = KubeApiServer::http()?;
+    server.add_pod(pod_manifest("ns1", "web"));
+    let status = format!("{POD}/status");
+    server.inject_on("PATCH", &status, Fault::Status(409), 1);
+    let mut c = Conn::open(&server)?;
+    let body = r#"{"metadata":{"annotations":{"a":"1"}}}"#;
+    assert_eq!(c.send(&get(&server, POD, &server.token()))?.0, 200);
+    assert_eq!(
+        c.send(&patch(&server, POD, "application/merge-patch+json", body))?
+            .0,
+        200
+    );
+    let (code, reply) = c.send(&patch(
+        &server,
+        &status,
+        "application/merge-patch+json",
+        body,
+    ))?;
+    assert_eq!((code, reply["reason"].clone()), (409, json!("Conflict")));
+    assert_eq!(
+        c.send(&patch(
+            &server,
+            &status,
+            "application/merge-patch+json",
+            body
+        ))?
+        .0,
+        200
+    );
+    Ok(())
+}

@@ -283,8 +283,23 @@ impl KubeApiServer {
 
     /// Queues `fault` for the next `times` authorized requests.
     pub fn inject(&self, fault: Fault, times: usize) {
+        self.queue(None, fault, times);
+    }
+
+    /// Queues `fault` for the next `times` authorized requests with this method and path
+    /// (e.g. `"PATCH"`, `"/api/v1/namespaces/ns1/pods/web/status"`); others pass.
+    pub fn inject_on(&self, method: &str, path: &str, fault: Fault, times: usize) {
+        self.queue(Some((method.to_string(), path.to_string())), fault, times);
+    }
+
+    fn queue(&self, only: Option<(String, String)>, fault: Fault, times: usize) {
         let mut state = lock(&self.shared.state);
-        state.faults.extend(std::iter::repeat_n(fault, times));
+        for _ in 0..times {
+            state.faults.push_back(routes::PendingFault {
+                only: only.clone(),
+                fault: fault.clone(),
+            });
+        }
     }
 
     /// Delays every reply by `latency` (zero to stop).
@@ -388,7 +403,7 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) {
             let mut state = lock(&shared.state);
             let authorized = state.authorized(&req);
             let fault = if authorized {
-                state.faults.pop_front()
+                state.take_fault(&req)
             } else {
                 None
             };

@@ -14,6 +14,12 @@ pub(super) const NAD_RESOURCE: &str = "network-attachment-definitions";
 
 type Key = (String, String);
 
+/// A fault waiting for a request, for any request or one method and path.
+pub(super) struct PendingFault {
+    pub only: Option<(String, String)>,
+    pub fault: Fault,
+}
+
 pub(super) struct State {
     pub token: String,
     pub resource_version: u64,
@@ -21,7 +27,7 @@ pub(super) struct State {
     pub nads: BTreeMap<Key, Value>,
     pub events: Vec<Value>,
     pub log: Vec<LoggedRequest>,
-    pub faults: VecDeque<Fault>,
+    pub faults: VecDeque<PendingFault>,
     pub latency: Duration,
 }
 
@@ -42,6 +48,16 @@ impl State {
     pub fn next_resource_version(&mut self) -> String {
         self.resource_version += 1;
         self.resource_version.to_string()
+    }
+
+    /// Takes the first pending fault that applies to this request.
+    pub fn take_fault(&mut self, req: &Request) -> Option<Fault> {
+        let at = self.faults.iter().position(|p| {
+            p.only
+                .as_ref()
+                .is_none_or(|(method, path)| *method == req.method && *path == req.path)
+        })?;
+        self.faults.remove(at).map(|p| p.fault)
     }
 
     pub fn authorized(&self, req: &Request) -> bool {
