@@ -602,8 +602,8 @@ fn a_certificate_from_another_ca_is_refused() -> Result<()> {
     Ok(())
 }
 
-/// The kubeconfig as `multus install` writes it: YAML, the CA and the token as files beside
-/// it (or no CA with `insecure-skip-tls-verify`).
+/// A kubeconfig of the form `multus install` writes: YAML, the CA and the token as files
+/// beside it (or no CA with `insecure-skip-tls-verify`).
 #[test]
 fn installer_style_yaml_kubeconfig() -> Result<()> {
     let server = KubeApiServer::https()?;
@@ -622,24 +622,22 @@ fn installer_style_yaml_kubeconfig() -> Result<()> {
         std::fs::write(
             &kubeconfig,
             format!(
-                "# written by multus install
+                "# the form multus install writes: YAML, files beside it
 apiVersion: v1
 kind: Config
+current-context: node
+contexts:
+- name: node
+  context: {{ cluster: api, user: cni }}
 clusters:
-- name: local
+- name: api
   cluster:
     server: \"{}\"
     {tls}
 users:
-- name: multus
+- name: cni
   user:
     tokenFile: \"{}\"
-contexts:
-- name: multus-context
-  context:
-    cluster: local
-    user: multus
-current-context: multus-context
 ",
                 server.url(),
                 dir.path().join("token").display()
