@@ -361,12 +361,18 @@ fn validate(plugin: &Fake, config: &str) -> (i32, String) {
 #[test]
 fn validate_runs_the_shared_checks_then_the_plugin() {
     // A good config: nothing printed.
-    assert_eq!(validate(&Fake::default(), &conf("1.0.0")), (0, String::new()));
+    assert_eq!(
+        validate(&Fake::default(), &conf("1.0.0")),
+        (0, String::new())
+    );
 
     // The shared checks come first, with their codes and the config's version.
     let cases = [
         ("[1]".to_owned(), 6),
-        (r#"{"cniVersion":"1.0.0","name":"","type":"fake"}"#.to_owned(), 7),
+        (
+            r#"{"cniVersion":"1.0.0","name":"","type":"fake"}"#.to_owned(),
+            7,
+        ),
         (conf("9.9.9"), 1),
     ];
     for (config, code) in cases {

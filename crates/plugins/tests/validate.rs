@@ -57,17 +57,42 @@ fn bridge() {
     // The bridge need not exist: nothing on the node is looked at.
     passes("bridge", r#","bridge":"nosuchbr0","vlan":4094"#);
     fails("bridge", r#","vlan":5000"#, 7, "vlan 5000 is out of range");
-    fails("bridge", r#","vlan":"10""#, 6, "cannot decode the bridge config");
-    fails("bridge", r#","hairpinMode":true,"promiscMode":true"#, 7, "choose one");
-    fails("bridge", r#","vlanTrunk":[{"minID":9,"maxID":5}]"#, 7, "swap them");
-    fails("bridge", r#","ipMasqBackend":"pf""#, 7, "unknown ipMasqBackend");
+    fails(
+        "bridge",
+        r#","vlan":"10""#,
+        6,
+        "cannot decode the bridge config",
+    );
+    fails(
+        "bridge",
+        r#","hairpinMode":true,"promiscMode":true"#,
+        7,
+        "choose one",
+    );
+    fails(
+        "bridge",
+        r#","vlanTrunk":[{"minID":9,"maxID":5}]"#,
+        7,
+        "swap them",
+    );
+    fails(
+        "bridge",
+        r#","ipMasqBackend":"pf""#,
+        7,
+        "unknown ipMasqBackend",
+    );
     fails(
         "bridge",
         r#","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.8.0.1"}]]}"#,
         7,
         "invalid range set 0",
     );
-    fails("bridge", r#","ipam":{"type":"macvlan"}"#, 7, "is not an IPAM plugin");
+    fails(
+        "bridge",
+        r#","ipam":{"type":"macvlan"}"#,
+        7,
+        "is not an IPAM plugin",
+    );
 }
 
 #[test]
@@ -76,10 +101,20 @@ fn macvlan() {
     // A master that does not exist here is the node's business.
     passes("macvlan", r#","master":"nosuch0","mode":"vepa""#);
     passes("macvlan", HOST_LOCAL);
-    fails("macvlan", r#","mode":"l2""#, 7, "unknown macvlan mode \"l2\"");
+    fails(
+        "macvlan",
+        r#","mode":"l2""#,
+        7,
+        "unknown macvlan mode \"l2\"",
+    );
     fails("macvlan", r#","mtu":-1"#, 7, "mtu");
     fails("macvlan", r#","mac":"nope""#, 7, "nope");
-    fails("macvlan", r#","master":5"#, 6, "cannot decode the macvlan config");
+    fails(
+        "macvlan",
+        r#","master":5"#,
+        6,
+        "cannot decode the macvlan config",
+    );
     fails(
         "macvlan",
         r#","ipam":{"type":"static","addresses":[{"address":"10.1.0.5"}]}"#,
@@ -95,7 +130,12 @@ fn ipvlan() {
         "ipvlan",
         r#","master":"eth9","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"up0"}],"ips":[{"address":"10.1.0.5/24"}]}"#,
     );
-    fails("ipvlan", r#","mode":"bridge""#, 7, "unknown ipvlan mode \"bridge\"");
+    fails(
+        "ipvlan",
+        r#","mode":"bridge""#,
+        7,
+        "unknown ipvlan mode \"bridge\"",
+    );
     // Without ipam and without a previous result there is nothing to address it with.
     fails("ipvlan", r#","master":"eth9""#, 7, "ipvlan needs addresses");
     fails(
@@ -116,7 +156,12 @@ fn host_local() {
         r#","ipam":{"type":"host-local","subnet":"10.9.0.0/24","dataDir":"/nonexistent/x"}"#,
     );
     fails("host-local", "", 7, "IPAM config missing 'ipam' key");
-    fails("host-local", r#","ipam":{"type":"host-local"}"#, 7, "no IP ranges specified");
+    fails(
+        "host-local",
+        r#","ipam":{"type":"host-local"}"#,
+        7,
+        "no IP ranges specified",
+    );
     fails(
         "host-local",
         r#","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24"}],[{"subnet":"10.9.0.0/25"}]]}"#,
