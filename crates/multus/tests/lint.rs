@@ -3,9 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use serde_json::{json, Value};
 
@@ -68,6 +67,12 @@ impl Run {
             .map(|f| f["check"].as_str().unwrap().to_owned())
             .collect()
     }
+}
+
+/// The finding's problem mentions `needle`.
+fn says(finding: &Value, needle: &str) {
+    let problem = finding["problem"].as_str().unwrap();
+    assert!(problem.contains(needle), "{problem:?} lacks {needle:?}");
 }
 
 fn output(out: Output) -> Run {
@@ -180,10 +185,7 @@ fn master_on_the_uplink_named_or_implied() {
     assert_eq!(f["path"], "spec.config.master");
     assert_eq!(f["object"], "lab/net1");
     assert_eq!(f["kind"], "NetworkAttachmentDefinition");
-    assert!(f["problem"]
-        .as_str()
-        .unwrap()
-        .contains("\"eth0\" carries the node's default route"));
+    says(&f, "\"eth0\" carries the node's default route");
     assert!(f["fix"].as_str().unwrap().contains("set \"master\""));
 
     // No master: the plugin takes the uplink.
@@ -191,13 +193,7 @@ fn master_on_the_uplink_named_or_implied() {
         json!({"cniVersion": "1.0.0", "type": "ipvlan", "ipam": host_local("192.168.50.0/24")});
     let run = lint_config(&config, &[]);
     let f = run.only("master-default-route");
-    assert!(
-        f["problem"]
-            .as_str()
-            .unwrap()
-            .contains("uses the interface of the node's default route (eth0)"),
-        "{f}"
-    );
+    says(&f, "uses the interface of the node's default route (eth0)");
 
     // Another master, or a master inside the pod, is fine.
     assert_eq!(
@@ -234,7 +230,7 @@ fn the_uplink_is_read_from_the_hosts_routes() {
     );
     assert_eq!(run.status, 1, "{}{}", run.stdout, run.stderr);
     let f = run.only("master-default-route");
-    assert!(f["problem"].as_str().unwrap().contains("(uplink0)"), "{f}");
+    says(&f, "(uplink0)");
 
     // Without a default route the comparison is a note, not a pass or a failure.
     node.ip(&["route", "del", "default"]);
@@ -246,10 +242,7 @@ fn the_uplink_is_read_from_the_hosts_routes() {
     );
     assert_eq!(run.status, 0, "{}", run.stdout);
     let f = run.only("not-checked");
-    assert!(
-        f["problem"].as_str().unwrap().contains("no default route"),
-        "{f}"
-    );
+    says(&f, "no default route");
 }
 
 #[test]
@@ -260,12 +253,9 @@ fn ranges_and_routes_in_cluster_or_link_local_space() {
     let f = run.only("reserved-overlap");
     assert_eq!(f["severity"], "error");
     assert_eq!(f["path"], "spec.config.ipam.ranges[0][0].subnet");
-    assert!(
-        f["problem"]
-            .as_str()
-            .unwrap()
-            .contains("range 10.42.7.0/24 overlaps the cluster's pod network 10.42.0.0/16"),
-        "{f}"
+    says(
+        &f,
+        "range 10.42.7.0/24 overlaps the cluster's pod network 10.42.0.0/16",
     );
 
     // A route covering the service network.
@@ -276,10 +266,7 @@ fn ranges_and_routes_in_cluster_or_link_local_space() {
     assert!(found
         .iter()
         .all(|f| f["path"] == "spec.config.ipam.routes[0].dst"));
-    assert!(found[1]["problem"]
-        .as_str()
-        .unwrap()
-        .contains("the cluster's service network 10.43.0.0/16"));
+    says(&found[1], "the cluster's service network 10.43.0.0/16");
 
     // The flags name the cluster's own CIDRs.
     let run = lint_config(
@@ -304,13 +291,7 @@ fn ranges_and_routes_in_cluster_or_link_local_space() {
     assert_eq!(run.status, 1);
     let f = run.only("reserved-overlap");
     assert_eq!(f["path"], "spec.config.ipam.addresses[0].address");
-    assert!(
-        f["problem"]
-            .as_str()
-            .unwrap()
-            .contains("link-local space 169.254.0.0/16"),
-        "{f}"
-    );
+    says(&f, "link-local space 169.254.0.0/16");
 }
 
 #[test]
@@ -332,10 +313,7 @@ fn a_gateway_outside_its_subnet() {
     assert_eq!(run.status, 1, "{}", run.stdout);
     let f = run.only("gateway-outside-range");
     assert_eq!(f["path"], "spec.config.ipam.ranges[0][1].gateway");
-    assert!(f["problem"]
-        .as_str()
-        .unwrap()
-        .contains("gateway 192.168.52.1 is outside 192.168.51.0/24"));
+    says(&f, "gateway 192.168.52.1 is outside 192.168.51.0/24");
 
     let ipam = json!({"type": "static", "addresses": [{"address": "192.168.50.5/24", "gateway": "192.168.9.1"}]});
     let f = lint_config(&macvlan("eth1", ipam), &[]).only("gateway-outside-range");
@@ -432,10 +410,7 @@ fn ips_and_mac_need_the_capability() {
     files.write("pod.yaml", &pod("p", &json!([{"interface": "net1"}])));
     let run = lint(&["--output", "json", files.path()]);
     assert_eq!(run.status, 2);
-    assert!(run.only("annotation")["problem"]
-        .as_str()
-        .unwrap()
-        .contains("no \"name\""));
+    says(&run.only("annotation"), "no \"name\"");
 }
 
 #[test]
@@ -483,13 +458,7 @@ fn cni_versions_nobody_speaks() {
     assert_eq!(run.status, 2, "{}", run.stdout);
     let f = run.only("cni-version");
     assert_eq!(f["path"], "spec.config.plugins[1].type");
-    assert!(
-        f["problem"]
-            .as_str()
-            .unwrap()
-            .contains("speaks CNI 0.3.0, 0.3.1, not 1.0.0"),
-        "{f}"
-    );
+    says(&f, "speaks CNI 0.3.0, 0.3.1, not 1.0.0");
     // Its options are still not checked: a note, not a pass.
     let run = lint_config(&list("0.3.1"), &["--cni-bin-dir", bin_dir]);
     assert_eq!(run.status, 0, "{}", run.stdout);
@@ -499,23 +468,10 @@ fn cni_versions_nobody_speaks() {
     );
 }
 
-/// Runs `cni-plugins validate <plugin>` on `config` and returns its error message.
+/// The error message `cni-plugins validate <plugin>` gives for `config`.
 fn plugin_says(plugin: &str, config: &Value) -> String {
-    let mut child = Command::new(cni_plugins())
-        .args(["validate", plugin])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err: Value = serde_json::from_slice(&out.stdout).unwrap();
-    err["msg"].as_str().unwrap().to_owned()
+    let (_, err) = testkit::validate_config(&cni_plugins(), plugin, &config.to_string());
+    err.unwrap()["msg"].as_str().unwrap().to_owned()
 }
 
 #[test]
@@ -573,10 +529,7 @@ fn every_plugins_option_errors_carry_the_plugins_own_message() {
         {"type": "bridge"}, {"type": "macvlan", "master": "eth1", "mode": "nope", "ipam": host_local("192.168.50.0/24")}]});
     let f = lint_config(&list, &[]).only("plugin-options");
     assert_eq!(f["path"], "spec.config.plugins[1]");
-    assert!(f["problem"]
-        .as_str()
-        .unwrap()
-        .contains("unknown macvlan mode \"nope\""));
+    says(&f, "unknown macvlan mode \"nope\"");
 }
 
 #[test]
@@ -595,15 +548,9 @@ fn types_that_are_not_built_in_are_noted_not_passed() {
     assert_eq!(notes.len(), 2, "{}", run.stdout);
     assert!(notes.iter().all(|n| n["severity"] == "note"));
     assert_eq!(notes[0]["path"], "spec.config.type");
-    assert!(notes[0]["problem"]
-        .as_str()
-        .unwrap()
-        .contains("no \"sriov\" binary in /nonexistent"));
+    says(&notes[0], "no \"sriov\" binary in /nonexistent");
     assert_eq!(notes[1]["path"], "spec.config.ipam.type");
-    assert!(notes[1]["problem"]
-        .as_str()
-        .unwrap()
-        .contains("\"whereabouts\" is not built into multus-rs"));
+    says(&notes[1], "\"whereabouts\" is not built into multus-rs");
 }
 
 #[test]
@@ -718,7 +665,7 @@ fn invalid_yaml_json_and_objects_are_clear_errors() {
             .starts_with("not valid YAML: "),
         "{f}"
     );
-    assert!(f["problem"].as_str().unwrap().contains("line 4"), "{f}");
+    says(&f, "line 4");
 
     let json_bad = files.write(
         "json.yaml",
@@ -728,13 +675,7 @@ fn invalid_yaml_json_and_objects_are_clear_errors() {
     assert_eq!(run.status, 2);
     let f = run.only("json");
     assert_eq!(f["path"], "spec.config");
-    assert!(
-        f["problem"]
-            .as_str()
-            .unwrap()
-            .contains("not valid JSON: trailing comma at line 2"),
-        "{f}"
-    );
+    says(&f, "not valid JSON: trailing comma at line 2");
 
     let other = files.write(
         "other.yaml",
@@ -777,10 +718,7 @@ fn invalid_yaml_json_and_objects_are_clear_errors() {
         &[],
     );
     assert_eq!(not_a_list.status, 2);
-    assert!(not_a_list.only("config")["problem"]
-        .as_str()
-        .unwrap()
-        .contains("has no plugins"));
+    says(&not_a_list.only("config"), "has no plugins");
 }
 
 #[test]
@@ -831,8 +769,5 @@ fn cni_plugins_is_found_beside_multus_or_in_the_bin_dir() {
     std::fs::copy(cni_plugins(), bin.path().join("cni-plugins")).unwrap();
     let run = run_with(bin.path());
     assert_eq!(run.status, 2, "{}", run.stdout);
-    assert!(run.only("plugin-options")["problem"]
-        .as_str()
-        .unwrap()
-        .contains("vlan 5000"));
+    says(&run.only("plugin-options"), "vlan 5000");
 }

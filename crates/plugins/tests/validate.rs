@@ -1,29 +1,12 @@
 //! `cni-plugins validate <type>`: every plugin's config checks, run as a tool would run them
 //! (config on stdin, nothing or a CNI error object on stdout), with nothing on the node read.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::path::Path;
 
 use serde_json::Value;
 
-/// Runs `cni-plugins validate <plugin>` on `config`: exit status and the error object, if any.
 fn validate(plugin: &str, config: &str) -> (i32, Option<Value>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cni-plugins"))
-        .args(["validate", plugin])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let err = (!out.stdout.is_empty()).then(|| serde_json::from_slice(&out.stdout).unwrap());
-    (out.status.code().unwrap(), err)
+    testkit::validate_config(Path::new(env!("CARGO_BIN_EXE_cni-plugins")), plugin, config)
 }
 
 fn conf(plugin: &str, extra: &str) -> String {
