@@ -34,24 +34,28 @@ pub struct Options {
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
     /// The cluster's pod network (repeat for more than one).
-    #[arg(long = "pod-cidr", default_value = "10.42.0.0/16")]
+    #[arg(long = "pod-cidr", value_name = "CIDR", default_value = "10.42.0.0/16")]
     pub pod_cidrs: Vec<IpNet>,
     /// The cluster's service network (repeat for more than one).
-    #[arg(long = "service-cidr", default_value = "10.43.0.0/16")]
+    #[arg(
+        long = "service-cidr",
+        value_name = "CIDR",
+        default_value = "10.43.0.0/16"
+    )]
     pub service_cidrs: Vec<IpNet>,
     /// The node's uplink (the interface of its default route) [default: read from this host's
     /// routes].
-    #[arg(long)]
+    #[arg(long, value_name = "IFNAME")]
     pub default_route_interface: Option<String>,
     /// The dhcp daemon runs with -broadcast, so ipvlan with dhcp needs nothing more.
     #[arg(long)]
     pub dhcp_broadcast: bool,
     /// Where plugin binaries are, for the plugins that are not built in (and for cni-plugins
     /// when it is not beside this binary).
-    #[arg(long, default_value = "/opt/cni/bin")]
+    #[arg(long, value_name = "DIR", default_value = "/opt/cni/bin")]
     pub cni_bin_dir: PathBuf,
     /// The namespace of objects that name none.
-    #[arg(long, default_value = "default")]
+    #[arg(long, value_name = "NS", default_value = "default")]
     pub namespace: String,
 }
 
