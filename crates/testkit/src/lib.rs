@@ -11,5 +11,6 @@ mod plugin;
 
 pub use netns::{delete_all_of_this_process, Netns};
 pub use plugin::{
-    reference_dir, reservation_files, workspace_binary, CniCall, CniOutput, PluginDir,
+    reference_dir, reservation_files, validate_config, workspace_binary, CniCall, CniOutput,
+    PluginDir,
 };
