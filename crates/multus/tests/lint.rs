@@ -771,3 +771,27 @@ fn cni_plugins_is_found_beside_multus_or_in_the_bin_dir() {
     assert_eq!(run.status, 2, "{}", run.stdout);
     says(&run.only("plugin-options"), "vlan 5000");
 }
+
+#[test]
+fn a_chained_ipvlan_is_checked_with_an_earlier_result() {
+    // Standalone, an ipvlan without ipam has no addresses: ipvlan's own check refuses it.
+    let alone = lint_config(
+        &json!({"cniVersion": "1.0.0", "type": "ipvlan", "master": "eth1"}),
+        &[
+            "--cni-bin-dir",
+            cni_plugins().parent().unwrap().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(alone.status, 2, "{}", alone.stdout);
+    // After another plugin it takes its master and addresses from that plugin's result.
+    let chained = lint_config(
+        &json!({"cniVersion": "1.0.0", "name": "chain", "plugins": [
+            {"type": "macvlan", "master": "eth1", "ipam": host_local("192.168.50.0/24")},
+            {"type": "ipvlan"}]}),
+        &[
+            "--cni-bin-dir",
+            cni_plugins().parent().unwrap().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(chained.status, 0, "{}{}", chained.stdout, chained.stderr);
+}

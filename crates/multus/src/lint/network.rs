@@ -10,7 +10,7 @@ use std::net::IpAddr;
 
 use cni::{NetConfList, Version};
 use ipnet::IpNet;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use super::plugins::{Plugins, Verdict};
 use super::report::{Place, Report, Severity};
@@ -149,9 +149,18 @@ pub fn check(
                 return unsupported_version(place.at(format!("{root}.cniVersion")), &e.msg, report)
             }
         };
+        // What an earlier plugin returns is only known at ADD: later plugins are checked as if
+        // it were one interface with one address, so checks that depend on it (a chained
+        // ipvlan's master and addresses) pass rather than fail for want of it.
+        let earlier = json!({
+            "cniVersion": version.as_str(),
+            "interfaces": [{"name": "eth0"}],
+            "ips": [{"address": "192.0.2.2/24", "interface": 0}],
+        });
         let plugins: Vec<(String, Map<String, Value>)> = (0..list.plugins.len())
             .filter_map(|i| {
-                let conf = list.plugin_config(i, &Map::new(), None).ok()?;
+                let prev = (i > 0).then_some(&earlier);
+                let conf = list.plugin_config(i, &Map::new(), prev).ok()?;
                 Some((format!("{root}.plugins[{i}]"), conf))
             })
             .collect();
