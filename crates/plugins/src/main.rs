@@ -1,5 +1,6 @@
 //! `cni-plugins`: one binary for every plugin, chosen by the name it is run under
-//! (a link named `bridge`, `host-local`, ...) or by its first argument.
+//! (a link named `bridge`, `host-local`, ...) or by its first argument. `dhcp daemon [flags]`
+//! runs the dhcp daemon instead of the plugin.
 
 use std::path::Path;
 
@@ -25,6 +26,12 @@ fn main() {
         );
         std::process::exit(2);
     };
+    if entry.name == "dhcp" {
+        let rest: Vec<String> = argv.collect();
+        if rest.first().is_some_and(|a| a == "daemon") {
+            std::process::exit(ipam::dhcp::daemon::main(&rest[1..]));
+        }
+    }
     let about = format!("multus-rs {} v{}", entry.about, env!("CARGO_PKG_VERSION"));
     std::process::exit(cni::plugin_main(entry.plugin, &about));
 }

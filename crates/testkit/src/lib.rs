@@ -2,8 +2,9 @@
 //! container runtime does (env, stdin, stdout, exit code).
 //!
 //! Nothing here touches the machine's root network namespace: plugins run with their process
-//! moved into a "node" namespace that the test created.
+//! moved into a "node" namespace that the test created. DHCP servers and daemons run there too.
 
+pub mod dhcp;
 mod netns;
 mod plugin;
 

@@ -1,0 +1,547 @@
+//! `dhcp daemon`: holds every DHCP lease of the node's pods, one per (container, network,
+//! interface). It acquires a lease on ADD, renews it at T1 and rebinds at T2, removes the
+//! address when it expires, releases it on DEL, and keeps it on disk so that a restarted daemon
+//! carries on. Every lease event is one log line on stderr naming the container, network and
+//! interface.
+//!
+//! A single-threaded tokio runtime drives every exchange (tasks are local to it, as netlink
+//! sockets are not shared between threads); a lease costs a small task and no thread.
+
+mod exchange;
+mod flags;
+mod listener;
+mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use cni::{CniError, CniResult, Code};
+use ipnet::IpNet;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::task::AbortHandle;
+
+use super::wire::{Op, Request, Response, MAX_LINE};
+use exchange::{Failure, Iface, Timing};
+pub use flags::{Flags, USAGE};
+use store::{now_secs, who, Record, Store};
+
+/// Runs the daemon with `args` (the words after `daemon`); returns the exit status.
+pub fn main(args: &[String]) -> i32 {
+    let flags = match Flags::parse(args) {
+        Ok(f) => f,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("dhcp daemon: {e}\n{USAGE}");
+            return 2;
+        }
+    };
+    match run(flags) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("dhcp daemon: {e}");
+            1
+        }
+    }
+}
+
+fn run(flags: Flags) -> Result<(), String> {
+    let socket_path = std::path::PathBuf::from(format!(
+        "{}{}",
+        flags.host_prefix,
+        flags.socket_path.display()
+    ));
+    let store = Store::open(&flags.state_dir).map_err(|e| {
+        format!(
+            "creating the state directory {}: {e}",
+            flags.state_dir.display()
+        )
+    })?;
+    let listener = listener::open(&socket_path)?;
+    if let Some(p) = &flags.pidfile {
+        std::fs::write(p, std::process::id().to_string())
+            .map_err(|e| format!("writing the pidfile {}: {e}", p.display()))?;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    let local = tokio::task::LocalSet::new();
+    let outcome = local.block_on(&runtime, async {
+        let daemon = Arc::new(Daemon {
+            flags: flags.clone(),
+            store,
+            slots: Mutex::new(HashMap::new()),
+        });
+        daemon.restore();
+        serve(daemon, listener.listener, &socket_path).await
+    });
+    if let Some(made) = &listener.made {
+        let _ = std::fs::remove_file(made);
+    }
+    if let Some(p) = &flags.pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    outcome
+}
+
+async fn serve(
+    daemon: Arc<Daemon>,
+    listener: std::os::unix::net::UnixListener,
+    socket_path: &std::path::Path,
+) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("listening on {}: {e}", socket_path.display());
+    listener.set_nonblocking(true).map_err(io)?;
+    let listener = tokio::net::UnixListener::from_std(listener).map_err(io)?;
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    eprintln!(
+        "dhcp daemon: listening on {}, leases in {}",
+        socket_path.display(),
+        daemon.store.dir().display()
+    );
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::task::spawn_local(Arc::clone(&daemon).serve_connection(stream));
+                }
+                Err(e) => eprintln!("dhcp daemon: accepting a connection: {e}"),
+            },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    // Leases stay on disk, unreleased: the next daemon resumes them.
+    eprintln!("dhcp daemon: stopping; leases are kept for the next start");
+    Ok(())
+}
+
+type Key = (String, String, String);
+
+/// One attachment's lease, and the task that keeps it alive. Locked for the length of any
+/// exchange, so ADD, DEL and renewals of one attachment never overlap.
+#[derive(Default)]
+struct Slot {
+    record: Option<Record>,
+    maintainer: Option<AbortHandle>,
+}
+
+type SlotRef = Arc<tokio::sync::Mutex<Slot>>;
+
+struct Daemon {
+    flags: Flags,
+    store: Store,
+    slots: Mutex<HashMap<Key, SlotRef>>,
+}
+
+/// One line per lease event.
+fn log(event: &str, who: &str, detail: impl std::fmt::Display) {
+    eprintln!("dhcp: {event} {who} {detail}");
+}
+
+impl Daemon {
+    fn timing(&self) -> Timing {
+        Timing {
+            timeout: self.flags.timeout,
+            resend_max: self.flags.resend_max,
+        }
+    }
+
+    fn slot(&self, key: &Key) -> SlotRef {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(slots.entry(key.clone()).or_default())
+    }
+
+    fn existing_slot(&self, key: &Key) -> Option<SlotRef> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.get(key).cloned()
+    }
+
+    /// Drops `slot` from the table, unless another one has taken its key meanwhile.
+    fn forget_slot(&self, key: &Key, slot: &SlotRef) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if slots.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            slots.remove(key);
+        }
+    }
+
+    async fn serve_connection(self: Arc<Self>, stream: UnixStream) {
+        let (read, mut write) = stream.into_split();
+        let mut line = Vec::new();
+        let mut reader = BufReader::new(read.take(MAX_LINE as u64));
+        let response = match reader.read_until(b'\n', &mut line).await {
+            Ok(_) => match serde_json::from_slice::<Request>(&line) {
+                Ok(request) => self.handle(request).await,
+                Err(e) => Response::Error(CniError::decoding(format!(
+                    "the dhcp daemon cannot read the plugin's request ({e}); are the plugin \
+                     and the daemon the same version?"
+                ))),
+            },
+            Err(e) => Response::Error(CniError::io(format!("reading the request: {e}"))),
+        };
+        let mut out = serde_json::to_vec(&response).unwrap_or_default();
+        out.push(b'\n');
+        // The plugin may have given up; nothing to do then.
+        let _ = write.write_all(&out).await;
+    }
+
+    async fn handle(self: &Arc<Self>, mut request: Request) -> Response {
+        if !request.netns.is_empty() {
+            request.netns = format!("{}{}", self.flags.host_prefix, request.netns);
+        }
+        request.params.broadcast |= self.flags.broadcast;
+        let outcome = match request.op {
+            Op::Add => self.add(&request).await.map(Some),
+            Op::Del => self.del(&request).await.map(|()| None),
+            Op::Check => self.check(&request).await.map(|()| None),
+            Op::Status => Ok(None),
+        };
+        match outcome {
+            Ok(result) => Response::Ok(result),
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    async fn add(self: &Arc<Self>, req: &Request) -> Result<CniResult, CniError> {
+        let key = req.key();
+        let who = who(&req.container_id, &req.network, &req.ifname);
+        let slot = self.slot(&key);
+        let mut held = slot.lock().await;
+        if let Some(rec) = &held.record {
+            if rec.netns == req.netns {
+                return Ok(rec.lease.to_result(rec.params.priority));
+            }
+            // The same attachment in a new namespace: the old lease is stale.
+            self.end(&mut held, "replaced");
+        }
+        let acquired = self.acquire(req).await;
+        let (lease, server_mac) = match acquired {
+            Ok(a) => a,
+            Err(f) => {
+                log("failed", &who, &f);
+                drop(held);
+                self.forget_slot(&key, &slot);
+                return Err(failure_error(&f));
+            }
+        };
+        let record = Record {
+            container_id: req.container_id.clone(),
+            network: req.network.clone(),
+            ifname: req.ifname.clone(),
+            netns: req.netns.clone(),
+            params: req.params.clone(),
+            lease,
+            server_mac,
+            bound_at: now_secs(),
+        };
+        if let Err(e) = self.store.save(&record) {
+            held.record = Some(record);
+            self.end(&mut held, "released");
+            drop(held);
+            self.forget_slot(&key, &slot);
+            return Err(CniError::io(format!(
+                "cannot keep the lease in {}: {e}",
+                self.store.dir().display()
+            )));
+        }
+        log(
+            "acquired",
+            &who,
+            format_args!(
+                "address={} server={} lease={}s",
+                record.lease.address, record.lease.server, record.lease.lease_secs
+            ),
+        );
+        let result = record.lease.to_result(record.params.priority);
+        held.record = Some(record);
+        held.maintainer = Some(self.spawn_maintainer(key, &slot));
+        Ok(result)
+    }
+
+    async fn acquire(&self, req: &Request) -> Result<(super::message::Lease, [u8; 6]), Failure> {
+        if req.netns.is_empty() {
+            return Err(Failure::NoNetns(
+                "ADD needs the pod's network namespace (CNI_NETNS)".into(),
+            ));
+        }
+        let iface = Iface::open(&req.netns, &req.ifname)?;
+        iface.bring_up().await?;
+        exchange::acquire(&iface, &req.params, self.timing()).await
+    }
+
+    async fn del(self: &Arc<Self>, req: &Request) -> Result<(), CniError> {
+        let key = req.key();
+        let Some(slot) = self.existing_slot(&key) else {
+            return Ok(());
+        };
+        let mut held = slot.lock().await;
+        self.end(&mut held, "released");
+        drop(held);
+        self.forget_slot(&key, &slot);
+        Ok(())
+    }
+
+    async fn check(&self, req: &Request) -> Result<(), CniError> {
+        let who = who(&req.container_id, &req.network, &req.ifname);
+        let slot = self.existing_slot(&req.key());
+        let record = match &slot {
+            Some(s) => s.lock().await.record.clone(),
+            None => None,
+        };
+        let Some(rec) = record else {
+            return Err(CniError::new(
+                Code::UnknownContainer,
+                format!("the dhcp daemon holds no lease for {who}"),
+            ));
+        };
+        let iface = Iface::open(&rec.netns, &rec.ifname).map_err(|f| failure_error(&f))?;
+        let addrs = iface
+            .nl
+            .addrs(Some(iface.index), Some(netkit::Family::V4))
+            .map_err(|e| CniError::internal(e.to_string()))?;
+        if !addrs.iter().any(|a| a.net == IpNet::V4(rec.lease.address)) {
+            return Err(CniError::internal(format!(
+                "the leased address {} is not on {}",
+                rec.lease.address,
+                iface.describe()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stops renewing the slot's lease, sends DHCPRELEASE when its interface still exists, and
+    /// forgets it. `event` names what happened, for the log.
+    fn end(&self, slot: &mut Slot, event: &str) {
+        if let Some(task) = slot.maintainer.take() {
+            task.abort();
+        }
+        let Some(rec) = slot.record.take() else {
+            return;
+        };
+        let sent = Iface::open(&rec.netns, &rec.ifname)
+            .and_then(|iface| exchange::release(&iface, &rec.params, &rec.lease, rec.server_mac));
+        match sent {
+            Ok(()) => log(
+                event,
+                &rec.who(),
+                format_args!("address={}", rec.lease.address),
+            ),
+            Err(f) => log(
+                "forgotten",
+                &rec.who(),
+                format_args!("address={} without DHCPRELEASE: {f}", rec.lease.address),
+            ),
+        }
+        if let Err(e) = self
+            .store
+            .remove(&rec.container_id, &rec.network, &rec.ifname)
+        {
+            log(
+                "failed",
+                &rec.who(),
+                format_args!("removing the lease file: {e}"),
+            );
+        }
+    }
+
+    fn spawn_maintainer(self: &Arc<Self>, key: Key, slot: &SlotRef) -> AbortHandle {
+        tokio::task::spawn_local(Arc::clone(self).maintain(key, Arc::clone(slot))).abort_handle()
+    }
+
+    /// Keeps one lease: renew from T1 (unicast to its server), rebind from T2 (broadcast),
+    /// and at expiry remove the address. Ends when the lease ends.
+    async fn maintain(self: Arc<Self>, key: Key, slot: SlotRef) {
+        loop {
+            let Some(rec) = slot.lock().await.record.clone() else {
+                return;
+            };
+            let (t1, t2, expiry) = rec.deadlines();
+            let now = SystemTime::now();
+            if let Ok(wait) = t1.duration_since(now) {
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            let mut held = slot.lock().await;
+            let Some(rec) = held.record.clone() else {
+                return;
+            };
+            let now = SystemTime::now();
+            let Ok(left) = expiry.duration_since(now) else {
+                self.expire(&mut held, &rec);
+                drop(held);
+                self.forget_slot(&key, &slot);
+                return;
+            };
+            let rebinding = now >= t2;
+            let phase_end = if rebinding { expiry } else { t2 };
+            let phase_left = phase_end.duration_since(now).unwrap_or_default().min(left);
+            let iface = match Iface::open(&rec.netns, &rec.ifname) {
+                Ok(i) => i,
+                Err(f @ (Failure::Gone(_) | Failure::NoNetns(_))) => {
+                    log(
+                        "forgotten",
+                        &rec.who(),
+                        format_args!("address={}: {f}", rec.lease.address),
+                    );
+                    let _ = self
+                        .store
+                        .remove(&rec.container_id, &rec.network, &rec.ifname);
+                    held.record = None;
+                    held.maintainer = None;
+                    drop(held);
+                    self.forget_slot(&key, &slot);
+                    return;
+                }
+                Err(f) => {
+                    log("failed", &rec.who(), &f);
+                    drop(held);
+                    tokio::time::sleep(retry_pause(phase_left)).await;
+                    continue;
+                }
+            };
+            let deadline = tokio::time::Instant::now() + phase_left.min(self.flags.resend_timeout);
+            let server_mac = (!rebinding).then_some(rec.server_mac);
+            let timing = Timing {
+                timeout: phase_left.min(self.flags.resend_timeout),
+                ..self.timing()
+            };
+            match exchange::extend(
+                &iface,
+                &rec.params,
+                &rec.lease,
+                server_mac,
+                deadline,
+                timing,
+            )
+            .await
+            {
+                Ok((lease, mac)) => {
+                    let event = if rebinding { "rebound" } else { "renewed" };
+                    let new = Record {
+                        lease,
+                        server_mac: mac,
+                        bound_at: now_secs(),
+                        ..rec
+                    };
+                    if let Err(e) = self.store.save(&new) {
+                        log("failed", &new.who(), format_args!("saving the lease: {e}"));
+                    }
+                    log(
+                        event,
+                        &new.who(),
+                        format_args!(
+                            "address={} lease={}s",
+                            new.lease.address, new.lease.lease_secs
+                        ),
+                    );
+                    held.record = Some(new);
+                }
+                Err(f @ Failure::Refused(_)) => {
+                    // The server took the address back: it may not stay on the interface.
+                    self.expire(&mut held, &rec);
+                    log("failed", &rec.who(), &f);
+                    drop(held);
+                    self.forget_slot(&key, &slot);
+                    return;
+                }
+                Err(f) => {
+                    let what = if rebinding { "rebinding" } else { "renewing" };
+                    log("failed", &rec.who(), format_args!("{what}: {f}"));
+                    drop(held);
+                    tokio::time::sleep(retry_pause(phase_left)).await;
+                }
+            }
+        }
+    }
+
+    /// The lease is over: its address comes off the interface, and the record goes.
+    fn expire(&self, slot: &mut Slot, rec: &Record) {
+        let removed = Iface::open(&rec.netns, &rec.ifname).map(|iface| {
+            iface
+                .nl
+                .del_addr(iface.index, IpNet::V4(rec.lease.address))
+                .map_err(|e| e.to_string())
+        });
+        let detail = match removed {
+            Ok(Ok(())) => "removed from the interface".to_owned(),
+            Ok(Err(e)) => format!("could not be removed: {e}"),
+            Err(f) => format!("interface gone: {f}"),
+        };
+        log(
+            "expired",
+            &rec.who(),
+            format_args!("address={} {detail}", rec.lease.address),
+        );
+        let _ = self
+            .store
+            .remove(&rec.container_id, &rec.network, &rec.ifname);
+        slot.record = None;
+        slot.maintainer = None;
+    }
+
+    /// Picks up the leases a previous daemon kept: those whose interface still exists are
+    /// renewed as due; the others are forgotten (their interface, and the address with it, is
+    /// gone, so there is nothing to release from).
+    fn restore(self: &Arc<Self>) {
+        let (records, unreadable) = self.store.load_all();
+        for (path, why) in unreadable {
+            eprintln!(
+                "dhcp daemon: ignoring the unreadable lease file {}: {why}",
+                path.display()
+            );
+        }
+        for rec in records {
+            match Iface::open(&rec.netns, &rec.ifname) {
+                Ok(_) => {
+                    log(
+                        "resumed",
+                        &rec.who(),
+                        format_args!("address={}", rec.lease.address),
+                    );
+                    let key = rec.key();
+                    let slot = self.slot(&key);
+                    let maintainer = self.spawn_maintainer(key, &slot);
+                    // Nothing else can hold the lock yet: the socket is not served yet.
+                    if let Ok(mut held) = slot.try_lock() {
+                        held.record = Some(rec);
+                        held.maintainer = Some(maintainer);
+                    };
+                }
+                Err(f) => {
+                    log(
+                        "forgotten",
+                        &rec.who(),
+                        format_args!("address={}: {f}", rec.lease.address),
+                    );
+                    let _ = self
+                        .store
+                        .remove(&rec.container_id, &rec.network, &rec.ifname);
+                }
+            }
+        }
+    }
+}
+
+/// Half the time left in a renewal phase, at least a second (RFC 2131 4.4.5 asks for half,
+/// down to 60 s; short test leases need less).
+fn retry_pause(left: Duration) -> Duration {
+    (left / 2)
+        .max(Duration::from_secs(1))
+        .min(left.max(Duration::from_millis(100)))
+}
+
+fn failure_error(f: &Failure) -> CniError {
+    let code = match f {
+        Failure::NoNetns(_) => Code::InvalidNetns,
+        Failure::Gone(_) => Code::InvalidEnvironment,
+        Failure::NoAnswer(_) | Failure::Refused(_) => Code::TryAgainLater,
+        Failure::System(_) => Code::Internal,
+    };
+    CniError::new(code, f.to_string())
+}

@@ -1,0 +1,51 @@
+//! The plugin <-> daemon protocol: one JSON request line from the plugin, one JSON response
+//! line from the daemon, per connection. It is ours; the reference's Go daemon speaks net/rpc,
+//! so our plugin and its daemon (or the reverse) cannot be mixed.
+
+use cni::{CniError, CniResult};
+use serde::{Deserialize, Serialize};
+
+use super::config::LeaseParams;
+
+/// Longest request or response line either side accepts.
+pub const MAX_LINE: usize = 1 << 20;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Op {
+    Add,
+    Del,
+    Check,
+    Status,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Request {
+    pub op: Op,
+    pub container_id: String,
+    pub network: String,
+    pub ifname: String,
+    /// Absolute path of the pod's namespace; empty when the runtime gave none (DEL).
+    pub netns: String,
+    pub params: LeaseParams,
+}
+
+impl Request {
+    /// The attachment a lease belongs to.
+    pub fn key(&self) -> (String, String, String) {
+        (
+            self.container_id.clone(),
+            self.network.clone(),
+            self.ifname.clone(),
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Response {
+    /// ADD's result; nothing for the other commands.
+    Ok(Option<CniResult>),
+    Error(CniError),
+}
