@@ -225,3 +225,290 @@ fn lease_with_classless_routes_dns_check_and_release() {
     // DEL again: nothing left to do, still success.
     s.del(&conf).ok();
 }
+
+#[test]
+fn static_routes_and_a_default_through_the_router_without_121() {
+    let s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-option=option:router,10.97.0.1",
+        "--dhcp-option=option:static-route,172.16.0.0,10.97.0.9",
+    ]));
+    let conf = s.conf("");
+    let result = s.add(&conf).ok();
+    assert_eq!(
+        result["routes"],
+        json!([
+            {"dst": "172.16.0.0/16", "gw": "10.97.0.9"},
+            {"dst": "0.0.0.0/0", "gw": "10.97.0.1"}
+        ])
+    );
+    assert_eq!(
+        s.pod_routes(),
+        [
+            "10.97.0.0/24 dev",
+            "172.16.0.0/16 via 10.97.0.9",
+            "default via 10.97.0.1"
+        ]
+    );
+    s.del(&conf).ok();
+}
+
+#[test]
+fn router_only_gives_the_default_route_and_priority_applies() {
+    let s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    let conf = s.conf(r#","priority":300"#);
+    let result = s.add(&conf).ok();
+    assert_eq!(
+        result["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.97.0.1", "priority": 300}])
+    );
+    assert!(
+        result.get("dns").is_none() || result["dns"] == json!({}),
+        "{result}"
+    );
+    let routes = s.pod.ip_json(&["-4", "route", "show", "default"]);
+    assert_eq!(routes[0]["metric"], 300, "{routes}");
+    s.del(&conf).ok();
+}
+
+#[test]
+fn provided_and_requested_options_reach_the_server() {
+    let s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-option=option:router,10.97.0.1",
+        "--dhcp-option=option:ntp-server,10.97.0.123",
+    ]));
+    let conf = s.conf(
+        r#","request":[{"skipDefault":true},{"option":"subnet-mask"},{"option":"42"}],
+            "provide":[{"option":"host-name","fromArg":"K8S_POD_NAME"},
+                       {"option":"vendor-class-identifier","value":"edge-node"}]"#,
+    );
+    let mut add = s.call("ADD", &conf);
+    add.args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1".into();
+    let result = s.run(&add).ok();
+    let log = s.net.log();
+    assert!(log.contains("client provides name: web-1"), "{log}");
+    assert!(log.contains("vendor class: edge-node"), "{log}");
+    assert!(
+        log.contains("requested options: 1:netmask, 42:ntp-server"),
+        "{log}"
+    );
+    // The router was not asked for, so there is no gateway and no route.
+    assert!(result["ips"][0].get("gateway").is_none(), "{result}");
+    assert!(result.get("routes").is_none(), "{result}");
+    let mut del = s.call("DEL", &conf);
+    del.args = add.args.clone();
+    s.run(&del).ok();
+}
+
+#[test]
+fn busybox_udhcpd_as_the_server() {
+    let s = Setup::new(Server::Udhcpd(
+        "option router 10.97.0.1\noption dns 10.97.0.53 10.97.0.54\noption domain corp.test",
+    ));
+    let conf = s.conf("");
+    let result = s.add(&conf).ok();
+    let ip = leased_ip(&result);
+    assert!(ip.starts_with("10.97.0.1"), "{result}");
+    assert_eq!(
+        result["dns"],
+        json!({"nameservers": ["10.97.0.53", "10.97.0.54"], "domain": "corp.test"})
+    );
+    assert_eq!(
+        result["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.97.0.1"}])
+    );
+    s.del(&conf).ok();
+    assert!(s.lease_files().is_empty());
+}
+
+#[test]
+fn a_restarted_daemon_resumes_renewal_and_still_releases() {
+    // A 4 s lease: the first renewal (T1, half of it) is due right after the restart.
+    let mut s = Setup::new(Server::Udhcpd(
+        "min_lease 4\noption lease 4\noption router 10.97.0.1",
+    ));
+    let conf = s.conf("");
+    let ip = leased_ip(&s.add(&conf).ok());
+    let acks = |s: &Setup| s.net.log().matches(&format!("sending ACK to {ip}")).count();
+    assert_eq!(acks(&s), 1, "{}", s.net.log());
+    assert!(
+        s.daemon.take().expect("daemon").process.terminate(),
+        "the daemon stops cleanly"
+    );
+    assert!(
+        !s.socket().exists(),
+        "the daemon removes its socket on exit"
+    );
+    assert_eq!(
+        s.lease_files().len(),
+        1,
+        "the lease is kept for the next daemon"
+    );
+    s.start_daemon(&[]);
+    assert!(s
+        .daemon_log()
+        .contains("resumed container=c0ffee network=dnet interface=eth0"));
+    // The server answers the renewal, and the daemon logs it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while acks(&s) < 2
+        || !s
+            .daemon_log()
+            .contains("renewed container=c0ffee network=dnet interface=eth0")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}\n{}",
+            s.net.log(),
+            s.daemon_log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !s.daemon_log().contains("rebound"),
+        "renewed before T2: {}",
+        s.daemon_log()
+    );
+    s.del(&conf).ok();
+    assert!(s
+        .daemon_log()
+        .contains("released container=c0ffee network=dnet interface=eth0"));
+    assert!(s.lease_files().is_empty());
+}
+
+#[test]
+fn dnsmasq_sees_the_release_after_a_daemon_restart() {
+    let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    let conf = s.conf("");
+    let ip = leased_ip(&s.add(&conf).ok());
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.start_daemon(&[]);
+    s.del(&conf).ok();
+    assert!(
+        s.net
+            .wait_log(&format!("DHCPRELEASE(dbr0) {ip}"), Duration::from_secs(5)),
+        "{}",
+        s.net.log()
+    );
+    assert!(s.lease_files().is_empty());
+}
+
+#[test]
+fn an_expired_lease_loses_its_address() {
+    let mut s = Setup::new(Server::Udhcpd(
+        "min_lease 4\noption lease 4\noption router 10.97.0.1",
+    ));
+    let conf = s.conf("");
+    let ip = leased_ip(&s.add(&conf).ok());
+    s.net.stop_server();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !s
+        .daemon_log()
+        .contains("expired container=c0ffee network=dnet interface=eth0")
+    {
+        assert!(Instant::now() < deadline, "{}", s.daemon_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = s.daemon_log();
+    assert!(
+        log.contains("failed container=c0ffee network=dnet interface=eth0 renewing"),
+        "{log}"
+    );
+    assert!(
+        log.contains("failed container=c0ffee network=dnet interface=eth0 rebinding"),
+        "{log}"
+    );
+    let addrs = s.pod.ip(&["-4", "addr", "show", "dev", "eth0"]);
+    assert!(!addrs.contains(&ip), "{addrs}");
+    assert!(s.lease_files().is_empty());
+    s.del(&conf).ok();
+}
+
+#[test]
+fn a_silent_server_fails_within_the_timeout_and_leaves_nothing() {
+    let s = Setup::with_daemon_args(Server::Silent, &["-timeout", "1500ms"]);
+    let conf = s.conf("");
+    let started = Instant::now();
+    let out = s.add(&conf);
+    let took = started.elapsed();
+    assert_eq!(out.err_code(), 11, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        msg.contains("no DHCPOFFER from any DHCP server on interface \"eth0\""),
+        "{msg}"
+    );
+    // Bounded by the timeout (plus process start-up), not by a backoff.
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(s.node_links(), ["dbr0"], "the veth is removed");
+    assert!(s.pod.links().iter().all(|l| l == "lo"));
+    assert!(s.lease_files().is_empty());
+    assert!(s
+        .daemon_log()
+        .contains("failed container=c0ffee network=dnet interface=eth0"));
+}
+
+#[test]
+fn no_daemon_is_a_clear_error_and_status_unavailable() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    let conf = s.conf("");
+    let out = s.add(&conf);
+    assert_eq!(out.err_code(), 11, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(msg.contains(&s.socket().display().to_string()), "{msg}");
+    assert!(msg.contains("dhcp daemon"), "{msg}");
+    assert_eq!(s.node_links(), ["dbr0"], "the veth is removed");
+    let status_conf = conf.replace("1.0.0", "1.1.0");
+    let status = s
+        .call("STATUS", &status_conf)
+        .run(&s.plugins.path().join("dhcp"), None);
+    assert_eq!(status.err_code(), 50, "{status:?}");
+}
+
+#[test]
+fn a_route_the_kernel_refuses_is_named_and_the_lease_released() {
+    // The gateway of the classless route is not on any connected network.
+    let s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-option=option:classless-static-route,192.0.2.0/24,203.0.113.1",
+    ]));
+    let conf = s.conf("");
+    let out = s.add(&conf);
+    assert_ne!(out.code, 0, "{out:?}");
+    let err = out.json();
+    let text = format!("{} {}", err["msg"], err["details"]);
+    assert!(
+        text.contains("route 192.0.2.0/24 via 203.0.113.1"),
+        "{text}"
+    );
+    let ip = s
+        .net
+        .log()
+        .lines()
+        .find_map(|l| l.split("DHCPACK(dbr0) ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_owned)
+        .expect("a lease was granted");
+    assert!(
+        s.net
+            .wait_log(&format!("DHCPRELEASE(dbr0) {ip}"), Duration::from_secs(5)),
+        "{}",
+        s.net.log()
+    );
+    assert_eq!(s.node_links(), ["dbr0"]);
+    assert!(s.lease_files().is_empty());
+}
+
+#[test]
+fn daemon_socket_is_private_and_a_stale_one_is_replaced() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(s.socket()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // A daemon killed hard leaves its socket behind; the next one starts anyway.
+    let daemon = s.daemon.take().expect("daemon");
+    drop(daemon); // SIGKILL
+    assert!(s.socket().exists());
+    s.start_daemon(&[]);
+    let status_conf = s.conf("").replace("1.0.0", "1.1.0");
+    s.call("STATUS", &status_conf)
+        .run(&s.plugins.path().join("dhcp"), None)
+        .ok();
+}

@@ -228,8 +228,22 @@ impl DhcpDaemon {
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("dup log"))
             .stderr(log_file);
-        let process = Process::spawn(cmd);
-        wait_for_path(socket, Duration::from_secs(10));
+        let mut process = Process::spawn(cmd);
+        // Ready once it accepts connections (a stale socket file may exist before that).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
+            assert!(
+                process.running(),
+                "the daemon exited: {}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "the daemon does not listen on {}",
+                socket.display()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         DhcpDaemon {
             process,
             socket: socket.to_path_buf(),

@@ -181,7 +181,8 @@ impl Reply {
             server,
             lease_secs,
             t1_secs: u32_opt(OptionCode::Renewal).unwrap_or(lease_secs / 2),
-            t2_secs: u32_opt(OptionCode::Rebinding).unwrap_or(lease_secs / 8 * 7),
+            t2_secs: u32_opt(OptionCode::Rebinding)
+                .unwrap_or((u64::from(lease_secs) * 7 / 8) as u32),
             routers,
             dns,
             domain,

@@ -271,14 +271,19 @@ pub fn release(
 fn no_answer(e: io::Error, waited_for: &str, iface: &Iface, timing: Timing) -> Failure {
     if e.kind() == io::ErrorKind::TimedOut {
         Failure::NoAnswer(format!(
-            "no {waited_for} from any DHCP server on {} within {:?}: check that a server \
+            "no {waited_for} from any DHCP server on {} within {}: check that a server \
              serves this network, and that the interface reaches it",
             iface.describe(),
-            timing.timeout
+            seconds(timing.timeout)
         ))
     } else {
         Failure::System(format!("DHCP on {}: {e}", iface.describe()))
     }
+}
+
+/// `1.5s`.
+fn seconds(d: Duration) -> String {
+    format!("{}s", (d.as_secs_f64() * 10.0).round() / 10.0)
 }
 
 fn refused(reply: &Reply, server: Ipv4Addr) -> Failure {

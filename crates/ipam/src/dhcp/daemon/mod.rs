@@ -26,7 +26,7 @@ use tokio::task::AbortHandle;
 use super::wire::{Op, Request, Response, MAX_LINE};
 use exchange::{Failure, Iface, Timing};
 pub use flags::{Flags, USAGE};
-use store::{now_secs, who, Record, Store};
+use store::{now_ms, who, Record, Store};
 
 /// Runs the daemon with `args` (the words after `daemon`); returns the exit status.
 pub fn main(args: &[String]) -> i32 {
@@ -62,7 +62,6 @@ fn run(flags: Flags) -> Result<(), String> {
             flags.state_dir.display()
         )
     })?;
-    let listener = listener::open(&socket_path)?;
     if let Some(p) = &flags.pidfile {
         std::fs::write(p, std::process::id().to_string())
             .map_err(|e| format!("writing the pidfile {}: {e}", p.display()))?;
@@ -78,12 +77,15 @@ fn run(flags: Flags) -> Result<(), String> {
             store,
             slots: Mutex::new(HashMap::new()),
         });
+        // Leases first: the socket appears once the daemon is ready.
         daemon.restore();
-        serve(daemon, listener.listener, &socket_path).await
+        let listener = listener::open(&socket_path)?;
+        let served = serve(daemon, listener.listener, &socket_path).await;
+        if let Some(made) = &listener.made {
+            let _ = std::fs::remove_file(made);
+        }
+        served
     });
-    if let Some(made) = &listener.made {
-        let _ = std::fs::remove_file(made);
-    }
     if let Some(p) = &flags.pidfile {
         let _ = std::fs::remove_file(p);
     }
@@ -142,7 +144,37 @@ struct Daemon {
 
 /// One line per lease event.
 fn log(event: &str, who: &str, detail: impl std::fmt::Display) {
-    eprintln!("dhcp: {event} {who} {detail}");
+    eprintln!(
+        "{} dhcp: {event} {who} {detail}",
+        timestamp(SystemTime::now())
+    );
+}
+
+/// UTC time as `2026-01-31T12:00:00.000Z`, for logs read without journald.
+fn timestamp(t: SystemTime) -> String {
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let (days, ms_of_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let secs = ms_of_day / 1000;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        ms_of_day % 1000
+    )
 }
 
 impl Daemon {
@@ -238,7 +270,7 @@ impl Daemon {
             params: req.params.clone(),
             lease,
             server_mac,
-            bound_at: now_secs(),
+            bound_at_ms: now_ms(),
         };
         if let Err(e) = self.store.save(&record) {
             held.record = Some(record);
@@ -401,7 +433,7 @@ impl Daemon {
                 Err(f) => {
                     log("failed", &rec.who(), &f);
                     drop(held);
-                    tokio::time::sleep(retry_pause(phase_left)).await;
+                    tokio::time::sleep(retry_pause(phase_end)).await;
                     continue;
                 }
             };
@@ -426,7 +458,7 @@ impl Daemon {
                     let new = Record {
                         lease,
                         server_mac: mac,
-                        bound_at: now_secs(),
+                        bound_at_ms: now_ms(),
                         ..rec
                     };
                     if let Err(e) = self.store.save(&new) {
@@ -454,7 +486,7 @@ impl Daemon {
                     let what = if rebinding { "rebinding" } else { "renewing" };
                     log("failed", &rec.who(), format_args!("{what}: {f}"));
                     drop(held);
-                    tokio::time::sleep(retry_pause(phase_left)).await;
+                    tokio::time::sleep(retry_pause(phase_end)).await;
                 }
             }
         }
@@ -528,12 +560,14 @@ impl Daemon {
     }
 }
 
-/// Half the time left in a renewal phase, at least a second (RFC 2131 4.4.5 asks for half,
-/// down to 60 s; short test leases need less).
-fn retry_pause(left: Duration) -> Duration {
-    (left / 2)
-        .max(Duration::from_secs(1))
-        .min(left.max(Duration::from_millis(100)))
+/// The pause before the next attempt of a renewal phase that ends at `phase_end`: half the
+/// time left, at least a second, never past the phase's end (RFC 2131 4.4.5 asks for half, down
+/// to 60 s; we allow short leases).
+fn retry_pause(phase_end: SystemTime) -> Duration {
+    let left = phase_end
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    (left / 2).max(Duration::from_secs(1)).min(left)
 }
 
 fn failure_error(f: &Failure) -> CniError {
@@ -544,4 +578,16 @@ fn failure_error(f: &Failure) -> CniError {
         Failure::System(_) => Code::Internal,
     };
     CniError::new(code, f.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        let t = std::time::UNIX_EPOCH + Duration::from_millis(1_780_000_000_123);
+        assert_eq!(timestamp(t), "2026-05-28T20:26:40.123Z");
+        assert_eq!(timestamp(std::time::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    }
 }

@@ -24,8 +24,8 @@ pub struct Record {
     pub lease: Lease,
     /// The MAC the server's last ACK came from, for unicast renewals and the release.
     pub server_mac: [u8; 6],
-    /// When the last ACK arrived, in seconds since the epoch.
-    pub bound_at: u64,
+    /// When the last ACK arrived, in milliseconds since the epoch.
+    pub bound_at_ms: u64,
 }
 
 impl Record {
@@ -39,7 +39,7 @@ impl Record {
 
     /// Renewal, rebinding and expiry times.
     pub fn deadlines(&self) -> (SystemTime, SystemTime, SystemTime) {
-        let bound = UNIX_EPOCH + Duration::from_secs(self.bound_at);
+        let bound = UNIX_EPOCH + Duration::from_millis(self.bound_at_ms);
         let (t1, t2) = self.lease.t1_t2();
         (bound + t1, bound + t2, bound + self.lease.lease_time())
     }
@@ -54,10 +54,10 @@ pub fn who(container_id: &str, network: &str, ifname: &str) -> String {
     format!("container={container_id} network={network} interface={ifname}")
 }
 
-pub fn now_secs() -> u64 {
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
+        .map(|d| d.as_millis() as u64)
         .unwrap_or_default()
 }
 
