@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod dhcp_bench;
 mod measure;
 mod vm;
 
@@ -25,14 +26,17 @@ fn main() -> Result<()> {
     let rest: Vec<String> = args.collect();
     match task.as_str() {
         "demo" => demo::run(),
-        "bench" => bench::run(&rest),
+        "bench" => match rest.split_first() {
+            Some((first, dhcp_args)) if first == "dhcp" => dhcp_bench::run_alone(dhcp_args),
+            _ => bench::run(&rest),
+        },
         "vm-test" => vm::run(),
         "build" => {
             println!("{}", build_release()?.display());
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo | build | bench [--cycles N] | vm-test>");
+            eprintln!("usage: cargo xtask <demo | build | bench [--cycles N] | bench dhcp [--leases N] | vm-test>");
             std::process::exit(2)
         }
     }

@@ -80,7 +80,8 @@ pub struct DhcpNet {
 
 /// Which server, and what it hands out.
 pub enum Server<'a> {
-    /// dnsmasq with extra `--dhcp-option...` arguments.
+    /// dnsmasq with extra arguments (`--dhcp-option...`; a `--dhcp-range=` replaces the
+    /// default range).
     Dnsmasq(&'a [&'a str]),
     /// busybox udhcpd with extra config lines.
     Udhcpd(&'a str),
@@ -145,6 +146,9 @@ impl DhcpNet {
     fn start_dnsmasq(&self, opts: &[&str]) -> Process {
         let d = self.dir.path();
         let mut cmd = self.node.command("dnsmasq");
+        if !opts.iter().any(|o| o.starts_with("--dhcp-range=")) {
+            cmd.arg("--dhcp-range=10.97.0.100,10.97.0.199,255.255.255.0,1h");
+        }
         cmd.args([
             "--conf-file=/dev/null",
             "--keep-in-foreground",
@@ -153,7 +157,6 @@ impl DhcpNet {
             "--except-interface=lo",
             "--no-ping",
             "--log-dhcp",
-            "--dhcp-range=10.97.0.100,10.97.0.199,255.255.255.0,1h",
         ])
         .arg(format!("--interface={}", self.bridge))
         .arg(format!("--dhcp-leasefile={}", d.join("leases").display()))
