@@ -44,3 +44,17 @@ if ! ls "$cache/${pkg}"_*.deb >/dev/null 2>&1; then
   (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null) \
     || { apt-get update -qq && (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null); }
 fi
+
+# kubernetes-validate checks the rendered manifests (deploy/) against Kubernetes' own schemas,
+# offline; it lives in a virtualenv of its own so the system's Python stays untouched.
+venv=$cache/venv
+if [ ! -x "$venv/bin/kubernetes-validate" ]; then
+  echo "installing kubernetes-validate into $venv"
+  mkdir -p "$cache"
+  python3 -m venv "$venv" 2>/dev/null || {
+    apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+  }
+  "$venv/bin/pip" install -q kubernetes-validate==1.37.0
+fi

@@ -19,6 +19,9 @@ cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
 # The tests' VLAN, ipvlan and 8021q parts, which this kernel cannot run, under a Debian kernel in
 # qemu; it prints its own result per test binary.
 cargo xtask vm-test || status=$?
+# The container image: built with podman from deploy/Containerfile and run as the DaemonSet runs
+# it, installing into a scratch node tree.
+cargo xtask image || status=$?
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"

@@ -1,9 +1,11 @@
 //! Project tasks: `cargo xtask demo` (the main job), `cargo xtask build` (the static release
-//! binary), `cargo xtask bench` and `cargo xtask vm-test` (the tests that need a full kernel).
+//! binaries), `cargo xtask image` (the container image, built and tried), `cargo xtask bench`
+//! and `cargo xtask vm-test` (the tests that need a full kernel).
 
 mod bench;
 mod demo;
 mod dhcp_bench;
+mod image;
 mod measure;
 mod vm;
 
@@ -31,12 +33,13 @@ fn main() -> Result<()> {
             _ => bench::run(&rest),
         },
         "vm-test" => vm::run(),
+        "image" => image::run(),
         "build" => {
             println!("{}", build_release()?.display());
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo | build | bench [--cycles N] | bench dhcp [--leases N] | vm-test>");
+            eprintln!("usage: cargo xtask <demo | build | image | bench [--cycles N] | bench dhcp [--leases N] | vm-test>");
             std::process::exit(2)
         }
     }
@@ -46,7 +49,8 @@ fn main() -> Result<()> {
 /// `RUSTFLAGS` reach the binaries and not the build's proc-macros.
 const NODE_TARGET: &str = "x86_64-unknown-linux-gnu";
 
-/// Builds the release `cni-plugins`, statically linked, and returns its path.
+/// Builds the release `cni-plugins` and `multus`, statically linked, and returns the path of
+/// `cni-plugins`; `multus` is beside it.
 ///
 /// Static linking keeps a plugin call's memory at about 2.2 MB: a dynamically linked process
 /// also maps (and counts) ld.so and the whole of libc.so.
@@ -59,6 +63,8 @@ pub fn build_release() -> Result<PathBuf> {
             "-q",
             "-p",
             "plugins",
+            "-p",
+            "multus",
             "--target",
             NODE_TARGET,
         ])
@@ -66,7 +72,7 @@ pub fn build_release() -> Result<PathBuf> {
         .status()
         .context("running cargo build")?;
     if !status.success() {
-        bail!("cargo build --release -p plugins failed");
+        bail!("cargo build --release -p plugins -p multus failed");
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -6,11 +6,10 @@
 //! place, so a crash can leave a torn file), and a file that cannot be read is an error naming
 //! it rather than something skipped without a word.
 
-use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{ErrorKind, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs::DirBuilder;
+use std::io::ErrorKind;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -106,34 +105,7 @@ pub fn write(cache_dir: &Path, attachment: &CachedAttachment) -> Result<(), CniE
         .mode(0o700)
         .create(&dir)
         .map_err(|e| io_err("create", &dir, e))?;
-    let tmp = temp_path(&path);
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(&bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, &path));
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(io_err("write", &path, e));
-    }
-    // The rename is durable only once the directory is synced.
-    File::open(&dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err("sync", &dir, e))
-}
-
-/// A temp name unique to this process and call. It starts with a dot so [`list`] never reads
-/// one left behind by a crash.
-fn temp_path(path: &Path) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    path.with_file_name(format!(".{name}.tmp-{}-{n}", std::process::id()))
+    crate::atomic_file::write(&path, &bytes, 0o600).map_err(|e| io_err("write", &path, e))
 }
 
 /// Reads one attachment's file; `None` when there is none.

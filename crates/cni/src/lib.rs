@@ -3,6 +3,7 @@
 //! other plugins through `CNI_PATH`, and the libcni result cache.
 
 pub mod args;
+pub mod atomic_file;
 pub mod cache;
 pub mod config;
 pub mod env;

@@ -1,6 +1,6 @@
 //! `cni-plugins`: one binary for every plugin, chosen by the name it is run under
-//! (a link named `bridge`, `host-local`, ...) or by its first argument. `dhcp daemon [flags]`
-//! runs the dhcp daemon instead of the plugin.
+//! (a link named `bridge`, `host-local`, ...) or by its first argument. `cni-plugins --list`
+//! prints the names; `dhcp daemon [flags]` runs the dhcp daemon instead of the plugin.
 
 use std::path::Path;
 
@@ -17,6 +17,13 @@ fn main() {
     } else {
         called_as
     };
+    // The names to install links under, for `multus install`.
+    if name == "--list" {
+        for entry in plugins::PLUGINS {
+            println!("{}", entry.name);
+        }
+        return;
+    }
     let Some(entry) = plugins::find(&name) else {
         let names: Vec<&str> = plugins::PLUGINS.iter().map(|e| e.name).collect();
         eprintln!(

@@ -9,4 +9,6 @@ mod netns;
 mod plugin;
 
 pub use netns::{delete_all_of_this_process, Netns};
-pub use plugin::{reference_dir, reservation_files, CniCall, CniOutput, PluginDir};
+pub use plugin::{
+    reference_dir, reservation_files, workspace_binary, CniCall, CniOutput, PluginDir,
+};

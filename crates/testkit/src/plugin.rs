@@ -9,6 +9,25 @@ pub fn reference_dir() -> PathBuf {
     PathBuf::from("/usr/lib/cni")
 }
 
+/// A binary of another workspace package (`cni-plugins` for multus's tests). `cargo test
+/// --workspace` builds it beside the running test's `deps/` dir; a narrower `cargo test -p`
+/// needs `cargo build -p <package>` first (cargo holds the build lock while tests run, so a
+/// test cannot build it itself).
+pub fn workspace_binary(name: &str, package: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in <target>/<profile>/deps");
+    let bin = profile_dir.join(name);
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p {package}` or `cargo test --workspace`",
+        bin.display()
+    );
+    bin
+}
+
 /// A directory that holds our multi-call binary under each plugin name, to use as `CNI_PATH`.
 pub struct PluginDir {
     dir: tempfile::TempDir,

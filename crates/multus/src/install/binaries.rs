@@ -1,0 +1,79 @@
+//! The binaries in the CNI bin directory: `multus`, `cni-plugins`, and a link named after each
+//! plugin pointing at `cni-plugins`. Each is replaced by a rename, never rewritten in place, so
+//! a plugin running from the old file keeps running and the runtime never execs half a file.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{log, InstallError, Options};
+
+const PLUGINS_BIN: &str = "cni-plugins";
+
+pub fn install(opts: &Options) -> Result<(), InstallError> {
+    let this =
+        std::env::current_exe().map_err(InstallError::io("find", Path::new("/proc/self/exe")))?;
+    let plugins_src = opts
+        .cni_plugins_bin_file
+        .clone()
+        .unwrap_or_else(|| this.with_file_name(PLUGINS_BIN));
+    if !opts.skip_multus_binary_copy {
+        let multus_src = opts.multus_bin_file.clone().unwrap_or(this);
+        copy(&multus_src, &opts.cni_bin_dir.join("multus"))?;
+    }
+    copy(&plugins_src, &opts.cni_bin_dir.join(PLUGINS_BIN))?;
+    for name in plugin_names(&plugins_src)? {
+        link(&opts.cni_bin_dir.join(name))?;
+    }
+    Ok(())
+}
+
+/// Copies `src` over `dest` unless `dest` already has the same bytes.
+fn copy(src: &Path, dest: &Path) -> Result<(), InstallError> {
+    let bytes = std::fs::read(src).map_err(InstallError::io("read", src))?;
+    if std::fs::read(dest).is_ok_and(|old| old == bytes) {
+        log(&format!("{} is current", dest.display()));
+        return Ok(());
+    }
+    cni::atomic_file::write(dest, &bytes, 0o755).map_err(InstallError::io("install", dest))?;
+    log(&format!("installed {}", dest.display()));
+    Ok(())
+}
+
+/// Makes `path` a link to `cni-plugins` in the same directory, unless it already is one.
+fn link(path: &PathBuf) -> Result<(), InstallError> {
+    let target = Path::new(PLUGINS_BIN);
+    if std::fs::read_link(path).is_ok_and(|t| t == target) {
+        return Ok(());
+    }
+    cni::atomic_file::symlink(target, path).map_err(InstallError::io("link", path))?;
+    log(&format!("linked {} to {PLUGINS_BIN}", path.display()));
+    Ok(())
+}
+
+/// The plugins `cni-plugins` implements, as it lists them itself.
+fn plugin_names(bin: &Path) -> Result<Vec<String>, InstallError> {
+    let out = Command::new(bin)
+        .arg("--list")
+        .output()
+        .map_err(InstallError::io("run", bin))?;
+    let names: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(String::from)
+        .collect();
+    if !out.status.success() || names.is_empty() {
+        return Err(InstallError::Invalid(format!(
+            "{} --list did not list its plugins: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    if let Some(bad) = names.iter().find(|n| n.contains('/') || n.starts_with('.')) {
+        return Err(InstallError::Invalid(format!(
+            "{} --list named {bad:?}, which is not a file name",
+            bin.display()
+        )));
+    }
+    Ok(names)
+}

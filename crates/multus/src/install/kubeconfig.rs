@@ -1,0 +1,105 @@
+//! The kubeconfig multus uses on the host, `multus.d/multus.kubeconfig`, with the service
+//! account's token and CA as files beside it. The kubeconfig names the token file instead of
+//! holding the token, so a rotated token needs only the token file rewritten, and multus reads
+//! the new one on its next call.
+
+use std::path::{Path, PathBuf};
+
+use super::{log, InstallError, Options};
+
+const DIR: &str = "multus.d";
+const KUBECONFIG: &str = "multus.kubeconfig";
+const TOKEN: &str = "token";
+const CA: &str = "ca.crt";
+
+pub struct Kubeconfig<'a> {
+    opts: &'a Options,
+}
+
+impl<'a> Kubeconfig<'a> {
+    pub fn new(opts: &'a Options) -> Kubeconfig<'a> {
+        Kubeconfig { opts }
+    }
+
+    /// Brings the token, the CA and the kubeconfig up to date; files already current are not
+    /// touched.
+    pub fn refresh(&mut self) -> Result<(), InstallError> {
+        let dir = self.opts.cni_conf_dir.join(DIR);
+        std::fs::create_dir_all(&dir).map_err(InstallError::io("create", &dir))?;
+        let sa = &self.opts.service_account_dir;
+        update(&dir.join(TOKEN), &read(&sa.join(TOKEN))?, 0o600)?;
+        if !self.opts.skip_tls_verify {
+            update(&dir.join(CA), &read(&sa.join(CA))?, 0o644)?;
+        }
+        update(&dir.join(KUBECONFIG), self.render()?.as_bytes(), 0o600)
+    }
+
+    fn render(&self) -> Result<String, InstallError> {
+        let host = std::env::var("KUBERNETES_SERVICE_HOST").map_err(|_| {
+            InstallError::Invalid(
+                "KUBERNETES_SERVICE_HOST is not set: the installer runs in a pod, where \
+                 Kubernetes sets it"
+                    .into(),
+            )
+        })?;
+        let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
+        let scheme =
+            std::env::var("KUBERNETES_SERVICE_PROTOCOL").unwrap_or_else(|_| "https".into());
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        // Paths as the host sees them: multus runs there, called by the runtime.
+        let host_dir = self
+            .opts
+            .multus_kubeconfig_file_host
+            .parent()
+            .unwrap_or(Path::new("/"));
+        let quoted = |s: &str| serde_json::Value::from(s).to_string();
+        let path = |name: &str| quoted(&host_dir.join(name).to_string_lossy());
+        let tls = if self.opts.skip_tls_verify {
+            "insecure-skip-tls-verify: true".to_owned()
+        } else {
+            format!("certificate-authority: {}", path(CA))
+        };
+        Ok(format!(
+            "# Kubeconfig for multus, written by `multus install`. The token and CA are the files
+# beside it, rewritten when the service account's change.
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: {server}
+    {tls}
+users:
+- name: multus
+  user:
+    tokenFile: {token}
+contexts:
+- name: multus-context
+  context:
+    cluster: local
+    user: multus
+current-context: multus-context
+",
+            server = quoted(&format!("{scheme}://{host}:{port}")),
+            token = path(TOKEN),
+        ))
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, InstallError> {
+    std::fs::read(path).map_err(InstallError::io("read the service account's", path))
+}
+
+/// Replaces `path` with `bytes` unless it already holds them.
+fn update(path: &PathBuf, bytes: &[u8], mode: u32) -> Result<(), InstallError> {
+    if std::fs::read(path).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    cni::atomic_file::write(path, bytes, mode).map_err(InstallError::io("write", path))?;
+    log(&format!("wrote {}", path.display()));
+    Ok(())
+}

@@ -1,0 +1,225 @@
+//! `multus install`: the node entrypoint the multus DaemonSet runs. It puts `multus` and
+//! `cni-plugins` (with a link per plugin) into the CNI bin directory, writes the kubeconfig
+//! multus uses and `00-multus.conf` around the node's primary network, and keeps them current
+//! until it is told to stop.
+
+mod binaries;
+mod conf;
+mod kubeconfig;
+mod signals;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::{ArgAction, Args};
+
+pub use conf::MULTUS_NETWORK_NAME;
+
+/// Every flag keeps the name the Multus entrypoint gives it, so existing DaemonSets and
+/// MicroShift's manifests keep working.
+#[derive(Args, Debug, Clone)]
+pub struct Options {
+    /// CNI binary directory on the host, as mounted in this container.
+    #[arg(long, default_value = "/host/opt/cni/bin")]
+    pub cni_bin_dir: PathBuf,
+    /// CNI config directory on the host, as mounted; 00-multus.conf and multus.d/ go here.
+    #[arg(long, default_value = "/host/etc/cni/net.d")]
+    pub cni_conf_dir: PathBuf,
+    /// cniVersion for the multus config; must equal the primary network's unless forced.
+    #[arg(long)]
+    pub cni_version: Option<String>,
+    /// Use --cni-version even when the primary network declares another one.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", hide = true)]
+    pub force_cni_version: bool,
+    /// "auto" generates the multus config from the primary network; a path copies that file.
+    #[arg(long, default_value = "auto")]
+    pub multus_conf_file: String,
+    /// The multus binary to install [default: this binary].
+    #[arg(long)]
+    pub multus_bin_file: Option<PathBuf>,
+    /// The cni-plugins binary to install [default: cni-plugins beside this binary].
+    #[arg(long)]
+    pub cni_plugins_bin_file: Option<PathBuf>,
+    /// Do not install the multus binary (the node has its own).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub skip_multus_binary_copy: bool,
+    /// Written into the config as multus's `confDir` (where NADs with an empty spec are read).
+    #[arg(long)]
+    pub multus_cni_conf_dir: Option<String>,
+    /// Path of the kubeconfig as the host sees it; multus, run by the runtime, reads it there.
+    #[arg(long, default_value = "/etc/cni/net.d/multus.d/multus.kubeconfig")]
+    pub multus_kubeconfig_file_host: PathBuf,
+    /// The primary network's file in --multus-autoconfig-dir [default: the first config there].
+    #[arg(long)]
+    pub multus_master_cni_file_name: Option<String>,
+    /// Pods may use only NADs from their own namespace and the global ones.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub namespace_isolation: bool,
+    /// Comma-separated namespaces whose NADs every pod may use (with --namespace-isolation).
+    #[arg(long)]
+    pub global_namespaces: Option<String>,
+    /// Where to look for the primary network's config.
+    #[arg(long, default_value = "/host/etc/cni/net.d")]
+    pub multus_autoconfig_dir: PathBuf,
+    /// multus logs to stderr (the runtime's log).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = true, default_missing_value = "true")]
+    pub multus_log_to_stderr: bool,
+    /// multus's log level: panic, error, verbose or debug.
+    #[arg(long)]
+    pub multus_log_level: Option<String>,
+    /// multus's log file on the host.
+    #[arg(long)]
+    pub multus_log_file: Option<String>,
+    /// Name the multus network after the primary network instead of multus-cni-network.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub override_network_name: bool,
+    /// Remove the multus config when stopped, so the node falls back to the primary network.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub cleanup_config_on_exit: bool,
+    /// Write once and wait; do not follow changes of the primary config, token or CA.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub skip_config_watch: bool,
+    /// Rename the primary network's file to <name>.old so the runtime only sees multus.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub rename_conf_file: bool,
+    /// A file (path on the host) that exists once the primary network is ready; waited for
+    /// under --host-prefix, and passed to multus.
+    #[arg(long)]
+    pub readiness_indicator_file: Option<PathBuf>,
+    /// Where the host's root is mounted in this container, to find host paths.
+    #[arg(long, default_value = "/host")]
+    pub host_prefix: PathBuf,
+    /// An extra plugin directory for multus's delegates (`binDir` in the config).
+    #[arg(long)]
+    pub additional_bin_dir: Option<String>,
+    /// Do not verify the API server's certificate (test clusters only).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true", hide = true)]
+    pub skip_tls_verify: bool,
+    /// The pod's service account (token and CA) that multus will act as.
+    #[arg(long, default_value = "/var/run/secrets/kubernetes.io/serviceaccount")]
+    pub service_account_dir: PathBuf,
+    /// How long to wait for the primary network's config and the readiness file, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub wait_timeout: u64,
+}
+
+impl Options {
+    /// Flag values that are wrong whatever the node holds: refused before anything is written.
+    fn validate(&self) -> Result<(), InstallError> {
+        if let Some(level) = &self.multus_log_level {
+            if !LOG_LEVELS.contains(&level.to_lowercase().as_str()) {
+                return Err(InstallError::Invalid(format!(
+                    "--multus-log-level={level}: use one of {}",
+                    LOG_LEVELS.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where a path on the host is seen from this container.
+    fn on_host(&self, path: &Path) -> PathBuf {
+        self.host_prefix
+            .join(path.strip_prefix("/").unwrap_or(path))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("cannot {what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {msg}", path.display())]
+    Config { path: PathBuf, msg: String },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("gave up after {seconds} s waiting for {what}")]
+    Timeout { what: String, seconds: u64 },
+}
+
+impl InstallError {
+    fn io<'p>(
+        what: &'static str,
+        path: &'p Path,
+    ) -> impl FnOnce(std::io::Error) -> InstallError + 'p {
+        move |source| InstallError::Io {
+            what,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// multus's log levels, as Multus names them.
+const LOG_LEVELS: [&str; 4] = ["debug", "verbose", "error", "panic"];
+
+/// How often the watch loop looks at the files it follows.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Installs, then follows changes until SIGTERM or SIGINT (or returns after one pass with
+/// --skip-config-watch and no cleanup to do).
+pub fn run(opts: &Options) -> Result<(), InstallError> {
+    // Blocked before anything else, so a signal that arrives during the first pass waits for
+    // the loop instead of killing the process halfway through a write.
+    let stop = signals::Stop::block()?;
+    opts.validate()?;
+    for dir in [&opts.cni_bin_dir, &opts.cni_conf_dir] {
+        if !dir.is_dir() {
+            return Err(InstallError::Invalid(format!(
+                "{} is not a directory: mount the host's CNI directory there",
+                dir.display()
+            )));
+        }
+    }
+    binaries::install(opts)?;
+    let mut kube = kubeconfig::Kubeconfig::new(opts);
+    kube.refresh()?;
+
+    let mut multus_conf = if opts.multus_conf_file == "auto" {
+        let deadline = Instant::now() + Duration::from_secs(opts.wait_timeout);
+        let mut generator = conf::Generator::new(opts);
+        generator.wait_and_write(deadline, &stop)?;
+        Some(generator)
+    } else {
+        conf::copy_given(opts)?;
+        None
+    };
+
+    let watch = !opts.skip_config_watch;
+    if !watch && !opts.cleanup_config_on_exit {
+        log("installed; not watching (--skip-config-watch)");
+        return Ok(());
+    }
+    log(if watch {
+        "watching the primary config, the token and the CA"
+    } else {
+        "waiting for a signal to remove the config"
+    });
+    while !stop.wait(POLL) {
+        if !watch {
+            continue;
+        }
+        // A failed pass is logged and retried: the DaemonSet must keep the node configured.
+        if let Err(e) = kube.refresh() {
+            log(&format!("kubeconfig: {e}"));
+        }
+        if let Some(generator) = multus_conf.as_mut() {
+            if let Err(e) = generator.refresh() {
+                log(&format!("multus config: {e}"));
+            }
+        }
+    }
+    if opts.cleanup_config_on_exit {
+        conf::remove(opts);
+    }
+    log("stopped");
+    Ok(())
+}
+
+/// One line to the DaemonSet's log.
+fn log(msg: &str) {
+    println!("multus install: {msg}");
+}

@@ -1,0 +1,139 @@
+//! `cargo xtask image`: builds the container image from deploy/Containerfile with podman, then
+//! runs it the way the DaemonSet does against a node tree in a temporary directory, and checks
+//! what it installed.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{ensure, Context, Result};
+
+const IMAGE: &str = "localhost/multus-rs:latest";
+
+pub fn run() -> Result<()> {
+    let podman = Podman::new()?;
+    let plugins = crate::build_release()?;
+    let bins = plugins.parent().context("release dir")?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let context = bins.join("image");
+    std::fs::create_dir_all(&context)?;
+    for name in ["multus", "cni-plugins"] {
+        std::fs::copy(bins.join(name), context.join(name))
+            .with_context(|| format!("copying {name} into the image context"))?;
+    }
+    podman.run(&[
+        "build",
+        "--quiet",
+        "--network=none",
+        "-f",
+        &root.join("deploy/Containerfile").display().to_string(),
+        "-t",
+        IMAGE,
+        &context.display().to_string(),
+    ])?;
+    println!("built {IMAGE}");
+
+    // A node as the DaemonSet mounts it.
+    let node = tempfile::tempdir()?;
+    let host = node.path().join("host");
+    let sa = node.path().join("serviceaccount");
+    for dir in [
+        host.join("etc/cni/net.d"),
+        host.join("opt/cni/bin"),
+        sa.clone(),
+    ] {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(sa.join("token"), "token")?;
+    std::fs::write(sa.join("ca.crt"), "ca")?;
+    std::fs::write(
+        host.join("etc/cni/net.d/10-bridge.conf"),
+        r#"{"cniVersion": "0.4.0", "name": "cluster", "type": "bridge"}"#,
+    )?;
+    let result = podman.run(&[
+        "run",
+        "--rm",
+        "--network=none",
+        "-e",
+        "KUBERNETES_SERVICE_HOST=10.43.0.1",
+        "-v",
+        &format!("{}:/host", host.display()),
+        "-v",
+        &format!(
+            "{}:/var/run/secrets/kubernetes.io/serviceaccount:ro",
+            sa.display()
+        ),
+        IMAGE,
+        "install",
+        "--skip-config-watch",
+    ]);
+    result?;
+
+    let conf = std::fs::read_to_string(host.join("etc/cni/net.d/00-multus.conf"))?;
+    ensure!(
+        conf.contains("\"type\": \"multus\""),
+        "00-multus.conf: {conf}"
+    );
+    ensure!(host
+        .join("etc/cni/net.d/multus.d/multus.kubeconfig")
+        .exists());
+    for name in ["multus", "cni-plugins"] {
+        ensure!(
+            std::fs::read(host.join("opt/cni/bin").join(name))? == std::fs::read(bins.join(name))?,
+            "{name} was not installed from the image"
+        );
+    }
+    let bridge = std::fs::read_link(host.join("opt/cni/bin/bridge"))?;
+    ensure!(
+        bridge == Path::new("cni-plugins"),
+        "bridge links to {}",
+        bridge.display()
+    );
+    println!("the image installed multus, cni-plugins, the plugin links and 00-multus.conf");
+    Ok(())
+}
+
+/// podman with its storage and settings in a scratch directory, so nothing stays on the
+/// machine; the settings are the ones this sandbox needs (runc, cgroupfs, lower ulimits).
+struct Podman {
+    scratch: tempfile::TempDir,
+}
+
+impl Podman {
+    fn new() -> Result<Podman> {
+        let scratch = tempfile::tempdir()?;
+        let s = scratch.path();
+        std::fs::write(
+            s.join("containers.conf"),
+            format!(
+                "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1000:1000\"]\n\
+                 [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\ntmp_dir = \"{0}/tmp\"\n",
+                s.display()
+            ),
+        )?;
+        std::fs::write(
+            s.join("storage.conf"),
+            format!(
+                "[storage]\ndriver = \"vfs\"\ngraphroot = \"{0}/storage\"\nrunroot = \"{0}/runroot\"\n",
+                s.display()
+            ),
+        )?;
+        Ok(Podman { scratch })
+    }
+
+    fn run(&self, args: &[&str]) -> Result<()> {
+        let s = self.scratch.path();
+        let out = Command::new("podman")
+            .args(args)
+            .env("CONTAINERS_CONF", s.join("containers.conf"))
+            .env("CONTAINERS_STORAGE_CONF", s.join("storage.conf"))
+            .output()
+            .context("running podman")?;
+        ensure!(
+            out.status.success(),
+            "podman {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,304 @@
+//! The manifests in deploy/: each kustomize tree renders with kubectl, every object passes
+//! Kubernetes' own schemas (strict: no unknown fields), and the objects say what a node needs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+/// Installed by scripts/deps.sh.
+const VALIDATOR: &str = "/var/cache/multus-rs/venv/bin/kubernetes-validate";
+/// The oldest Kubernetes the manifests are checked against.
+const KUBERNETES_VERSION: &str = "1.32.0";
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// `kubectl kustomize <tree>`: the YAML a user would apply.
+fn render(tree: &str) -> Result<String> {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(deploy_dir().join(tree))
+        .output()
+        .context("running kubectl (preinstalled on these machines)")?;
+    ensure!(
+        out.status.success(),
+        "kubectl kustomize deploy/{tree}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Runs kubernetes-validate in strict mode; Ok(stdout) when every object passed.
+fn validate(yaml: &str) -> Result<String> {
+    ensure!(
+        Path::new(VALIDATOR).exists(),
+        "{VALIDATOR} is missing: run scripts/deps.sh"
+    );
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("rendered.yaml");
+    std::fs::write(&file, yaml)?;
+    let out = Command::new(VALIDATOR)
+        .args(["--strict", "-k", KUBERNETES_VERSION])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .output()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        bail!("kubernetes-validate rejected the objects:\n{text}");
+    }
+    Ok(text)
+}
+
+fn objects(yaml: &str) -> Result<Vec<Value>> {
+    let mut all = Vec::new();
+    for doc in serde_norway::Deserializer::from_str(yaml) {
+        let value: Value = serde::Deserialize::deserialize(doc)?;
+        if !value.is_null() {
+            all.push(value);
+        }
+    }
+    Ok(all)
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Result<&'a Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .with_context(|| format!("no {kind} {name} in the rendered manifests"))
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Renders, validates and returns the objects of one tree.
+fn rendered(tree: &str) -> Result<Vec<Value>> {
+    let yaml = render(tree)?;
+    let objects = objects(&yaml)?;
+    let report = validate(&yaml)?;
+    // The validator names every object it checked; all of them must have passed.
+    let passed = report.matches("passed for resource").count();
+    ensure!(
+        passed == objects.len(),
+        "{passed} of {} objects validated in deploy/{tree}:\n{report}",
+        objects.len()
+    );
+    Ok(objects)
+}
+
+#[test]
+fn the_validator_rejects_a_wrong_object() -> Result<()> {
+    // Without this, a validator that passes everything would make the tests below meaningless.
+    let wrong = "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: x\nspec:\n  selector: {}\n  template:\n    spec:\n      hostNetwork: \"yes\"\n      containers: []\n      notAField: 1\n";
+    ensure!(
+        validate(wrong).is_err(),
+        "a DaemonSet with a bad field passed"
+    );
+    Ok(())
+}
+
+/// What both trees must hold, whatever their namespace and paths.
+fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
+    for o in objects {
+        let kind = o["kind"].as_str().unwrap_or_default();
+        let cluster_scoped = matches!(
+            kind,
+            "Namespace" | "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding"
+        );
+        if !cluster_scoped {
+            ensure!(
+                o["metadata"]["namespace"] == namespace,
+                "{kind} {} is not in {namespace}",
+                o["metadata"]["name"]
+            );
+        }
+    }
+    find(objects, "Namespace", namespace)?;
+
+    let crd = find(
+        objects,
+        "CustomResourceDefinition",
+        "network-attachment-definitions.k8s.cni.cncf.io",
+    )?;
+    let spec = &crd["spec"];
+    ensure!(spec["group"] == "k8s.cni.cncf.io" && spec["scope"] == "Namespaced");
+    ensure!(spec["names"]["kind"] == "NetworkAttachmentDefinition");
+    ensure!(strings(&spec["names"]["shortNames"]) == ["net-attach-def"]);
+    let version = &spec["versions"][0];
+    ensure!(version["name"] == "v1" && version["served"] == true && version["storage"] == true);
+    ensure!(
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["config"]["type"]
+            == "string"
+    );
+
+    // Least privilege: exactly what multus does with the API.
+    let role = find(objects, "ClusterRole", "multus")?;
+    let mut grants: Vec<String> = Vec::new();
+    for rule in role["rules"].as_array().context("rules")? {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    grants.push(format!("{group}/{resource}:{verb}"));
+                }
+            }
+        }
+    }
+    grants.sort();
+    ensure!(
+        grants
+            == [
+                "/events:create",
+                "/pods/status:patch",
+                "/pods:get",
+                "events.k8s.io/events:create",
+                "k8s.cni.cncf.io/network-attachment-definitions:get",
+                "k8s.cni.cncf.io/network-attachment-definitions:list",
+            ],
+        "ClusterRole multus grants {grants:?}"
+    );
+    let binding = find(objects, "ClusterRoleBinding", "multus")?;
+    ensure!(binding["roleRef"]["name"] == "multus");
+    ensure!(binding["subjects"][0]["name"] == "multus");
+    ensure!(binding["subjects"][0]["namespace"] == namespace);
+
+    for name in ["multus", "dhcp-daemon"] {
+        let pod = &find(objects, "DaemonSet", name)?["spec"]["template"]["spec"];
+        ensure!(pod["hostNetwork"] == true, "{name}: host network");
+        ensure!(pod["priorityClassName"] == "system-node-critical", "{name}");
+        ensure!(pod["tolerations"][0]["operator"] == "Exists", "{name}");
+        let container = &pod["containers"][0];
+        ensure!(container["securityContext"]["privileged"] == true, "{name}");
+        ensure!(container["image"] == "localhost/multus-rs:latest", "{name}");
+        ensure!(
+            container["resources"]["requests"]["cpu"] == "10m"
+                && container["resources"]["requests"]["memory"] == "16Mi",
+            "{name}: small requests"
+        );
+    }
+    let multus = &find(objects, "DaemonSet", "multus")?["spec"]["template"]["spec"];
+    ensure!(multus["serviceAccountName"] == "multus");
+    ensure!(strings(&multus["containers"][0]["command"]) == ["/usr/bin/multus", "install"]);
+
+    let dhcp = &find(objects, "DaemonSet", "dhcp-daemon")?["spec"]["template"]["spec"];
+    let container = &dhcp["containers"][0];
+    ensure!(strings(&container["command"]) == ["/usr/bin/cni-plugins", "dhcp", "daemon"]);
+    ensure!(strings(&container["args"]).contains(&"-socketpath=/run/cni/dhcp.sock"));
+    let netns = container["volumeMounts"]
+        .as_array()
+        .context("volumeMounts")?
+        .iter()
+        .find(|m| m["mountPath"] == "/run/netns")
+        .context("the host's netns directory is not mounted in the dhcp daemon")?;
+    ensure!(netns["mountPropagation"] == "HostToContainer");
+    Ok(())
+}
+
+/// The multus DaemonSet's args, checked to be flags `multus install` accepts.
+fn multus_args(objects: &[Value]) -> Result<Vec<String>> {
+    let ds = find(objects, "DaemonSet", "multus")?;
+    let args: Vec<String> = strings(&ds["spec"]["template"]["spec"]["containers"][0]["args"])
+        .into_iter()
+        .map(String::from)
+        .collect();
+    // Off a node, /host/... is missing: the installer gets past its flags and stops at that
+    // (exit 1). A flag it does not know is a usage error (exit 2).
+    let out = Command::new(testkit::workspace_binary("multus", "multus"))
+        .arg("install")
+        .args(&args)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(1) && stderr.contains("is not a directory"),
+        "multus install rejects the DaemonSet's args: {stderr}"
+    );
+    Ok(args)
+}
+
+/// The hostPath behind a container mount of the multus DaemonSet.
+fn host_path_of(objects: &[Value], mount_path: &str) -> Result<String> {
+    let pod = &find(objects, "DaemonSet", "multus")?["spec"]["template"]["spec"];
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .context("volumeMounts")?
+        .iter()
+        .find(|m| m["mountPath"] == mount_path)
+        .with_context(|| format!("nothing mounted at {mount_path}"))?;
+    let volume = pod["volumes"]
+        .as_array()
+        .context("volumes")?
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .context("mount without volume")?;
+    Ok(volume["hostPath"]["path"]
+        .as_str()
+        .context("not a hostPath")?
+        .to_string())
+}
+
+#[test]
+fn kubernetes_tree_renders_and_validates() -> Result<()> {
+    let objects = rendered("base")?;
+    check_common(&objects, "multus")?;
+    let args = multus_args(&objects)?;
+    ensure!(args.contains(&"--multus-conf-file=auto".to_string()));
+    ensure!(args.contains(&"--cni-bin-dir=/host/opt/cni/bin".to_string()));
+    ensure!(host_path_of(&objects, "/host/opt/cni/bin")? == "/opt/cni/bin");
+    ensure!(host_path_of(&objects, "/host/etc/cni/net.d")? == "/etc/cni/net.d");
+    Ok(())
+}
+
+#[test]
+fn microshift_tree_renders_and_validates() -> Result<()> {
+    let objects = rendered("microshift")?;
+    check_common(&objects, "openshift-multus")?;
+    let args = multus_args(&objects)?;
+    for wanted in [
+        "--multus-conf-file=auto",
+        "--cni-bin-dir=/host/run/cni/bin",
+        "--multus-master-cni-file-name=10-ovn-kubernetes.conf",
+        "--readiness-indicator-file=/etc/cni/net.d/10-ovn-kubernetes.conf",
+    ] {
+        ensure!(
+            args.iter().any(|a| a == wanted),
+            "{wanted} missing: {args:?}"
+        );
+    }
+    ensure!(host_path_of(&objects, "/host/run/cni/bin")? == "/run/cni/bin");
+    let scc = find(&objects, "ClusterRoleBinding", "multus-privileged")?;
+    ensure!(scc["roleRef"]["name"] == "system:openshift:scc:privileged");
+    Ok(())
+}
+
+#[test]
+fn microshift_crio_drop_in_selects_multus_and_its_plugins() -> Result<()> {
+    let text = std::fs::read_to_string(deploy_dir().join("microshift/crio/12-multus.conf"))?;
+    let settings: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    ensure!(settings.first() == Some(&"[crio.network]"));
+    ensure!(settings.contains(&"cni_default_network = \"multus-cni-network\""));
+    let dirs = settings
+        .iter()
+        .skip_while(|l| !l.starts_with("plugin_dirs"))
+        .skip(1)
+        .take_while(|l| **l != "]")
+        .map(|l| l.trim_end_matches(',').trim_matches('"'))
+        .collect::<Vec<_>>();
+    ensure!(
+        dirs == ["/run/cni/bin", "/usr/libexec/cni"],
+        "plugin_dirs {dirs:?}"
+    );
+    Ok(())
+}
