@@ -83,14 +83,11 @@ impl Store {
         self.dir.join(format!("{name}.json"))
     }
 
-    /// Writes the record (a temporary file renamed over the old one, so a crash leaves
-    /// either version whole).
+    /// Writes the record so that a crash leaves either version whole.
     pub fn save(&self, record: &Record) -> std::io::Result<()> {
         let path = self.path(&record.container_id, &record.network, &record.ifname);
-        let tmp = path.with_extension("json.tmp");
         let text = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, &path)
+        cni::atomic_file::write(&path, &text, 0o600)
     }
 
     pub fn remove(&self, container_id: &str, network: &str, ifname: &str) -> std::io::Result<()> {
