@@ -88,7 +88,8 @@ fn plug(net: &DhcpNet, pod: &Netns, host: &str) {
     net.node.ip(&[
         "link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", &pod_path,
     ]);
-    net.node.ip(&["link", "set", host, "master", &net.bridge, "up"]);
+    net.node
+        .ip(&["link", "set", host, "master", &net.bridge, "up"]);
 }
 
 fn unplug(net: &DhcpNet, host: &str) {
@@ -153,13 +154,19 @@ pub fn run(bin: &Path, leases: usize) -> Result<Report> {
                     scope.spawn(move || -> Result<String> {
                         let s = side.run(&call, node)?;
                         let v: serde_json::Value = serde_json::from_str(&s.stdout)?;
-                        Ok(v["ips"][0]["address"].as_str().unwrap_or_default().to_owned())
+                        Ok(v["ips"][0]["address"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned())
                     })
                 })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("thread panicked"))))
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("thread panicked")))
+                })
                 .collect()
         });
         wall_ms[s] = start.elapsed().as_secs_f64() * 1000.0;
@@ -174,7 +181,10 @@ pub fn run(bin: &Path, leases: usize) -> Result<Report> {
             addresses.len()
         );
         for (i, p) in pods.iter().enumerate() {
-            side.run(&side.call("DEL", &format!("par-{}-{i}", side.label), p), &net.node)?;
+            side.run(
+                &side.call("DEL", &format!("par-{}-{i}", side.label), p),
+                &net.node,
+            )?;
             unplug(&net, &format!("vc{i}"));
         }
     }

@@ -512,3 +512,68 @@ fn daemon_socket_is_private_and_a_stale_one_is_replaced() {
         .run(&s.plugins.path().join("dhcp"), None)
         .ok();
 }
+
+#[test]
+fn the_broadcast_flag_per_network_and_per_daemon() {
+    let s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    let conf = s.conf(r#","broadcast":true"#);
+    s.add(&conf).ok();
+    assert!(
+        s.net.log().contains("broadcast response"),
+        "{}",
+        s.net.log()
+    );
+    s.del(&conf).ok();
+
+    let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    let conf = s.conf("");
+    s.add(&conf).ok();
+    assert!(
+        !s.net.log().contains("broadcast response"),
+        "{}",
+        s.net.log()
+    );
+    s.del(&conf).ok();
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.start_daemon(&["-broadcast"]);
+    s.add(&conf).ok();
+    assert!(
+        s.net.log().contains("broadcast response"),
+        "{}",
+        s.net.log()
+    );
+    s.del(&conf).ok();
+}
+
+#[test]
+fn systemd_socket_activation() {
+    let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    // systemd-socket-activate listens on the socket and starts the daemon on the first
+    // connection, passing the socket as fd 3 (LISTEN_FDS=1, LISTEN_PID).
+    let unused = s.work.path().join("not-used.sock");
+    let mut cmd = s.net.node.command("systemd-socket-activate");
+    cmd.arg("-l")
+        .arg(s.socket())
+        .arg(bin())
+        .args(["dhcp", "daemon", "-socketpath"])
+        .arg(&unused)
+        .arg("-statedir")
+        .arg(s.state_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(s.work.path().join("daemon.log")).unwrap());
+    let activator = testkit::dhcp::Process::spawn(cmd);
+    testkit::dhcp::wait_for_path(&s.socket(), Duration::from_secs(10));
+    let conf = s.conf("");
+    let result = s.add(&conf).ok();
+    assert!(leased_ip(&result).starts_with("10.97.0.1"), "{result}");
+    assert!(!unused.exists(), "the daemon used the socket it was given");
+    assert!(
+        s.daemon_log()
+            .contains("listening on the socket systemd passed"),
+        "{}",
+        s.daemon_log()
+    );
+    s.del(&conf).ok();
+    drop(activator);
+}

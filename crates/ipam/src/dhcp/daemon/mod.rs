@@ -80,7 +80,11 @@ fn run(flags: Flags) -> Result<(), String> {
         // Leases first: the socket appears once the daemon is ready.
         daemon.restore();
         let listener = listener::open(&socket_path)?;
-        let served = serve(daemon, listener.listener, &socket_path).await;
+        let place = match &listener.made {
+            Some(path) => path.display().to_string(),
+            None => "the socket systemd passed".to_owned(),
+        };
+        let served = serve(daemon, listener.listener, &place).await;
         if let Some(made) = &listener.made {
             let _ = std::fs::remove_file(made);
         }
@@ -95,16 +99,15 @@ fn run(flags: Flags) -> Result<(), String> {
 async fn serve(
     daemon: Arc<Daemon>,
     listener: std::os::unix::net::UnixListener,
-    socket_path: &std::path::Path,
+    place: &str,
 ) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("listening on {}: {e}", socket_path.display());
+    let io = |e: std::io::Error| format!("listening on {place}: {e}");
     listener.set_nonblocking(true).map_err(io)?;
     let listener = tokio::net::UnixListener::from_std(listener).map_err(io)?;
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     eprintln!(
-        "dhcp daemon: listening on {}, leases in {}",
-        socket_path.display(),
+        "dhcp daemon: listening on {place}, leases in {}",
         daemon.store.dir().display()
     );
     loop {
