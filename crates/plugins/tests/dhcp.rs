@@ -577,3 +577,49 @@ fn systemd_socket_activation() {
     s.del(&conf).ok();
     drop(activator);
 }
+
+#[test]
+fn a_hundred_pods_at_once_get_distinct_leases() {
+    let s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-range=10.97.0.10,10.97.0.250,255.255.255.0,1h",
+        "--dhcp-option=option:router,10.97.0.1",
+    ]));
+    let conf = s.conf("");
+    let pods: Vec<Netns> = (0..100).map(|i| Netns::new(&format!("p{i}"))).collect();
+    let calls: Vec<CniCall> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, pod)| {
+            let mut c = s.call("ADD", &conf);
+            c.container_id = format!("pod{i}");
+            c.netns = pod.path().display().to_string();
+            c
+        })
+        .collect();
+    let outputs: Vec<CniOutput> = std::thread::scope(|scope| {
+        let handles: Vec<_> = calls
+            .iter()
+            .map(|c| scope.spawn(|| s.run(c)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ips: Vec<String> = outputs.iter().map(|o| leased_ip(&o.ok())).collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 100, "{ips:?}");
+    assert_eq!(s.lease_files().len(), 100);
+    for c in &calls {
+        let mut del = c.clone();
+        del.command = "DEL".into();
+        s.run(&del).ok();
+    }
+    assert!(s.lease_files().is_empty());
+    // Every release reached the server: its lease database is empty again. (Its log may drop
+    // lines under load, its lease file does not.)
+    let leases = s.net.dir.path().join("leases");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(&leases).unwrap_or_default().trim().is_empty() {
+        assert!(Instant::now() < deadline, "{}", std::fs::read_to_string(&leases).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
