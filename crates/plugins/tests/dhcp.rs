@@ -597,10 +597,7 @@ fn a_hundred_pods_at_once_get_distinct_leases() {
         })
         .collect();
     let outputs: Vec<CniOutput> = std::thread::scope(|scope| {
-        let handles: Vec<_> = calls
-            .iter()
-            .map(|c| scope.spawn(|| s.run(c)))
-            .collect();
+        let handles: Vec<_> = calls.iter().map(|c| scope.spawn(|| s.run(c))).collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let mut ips: Vec<String> = outputs.iter().map(|o| leased_ip(&o.ok())).collect();
@@ -618,8 +615,17 @@ fn a_hundred_pods_at_once_get_distinct_leases() {
     // lines under load, its lease file does not.)
     let leases = s.net.dir.path().join("leases");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !std::fs::read_to_string(&leases).unwrap_or_default().trim().is_empty() {
-        assert!(Instant::now() < deadline, "{}", std::fs::read_to_string(&leases).unwrap());
+    while !std::fs::read_to_string(&leases)
+        .unwrap_or_default()
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}\n{}",
+            std::fs::read_to_string(&leases).unwrap_or_default(),
+            s.daemon_log()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -16,6 +16,9 @@ pub const BROADCAST_MAC: [u8; 6] = [0xff; 6];
 
 const ETH_P_IP: u16 = 0x0800;
 const IPPROTO_UDP: u8 = 17;
+const IPPROTO_ICMP: u8 = 1;
+const ICMP_ECHO_REQUEST: u8 = 8;
+const ICMP_ECHO_REPLY: u8 = 0;
 const IPV4_HEADER: usize = 20;
 const UDP_HEADER: usize = 8;
 
@@ -58,16 +61,9 @@ impl PacketSocket {
         Ok(PacketSocket { fd, ifindex })
     }
 
-    /// Sends `dhcp` from 0.0.0.0 or `src` (client port) to `dst` (server port) in a frame for
+    /// Sends an IPv4 `packet` (built by [`udp_packet`] or [`echo_request`]) in a frame for
     /// `dst_mac`.
-    pub fn send(
-        &self,
-        src: Ipv4Addr,
-        dst: Ipv4Addr,
-        dst_mac: &[u8; 6],
-        dhcp: &[u8],
-    ) -> io::Result<()> {
-        let packet = udp_packet(src, dst, dhcp);
+    pub fn send(&self, dst_mac: &[u8; 6], packet: &[u8]) -> io::Result<()> {
         let addr = sockaddr(self.ifindex, ETH_P_IP, dst_mac);
         // SAFETY: the buffer and the address are valid for the duration of the call.
         let n = unsafe {
@@ -86,9 +82,9 @@ impl PacketSocket {
         Ok(())
     }
 
-    /// Receives one datagram for the client port: the DHCP payload and the sender's MAC.
-    /// `Ok(None)` for any other packet; `WouldBlock` when nothing is queued.
-    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(std::ops::Range<usize>, [u8; 6])>> {
+    /// Receives one incoming IPv4 packet: its length and the sender's MAC. `Ok(None)` for our
+    /// own outgoing packets; `WouldBlock` when nothing is queued.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, [u8; 6])>> {
         // SAFETY: sockaddr_ll is plain old data, so all-zero is a valid value.
         let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         let mut len = sockaddr_len();
@@ -109,7 +105,7 @@ impl PacketSocket {
         }
         let mut mac = [0u8; 6];
         mac.copy_from_slice(&from.sll_addr[..6]);
-        Ok(client_payload(&buf[..n]).map(|r| (r, mac)))
+        Ok(Some((n, mac)))
     }
 }
 
@@ -137,54 +133,88 @@ fn sockaddr_len() -> libc::socklen_t {
 
 /// An IPv4 header and a UDP header (client port to server port) around `payload`.
 pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
-    let udp_len = UDP_HEADER + payload.len();
-    let total = IPV4_HEADER + udp_len;
-    let mut p = Vec::with_capacity(total);
-    p.extend_from_slice(&[0x45, 0x10]); // version 4, 5 words; low-delay TOS like other clients
-    p.extend_from_slice(&(total as u16).to_be_bytes());
-    p.extend_from_slice(&[0, 0, 0, 0, 64, IPPROTO_UDP, 0, 0]); // id, no fragments, TTL
-    p.extend_from_slice(&src.octets());
-    p.extend_from_slice(&dst.octets());
-    let sum = checksum(&[&p[..IPV4_HEADER]]);
-    p[10..12].copy_from_slice(&sum.to_be_bytes());
-    let mut udp = Vec::with_capacity(udp_len);
+    let udp_len = (UDP_HEADER + payload.len()) as u16;
+    let mut udp = Vec::with_capacity(usize::from(udp_len));
     udp.extend_from_slice(&CLIENT_PORT.to_be_bytes());
     udp.extend_from_slice(&SERVER_PORT.to_be_bytes());
-    udp.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    udp.extend_from_slice(&udp_len.to_be_bytes());
     udp.extend_from_slice(&[0, 0]);
     udp.extend_from_slice(payload);
     let mut pseudo = Vec::with_capacity(12);
     pseudo.extend_from_slice(&src.octets());
     pseudo.extend_from_slice(&dst.octets());
     pseudo.extend_from_slice(&[0, IPPROTO_UDP]);
-    pseudo.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    pseudo.extend_from_slice(&udp_len.to_be_bytes());
     let sum = match checksum(&[&pseudo, &udp]) {
         0 => 0xffff, // RFC 768: a computed zero is sent as all ones.
         s => s,
     };
     udp[6..8].copy_from_slice(&sum.to_be_bytes());
-    p.extend_from_slice(&udp);
+    ipv4_packet(src, dst, IPPROTO_UDP, &udp)
+}
+
+/// An ICMP echo request from `src` to `dst`, identified by `id`.
+pub fn echo_request(src: Ipv4Addr, dst: Ipv4Addr, id: u16) -> Vec<u8> {
+    let mut icmp = vec![ICMP_ECHO_REQUEST, 0, 0, 0];
+    icmp.extend_from_slice(&id.to_be_bytes());
+    icmp.extend_from_slice(&1u16.to_be_bytes());
+    let sum = checksum(&[&icmp]);
+    icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+    ipv4_packet(src, dst, IPPROTO_ICMP, &icmp)
+}
+
+/// Whether `packet` is the echo reply to [`echo_request`] with `id`.
+pub fn is_echo_reply(packet: &[u8], id: u16) -> bool {
+    let Some((proto, body)) = ipv4_payload(packet) else {
+        return false;
+    };
+    proto == IPPROTO_ICMP
+        && body.len() >= 8
+        && body[0] == ICMP_ECHO_REPLY
+        && u16::from_be_bytes([body[4], body[5]]) == id
+}
+
+fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> Vec<u8> {
+    let total = (IPV4_HEADER + payload.len()) as u16;
+    let mut p = Vec::with_capacity(usize::from(total));
+    p.extend_from_slice(&[0x45, 0x10]); // version 4, 5 words; low-delay TOS like other clients
+    p.extend_from_slice(&total.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0, 0, 64, proto, 0, 0]); // id, no fragments, TTL
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    let sum = checksum(&[&p[..IPV4_HEADER]]);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p.extend_from_slice(payload);
     p
 }
 
-/// Where the UDP payload of an unfragmented IPv4 packet to the client port lies.
-fn client_payload(packet: &[u8]) -> Option<std::ops::Range<usize>> {
+/// The protocol and payload of an unfragmented IPv4 packet.
+fn ipv4_payload(packet: &[u8]) -> Option<(u8, &[u8])> {
     let first = *packet.first()?;
     let ihl = usize::from(first & 0x0f) * 4;
-    if first >> 4 != 4 || ihl < IPV4_HEADER || packet.len() < ihl + UDP_HEADER {
+    if first >> 4 != 4 || ihl < IPV4_HEADER || packet.len() < ihl {
         return None;
     }
     let fragmented = u16::from_be_bytes([packet[6], packet[7]]) & 0x3fff != 0;
-    if packet[9] != IPPROTO_UDP || fragmented {
+    let total = usize::from(u16::from_be_bytes([packet[2], packet[3]])).min(packet.len());
+    if fragmented || total < ihl {
         return None;
     }
-    let udp = &packet[ihl..];
+    Some((packet[9], &packet[ihl..total]))
+}
+
+/// The UDP payload of an unfragmented IPv4 packet to the client port.
+pub fn client_payload(packet: &[u8]) -> Option<&[u8]> {
+    let (proto, udp) = ipv4_payload(packet)?;
+    if proto != IPPROTO_UDP || udp.len() < UDP_HEADER {
+        return None;
+    }
     let dport = u16::from_be_bytes([udp[2], udp[3]]);
     let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
     if dport != CLIENT_PORT || udp_len < UDP_HEADER || udp_len > udp.len() {
         return None;
     }
-    Some(ihl + UDP_HEADER..ihl + udp_len)
+    Some(&udp[UDP_HEADER..udp_len])
 }
 
 /// The Internet checksum over the concatenation of `parts` (each of even length but the last).
@@ -226,11 +256,24 @@ mod tests {
         assert_eq!(client_payload(&p), None);
         let mut reply = p.clone();
         reply[22..24].copy_from_slice(&CLIENT_PORT.to_be_bytes());
-        assert_eq!(&reply[client_payload(&reply).unwrap()], b"hello");
+        assert_eq!(client_payload(&reply), Some(&b"hello"[..]));
         // Truncated or fragmented packets are not parsed.
         assert_eq!(client_payload(&reply[..30]), None);
         reply[6] = 0x20;
         assert_eq!(client_payload(&reply), None);
         assert_eq!(client_payload(&[]), None);
+    }
+
+    #[test]
+    fn echo_request_and_reply() {
+        let src = Ipv4Addr::new(10, 0, 0, 5);
+        let dst = Ipv4Addr::new(10, 0, 0, 1);
+        let mut p = echo_request(src, dst, 0x1234);
+        assert_eq!(checksum(&[&p[20..]]), 0);
+        assert!(!is_echo_reply(&p, 0x1234), "a request is not a reply");
+        p[20] = ICMP_ECHO_REPLY;
+        assert!(is_echo_reply(&p, 0x1234));
+        assert!(!is_echo_reply(&p, 0x1235));
+        assert!(!is_echo_reply(&udp_packet(src, dst, b"12345678"), 0x1234));
     }
 }

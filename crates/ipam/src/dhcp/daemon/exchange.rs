@@ -15,10 +15,14 @@ use tokio::time::Instant;
 
 use crate::dhcp::config::LeaseParams;
 use crate::dhcp::message::{client_message, Kind, Lease, Reply};
-use crate::dhcp::packet::{PacketSocket, BROADCAST_MAC};
+use crate::dhcp::packet::{
+    client_payload, echo_request, is_echo_reply, udp_packet, PacketSocket, BROADCAST_MAC,
+};
 
 /// First wait for an answer before sending again; it doubles up to `resend_max`.
 const FIRST_RESEND: Duration = Duration::from_millis(500);
+/// Longest wait after a DHCPRELEASE for the ping that follows it to come back.
+const RELEASE_FLUSH: Duration = Duration::from_millis(100);
 /// How long a link that was just set up may take to get its carrier before we send anyway.
 const CARRIER_WAIT: Duration = Duration::from_secs(2);
 
@@ -249,8 +253,14 @@ pub async fn extend(
     Ok((lease, mac))
 }
 
-/// Sends DHCPRELEASE to the server that granted the lease; there is no answer to wait for.
-pub fn release(
+/// Sends DHCPRELEASE to the server that granted the lease.
+///
+/// There is no answer to a release. A ping to the server follows it on the same path, and its
+/// reply shows that the release has gone through the host's queues, so an interface plugin that
+/// deletes the interface right after DEL does not drop it on the way. Without a reply within
+/// [`RELEASE_FLUSH`], both go again in a broadcast frame, in case the server's MAC changed
+/// since its last ACK (a Linux bridge takes the lowest MAC of its ports, for one).
+pub async fn release(
     iface: &Iface,
     params: &LeaseParams,
     lease: &Lease,
@@ -262,10 +272,39 @@ pub fn release(
         address,
         server: lease.server,
     };
-    let msg = client_message(kind, params, random_xid(), &iface.mac);
-    sock.get_ref()
-        .send(address, lease.server, &server_mac, &msg)
-        .map_err(|e| Failure::System(format!("sending DHCPRELEASE on {}: {e}", iface.describe())))
+    let xid = random_xid();
+    let release = udp_packet(
+        address,
+        lease.server,
+        &client_message(kind, params, xid, &iface.mac),
+    );
+    let id = xid as u16;
+    let ping = echo_request(address, lease.server, id);
+    let mut buf = vec![0u8; 1500];
+    for mac in [server_mac, BROADCAST_MAC] {
+        for packet in [&release, &ping] {
+            sock.get_ref().send(&mac, packet).map_err(|e| {
+                Failure::System(format!("sending DHCPRELEASE on {}: {e}", iface.describe()))
+            })?;
+        }
+        let answered = tokio::time::timeout(RELEASE_FLUSH, async {
+            loop {
+                let Ok(mut guard) = sock.readable().await else {
+                    return;
+                };
+                if let Ok(Ok(Some((n, _)))) = guard.try_io(|s| s.get_ref().recv(&mut buf)) {
+                    if is_echo_reply(&buf[..n], id) {
+                        return;
+                    }
+                }
+            }
+        })
+        .await;
+        if answered.is_ok() {
+            break;
+        }
+    }
+    Ok(())
 }
 
 fn no_answer(e: io::Error, waited_for: &str, iface: &Iface, timing: Timing) -> Failure {
@@ -302,7 +341,7 @@ fn refused(reply: &Reply, server: Ipv4Addr) -> Failure {
 async fn transact(
     sock: &AsyncFd<PacketSocket>,
     iface: &Iface,
-    dest: Dest,
+    mut dest: Dest,
     msg: &[u8],
     xid: u32,
     deadline: Instant,
@@ -311,11 +350,15 @@ async fn transact(
 ) -> io::Result<(Reply, [u8; 6])> {
     let mut pause = FIRST_RESEND.min(timing.resend_max);
     let mut buf = vec![0u8; 1500];
+    let packet = udp_packet(dest.src, dest.dst, msg);
     loop {
         if Instant::now() >= deadline {
             return Err(io::ErrorKind::TimedOut.into());
         }
-        sock.get_ref().send(dest.src, dest.dst, &dest.mac, msg)?;
+        sock.get_ref().send(&dest.mac, &packet)?;
+        // A unicast that goes unanswered is resent in a broadcast frame: the server's MAC may
+        // have changed since its last ACK.
+        dest.mac = BROADCAST_MAC;
         let resend_at = (Instant::now() + pause).min(deadline);
         pause = (pause * 2).min(timing.resend_max);
         loop {
@@ -323,8 +366,10 @@ async fn transact(
             let Ok(guard) = ready else { break };
             let mut guard = guard?;
             match guard.try_io(|s| s.get_ref().recv(&mut buf)) {
-                Ok(Ok(Some((range, mac)))) => {
-                    if let Some(reply) = Reply::parse(&buf[range], xid, &iface.mac) {
+                Ok(Ok(Some((n, mac)))) => {
+                    let reply =
+                        client_payload(&buf[..n]).and_then(|p| Reply::parse(p, xid, &iface.mac));
+                    if let Some(reply) = reply {
                         if wanted(&reply) {
                             return Ok((reply, mac));
                         }

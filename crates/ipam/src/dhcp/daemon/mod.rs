@@ -253,7 +253,7 @@ impl Daemon {
                 return Ok(rec.lease.to_result(rec.params.priority));
             }
             // The same attachment in a new namespace: the old lease is stale.
-            self.end(&mut held, "replaced");
+            self.end(&mut held, "replaced").await;
         }
         let acquired = self.acquire(req).await;
         let (lease, server_mac) = match acquired {
@@ -277,7 +277,7 @@ impl Daemon {
         };
         if let Err(e) = self.store.save(&record) {
             held.record = Some(record);
-            self.end(&mut held, "released");
+            self.end(&mut held, "released").await;
             drop(held);
             self.forget_slot(&key, &slot);
             return Err(CniError::io(format!(
@@ -316,7 +316,7 @@ impl Daemon {
             return Ok(());
         };
         let mut held = slot.lock().await;
-        self.end(&mut held, "released");
+        self.end(&mut held, "released").await;
         drop(held);
         self.forget_slot(&key, &slot);
         Ok(())
@@ -352,15 +352,17 @@ impl Daemon {
 
     /// Stops renewing the slot's lease, sends DHCPRELEASE when its interface still exists, and
     /// forgets it. `event` names what happened, for the log.
-    fn end(&self, slot: &mut Slot, event: &str) {
+    async fn end(&self, slot: &mut Slot, event: &str) {
         if let Some(task) = slot.maintainer.take() {
             task.abort();
         }
         let Some(rec) = slot.record.take() else {
             return;
         };
-        let sent = Iface::open(&rec.netns, &rec.ifname)
-            .and_then(|iface| exchange::release(&iface, &rec.params, &rec.lease, rec.server_mac));
+        let sent = match Iface::open(&rec.netns, &rec.ifname) {
+            Ok(iface) => exchange::release(&iface, &rec.params, &rec.lease, rec.server_mac).await,
+            Err(f) => Err(f),
+        };
         match sent {
             Ok(()) => log(
                 event,
