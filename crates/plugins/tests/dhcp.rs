@@ -100,6 +100,30 @@ impl Setup {
         self.run(&self.call("DEL", conf))
     }
 
+    /// Waits until the server logs the release of `ip`.
+    fn assert_released(&self, ip: &str) {
+        assert!(
+            self.net
+                .wait_log(&format!("DHCPRELEASE(dbr0) {ip}"), Duration::from_secs(5)),
+            "the server saw no release of {ip}: {}",
+            self.net.log()
+        );
+    }
+
+    /// Waits until the daemon logs `event` for the test's attachment.
+    fn wait_daemon_event(&self, event: &str, limit: Duration) {
+        let needle = format!("{event} container={CONTAINER_ID} network=dnet interface=eth0");
+        let deadline = Instant::now() + limit;
+        while !self.daemon_log().contains(&needle) {
+            assert!(
+                Instant::now() < deadline,
+                "no {event:?} in {}",
+                self.daemon_log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn lease_files(&self) -> Vec<PathBuf> {
         std::fs::read_dir(self.state_dir())
             .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -147,6 +171,9 @@ fn leased_ip(result: &Value) -> String {
         .to_owned();
     addr.split('/').next().unwrap_or_default().to_owned()
 }
+
+/// busybox udhcpd handing out 4 s leases: T1 after 2 s, T2 after 3 s.
+const UDHCPD_4S_LEASE: &str = "min_lease 4\noption lease 4\noption router 10.97.0.1";
 
 const DNSMASQ_121: &[&str] = &[
     "--dhcp-option=option:router,10.97.0.1",
@@ -211,12 +238,7 @@ fn lease_with_classless_routes_dns_check_and_release() {
     assert!(pod_if_before.contains(&"eth0".to_owned()));
 
     s.del(&conf).ok();
-    assert!(
-        s.net
-            .wait_log(&format!("DHCPRELEASE(dbr0) {ip}"), Duration::from_secs(5)),
-        "the server saw no release: {}",
-        s.net.log()
-    );
+    s.assert_released(&ip);
     assert!(s.lease_files().is_empty(), "{:?}", s.lease_files());
     assert_eq!(s.node_links(), ["dbr0"]);
     assert!(s
@@ -323,9 +345,7 @@ fn busybox_udhcpd_as_the_server() {
 #[test]
 fn a_restarted_daemon_resumes_renewal_and_still_releases() {
     // A 4 s lease: the first renewal (T1, half of it) is due right after the restart.
-    let mut s = Setup::new(Server::Udhcpd(
-        "min_lease 4\noption lease 4\noption router 10.97.0.1",
-    ));
+    let mut s = Setup::new(Server::Udhcpd(UDHCPD_4S_LEASE));
     let conf = s.conf("");
     let ip = leased_ip(&s.add(&conf).ok());
     let acks = |s: &Setup| s.net.log().matches(&format!("sending ACK to {ip}")).count();
@@ -347,21 +367,9 @@ fn a_restarted_daemon_resumes_renewal_and_still_releases() {
     assert!(s
         .daemon_log()
         .contains("resumed container=c0ffee network=dnet interface=eth0"));
-    // The server answers the renewal, and the daemon logs it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while acks(&s) < 2
-        || !s
-            .daemon_log()
-            .contains("renewed container=c0ffee network=dnet interface=eth0")
-    {
-        assert!(
-            Instant::now() < deadline,
-            "{}\n{}",
-            s.net.log(),
-            s.daemon_log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The daemon logs the renewal, and the server answered it.
+    s.wait_daemon_event("renewed", Duration::from_secs(10));
+    assert_eq!(acks(&s), 2, "{}", s.net.log());
     assert!(
         !s.daemon_log().contains("rebound"),
         "renewed before T2: {}",
@@ -382,31 +390,17 @@ fn dnsmasq_sees_the_release_after_a_daemon_restart() {
     assert!(s.daemon.take().expect("daemon").process.terminate());
     s.start_daemon(&[]);
     s.del(&conf).ok();
-    assert!(
-        s.net
-            .wait_log(&format!("DHCPRELEASE(dbr0) {ip}"), Duration::from_secs(5)),
-        "{}",
-        s.net.log()
-    );
+    s.assert_released(&ip);
     assert!(s.lease_files().is_empty());
 }
 
 #[test]
 fn an_expired_lease_loses_its_address() {
-    let mut s = Setup::new(Server::Udhcpd(
-        "min_lease 4\noption lease 4\noption router 10.97.0.1",
-    ));
+    let mut s = Setup::new(Server::Udhcpd(UDHCPD_4S_LEASE));
     let conf = s.conf("");
     let ip = leased_ip(&s.add(&conf).ok());
     s.net.stop_server();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !s
-        .daemon_log()
-        .contains("expired container=c0ffee network=dnet interface=eth0")
-    {
-        assert!(Instant::now() < deadline, "{}", s.daemon_log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    s.wait_daemon_event("expired", Duration::from_secs(15));
     let log = s.daemon_log();
     assert!(
         log.contains("failed container=c0ffee network=dnet interface=eth0 renewing"),
@@ -486,12 +480,7 @@ fn a_route_the_kernel_refuses_is_named_and_the_lease_released() {
         .and_then(|rest| rest.split_whitespace().next())
         .map(str::to_owned)
         .expect("a lease was granted");
-    assert!(
-        s.net
-            .wait_log(&format!("DHCPRELEASE(dbr0) {ip}"), Duration::from_secs(5)),
-        "{}",
-        s.net.log()
-    );
+    s.assert_released(&ip);
     assert_eq!(s.node_links(), ["dbr0"]);
     assert!(s.lease_files().is_empty());
 }

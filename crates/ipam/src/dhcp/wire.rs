@@ -31,14 +31,20 @@ pub struct Request {
     pub params: LeaseParams,
 }
 
+/// The attachment a lease belongs to: (container ID, network name, interface name).
+pub type Key = (String, String, String);
+
+pub fn key(container_id: &str, network: &str, ifname: &str) -> Key {
+    (
+        container_id.to_owned(),
+        network.to_owned(),
+        ifname.to_owned(),
+    )
+}
+
 impl Request {
-    /// The attachment a lease belongs to.
-    pub fn key(&self) -> (String, String, String) {
-        (
-            self.container_id.clone(),
-            self.network.clone(),
-            self.ifname.clone(),
-        )
+    pub fn key(&self) -> Key {
+        key(&self.container_id, &self.network, &self.ifname)
     }
 }
 

@@ -23,7 +23,7 @@ use tokio::net::UnixStream;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::AbortHandle;
 
-use super::wire::{Op, Request, Response, MAX_LINE};
+use super::wire::{Key, Op, Request, Response, MAX_LINE};
 use exchange::{Failure, Iface, Timing};
 pub use flags::{Flags, USAGE};
 use store::{now_ms, who, Record, Store};
@@ -127,14 +127,20 @@ async fn serve(
     Ok(())
 }
 
-type Key = (String, String, String);
-
 /// One attachment's lease, and the task that keeps it alive. Locked for the length of any
 /// exchange, so ADD, DEL and renewals of one attachment never overlap.
 #[derive(Default)]
 struct Slot {
     record: Option<Record>,
     maintainer: Option<AbortHandle>,
+}
+
+impl Slot {
+    /// The lease is over (its file is handled by the caller).
+    fn clear(&mut self) {
+        self.record = None;
+        self.maintainer = None;
+    }
 }
 
 type SlotRef = Arc<tokio::sync::Mutex<Slot>>;
@@ -375,10 +381,11 @@ impl Daemon {
                 format_args!("address={} without DHCPRELEASE: {f}", rec.lease.address),
             ),
         }
-        if let Err(e) = self
-            .store
-            .remove(&rec.container_id, &rec.network, &rec.ifname)
-        {
+        self.remove_file(&rec);
+    }
+
+    fn remove_file(&self, rec: &Record) {
+        if let Err(e) = self.store.remove(rec) {
             log(
                 "failed",
                 &rec.who(),
@@ -426,11 +433,8 @@ impl Daemon {
                         &rec.who(),
                         format_args!("address={}: {f}", rec.lease.address),
                     );
-                    let _ = self
-                        .store
-                        .remove(&rec.container_id, &rec.network, &rec.ifname);
-                    held.record = None;
-                    held.maintainer = None;
+                    self.remove_file(&rec);
+                    held.clear();
                     drop(held);
                     self.forget_slot(&key, &slot);
                     return;
@@ -515,11 +519,8 @@ impl Daemon {
             &rec.who(),
             format_args!("address={} {detail}", rec.lease.address),
         );
-        let _ = self
-            .store
-            .remove(&rec.container_id, &rec.network, &rec.ifname);
-        slot.record = None;
-        slot.maintainer = None;
+        self.remove_file(rec);
+        slot.clear();
     }
 
     /// Picks up the leases a previous daemon kept: those whose interface still exists are
@@ -556,9 +557,7 @@ impl Daemon {
                         &rec.who(),
                         format_args!("address={}: {f}", rec.lease.address),
                     );
-                    let _ = self
-                        .store
-                        .remove(&rec.container_id, &rec.network, &rec.ifname);
+                    self.remove_file(&rec);
                 }
             }
         }

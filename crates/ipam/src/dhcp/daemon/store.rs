@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dhcp::config::LeaseParams;
 use crate::dhcp::message::Lease;
+use crate::dhcp::wire::{key, Key};
 
 /// Where leases are kept unless `-statedir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/dhcp";
@@ -29,12 +30,8 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn key(&self) -> (String, String, String) {
-        (
-            self.container_id.clone(),
-            self.network.clone(),
-            self.ifname.clone(),
-        )
+    pub fn key(&self) -> Key {
+        key(&self.container_id, &self.network, &self.ifname)
     }
 
     /// Renewal, rebinding and expiry times.
@@ -90,8 +87,9 @@ impl Store {
         cni::atomic_file::write(&path, &text, 0o600)
     }
 
-    pub fn remove(&self, container_id: &str, network: &str, ifname: &str) -> std::io::Result<()> {
-        match std::fs::remove_file(self.path(container_id, network, ifname)) {
+    pub fn remove(&self, record: &Record) -> std::io::Result<()> {
+        match std::fs::remove_file(self.path(&record.container_id, &record.network, &record.ifname))
+        {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
