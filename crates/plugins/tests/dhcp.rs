@@ -618,3 +618,42 @@ fn a_hundred_pods_at_once_get_distinct_leases() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn our_plugin_against_the_go_daemon_says_so() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    let go = DhcpDaemon::start(
+        &s.net.node,
+        &testkit::reference_dir().join("dhcp"),
+        &[
+            "daemon".to_owned(),
+            "-socketpath".to_owned(),
+            s.socket().display().to_string(),
+        ],
+        &s.socket(),
+        &s.work.path().join("go-daemon.log"),
+    );
+    let conf = s.conf("");
+    let out = s.add(&conf);
+    assert_eq!(out.err_code(), 6, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        msg.contains("Go dhcp daemon cannot serve this plugin"),
+        "{msg}"
+    );
+    assert_eq!(s.node_links(), ["dbr0"]);
+    drop(go);
+}
+
+#[test]
+fn pidfile_written_and_removed() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    let pidfile = s.work.path().join("dhcp.pid");
+    s.start_daemon(&["-pidfile", &pidfile.display().to_string()]);
+    let pid = s.daemon.as_ref().expect("daemon").process.pid();
+    assert_eq!(std::fs::read_to_string(&pidfile).unwrap(), pid.to_string());
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    assert!(!pidfile.exists());
+}

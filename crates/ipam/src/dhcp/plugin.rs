@@ -106,5 +106,18 @@ pub fn exchange(socket: &Path, request: &Request) -> Result<Response> {
             socket.display()
         ))));
     }
-    Ok(serde_json::from_slice(&answer)?)
+    serde_json::from_slice(&answer).map_err(|e| {
+        let start = String::from_utf8_lossy(&answer[..answer.len().min(60)])
+            .trim()
+            .to_owned();
+        Error::Cni(CniError::new(
+            Code::Decoding,
+            format!(
+                "the daemon at {} does not speak this plugin's protocol ({e}; it answered \
+                 {start:?}). The reference's Go dhcp daemon cannot serve this plugin: run \
+                 `cni-plugins dhcp daemon` from the same release",
+                socket.display()
+            ),
+        ))
+    })
 }
