@@ -79,12 +79,19 @@ fn run(flags: Flags) -> Result<(), String> {
         });
         // Leases first: the socket appears once the daemon is ready.
         daemon.restore();
+        // Signals before the socket: a client may stop the daemon as soon as it answers.
+        let stops = [SignalKind::terminate(), SignalKind::interrupt()]
+            .map(|kind| signal(kind).map_err(|e| format!("handling signals: {e}")));
+        let [mut term, mut int] = match stops {
+            [Ok(t), Ok(i)] => [t, i],
+            [Err(e), _] | [_, Err(e)] => return Err(e),
+        };
         let listener = listener::open(&socket_path)?;
         let place = match &listener.made {
             Some(path) => path.display().to_string(),
             None => "the socket systemd passed".to_owned(),
         };
-        let served = serve(daemon, listener.listener, &place).await;
+        let served = serve(daemon, listener.listener, &place, &mut term, &mut int).await;
         if let Some(made) = &listener.made {
             let _ = std::fs::remove_file(made);
         }
@@ -100,12 +107,12 @@ async fn serve(
     daemon: Arc<Daemon>,
     listener: std::os::unix::net::UnixListener,
     place: &str,
+    term: &mut tokio::signal::unix::Signal,
+    int: &mut tokio::signal::unix::Signal,
 ) -> Result<(), String> {
     let io = |e: std::io::Error| format!("listening on {place}: {e}");
     listener.set_nonblocking(true).map_err(io)?;
     let listener = tokio::net::UnixListener::from_std(listener).map_err(io)?;
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     eprintln!(
         "dhcp daemon: listening on {place}, leases in {}",
         daemon.store.dir().display()
