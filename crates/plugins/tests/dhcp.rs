@@ -485,3 +485,47 @@ fn pidfile_written_and_removed() {
     assert!(s.daemon.take().expect("daemon").process.terminate());
     assert!(!pidfile.exists());
 }
+
+#[test]
+fn hostprefix_applies_to_the_socket_and_the_pods_netns() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    // The "host" root as a containerised daemon would see it: <prefix>/run leads to /run.
+    let prefix = s.work.path().join("host");
+    std::fs::create_dir_all(&prefix).unwrap();
+    std::os::unix::fs::symlink("/run", prefix.join("run")).unwrap();
+    let args: Vec<String> = [
+        "dhcp",
+        "daemon",
+        "-hostprefix",
+        &prefix.display().to_string(),
+        "-socketpath",
+        "/dhcp.sock",
+        "-statedir",
+        &s.state_dir().display().to_string(),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let socket = prefix.join("dhcp.sock");
+    let daemon = DhcpDaemon::start(
+        &s.net.node,
+        bin(),
+        &args,
+        &socket,
+        &s.work.path().join("daemon.log"),
+    );
+    let conf = s.conf("").replace(
+        &s.socket().display().to_string(),
+        &socket.display().to_string(),
+    );
+    let ip = leased_ip(&s.add(&conf).ok());
+    let record = std::fs::read_to_string(&s.lease_files()[0]).unwrap();
+    assert!(
+        record.contains(&format!("{}{}", prefix.display(), s.pod.path().display())),
+        "the pod's netns is opened under the prefix: {record}"
+    );
+    s.del(&conf).ok();
+    s.assert_released(&ip);
+    assert!(daemon.process.terminate());
+}
