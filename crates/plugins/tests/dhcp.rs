@@ -529,3 +529,26 @@ fn hostprefix_applies_to_the_socket_and_the_pods_netns() {
     s.assert_released(&ip);
     assert!(daemon.process.terminate());
 }
+
+#[test]
+fn gc_releases_the_leases_of_attachments_that_are_gone() {
+    let s = Setup::new(Server::Dnsmasq(&[]));
+    let conf = s.conf("").replace("1.0.0", "1.1.0");
+    let kept = leased_ip(&s.add(&conf).ok());
+    let other_pod = Netns::new("pod2");
+    let mut add = s.call("ADD", &conf);
+    add.container_id = "stale".into();
+    add.netns = other_pod.path().display().to_string();
+    let stale = leased_ip(&s.run(&add).ok());
+    assert_eq!(s.lease_files().len(), 2);
+    let mut gc_conf: serde_json::Value = serde_json::from_str(&conf).unwrap();
+    gc_conf["cni.dev/valid-attachments"] = json!([{"containerID": CONTAINER_ID, "ifname": "eth0"}]);
+    let mut gc = s.call("GC", &gc_conf.to_string());
+    gc.netns = String::new();
+    s.run(&gc).ok();
+    s.assert_released(&stale);
+    assert!(!s.net.log().contains(&format!("DHCPRELEASE(dbr0) {kept}")));
+    assert_eq!(s.lease_files().len(), 1);
+    s.del(&conf).ok();
+    s.assert_released(&kept);
+}

@@ -5,7 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use cni::{CmdArgs, CniError, CniResult, Code, Plugin};
+use cni::{CmdArgs, CniError, CniResult, Code, GcAttachment, Plugin};
 
 use super::config::DhcpConf;
 use super::wire::{Op, Request, Response, MAX_LINE};
@@ -46,14 +46,22 @@ impl Plugin for Dhcp {
         }
     }
 
-    /// Leases end with DEL, or with their pod: the daemon stops renewing a lease whose
-    /// interface is gone.
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
+    /// Releases the network's leases whose attachment is not in `cni.dev/valid-attachments`.
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let net: cni::NetConf = serde_json::from_slice(&args.stdin).map_err(Error::from)?;
+        match net.valid_attachments {
+            Some(valid) => send(args, Op::Gc, valid).map(drop),
+            // Without the list there is no telling which leases are stale.
+            None => Ok(()),
+        }
     }
 }
 
 fn call(args: &CmdArgs, op: Op) -> Result<Option<CniResult>, CniError> {
+    send(args, op, Vec::new())
+}
+
+fn send(args: &CmdArgs, op: Op, valid: Vec<GcAttachment>) -> Result<Option<CniResult>, CniError> {
     let conf = DhcpConf::parse(&args.stdin, &args.args, &args.container_id, &args.ifname)?;
     let netns = if args.netns.is_empty() {
         String::new()
@@ -70,6 +78,7 @@ fn call(args: &CmdArgs, op: Op) -> Result<Option<CniResult>, CniError> {
         ifname: args.ifname.clone(),
         netns,
         params: conf.params,
+        valid,
     };
     match exchange(&conf.socket_path, &request)? {
         Response::Ok(result) => Ok(result),

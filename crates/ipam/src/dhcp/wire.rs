@@ -2,7 +2,7 @@
 //! line from the daemon, per connection. It is ours; the reference's Go daemon speaks net/rpc,
 //! so our plugin and its daemon (or the reverse) cannot be mixed.
 
-use cni::{CniError, CniResult};
+use cni::{CniError, CniResult, GcAttachment};
 use serde::{Deserialize, Serialize};
 
 use super::config::LeaseParams;
@@ -17,6 +17,7 @@ pub enum Op {
     Del,
     Check,
     Status,
+    Gc,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,6 +30,10 @@ pub struct Request {
     /// Absolute path of the pod's namespace; empty when the runtime gave none (DEL).
     pub netns: String,
     pub params: LeaseParams,
+    /// GC: the attachments of this network that are still in use; every other lease of the
+    /// network is released.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub valid: Vec<GcAttachment>,
 }
 
 /// The attachment a lease belongs to: (container ID, network name, interface name).

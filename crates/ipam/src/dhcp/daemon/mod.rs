@@ -249,6 +249,10 @@ impl Daemon {
             Op::Del => self.del(&request).await.map(|()| None),
             Op::Check => self.check(&request).await.map(|()| None),
             Op::Status => Ok(None),
+            Op::Gc => {
+                self.gc(&request).await;
+                Ok(None)
+            }
         };
         match outcome {
             Ok(result) => Response::Ok(result),
@@ -325,14 +329,39 @@ impl Daemon {
 
     async fn del(self: &Arc<Self>, req: &Request) -> Result<(), CniError> {
         let key = req.key();
-        let Some(slot) = self.existing_slot(&key) else {
-            return Ok(());
-        };
+        if let Some(slot) = self.existing_slot(&key) {
+            self.release(&key, &slot).await;
+        }
+        Ok(())
+    }
+
+    /// Ends the slot's lease with a DHCPRELEASE and drops the slot.
+    async fn release(&self, key: &Key, slot: &SlotRef) {
         let mut held = slot.lock().await;
         self.end(&mut held, "released").await;
         drop(held);
-        self.forget_slot(&key, &slot);
-        Ok(())
+        self.forget_slot(key, slot);
+    }
+
+    /// Releases the leases of `req`'s network whose attachment is not in `req.valid`.
+    async fn gc(&self, req: &Request) {
+        let stale: Vec<(Key, SlotRef)> = {
+            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots
+                .iter()
+                .filter(|((container_id, network, ifname), _)| {
+                    *network == req.network
+                        && !req
+                            .valid
+                            .iter()
+                            .any(|v| v.container_id == *container_id && v.ifname == *ifname)
+                })
+                .map(|(k, s)| (k.clone(), Arc::clone(s)))
+                .collect()
+        };
+        for (key, slot) in stale {
+            self.release(&key, &slot).await;
+        }
     }
 
     async fn check(&self, req: &Request) -> Result<(), CniError> {
