@@ -157,6 +157,8 @@ impl DhcpNet {
             "--except-interface=lo",
             "--no-ping",
             "--log-dhcp",
+            // No user switch: the VM's initramfs has no user for dnsmasq to become.
+            "--user=root",
         ])
         .arg(format!("--interface={}", self.bridge))
         .arg(format!("--dhcp-leasefile={}", d.join("leases").display()))
