@@ -175,7 +175,7 @@ fn a_restarted_daemon_resumes_renewal_and_still_releases() {
     // A 4 s lease: the first renewal (T1, half of it) is due right after the restart.
     let mut s = Setup::new(Server::Udhcpd(UDHCPD_4S_LEASE));
     let conf = s.conf("");
-    let ip = leased_ip(&s.add(&conf).ok());
+    let ip = s.lease(&conf);
     let acks = |s: &Setup| s.net.log().matches(&format!("sending ACK to {ip}")).count();
     assert_eq!(acks(&s), 1, "{}", s.net.log());
     assert!(
@@ -214,19 +214,17 @@ fn a_restarted_daemon_resumes_renewal_and_still_releases() {
 fn dnsmasq_sees_the_release_after_a_daemon_restart() {
     let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
     let conf = s.conf("");
-    let ip = leased_ip(&s.add(&conf).ok());
+    let ip = s.lease(&conf);
     assert!(s.daemon.take().expect("daemon").process.terminate());
     s.start_daemon(&[]);
-    s.del(&conf).ok();
-    s.assert_released(&ip);
-    assert!(s.lease_files().is_empty());
+    s.release(&conf, &ip);
 }
 
 #[test]
 fn an_expired_lease_loses_its_address() {
     let mut s = Setup::new(Server::Udhcpd(UDHCPD_4S_LEASE));
     let conf = s.conf("");
-    let ip = leased_ip(&s.add(&conf).ok());
+    let ip = s.lease(&conf);
     s.net.stop_server();
     s.wait_daemon_event("expired", Duration::from_secs(15));
     let log = s.daemon_log();
@@ -519,7 +517,7 @@ fn hostprefix_applies_to_the_socket_and_the_pods_netns() {
         &s.socket().display().to_string(),
         &socket.display().to_string(),
     );
-    let ip = leased_ip(&s.add(&conf).ok());
+    let ip = s.lease(&conf);
     let record = std::fs::read_to_string(&s.lease_files()[0]).unwrap();
     assert!(
         record.contains(&format!("{}{}", prefix.display(), s.pod.path().display())),
@@ -534,7 +532,7 @@ fn hostprefix_applies_to_the_socket_and_the_pods_netns() {
 fn gc_releases_the_leases_of_attachments_that_are_gone() {
     let s = Setup::new(Server::Dnsmasq(&[]));
     let conf = s.conf("").replace("1.0.0", "1.1.0");
-    let kept = leased_ip(&s.add(&conf).ok());
+    let kept = s.lease(&conf);
     let other_pod = Netns::new("pod2");
     let mut add = s.call("ADD", &conf);
     add.container_id = "stale".into();

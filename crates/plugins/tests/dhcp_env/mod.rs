@@ -132,6 +132,18 @@ impl Setup {
         self.run(&self.call("DEL", conf))
     }
 
+    /// ADD, and the address leased.
+    pub fn lease(&self, conf: &str) -> String {
+        leased_ip(&self.add(conf).ok())
+    }
+
+    /// DEL; the server sees `ip` released, and the daemon keeps no lease file.
+    pub fn release(&self, conf: &str, ip: &str) {
+        self.del(conf).ok();
+        self.assert_released(ip);
+        assert!(self.lease_files().is_empty(), "{:?}", self.lease_files());
+    }
+
     /// Waits until the server logs the release of `ip`.
     pub fn assert_released(&self, ip: &str) {
         assert!(
