@@ -550,3 +550,28 @@ fn gc_releases_the_leases_of_attachments_that_are_gone() {
     s.del(&conf).ok();
     s.assert_released(&kept);
 }
+
+#[test]
+fn bad_requests_get_clear_errors_and_leave_nothing() {
+    let s = Setup::new(Server::Dnsmasq(&[]));
+    let dhcp = s.plugins.path().join("dhcp");
+    // The pod has no eth0: the interface plugin did not make it.
+    let out = s.call("ADD", &s.conf("")).run(&dhcp, Some(&s.net.node));
+    assert_eq!(out.err_code(), 4, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        msg.contains("there is no interface \"eth0\" in netns"),
+        "{msg}"
+    );
+    // An option the plugin cannot name is refused before the daemon is asked.
+    let out = s
+        .call("ADD", &s.conf(r#","request":[{"option":"routerz"}]"#))
+        .run(&dhcp, Some(&s.net.node));
+    assert_eq!(out.err_code(), 7, "{out:?}");
+    assert!(
+        out.stdout.contains("unknown option \\\"routerz\\\""),
+        "{out:?}"
+    );
+    assert!(s.lease_files().is_empty());
+    assert!(!s.net.log().contains("DHCPDISCOVER"), "{}", s.net.log());
+}
