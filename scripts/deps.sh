@@ -7,7 +7,8 @@ packages=(
   iputils-ping         # connectivity checks from pod namespaces
   nftables iptables    # bridge ipMasq backends
   containernetworking-plugins  # the Go reference plugins, /usr/lib/cni
-  dnsmasq-base         # a real DHCP server for tests
+  dnsmasq-base udhcpd  # real DHCP servers for tests (dnsmasq, and busybox udhcpd as a second one)
+  systemd              # systemd-socket-activate: the dhcp daemon under socket activation
   podman runc busybox-static  # a real container runtime calling our plugins
   qemu-system-x86 cpio  # cargo xtask vm-test: a Debian kernel with VLAN filtering, ipvlan, 8021q
 )

@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod dhcp_bench;
 mod image;
 mod measure;
 mod vm;
@@ -28,7 +29,10 @@ fn main() -> Result<()> {
     let rest: Vec<String> = args.collect();
     match task.as_str() {
         "demo" => demo::run(),
-        "bench" => bench::run(&rest),
+        "bench" => match rest.split_first() {
+            Some((first, dhcp_args)) if first == "dhcp" => dhcp_bench::run_alone(dhcp_args),
+            _ => bench::run(&rest),
+        },
         "vm-test" => vm::run(),
         "image" => image::run(),
         "vm-bench" => vm::bench(&rest),
@@ -40,7 +44,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo | build | image | bench [--cycles N] | vm-test | vm-bench [--cycles N]>"
+                "usage: cargo xtask <demo | build | image | bench [--cycles N] | bench dhcp [--leases N] | vm-test | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }

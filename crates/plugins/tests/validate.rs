@@ -194,3 +194,23 @@ fn shared_checks_and_unknown_types() {
     let (status, err) = validate("whereabouts", "{}");
     assert_eq!((status, err), (2, None));
 }
+
+#[test]
+fn dhcp() {
+    passes("dhcp", r#","ipam":{"type":"dhcp"}"#);
+    passes(
+        "macvlan",
+        r#","master":"eth1","ipam":{"type":"dhcp","request":[{"option":"121"}],"provide":[{"option":"host-name","fromArg":"K8S_POD_NAME"}]}"#,
+    );
+    // The daemon's socket is not opened.
+    passes(
+        "dhcp",
+        r#","ipam":{"type":"dhcp","daemonSocketPath":"/nonexistent.sock"}"#,
+    );
+    fails(
+        "dhcp",
+        r#","ipam":{"type":"dhcp","request":[{"option":"no-such-option"}]}"#,
+        7,
+        "no-such-option",
+    );
+}
