@@ -38,12 +38,19 @@ pub fn validate_config(bin: &Path, plugin: &str, config: &str) -> (i32, Option<s
         .stderr(Stdio::piped())
         .spawn()
         .expect("run cni-plugins validate");
-    child
+    // A type that is not built in is refused before stdin is read: the pipe may be closed.
+    let written = child
         .stdin
         .take()
         .expect("stdin")
-        .write_all(config.as_bytes())
-        .expect("write the config");
+        .write_all(config.as_bytes());
+    if let Err(e) = written {
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "write the config: {e}"
+        );
+    }
     let out = child
         .wait_with_output()
         .expect("wait for cni-plugins validate");
