@@ -6,6 +6,7 @@
 mod bench;
 mod bench_multus;
 mod demo;
+mod dhcp_bench;
 mod image;
 mod measure;
 mod vm;
@@ -29,7 +30,10 @@ fn main() -> Result<()> {
     let rest: Vec<String> = args.collect();
     match task.as_str() {
         "demo" => demo::run(),
-        "bench" => bench::run(&rest),
+        "bench" => match rest.split_first() {
+            Some((first, dhcp_args)) if first == "dhcp" => dhcp_bench::run_alone(dhcp_args),
+            _ => bench::run(&rest),
+        },
         "bench-multus" => bench_multus::run(&rest),
         "vm-test" => vm::run(),
         "image" => image::run(),
@@ -42,7 +46,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo | build | image | bench [--cycles N] | bench-multus [--cycles N] | vm-test | vm-bench [--cycles N]>"
+                "usage: cargo xtask <demo | build | image | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] | vm-test | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }

@@ -603,4 +603,13 @@ impl cni::Plugin for Multus {
     fn gc(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
         self.run(args, gc)
     }
+
+    /// The multus config's own keys and its inline delegates; networks named by
+    /// `clusterNetwork` or `defaultNetworks` live on the node and are not read.
+    fn validate(&self, config: &[u8]) -> std::result::Result<(), CniError> {
+        MultusConf::parse(config)
+            .and_then(|conf| crate::resolve::inline_delegates(&conf))
+            .map(drop)
+            .map_err(|e| e.to_cni())
+    }
 }

@@ -56,14 +56,7 @@ impl Context<'_> {
         let conf = self.conf;
         let mut delegates = Vec::new();
         if conf.cluster_network.is_empty() {
-            for (i, d) in conf.delegates.iter().enumerate() {
-                let bytes = serde_json::to_vec(d)
-                    .map_err(|e| Error::config(&format!("delegates[{i}]"), e.to_string()))?;
-                delegates.push(
-                    Delegate::from_config(&bytes, &format!("delegates[{i}]"))
-                        .map_err(|e| Error::config(&format!("delegates[{i}]"), e.to_string()))?,
-                );
-            }
+            delegates = inline_delegates(conf)?;
         } else {
             delegates.push(self.network_by_reference(&conf.cluster_network, "clusterNetwork")?);
         }
@@ -178,6 +171,23 @@ impl Context<'_> {
         let text = String::from_utf8_lossy(&bytes);
         Delegate::for_selection(&text, sel)
     }
+}
+
+/// The config's inline `delegates`; a bad one is a config error naming `delegates[<i>]`.
+pub fn inline_delegates(conf: &MultusConf) -> Result<Vec<Delegate>> {
+    conf.delegates
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let key = format!("delegates[{i}]");
+            serde_json::to_vec(d)
+                .map_err(|e| Error::config(&key, e.to_string()))
+                .and_then(|bytes| {
+                    Delegate::from_config(&bytes, &key)
+                        .map_err(|e| Error::config(&key, e.to_string()))
+                })
+        })
+        .collect()
 }
 
 /// The first config file in `dir` (by file name) whose network is `name` (any, with `None`):
