@@ -3,7 +3,6 @@
 //! what it installed.
 
 use std::path::Path;
-use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
 
@@ -92,40 +91,29 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// podman with its storage and settings in a scratch directory, so nothing stays on the
-/// machine; the settings are the ones this sandbox needs (runc, cgroupfs, lower ulimits).
+/// podman with its configuration and storage in a scratch directory: nothing stays on the
+/// machine.
 struct Podman {
-    scratch: tempfile::TempDir,
+    podman: testkit::podman::Podman,
+    _scratch: tempfile::TempDir,
 }
 
 impl Podman {
     fn new() -> Result<Podman> {
         let scratch = tempfile::tempdir()?;
-        let s = scratch.path();
-        std::fs::write(
-            s.join("containers.conf"),
-            format!(
-                "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1000:1000\"]\n\
-                 [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\ntmp_dir = \"{0}/tmp\"\n",
-                s.display()
-            ),
-        )?;
-        std::fs::write(
-            s.join("storage.conf"),
-            format!(
-                "[storage]\ndriver = \"vfs\"\ngraphroot = \"{0}/storage\"\nrunroot = \"{0}/runroot\"\n",
-                s.display()
-            ),
-        )?;
-        Ok(Podman { scratch })
+        // No container here uses a CNI network: the plugin dir is never read.
+        let podman = testkit::podman::Podman::new(scratch.path(), scratch.path());
+        Ok(Podman {
+            podman,
+            _scratch: scratch,
+        })
     }
 
     fn run(&self, args: &[&str]) -> Result<()> {
-        let s = self.scratch.path();
-        let out = Command::new("podman")
+        let out = self
+            .podman
+            .command()
             .args(args)
-            .env("CONTAINERS_CONF", s.join("containers.conf"))
-            .env("CONTAINERS_STORAGE_CONF", s.join("storage.conf"))
             .output()
             .context("running podman")?;
         ensure!(

@@ -57,6 +57,13 @@ impl Podman {
         }
     }
 
+    /// `podman` with this configuration.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new("podman");
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
     /// Where network configs (`<name>.conflist`) go.
     pub fn net_dir(&self) -> PathBuf {
         self.scratch.join("net")
