@@ -14,6 +14,7 @@ pub mod resolve;
 pub mod route;
 pub mod selection;
 pub mod status;
+pub mod tryout;
 
 pub use error::{Error, Result};
 

@@ -19,6 +19,9 @@ enum Tool {
     /// Install multus and the plugins on this node and keep its multus config current (the
     /// multus DaemonSet's entrypoint).
     Install(multus::install::Options),
+    /// Try NADs and a pod on a throwaway node in namespaces of their own, with no cluster:
+    /// ADD, what the pod got, a connectivity check per network, DEL, and what is left.
+    Try(multus::tryout::Options),
 }
 
 fn main() {
@@ -32,6 +35,14 @@ fn main() {
     let cli = Cli::parse();
     let result = match &cli.command {
         Tool::Install(opts) => multus::install::run(opts),
+        Tool::Try(opts) => match multus::tryout::run(opts) {
+            Ok(true) => std::process::exit(0),
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("multus try: {e}");
+                std::process::exit(2);
+            }
+        },
     };
     if let Err(e) = result {
         eprintln!("multus install: {e}");

@@ -1,0 +1,209 @@
+//! The files `multus try` reads: NetworkAttachmentDefinitions and pods as YAML (one or more
+//! documents per file), and the [`Api`] that serves them to multus and records what multus
+//! writes back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::Deserialize;
+
+use super::Error;
+use crate::api::{Api, EventKind, Pod};
+
+const NAD_KIND: &str = "NetworkAttachmentDefinition";
+
+/// A NAD as read from a file.
+#[derive(Clone, Debug)]
+pub struct Nad {
+    pub namespace: String,
+    pub name: String,
+    pub config: String,
+}
+
+/// The NADs and pods of one set of files.
+#[derive(Debug, Default)]
+pub struct Inputs {
+    pub nads: Vec<Nad>,
+    pub pods: Vec<(Pod, String)>,
+}
+
+#[derive(Deserialize)]
+struct Doc {
+    kind: Option<String>,
+    metadata: Option<Meta>,
+    spec: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize, Default)]
+struct Meta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+impl Inputs {
+    /// Reads files, and the `.yaml`/`.yml`/`.json` files of directories (sorted by name).
+    pub fn read(paths: &[PathBuf]) -> Result<Inputs, Error> {
+        let mut inputs = Inputs::default();
+        for path in paths {
+            for file in yaml_files(path)? {
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
+                inputs.add_text(&file.display().to_string(), &text)?;
+            }
+        }
+        Ok(inputs)
+    }
+
+    /// Adds the documents of one file; `origin` names it in errors.
+    pub fn add_text(&mut self, origin: &str, text: &str) -> Result<(), Error> {
+        let docs: Vec<Option<Doc>> = serde_saphyr::from_multiple(text)
+            .map_err(|e| Error::Input(format!("{origin}: not valid YAML: {e}")))?;
+        for (n, doc) in docs.into_iter().enumerate() {
+            let Some(doc) = doc else { continue };
+            let at = format!("{origin}, document {}", n + 1);
+            let meta = doc.metadata.unwrap_or_default();
+            let name = meta
+                .name
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| Error::Input(format!("{at}: metadata.name is missing")))?;
+            let namespace = meta
+                .namespace
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "default".to_owned());
+            match doc.kind.as_deref() {
+                Some(NAD_KIND) => {
+                    let config = nad_config(&at, &namespace, &name, doc.spec.as_ref())?;
+                    self.nads.push(Nad {
+                        namespace,
+                        name,
+                        config,
+                    });
+                }
+                Some("Pod") => {
+                    let uid = meta
+                        .uid
+                        .unwrap_or_else(|| format!("00000000-0000-4000-8000-{:012}", self.pods.len()));
+                    let pod = Pod {
+                        namespace,
+                        name,
+                        uid,
+                        annotations: meta.annotations,
+                    };
+                    self.pods.push((pod, at));
+                }
+                other => {
+                    return Err(Error::Input(format!(
+                        "{at}: kind {:?} is neither a Pod nor a {NAD_KIND}",
+                        other.unwrap_or("(none)")
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `spec.config` of a NAD, checked to be a JSON object so a typo is reported with its file.
+fn nad_config(
+    at: &str,
+    namespace: &str,
+    name: &str,
+    spec: Option<&serde_json::Value>,
+) -> Result<String, Error> {
+    let what = format!("{at}: {NAD_KIND} {namespace}/{name}");
+    let config = match spec.and_then(|s| s.get("config")) {
+        None => return Ok(String::new()),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(_) => return Err(Error::Input(format!("{what}: spec.config must be a string"))),
+    };
+    match serde_json::from_str::<serde_json::Value>(&config) {
+        Ok(serde_json::Value::Object(_)) => Ok(config),
+        Ok(_) => Err(Error::Input(format!(
+            "{what}: spec.config must be a JSON object"
+        ))),
+        Err(e) => Err(Error::Input(format!(
+            "{what}: spec.config is not valid JSON: {e}"
+        ))),
+    }
+}
+
+fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, Error> {
+    let io = |e: std::io::Error| Error::Input(format!("{}: {e}", path.display()));
+    if !path.is_dir() {
+        std::fs::metadata(path).map_err(io)?;
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(io)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(Error::Input(format!(
+            "{}: no .yaml, .yml or .json files",
+            path.display()
+        )));
+    }
+    Ok(files)
+}
+
+/// An event multus recorded on the pod.
+#[derive(Clone, Debug)]
+pub struct Event {
+    pub kind: EventKind,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The Kubernetes API as multus sees it during a try: the pod and the NADs from the files;
+/// annotation writes and events are recorded.
+pub struct FileApi {
+    pub pod: Pod,
+    /// `(namespace, name)` to the config multus gets (rewritten for the sandbox).
+    pub nads: BTreeMap<(String, String), String>,
+    pub annotations: Mutex<BTreeMap<String, String>>,
+    pub events: Mutex<Vec<Event>>,
+}
+
+impl Api for FileApi {
+    fn pod(&self, namespace: &str, name: &str) -> crate::Result<Option<Pod>> {
+        Ok((self.pod.namespace == namespace && self.pod.name == name).then(|| self.pod.clone()))
+    }
+
+    fn nad_config(&self, namespace: &str, name: &str) -> crate::Result<Option<String>> {
+        Ok(self
+            .nads
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned())
+    }
+
+    fn set_pod_annotations(
+        &self,
+        _pod: &Pod,
+        annotations: &BTreeMap<String, String>,
+    ) -> crate::Result<()> {
+        if let Ok(mut held) = self.annotations.lock() {
+            held.extend(annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        Ok(())
+    }
+
+    fn event(&self, _pod: &Pod, kind: EventKind, reason: &str, message: &str) -> crate::Result<()> {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(Event {
+                kind,
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+            });
+        }
+        Ok(())
+    }
+}
