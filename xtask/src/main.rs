@@ -1,10 +1,10 @@
-//! Project tasks: `cargo xtask demo` (the main job), `cargo xtask build` (the static release
-//! binaries), `cargo xtask image` (the container image, built and tried), `cargo xtask bench`,
-//! `cargo xtask bench-multus` and `cargo xtask vm-test` (the tests that need a full kernel).
+//! Project tasks: `cargo xtask build` (the static release binaries; scripts/demo.sh runs
+//! `multus try` with them), `cargo xtask image` (the container image, built and tried),
+//! `cargo xtask bench`, `cargo xtask bench-multus` and `cargo xtask vm-test` (the tests that
+//! need a full kernel).
 
 mod bench;
 mod bench_multus;
-mod demo;
 mod image;
 mod measure;
 mod vm;
@@ -27,7 +27,6 @@ fn main() -> Result<()> {
     let task = args.next().unwrap_or_default();
     let rest: Vec<String> = args.collect();
     match task.as_str() {
-        "demo" => demo::run(),
         "bench" => bench::run(&rest),
         "bench-multus" => bench_multus::run(&rest),
         "vm-test" => vm::run(),
@@ -37,7 +36,7 @@ fn main() -> Result<()> {
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <demo | build | image | bench [--cycles N] | bench-multus [--cycles N] | vm-test>");
+            eprintln!("usage: cargo xtask <build | image | bench [--cycles N] | bench-multus [--cycles N] | vm-test>");
             std::process::exit(2)
         }
     }

@@ -84,9 +84,9 @@ impl Inputs {
                     });
                 }
                 Some("Pod") => {
-                    let uid = meta
-                        .uid
-                        .unwrap_or_else(|| format!("00000000-0000-4000-8000-{:012}", self.pods.len()));
+                    let uid = meta.uid.unwrap_or_else(|| {
+                        format!("00000000-0000-4000-8000-{:012}", self.pods.len())
+                    });
                     let pod = Pod {
                         namespace,
                         name,
@@ -118,7 +118,11 @@ fn nad_config(
     let config = match spec.and_then(|s| s.get("config")) {
         None => return Ok(String::new()),
         Some(serde_json::Value::String(s)) => s.clone(),
-        Some(_) => return Err(Error::Input(format!("{what}: spec.config must be a string"))),
+        Some(_) => {
+            return Err(Error::Input(format!(
+                "{what}: spec.config must be a string"
+            )))
+        }
     };
     match serde_json::from_str::<serde_json::Value>(&config) {
         Ok(serde_json::Value::Object(_)) => Ok(config),

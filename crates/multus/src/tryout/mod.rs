@@ -65,21 +65,17 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
         return clean();
     }
     let plugins = plugins_binary(opts)?;
-    let mut sets: Vec<(String, Inputs)> = Vec::new();
+    // (title, files, why the set is skipped)
+    let mut sets: Vec<(String, Inputs, Option<&str>)> = Vec::new();
     if opts.paths.is_empty() {
         for ex in examples::ALL {
             let mut inputs = Inputs::default();
             for (file, text) in ex.files {
                 inputs.add_text(&format!("examples/{}/{file}", ex.name), text)?;
             }
-            if ex.needs_ipvlan && !kernel_has_ipvlan() {
-                println!(
-                    "=== example {}: SKIPPED: this kernel has no ipvlan support (CONFIG_IPVLAN)\n",
-                    ex.name
-                );
-                continue;
-            }
-            sets.push((format!("example {}", ex.name), inputs));
+            let skip = (ex.needs_ipvlan && !kernel_has_ipvlan())
+                .then_some("this kernel has no ipvlan support (CONFIG_IPVLAN)");
+            sets.push((format!("example {}", ex.name), inputs, skip));
         }
     } else {
         let inputs = Inputs::read(&opts.paths)?;
@@ -88,11 +84,15 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
                 "no Pod in the given files: add the pod that uses the networks".into(),
             ));
         }
-        sets.push((String::new(), inputs));
+        sets.push((String::new(), inputs, None));
     }
     let mut all_ok = true;
     let mut n = 0;
-    for (title, inputs) in &sets {
+    for (title, inputs, skip) in &sets {
+        if let Some(why) = skip {
+            println!("=== {title}: SKIPPED: {why}\n");
+            continue;
+        }
         for (pod, origin) in &inputs.pods {
             let name = format!("{}{}-{n}", sandbox::PREFIX, std::process::id());
             n += 1;
@@ -135,10 +135,17 @@ fn kernel_has_ipvlan() -> bool {
     };
     let works = (|| -> Option<()> {
         let nl = Netlink::in_ns(&ns).ok()?;
-        nl.add_bridge("probe0", &netkit::netlink::BridgeOpts::default()).ok()?;
+        nl.add_bridge("probe0", &netkit::netlink::BridgeOpts::default())
+            .ok()?;
         let parent = nl.link("probe0").ok()?;
-        nl.add_ipvlan("probe1", parent.index, netkit::netlink::IpvlanMode::L2, None, None)
-            .ok()
+        nl.add_ipvlan(
+            "probe1",
+            parent.index,
+            netkit::netlink::IpvlanMode::L2,
+            None,
+            None,
+        )
+        .ok()
     })()
     .is_some();
     let _ = netkit::NetNs::delete_named(&name);
@@ -282,7 +289,11 @@ fn trial(
             false
         }
     };
-    let annotations = api.annotations.lock().map(|a| a.clone()).unwrap_or_default();
+    let annotations = api
+        .annotations
+        .lock()
+        .map(|a| a.clone())
+        .unwrap_or_default();
     if added.is_ok() {
         show_pod(&sb)?;
         println!("\n--- annotation {NETWORK_STATUS_ANNOTATION}");
@@ -330,7 +341,10 @@ fn trial(
     }
     println!("\n--- left behind");
     let diffs = [
-        ("pod", Diff::between(&pod_before, &state::snapshot(&sb.pod, &[])?)),
+        (
+            "pod",
+            Diff::between(&pod_before, &state::snapshot(&sb.pod, &[])?),
+        ),
         (
             "node",
             Diff::between(&node_before, &state::snapshot(&sb.node, &dir_refs)?),
@@ -346,7 +360,9 @@ fn trial(
         }
     }
     if diffs.iter().all(|(_, d)| d.left.is_empty()) {
-        println!("nothing: no link, address, route, rule, firewall rule, reservation or cache file");
+        println!(
+            "nothing: no link, address, route, rule, firewall rule, reservation or cache file"
+        );
     }
     if opts.keep {
         println!("\n--- kept");
@@ -411,7 +427,12 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
     };
     let gateway = entry["gateway"]
         .as_array()
-        .and_then(|g| g.iter().filter_map(Value::as_str).find_map(|g| g.parse::<IpAddr>().ok()));
+        .and_then(|g| {
+            g.iter()
+                .filter_map(Value::as_str)
+                .find_map(|g| g.parse::<IpAddr>().ok())
+        })
+        .or_else(|| cached_gateway(sb, ifname, own));
     let on_node = sb.node_addr_in(own)?;
     let (target, what) = match (gateway, on_node) {
         (Some(g), _) => (g, "gateway"),
@@ -426,8 +447,8 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
             .map_err(|e| Error::Sandbox(format!("{target}: {e}")))?;
         if link.kind.as_deref() == Some("veth") {
             // The pod's veth peer is a port of a bridge on the node: the peer goes there.
-            let node = Netlink::in_ns(&sb.node)
-                .map_err(|e| Error::Sandbox(format!("node: {e}")))?;
+            let node =
+                Netlink::in_ns(&sb.node).map_err(|e| Error::Sandbox(format!("node: {e}")))?;
             let bridge = link
                 .link
                 .and_then(|peer| node.link_by_index(peer).ok().flatten())
@@ -452,8 +473,7 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
     };
     let reached = ping(sb, ifname, target)?;
     if let Some((b, addr)) = cleanup {
-        let node =
-            Netlink::in_ns(&sb.node).map_err(|e| Error::Sandbox(format!("node: {e}")))?;
+        let node = Netlink::in_ns(&sb.node).map_err(|e| Error::Sandbox(format!("node: {e}")))?;
         node.del_addr(b, addr)
             .map_err(|e| Error::Sandbox(format!("node bridge: {e}")))?;
     }
@@ -462,6 +482,22 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
         if reached { "ok" } else { "FAILED, no reply" }
     );
     Ok(reached)
+}
+
+/// The gateway the delegate's result gave `ifname` for `own`'s family, from the result cache
+/// multus wrote (network-status only names gateways of default routes).
+fn cached_gateway(sb: &Sandbox, ifname: &str, own: IpNet) -> Option<IpAddr> {
+    let cached = cni::cache::list(&sb.multus_dir()).ok()?;
+    let result = cached
+        .into_iter()
+        .flatten()
+        .find(|a| a.ifname == ifname)?
+        .result?;
+    result["ips"]
+        .as_array()?
+        .iter()
+        .filter_map(|ip| ip["gateway"].as_str()?.parse::<IpAddr>().ok())
+        .find(|g| g.is_ipv4() == own.addr().is_ipv4())
 }
 
 fn is_link_local(ip: IpAddr) -> bool {
@@ -482,7 +518,16 @@ fn peer_in(own: IpNet) -> IpAddr {
 fn ping(sb: &Sandbox, ifname: &str, target: IpAddr) -> Result<bool, Error> {
     for _ in 0..3 {
         let out = command_in(&sb.pod, "ping")?
-            .args(["-n", "-c", "1", "-W", "1", "-I", ifname, &target.to_string()])
+            .args([
+                "-n",
+                "-c",
+                "1",
+                "-W",
+                "1",
+                "-I",
+                ifname,
+                &target.to_string(),
+            ])
             .output()
             .map_err(|e| Error::Sandbox(format!("running ping: {e}")))?;
         if out.status.success() {

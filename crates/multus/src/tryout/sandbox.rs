@@ -23,7 +23,14 @@ pub const LAN_BRIDGE: &str = "lan0";
 const LAN_GATEWAY: &str = "198.18.0.1/24";
 const NODE_UPLINK_ADDR: &str = "198.18.0.2/24";
 /// The plugin names the `cni-plugins` binary answers to.
-const PLUGINS: [&str; 6] = ["bridge", "macvlan", "ipvlan", "host-local", "static", "dhcp"];
+const PLUGINS: [&str; 6] = [
+    "bridge",
+    "macvlan",
+    "ipvlan",
+    "host-local",
+    "static",
+    "dhcp",
+];
 const ROLES: [&str; 3] = ["pod", "node", "lan"];
 
 fn net(text: &str) -> Result<IpNet, Error> {
@@ -222,10 +229,7 @@ pub fn existing() -> Vec<String> {
             if !n.starts_with(PREFIX) {
                 continue;
             }
-            if let Some(base) = ROLES
-                .iter()
-                .find_map(|r| n.strip_suffix(&format!("-{r}")))
-            {
+            if let Some(base) = ROLES.iter().find_map(|r| n.strip_suffix(&format!("-{r}"))) {
                 add(base.to_owned());
             }
         }

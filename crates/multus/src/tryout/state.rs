@@ -75,7 +75,8 @@ pub struct Kernel {
 
 impl Kernel {
     pub fn read(ns: &NetNs) -> Result<Kernel, Error> {
-        let err = |e: netkit::Error| Error::Sandbox(format!("reading {}: {e}", ns.path().display()));
+        let err =
+            |e: netkit::Error| Error::Sandbox(format!("reading {}: {e}", ns.path().display()));
         let nl = Netlink::in_ns(ns).map_err(err)?;
         let links = nl.links().map_err(err)?;
         let addrs = nl
@@ -108,14 +109,20 @@ pub fn snapshot(ns: &NetNs, dirs: &[&Path]) -> Result<State, Error> {
             .iter()
             .map(|l| format!("{} ({})", l.name, l.kind.as_deref().unwrap_or("device")))
             .collect(),
-        addrs: k.addrs.iter().map(|(dev, a)| format!("{a} on {dev}")).collect(),
+        addrs: k
+            .addrs
+            .iter()
+            .map(|(dev, a)| format!("{a} on {dev}"))
+            .collect(),
         routes: k.routes.into_iter().map(|(_, line)| line).collect(),
         ..State::default()
     };
     for family in ["-4", "-6"] {
-        s.rules.extend(tool_lines(ns, "ip", &[family, "rule", "show"]));
+        s.rules
+            .extend(tool_lines(ns, "ip", &[family, "rule", "show"]));
     }
-    s.firewall.extend(tool_lines(ns, "nft", &["list", "ruleset"]));
+    s.firewall
+        .extend(tool_lines(ns, "nft", &["list", "ruleset"]));
     for tool in ["iptables-save", "ip6tables-save"] {
         s.firewall.extend(
             tool_lines(ns, tool, &[])
@@ -208,16 +215,22 @@ impl Diff {
         for line in new(&before.firewall, &after.firewall) {
             d.left.push(format!("firewall {line}"));
         }
+        let mut bookkeeping = 0;
         for f in new(&before.files, &after.files) {
             let base = Path::new(&f)
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             if base == "lock" || base.starts_with("last_reserved_ip") {
-                d.kept.push(format!("host-local's bookkeeping file {f}"));
+                bookkeeping += 1;
             } else {
                 d.left.push(format!("file {f}"));
             }
+        }
+        if bookkeeping > 0 {
+            d.kept.push(format!(
+                "{bookkeeping} of host-local's lock and last_reserved_ip files (no reservation)"
+            ));
         }
         d
     }
