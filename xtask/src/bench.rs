@@ -1,5 +1,9 @@
 //! `cargo xtask bench`: our plugins and Debian's Go reference side by side, in one run, with
 //! the same harness. Prints medians, p90, peak RSS, binary sizes and ratios.
+//!
+//! `cargo xtask vm-bench` runs the macvlan and ipvlan cases inside the VM of `cargo xtask
+//! vm-test` (this kernel has no ipvlan): there the VM's init runs this program's
+//! `bench-in-vm` task, which is [`run_in_vm`].
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,6 +61,17 @@ const BRIDGE_V4: &str = r#"{"cniVersion":"1.0.0","name":"bench","type":"bridge",
  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.99.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"DATADIR"}}"#;
 const BRIDGE_DUAL: &str = r#"{"cniVersion":"1.0.0","name":"bench6","type":"bridge","bridge":"bench1","isGateway":true,
  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.98.0.0/16"}],[{"subnet":"fd00:98::/64"}]],"dataDir":"DATADIR"}}"#;
+/// macvlan and ipvlan with static IPAM on the master `up0` ("TYPE" replaced), IPv4 and
+/// dual-stack, with gateways and default routes as a real network would have them.
+const SUBLINK_V4: &str = r#"{"cniVersion":"1.0.0","name":"benchsub","type":"TYPE","master":"up0",
+ "ipam":{"type":"static","addresses":[{"address":"10.96.0.5/24","gateway":"10.96.0.1"}],"routes":[{"dst":"0.0.0.0/0"}]}}"#;
+const SUBLINK_DUAL: &str = r#"{"cniVersion":"1.0.0","name":"benchsub","type":"TYPE","master":"up0",
+ "ipam":{"type":"static","addresses":[{"address":"10.96.0.5/24","gateway":"10.96.0.1"},{"address":"fd00:96::5/64","gateway":"fd00:96::1"}],
+ "routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"}]}}"#;
+/// The reference waits for IPv6 duplicate address detection (about 2 s per ADD): dual-stack
+/// macvlan and ipvlan cases run at most this many cycles.
+const DAD_CASE_CYCLES: usize = 20;
+
 const HOST_LOCAL: &str = r#"{"cniVersion":"1.0.0","name":"benchipam","type":"host-local",
  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.97.0.0/16"}]],"dataDir":"DATADIR"}}"#;
 
@@ -86,7 +101,7 @@ pub fn run(args: &[String]) -> Result<()> {
         _ => 200,
     };
     let bin = crate::build_release()?;
-    let ours_dir = PluginDir::new(&bin, &["bridge", "host-local", "static"]);
+    let ours_dir = PluginDir::new(&bin, &["bridge", "macvlan", "host-local", "static"]);
     let sides = [
         Side::new("ours", ours_dir.path().to_path_buf())?,
         Side::new("go", reference_dir())?,
@@ -95,17 +110,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut rows = Vec::new();
     let mut rss = [0i64; 2];
 
-    // The harness's own cost: fork+exec of a program that does nothing, timed the same way.
-    let mut floor = Series::default();
-    for _ in 0..cycles {
-        let call = sides[0].call("VERSION", "{}", "x", &pod);
-        floor.push(&measure::run(
-            Path::new("/bin/true"),
-            &call,
-            &sides[0].node,
-        )?);
-    }
-    let (floor_ms, _) = measure::percentiles(&mut floor.times);
+    let floor_ms = exec_floor(&sides[0], &pod, cycles)?;
 
     for (case, plugin, config) in [
         ("host-local ADD / DEL", "host-local", HOST_LOCAL),
@@ -116,41 +121,21 @@ pub fn run(args: &[String]) -> Result<()> {
             BRIDGE_DUAL,
         ),
     ] {
-        let mut add = [Series::default(), Series::default()];
-        let mut del = [Series::default(), Series::default()];
-        let mut cycle = [Vec::new(), Vec::new()];
-        for i in 0..cycles {
-            // Alternate who goes first so drift on a noisy machine hits both sides alike.
-            let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
-            for s in order {
-                let id = format!("bench-{i}");
-                let a = sides[s].run(plugin, &sides[s].call("ADD", config, &id, &pod))?;
-                let d = sides[s].run(plugin, &sides[s].call("DEL", config, &id, &pod))?;
-                cycle[s].push(a.elapsed + d.elapsed);
-                add[s].push(&a);
-                del[s].push(&d);
-            }
-        }
-        for s in 0..2 {
-            rss[s] = rss[s].max(add[s].max_rss_kb).max(del[s].max_rss_kb);
-        }
-        for (what, series) in [("ADD", &mut add), ("DEL", &mut del)] {
-            let [ours, go] = series;
-            rows.push(Row {
-                case: format!("{case}: {what}"),
-                ours: measure::percentiles(&mut ours.times),
-                reference: measure::percentiles(&mut go.times),
-                floor: floor_ms,
-            });
-        }
-        let [ours, go] = &mut cycle;
-        rows.push(Row {
-            case: format!("{case}: full cycle"),
-            ours: measure::percentiles(ours),
-            reference: measure::percentiles(go),
-            floor: 2.0 * floor_ms,
-        });
+        let bench = AddDel {
+            case: case.to_owned(),
+            plugin,
+            config: config.to_owned(),
+            cycles,
+            floor_ms,
+        };
+        bench.run(&sides, &pod, &mut rows, &mut rss)?;
     }
+    for side in &sides {
+        veth_master(&side.node);
+    }
+    sublink_rows(
+        &sides, &pod, "macvlan", cycles, floor_ms, &mut rows, &mut rss,
+    )?;
 
     // The kernel's floor for DEL: deleting the pod's veth with iproute2, net of the exec floor.
     let mut veth_del = Vec::new();
@@ -217,6 +202,143 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// ADD and DEL of one config, `cycles` times, alternating the two sides.
+struct AddDel {
+    case: String,
+    plugin: &'static str,
+    config: String,
+    cycles: usize,
+    floor_ms: f64,
+}
+
+impl AddDel {
+    fn run(
+        &self,
+        sides: &[Side; 2],
+        pod: &Netns,
+        rows: &mut Vec<Row>,
+        rss: &mut [i64; 2],
+    ) -> Result<()> {
+        let (case, plugin, config) = (self.case.as_str(), self.plugin, self.config.as_str());
+        let mut add = [Series::default(), Series::default()];
+        let mut del = [Series::default(), Series::default()];
+        let mut cycle = [Vec::new(), Vec::new()];
+        for i in 0..self.cycles {
+            // Alternate who goes first so drift on a noisy machine hits both sides alike.
+            let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+            for s in order {
+                let id = format!("bench-{i}");
+                let a = sides[s].run(plugin, &sides[s].call("ADD", config, &id, pod))?;
+                let d = sides[s].run(plugin, &sides[s].call("DEL", config, &id, pod))?;
+                cycle[s].push(a.elapsed + d.elapsed);
+                add[s].push(&a);
+                del[s].push(&d);
+            }
+        }
+        for s in 0..2 {
+            rss[s] = rss[s].max(add[s].max_rss_kb).max(del[s].max_rss_kb);
+        }
+        for (what, series) in [("ADD", &mut add), ("DEL", &mut del)] {
+            let [ours, go] = series;
+            rows.push(Row {
+                case: format!("{case}: {what}"),
+                ours: measure::percentiles(&mut ours.times),
+                reference: measure::percentiles(&mut go.times),
+                floor: self.floor_ms,
+            });
+        }
+        let [ours, go] = &mut cycle;
+        rows.push(Row {
+            case: format!("{case}: full cycle"),
+            ours: measure::percentiles(ours),
+            reference: measure::percentiles(go),
+            floor: 2.0 * self.floor_ms,
+        });
+        Ok(())
+    }
+}
+
+/// macvlan or ipvlan (`kind`) with static IPAM on the node's `up0`, IPv4 and dual-stack.
+fn sublink_rows(
+    sides: &[Side; 2],
+    pod: &Netns,
+    kind: &'static str,
+    cycles: usize,
+    floor_ms: f64,
+    rows: &mut Vec<Row>,
+    rss: &mut [i64; 2],
+) -> Result<()> {
+    for (family, config, n) in [
+        ("IPv4", SUBLINK_V4, cycles),
+        ("dual-stack", SUBLINK_DUAL, cycles.min(DAD_CASE_CYCLES)),
+    ] {
+        let bench = AddDel {
+            case: format!("{kind}+static ADD / DEL, {family} ({n} cycles)"),
+            plugin: kind,
+            config: config.replace("TYPE", kind),
+            cycles: n,
+            floor_ms,
+        };
+        bench.run(sides, pod, rows, rss)?;
+    }
+    Ok(())
+}
+
+/// The master `up0` in a node namespace: a veth end whose peer is up, so it has a carrier.
+fn veth_master(node: &Netns) {
+    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up0p"]);
+    node.ip(&["link", "set", "up0p", "up"]);
+    node.ip(&["link", "set", "up0", "up"]);
+}
+
+/// The harness's own cost: fork+exec of a program that does nothing, timed the same way.
+fn exec_floor(side: &Side, pod: &Netns, cycles: usize) -> Result<f64> {
+    let mut floor = Series::default();
+    for _ in 0..cycles {
+        let call = side.call("VERSION", "{}", "x", pod);
+        floor.push(&measure::run(Path::new("/bin/true"), &call, &side.node)?);
+    }
+    Ok(measure::percentiles(&mut floor.times).0)
+}
+
+/// `bench-in-vm --bin <cni-plugins> --cycles N`: macvlan and ipvlan on a dummy master, ours
+/// against the reference in /usr/lib/cni, inside the VM that `cargo xtask vm-bench` boots.
+pub fn run_in_vm(args: &[String]) -> Result<()> {
+    let (mut bin, mut cycles) = (None, 50);
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--bin" => bin = it.next().map(PathBuf::from),
+            "--cycles" => cycles = it.next().context("--cycles N")?.parse()?,
+            other => anyhow::bail!("bench-in-vm: unknown argument {other:?}"),
+        }
+    }
+    let bin = bin.context("bench-in-vm needs --bin <cni-plugins>")?;
+    let ours_dir = PluginDir::new(&bin, &["macvlan", "ipvlan", "static"]);
+    let sides = [
+        Side::new("ours", ours_dir.path().to_path_buf())?,
+        Side::new("go", reference_dir())?,
+    ];
+    for side in &sides {
+        side.node.ip(&["link", "add", "up0", "type", "dummy"]);
+        side.node.ip(&["link", "set", "up0", "up"]);
+    }
+    let pod = Netns::new("bench-pod");
+    let floor_ms = exec_floor(&sides[0], &pod, cycles)?;
+    let mut rows = Vec::new();
+    let mut rss = [0i64; 2];
+    for kind in ["macvlan", "ipvlan"] {
+        sublink_rows(&sides, &pod, kind, cycles, floor_ms, &mut rows, &mut rss)?;
+    }
+    println!("in the VM (qemu TCG, one vCPU), cycles per case: {cycles}; harness exec floor: {floor_ms:.2} ms median\n");
+    print_table(&rows);
+    println!(
+        "\npeak RSS of one plugin call: ours {} KB, Go {} KB",
+        rss[0], rss[1]
+    );
+    Ok(())
+}
+
 fn file_size(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
 }
@@ -229,6 +351,25 @@ fn print_report(
     bin: &Path,
 ) -> Result<()> {
     println!("cycles per case: {cycles}; harness exec floor (fork+exec of /bin/true): {floor_ms:.2} ms median\n");
+    print_table(rows);
+    println!(
+        "\npeak RSS of one plugin call: ours {} KB, Go {} KB",
+        rss[0], rss[1]
+    );
+    let ref_dir = reference_dir();
+    let go_total: u64 = ["bridge", "macvlan", "ipvlan", "host-local", "static"]
+        .iter()
+        .map(|p| file_size(&ref_dir.join(p)))
+        .sum();
+    println!(
+        "binary size: ours {} KB (one cni-plugins binary for bridge, macvlan, ipvlan, host-local, static); Go {} KB (the same five)",
+        file_size(bin) / 1024,
+        go_total / 1024
+    );
+    Ok(())
+}
+
+fn print_table(rows: &[Row]) {
     println!("| case | ours median / p90 (ms) | Go median / p90 (ms) | ratio | ratio net of exec floor |");
     println!("|---|---|---|---|---|");
     for r in rows {
@@ -249,19 +390,4 @@ fn print_report(
             }
         );
     }
-    println!(
-        "\npeak RSS of one plugin call: ours {} KB, Go {} KB",
-        rss[0], rss[1]
-    );
-    let ref_dir = reference_dir();
-    let go_total: u64 = ["bridge", "host-local", "static"]
-        .iter()
-        .map(|p| file_size(&ref_dir.join(p)))
-        .sum();
-    println!(
-        "binary size: ours {} KB (one cni-plugins binary for bridge, host-local, static); Go {} KB (bridge + host-local + static)",
-        file_size(bin) / 1024,
-        go_total / 1024
-    );
-    Ok(())
 }

@@ -1,13 +1,15 @@
 //! `cargo xtask bench-multus`: what multus costs on top of its delegates. A pod gets the
-//! cluster network and two more networks (bridge + host-local each); the same three delegates
-//! are also called directly, as a runtime would call them, and the difference is multus's own
-//! time. Then 50 pods at once, and peak RSS.
+//! cluster network and the two NADs its annotation selects (bridge + host-local each), served
+//! by the testkit Kubernetes API server; the same three delegates are also called directly, as
+//! a runtime would call them, and the difference is multus's own time (API calls included).
+//! Then 50 pods at once, and peak RSS.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
+use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth};
 use testkit::{CniCall, Netns, PluginDir};
 
 use crate::measure;
@@ -40,21 +42,27 @@ impl Bench {
         ]
     }
 
-    fn multus_conf(&self) -> Result<String> {
-        let conf_dir = self.dir.path().join("net.d");
-        std::fs::create_dir_all(&conf_dir)?;
+    /// The multus config, with the two NADs and `pods` (each selecting both) in the API.
+    fn multus_conf(&self, api: &KubeApiServer, pods: &[String]) -> Result<String> {
         let [cluster, (a, _), (b, _)] = self.networks();
-        std::fs::write(conf_dir.join("10-net-a.conf"), a.to_string())?;
-        std::fs::write(conf_dir.join("20-net-b.conf"), b.to_string())?;
+        api.add_nad("default", "net-a", json!({"config": a.to_string()}));
+        api.add_nad("default", "net-b", json!({"config": b.to_string()}));
+        for name in pods {
+            let mut pod = pod_manifest("default", name);
+            pod["metadata"]["annotations"] = json!({"k8s.v1.cni.cncf.io/networks": "net-a,net-b"});
+            api.add_pod(pod);
+        }
+        let kubeconfig = self.dir.path().join("multus.kubeconfig");
+        api.write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)?;
         Ok(
             json!({"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus",
-            "confDir": conf_dir, "cniDir": self.dir.path().join("multus"),
-            "binDir": self.plugins.path(), "delegates": [cluster.0],
-            "defaultNetworks": ["net-a", "net-b"]})
+            "cniDir": self.dir.path().join("multus"), "binDir": self.plugins.path(),
+            "kubeconfig": kubeconfig, "delegates": [cluster.0]})
             .to_string(),
         )
     }
 
+    /// A call for container `id` of the API's pod `id`.
     fn call(&self, command: &str, conf: &str, id: &str, ifname: &str, pod: &Netns) -> CniCall {
         let mut call = CniCall::new(command, conf);
         call.container_id = id.into();
@@ -90,7 +98,14 @@ pub fn run(args: &[String]) -> Result<()> {
         node: Netns::new("bench-multus"),
         dir: tempfile::tempdir()?,
     };
-    let conf = bench.multus_conf()?;
+    // The API server listens in the node namespace, where multus runs.
+    let node_ns = netkit::NetNs::open(bench.node.path())?;
+    let api = node_ns.run(KubeApiServer::https)??;
+    let pod_names: Vec<String> = (0..cycles)
+        .map(|i| format!("bm{i}"))
+        .chain((0..(cycles / 20).max(3)).flat_map(|r| (0..50).map(move |i| format!("par{r}-{i}"))))
+        .collect();
+    let conf = bench.multus_conf(&api, &pod_names)?;
     let bridge = bench.plugins.path().join("bridge");
     let pod = Netns::new("bench-mpod");
 

@@ -1,7 +1,7 @@
 //! Project tasks: `cargo xtask build` (the static release binaries; scripts/demo.sh runs
 //! `multus try` with them), `cargo xtask image` (the container image, built and tried),
-//! `cargo xtask bench`, `cargo xtask bench-multus` and `cargo xtask vm-test` (the tests that
-//! need a full kernel).
+//! `cargo xtask bench`, `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need
+//! a full kernel) and `cargo xtask vm-bench` (the macvlan and ipvlan benchmarks in that kernel).
 
 mod bench;
 mod bench_multus;
@@ -31,12 +31,17 @@ fn main() -> Result<()> {
         "bench-multus" => bench_multus::run(&rest),
         "vm-test" => vm::run(),
         "image" => image::run(),
+        "vm-bench" => vm::bench(&rest),
+        // What `vm-bench` runs inside the VM.
+        "bench-in-vm" => bench::run_in_vm(&rest),
         "build" => {
             println!("{}", build_release()?.display());
             Ok(())
         }
         _ => {
-            eprintln!("usage: cargo xtask <build | image | bench [--cycles N] | bench-multus [--cycles N] | vm-test>");
+            eprintln!(
+                "usage: cargo xtask <build | image | bench [--cycles N] | bench-multus [--cycles N] | vm-test | vm-bench [--cycles N]>"
+            );
             std::process::exit(2)
         }
     }

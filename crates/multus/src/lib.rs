@@ -3,12 +3,16 @@
 //! annotation selects, writes what the pod got to its network-status annotation, and undoes
 //! everything when any part fails. Also the node installer (`multus install`).
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod api;
 pub mod cmd;
 pub mod config;
 pub mod delegate;
 pub mod error;
 pub mod install;
+pub mod k8s;
+mod kube_api;
 pub mod log;
 pub mod resolve;
 pub mod route;
@@ -18,14 +22,4 @@ pub mod tryout;
 
 pub use error::{Error, Result};
 
-/// Connects to the Kubernetes API the configuration names; without a kubeconfig there is no
-/// API, and multus attaches the cluster network and `defaultNetworks` only.
-pub fn connect(conf: &config::MultusConf) -> Result<Option<Box<dyn api::Api>>> {
-    match &conf.kubeconfig {
-        None => Ok(None),
-        Some(path) => Err(Error::Api(format!(
-            "kubeconfig {}: this build has no Kubernetes client",
-            path.display()
-        ))),
-    }
-}
+pub use kube_api::connect;

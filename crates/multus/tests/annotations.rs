@@ -2,6 +2,8 @@
 //! that serves pods and NADs from memory and records what multus writes; the delegates are
 //! the real `cni-plugins` binaries, exec'd into real namespaces.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::cell::RefCell;

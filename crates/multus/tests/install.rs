@@ -1,5 +1,7 @@
 //! `multus install` run as the DaemonSet runs it, against a node tree in a temporary directory.
 
+#![allow(clippy::unwrap_used)]
+
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

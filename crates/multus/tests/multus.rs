@@ -1,6 +1,8 @@
 //! The real `multus` binary, run as a runtime runs it, with bridge + host-local delegates from
 //! `cni-plugins`, in namespaces; no Kubernetes API (the cluster network and defaultNetworks).
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::fs;

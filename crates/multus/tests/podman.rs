@@ -2,6 +2,8 @@
 //! multus; the container gets the cluster network and a second network from
 //! `defaultNetworks`, reaches both gateways, and `--rm` leaves nothing behind.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::path::Path;

@@ -5,7 +5,8 @@ use std::net::IpAddr;
 use anyhow::{Context, Result};
 use ipnet::IpNet;
 use netkit::netlink::{
-    AddrOpts, BridgeOpts, BridgePortOpts, IpvlanMode, MacvlanMode, Route, RT_SCOPE_LINK,
+    AddrOpts, BridgeOpts, BridgePortOpts, IpvlanMode, MacvlanMode, MacvlanOpts, Route,
+    RT_SCOPE_LINK,
 };
 use netkit::{Family, NetNs, Netlink};
 use serde_json::Value;
@@ -566,20 +567,20 @@ fn macvlan_is_created_straight_in_the_pod() -> Result<()> {
     node.nl.add_veth("uplink", "uplinkp", None, None, None)?;
     let parent = node.index("uplink")?;
     let mac = [0x02, 0x11, 0x22, 0x33, 0x44, 0x55];
-    node.nl.add_macvlan(
-        "net1",
-        parent,
-        MacvlanMode::Bridge,
-        Some(&pod.ns),
-        Some(1400),
-        Some(mac),
-    )?;
+    let opts = MacvlanOpts {
+        mode: MacvlanMode::Bridge,
+        mtu: Some(1400),
+        mac: Some(mac),
+        bc_queue_len: Some(321),
+    };
+    node.nl.add_macvlan("net1", parent, &opts, Some(&pod.ns))?;
 
     let j = pod.link_json("net1");
     assert_eq!(j["linkinfo"]["info_kind"], "macvlan");
     assert_eq!(j["linkinfo"]["info_data"]["mode"], "bridge");
     assert_eq!(j["mtu"], 1400);
     assert_eq!(j["address"], "02:11:22:33:44:55");
+    assert_eq!(j["linkinfo"]["info_data"]["bcqueuelen"], 321);
     let link = pod.nl.link("net1")?;
     assert_eq!(link.kind.as_deref(), Some("macvlan"));
     assert_eq!(link.macvlan_mode, Some(MacvlanMode::Bridge as u32));
@@ -587,8 +588,13 @@ fn macvlan_is_created_straight_in_the_pod() -> Result<()> {
     assert!(!node.sandbox.links().contains(&"net1".to_string()));
 
     // In the node namespace with another mode.
-    node.nl
-        .add_macvlan("mv1", parent, MacvlanMode::Private, None, None, None)?;
+    let private = MacvlanOpts {
+        mode: MacvlanMode::Private,
+        mtu: None,
+        mac: None,
+        bc_queue_len: None,
+    };
+    node.nl.add_macvlan("mv1", parent, &private, None)?;
     assert_eq!(
         node.nl.link("mv1")?.macvlan_mode,
         Some(MacvlanMode::Private as u32)

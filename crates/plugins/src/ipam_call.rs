@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cni::invoke::{self, DelegateEnv};
-use cni::{CmdArgs, CniError, CniResult, Command, Version};
+use cni::{CmdArgs, CniError, CniResult, Command, Dns, Version};
 
 use crate::Kind;
 
@@ -38,6 +38,18 @@ impl<'a> Ipam<'a> {
             Target::InProcess(plugin) => plugin.add(&self.call(Command::Add))?.convert(version),
             Target::Exec(bin) => invoke::exec_add(&bin, &self.env(), &self.args.stdin),
         }
+    }
+
+    /// ADD for an interface plugin: the result must carry at least one address to configure.
+    pub fn add_addresses(&self, version: Version) -> Result<CniResult, CniError> {
+        let result = self.add(version)?;
+        if result.ips.is_empty() {
+            return Err(CniError::internal(format!(
+                "the IPAM plugin {:?} returned no IP address to configure",
+                self.plugin_type
+            )));
+        }
+        Ok(result)
     }
 
     pub fn del(&self) -> Result<(), CniError> {
@@ -120,5 +132,38 @@ fn is_this_executable(bin: &Path) -> bool {
     match (std::fs::metadata(bin), std::fs::metadata("/proc/self/exe")) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
+    }
+}
+
+/// The DNS settings of a result: the config's `dns`, completed with what the IPAM plugin
+/// returned (servers, search domains and options it adds; its domain when the config has none).
+pub fn result_dns(config: Option<&Dns>, from_ipam: &Dns) -> Dns {
+    let mut dns = config.cloned().unwrap_or_default();
+    dns.merge(from_ipam);
+    dns
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_dns_comes_first_and_ipam_dns_is_kept() {
+        let config = Dns {
+            nameservers: vec!["10.0.0.53".into()],
+            search: vec!["cluster.local".into()],
+            ..Dns::default()
+        };
+        let ipam = Dns {
+            nameservers: vec!["10.0.0.53".into(), "10.0.0.54".into()],
+            domain: "example.org".into(),
+            ..Dns::default()
+        };
+        let dns = result_dns(Some(&config), &ipam);
+        assert_eq!(dns.nameservers, ["10.0.0.53", "10.0.0.54"]);
+        assert_eq!(dns.search, ["cluster.local"]);
+        assert_eq!(dns.domain, "example.org");
+        assert_eq!(result_dns(None, &ipam), ipam);
+        assert!(result_dns(None, &Dns::default()).is_empty());
     }
 }

@@ -1,7 +1,16 @@
-//! Interface plugins (bridge) and the table of plugins in the `cni-plugins` multi-call binary.
+//! Interface plugins (bridge, macvlan, ipvlan) and the table of plugins in the `cni-plugins`
+//! multi-call binary.
 
 pub mod bridge;
+mod check;
+mod container;
 mod ipam_call;
+pub mod ipvlan;
+mod mac;
+pub mod macvlan;
+mod master;
+mod sublink;
+mod sys;
 
 /// A plugin in the multi-call binary: the name it is installed under, and its implementation.
 pub struct Entry {
@@ -25,6 +34,18 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Interface,
         about: "bridge: a veth pair per attachment on a Linux bridge",
         plugin: &bridge::Bridge,
+    },
+    Entry {
+        name: "macvlan",
+        kind: Kind::Interface,
+        about: "macvlan: a link with its own MAC address on a master interface",
+        plugin: &macvlan::Macvlan,
+    },
+    Entry {
+        name: "ipvlan",
+        kind: Kind::Interface,
+        about: "ipvlan: a link sharing the MAC address of a master interface",
+        plugin: &ipvlan::Ipvlan,
     },
     Entry {
         name: "host-local",

@@ -1,5 +1,6 @@
 //! A corpus of bad inputs. Each one gets a CNI error object on stdout, exit status 1, the right
-//! well-known code, and leaves nothing behind: no link, no reservation, no rule.
+//! well-known code, and leaves nothing behind: no link, no reservation, no rule. macvlan and
+//! ipvlan run against the node's master `up0` (a veth whose peer is `up0p`), which stays.
 
 use std::path::Path;
 
@@ -17,6 +18,25 @@ fn bridge(extra: &str, ipam: &str) -> String {
             "ipam":{{"type":"host-local","dataDir":"DATADIR"{ipam}}}}}"#
     )
 }
+
+/// A valid macvlan config with host-local on the master `up0`; cases change one thing in it.
+fn macvlan(extra: &str, ipam: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"macvlan","master":"up0"{extra},
+            "ipam":{{"type":"host-local","dataDir":"DATADIR"{ipam}}}}}"#
+    )
+}
+
+/// The same for ipvlan.
+fn ipvlan(extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"ipvlan","master":"up0"{extra},
+            "ipam":{{"type":"host-local","dataDir":"DATADIR"{RANGES}}}}}"#
+    )
+}
+
+/// The master macvlan and ipvlan attach to; not a leftover.
+const MASTER: [&str; 2] = ["up0", "up0p"];
 
 const RANGES: &str = r#","ranges":[[{"subnet":"10.66.0.0/24"}]]"#;
 
@@ -59,8 +79,11 @@ fn case(what: impl Into<String>, plugin: &'static str, stdin: String, code: u64)
 fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
-    let plugins: [(&'static str, String); 3] = [
+    let good_macvlan = macvlan("", RANGES);
+    let plugins: [(&'static str, String); 5] = [
         ("bridge", good_bridge.clone()),
+        ("macvlan", good_macvlan.clone()),
+        ("ipvlan", ipvlan("")),
         ("host-local", host_local(RANGES)),
         (
             "static",
@@ -218,36 +241,129 @@ fn corpus() -> Vec<Case> {
         let stdin = good_bridge.replace(r#""bridge":"bad0""#, &format!(r#""bridge":"{name}""#));
         cases.push(case(format!("bridge: {what}"), "bridge", stdin, CONFIG));
     }
-    for command in ["ADD", "DEL", "CHECK"] {
+    // The ipam block and CNI_ARGS of the interface plugins that read them.
+    for (plugin, good) in [("bridge", &good_bridge), ("macvlan", &good_macvlan)] {
+        for command in ["ADD", "DEL", "CHECK"] {
+            let mut c = case(
+                format!("{plugin}: {command} with an interface plugin as ipam"),
+                plugin,
+                good.replace(r#""type":"host-local""#, &format!(r#""type":"{plugin}""#)),
+                CONFIG,
+            );
+            c.command = command;
+            cases.push(c);
+        }
+        for (what, ipam_type) in [
+            ("ipam type with a path", "../host-local"),
+            ("ipam type absolute", "/usr/lib/cni/host-local"),
+            ("ipam type not installed", "no-such-ipam"),
+        ] {
+            let stdin = good.replace(
+                r#""type":"host-local""#,
+                &format!(r#""type":"{ipam_type}""#),
+            );
+            cases.push(case(format!("{plugin}: {what}"), plugin, stdin, CONFIG));
+        }
         let mut c = case(
-            format!("bridge: {command} with an interface plugin as ipam"),
-            "bridge",
-            good_bridge.replace(r#""type":"host-local""#, r#""type":"bridge""#),
+            format!("{plugin}: bad MAC in CNI_ARGS"),
+            plugin,
+            good.clone(),
             CONFIG,
         );
-        c.command = command;
+        c.env = vec![("CNI_ARGS", Some("MAC=nope".into()))];
         cases.push(c);
     }
-    for (what, ipam_type) in [
-        ("ipam type with a path", "../host-local"),
-        ("ipam type absolute", "/usr/lib/cni/host-local"),
-        ("ipam type not installed", "no-such-ipam"),
-    ] {
-        let stdin = good_bridge.replace(
-            r#""type":"host-local""#,
-            &format!(r#""type":"{ipam_type}""#),
-        );
-        cases.push(case(format!("bridge: {what}"), "bridge", stdin, CONFIG));
-    }
-    let mut c = case(
-        "bridge: bad MAC in CNI_ARGS",
-        "bridge",
-        good_bridge.clone(),
-        CONFIG,
-    );
-    c.env = vec![("CNI_ARGS", Some("MAC=nope".into()))];
-    cases.push(c);
 
+    // macvlan and ipvlan options.
+    for (what, extra, code) in [
+        ("unknown mode", r#","mode":"l2""#, CONFIG),
+        ("mode is a number", r#","mode":4"#, DECODE),
+        ("mtu is negative", r#","mtu":-5"#, CONFIG),
+        ("mtu is a string", r#","mtu":"1400""#, DECODE),
+        ("mtu above the master's", r#","mtu":1501"#, CONFIG),
+        ("mac garbage", r#","mac":"02:00:00""#, CONFIG),
+        ("mac is a number", r#","mac":2"#, DECODE),
+        (
+            "runtimeConfig mac garbage",
+            r#","runtimeConfig":{"mac":"zz"}"#,
+            CONFIG,
+        ),
+        ("bcqueuelen negative", r#","bcqueuelen":-1"#, DECODE),
+        (
+            "linkInContainer is a string",
+            r#","linkInContainer":"yes""#,
+            DECODE,
+        ),
+        (
+            "master not in the pod with linkInContainer",
+            r#","linkInContainer":true"#,
+            CONFIG,
+        ),
+        ("multicast mac", r#","mac":"01:00:5e:00:00:01""#, 999),
+    ] {
+        cases.push(case(
+            format!("macvlan: {what}"),
+            "macvlan",
+            macvlan(extra, RANGES),
+            code,
+        ));
+    }
+    for (what, extra, code) in [
+        ("unknown mode", r#","mode":"bridge""#, CONFIG),
+        ("mtu is negative", r#","mtu":-5"#, CONFIG),
+        ("mtu above the master's", r#","mtu":9000"#, CONFIG),
+        ("prevResult garbage", r#","prevResult":{"ips":"x"}"#, DECODE),
+        (
+            "master not in the pod with linkInContainer",
+            r#","linkInContainer":true"#,
+            CONFIG,
+        ),
+    ] {
+        cases.push(case(
+            format!("ipvlan: {what}"),
+            "ipvlan",
+            ipvlan(extra),
+            code,
+        ));
+    }
+    for (plugin, good) in [("macvlan", good_macvlan.clone()), ("ipvlan", ipvlan(""))] {
+        for (what, from, to) in [
+            (
+                "master missing",
+                r#""master":"up0""#,
+                r#""master":"nosuch0""#,
+            ),
+            (
+                "master name with a slash",
+                r#""master":"up0""#,
+                r#""master":"a/b""#,
+            ),
+            (
+                "master name too long",
+                r#""master":"up0""#,
+                r#""master":"abcdefghijklmnopq""#,
+            ),
+        ] {
+            cases.push(case(
+                format!("{plugin}: {what}"),
+                plugin,
+                good.replace(from, to),
+                CONFIG,
+            ));
+        }
+    }
+    cases.push(case(
+        "ipvlan: no ipam and no prevResult",
+        "ipvlan",
+        r#"{"cniVersion":"1.0.0","name":"badnet","type":"ipvlan","master":"up0"}"#.into(),
+        CONFIG,
+    ));
+    cases.push(case(
+        "ipvlan: chained, prevResult with two interfaces and no master",
+        "ipvlan",
+        r#"{"cniVersion":"1.0.0","name":"badnet","type":"ipvlan","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"a"},{"name":"b"}],"ips":[{"address":"10.66.0.9/24"}]}}"#.into(),
+        CONFIG,
+    ));
     // host-local, alone and under bridge (both must fail the same way, leaving nothing).
     let ipam_cases: Vec<(&str, String, u64)> = vec![
         ("no ranges", String::new(), CONFIG),
@@ -287,6 +403,12 @@ fn corpus() -> Vec<Case> {
             bridge("", ipam),
             *code,
         ));
+        cases.push(case(
+            format!("macvlan+host-local: {what}"),
+            "macvlan",
+            macvlan("", ipam),
+            *code,
+        ));
     }
     // Fix up the two cases whose bad part is outside the ipam block.
     for c in cases
@@ -318,6 +440,7 @@ fn corpus() -> Vec<Case> {
         for (plugin, stdin) in [
             ("host-local", host_local(RANGES)),
             ("bridge", good_bridge.clone()),
+            ("macvlan", good_macvlan.clone()),
         ] {
             let mut c = case(format!("{plugin}: {what}"), plugin, stdin, CONFIG);
             c.env = vec![("CNI_ARGS", Some(env.into()))];
@@ -379,8 +502,14 @@ fn corpus() -> Vec<Case> {
 #[test]
 fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
     let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
-    let plugins = PluginDir::new(bin, &["bridge", "host-local", "static"]);
+    let plugins = PluginDir::new(
+        bin,
+        &["bridge", "macvlan", "ipvlan", "host-local", "static"],
+    );
     let node = Netns::new("badnode");
+    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up0p"]);
+    node.ip(&["link", "set", "up0p", "up"]);
+    node.ip(&["link", "set", "up0", "up"]);
     let pod = Netns::new("badpod");
     let data = tempfile::tempdir().expect("tempdir");
     let cases = corpus();
@@ -412,7 +541,11 @@ fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
                 out.stdout.trim()
             )),
         }
-        let left_node: Vec<String> = node.links().into_iter().filter(|l| l != "lo").collect();
+        let left_node: Vec<String> = node
+            .links()
+            .into_iter()
+            .filter(|l| l != "lo" && !MASTER.contains(&l.as_str()))
+            .collect();
         let left_pod: Vec<String> = pod.links().into_iter().filter(|l| l != "lo").collect();
         if !left_node.is_empty() || !left_pod.is_empty() {
             failures.push(format!(

@@ -1,5 +1,5 @@
-//! The same cases through Debian's Go bridge + host-local (v1.1.1) and through ours, each side in
-//! fresh node and pod namespaces, compared on: success or failure of every step, the ADD result
+//! The same cases through Debian's Go plugins (v1.1.1: bridge, macvlan, ipvlan with host-local
+//! and static) and through ours, each side in fresh node and pod namespaces, compared on: success or failure of every step, the ADD result
 //! (MACs and veth names aside), kernel state (links, addresses, routes, VLANs, forwarding),
 //! reservations left and firewall rules. Where we differ on purpose, the case says why and
 //! asserts our behaviour instead; the reasons are listed in docs/compatibility.md.
@@ -27,6 +27,10 @@ enum Step {
     DeletePodNetns,
     /// Removes an address from the pod's eth0.
     RemovePodAddr(&'static str),
+    /// Deletes a link of the node (a macvlan's master, say).
+    DeleteNodeLink(&'static str),
+    /// Deletes the node's default route.
+    DeleteDefaultRoute,
 }
 
 /// How the two sides compare.
@@ -327,6 +331,277 @@ fn cases() -> Vec<Case> {
     ]
 }
 
+/// A macvlan config on the node's master `up0`; `body` starts with a comma.
+fn mv(body: &str) -> String {
+    format!(r#"{{"cniVersion":"1.0.0","name":"sbs","type":"macvlan","master":"up0"{body}}}"#)
+}
+
+/// The same for ipvlan.
+fn ipv(body: &str) -> String {
+    format!(r#"{{"cniVersion":"1.0.0","name":"sbs","type":"ipvlan","master":"up0"{body}}}"#)
+}
+
+const STATIC: &str = r#""ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24","gateway":"10.20.0.1"},{"address":"fd20::5/64"}],"routes":[{"dst":"0.0.0.0/0"},{"dst":"fd21::/64","gw":"fd20::1"}]}"#;
+
+/// The master `up0`: a veth end whose peer is up, with a default route (see
+/// [`common::veth_master`]).
+fn veth_master(sb: &Sandbox) {
+    common::veth_master(&sb.node, 1500);
+}
+
+/// The master `up0` as a dummy link (see [`common::dummy_master`]).
+fn dummy_master(sb: &Sandbox) {
+    common::dummy_master(&sb.node);
+}
+
+/// Our failed ADD left nothing in the pod and no reservation.
+fn assert_nothing_left(sb: &Sandbox, out: &[Outcome]) {
+    assert!(!out[0].ok, "{:?}", out[0]);
+    assert!(
+        sb.pod.links().iter().all(|l| l == "lo"),
+        "{:?}",
+        sb.pod.links()
+    );
+    assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
+}
+
+/// The result's DNS holds the config's and IPAM's settings.
+fn assert_merged_dns(_: &Sandbox, out: &[Outcome]) {
+    assert!(out[0].ok, "{:?}", out[0]);
+    assert_eq!(
+        out[0].result["dns"],
+        json!({"nameservers":["10.20.0.53","10.20.0.54"],"search":["cluster.local"]})
+    );
+}
+
+const DNS_BOTH: &str = r#","dns":{"nameservers":["10.20.0.53"],"search":["cluster.local"]},"ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24"}],"dns":{"nameservers":["10.20.0.54"]}}"#;
+
+fn macvlan_cases() -> Vec<Case> {
+    let hl4 = hl(V4);
+    let m = |name: &'static str, conf: String| case(name, conf).before(veth_master);
+    vec![
+        m(
+            "macvlan static dual-stack with routes",
+            mv(&format!(",{STATIC}")),
+        ),
+        m("macvlan host-local IPv4", mv(&format!(",{hl4}"))),
+        m(
+            "macvlan host-local dual-stack",
+            mv(&format!(",{}", hl(DUAL))),
+        ),
+        m(
+            "macvlan mode bridge",
+            mv(&format!(r#","mode":"bridge",{hl4}"#)),
+        ),
+        m(
+            "macvlan mode private",
+            mv(&format!(r#","mode":"private",{hl4}"#)),
+        ),
+        m("macvlan mode vepa", mv(&format!(r#","mode":"vepa",{hl4}"#))),
+        m(
+            "macvlan mode passthru",
+            mv(&format!(r#","mode":"passthru",{hl4}"#)),
+        ),
+        m("macvlan mtu", mv(&format!(r#","mtu":1400,{hl4}"#))),
+        m(
+            "macvlan mtu equal to the master's",
+            mv(&format!(r#","mtu":1500,{hl4}"#)),
+        ),
+        m(
+            "macvlan mtu above the master's",
+            mv(&format!(r#","mtu":1501,{hl4}"#)),
+        )
+        .fails_with(7),
+        m(
+            "macvlan unknown mode",
+            mv(&format!(r#","mode":"l2",{hl4}"#)),
+        )
+        .fails_with(7),
+        m(
+            "macvlan master missing",
+            mv(&format!(",{hl4}")).replace("up0", "nosuch0"),
+        )
+        .fails_with(7),
+        m(
+            "macvlan without master: the default route's",
+            mv(&format!(",{hl4}")).replace(r#","master":"up0""#, ""),
+        ),
+        case(
+            "macvlan without master or default route",
+            mv(&format!(",{hl4}")).replace(r#","master":"up0""#, ""),
+        )
+        .fails_with(7),
+        m("macvlan L2 only", mv("")),
+        m(
+            "macvlan mac from config",
+            mv(&format!(r#","mac":"02:00:00:00:00:01",{hl4}"#)),
+        ),
+        m(
+            "macvlan mac from CNI_ARGS beats config",
+            mv(&format!(r#","mac":"02:00:00:00:00:01",{hl4}"#)),
+        )
+        .args("IgnoreUnknown=1;MAC=02:00:00:00:00:02"),
+        m(
+            "macvlan mac from runtimeConfig beats CNI_ARGS",
+            mv(&format!(
+                r#","runtimeConfig":{{"mac":"02:00:00:00:00:03"}},{hl4}"#
+            )),
+        )
+        .args("IgnoreUnknown=1;MAC=02:00:00:00:00:02"),
+        m("macvlan bad mac", mv(&format!(r#","mac":"02:00",{hl4}"#))).fails_with(7),
+        m(
+            "macvlan cniVersion 0.3.1",
+            mv(&format!(",{hl4}")).replace("1.0.0", "0.3.1"),
+        ),
+        m(
+            "macvlan cniVersion 0.4.0",
+            mv(&format!(",{hl4}")).replace("1.0.0", "0.4.0"),
+        ),
+        m("macvlan CHECK after ADD", mv(&format!(",{STATIC}"))).steps(&[Step::Add, Step::Check]),
+        m(
+            "macvlan CHECK after an address was removed",
+            mv(&format!(",{hl4}")),
+        )
+        .steps(&[Step::Add, Step::RemovePodAddr("10.20.0.2/24"), Step::Check]),
+        m("macvlan DEL twice", mv(&format!(",{hl4}"))).steps(&[Step::Add, Step::Del, Step::Del]),
+        m("macvlan DEL with empty CNI_NETNS", mv(&format!(",{hl4}")))
+            .steps(&[Step::Add, Step::DelNoNetns]),
+        m(
+            "macvlan DEL after the pod netns was deleted",
+            mv(&format!(",{hl4}")),
+        )
+        .steps(&[Step::Add, Step::DeletePodNetns, Step::Del]),
+        m("macvlan ADD, DEL, ADD again", mv(&format!(",{hl4}"))).steps(&[
+            Step::Add,
+            Step::Del,
+            Step::Add,
+        ]),
+        m(
+            "macvlan DEL after the master is gone",
+            mv(&format!(",{hl4}")),
+        )
+        .steps(&[Step::Add, Step::DeleteNodeLink("up0"), Step::Del])
+        .differs(
+            "v1.1.1's DEL looks the master up and fails once it is gone",
+            |sb, out| {
+                assert!(out.iter().all(|o| o.ok), "{out:?}");
+                assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
+            },
+        ),
+        m("macvlan DNS from IPAM and config", mv(DNS_BOTH))
+            .differs("v1.1.1 drops the DNS that IPAM returned", assert_merged_dns),
+        m("macvlan IPAM refuses the address", mv(&format!(",{hl4}")))
+            .args("IgnoreUnknown=1;IP=10.9.9.9")
+            .fails_with(7)
+            .differs(
+                "v1.1.1 leaves the macvlan link in the pod when IPAM fails",
+                assert_nothing_left,
+            ),
+        m(
+            "macvlan bcqueuelen",
+            mv(&format!(r#","bcqueuelen":100,{hl4}"#)),
+        )
+        .differs("v1.1.1 has no bcqueuelen", |sb, out| {
+            assert!(out[0].ok, "{:?}", out[0]);
+            let eth0 = sb.pod.ip_json(&["-d", "link", "show", "dev", "eth0"]);
+            assert_eq!(eth0[0]["linkinfo"]["info_data"]["bcqueuelen"], 100);
+        }),
+        m(
+            "macvlan cniVersion 1.1.0",
+            mv(&format!(",{hl4}")).replace("1.0.0", "1.1.0"),
+        )
+        .differs("v1.1.1 speaks CNI up to 1.0.0", |_, out| {
+            assert!(out[0].ok, "{:?}", out[0]);
+            assert_eq!(out[0].result["cniVersion"], "1.1.0");
+        }),
+    ]
+}
+
+fn ipvlan_cases() -> Vec<Case> {
+    let hl4 = hl(V4);
+    let d = |name: &'static str, conf: String| case(name, conf).before(dummy_master);
+    let chained = json!({
+        "cniVersion": "1.0.0", "name": "sbs", "type": "ipvlan", "mode": "l3",
+        "prevResult": {
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "up0"}],
+            "ips": [{"address": "10.20.0.9/24", "gateway": "10.20.0.1"}],
+            "routes": [{"dst": "0.0.0.0/0"}]
+        }
+    })
+    .to_string();
+    vec![
+        d(
+            "ipvlan l2 static dual-stack with routes",
+            ipv(&format!(",{STATIC}")),
+        ),
+        d("ipvlan default mode, host-local", ipv(&format!(",{hl4}"))),
+        d("ipvlan l3", ipv(&format!(r#","mode":"l3",{}"#, hl(DUAL)))),
+        d("ipvlan l3s", ipv(&format!(r#","mode":"l3s",{hl4}"#))),
+        d("ipvlan mtu", ipv(&format!(r#","mtu":1400,{hl4}"#))),
+        d(
+            "ipvlan unknown mode",
+            ipv(&format!(r#","mode":"bridge",{hl4}"#)),
+        )
+        .fails_with(7),
+        d(
+            "ipvlan master missing",
+            ipv(&format!(",{hl4}")).replace("up0", "nosuch0"),
+        )
+        .fails_with(7),
+        d(
+            "ipvlan without master: the default route's",
+            ipv(&format!(",{hl4}")).replace(r#","master":"up0""#, ""),
+        ),
+        d(
+            "ipvlan chained: master and addresses from prevResult",
+            chained,
+        ),
+        d("ipvlan CHECK after ADD", ipv(&format!(",{STATIC}"))).steps(&[Step::Add, Step::Check]),
+        d("ipvlan DEL twice", ipv(&format!(",{hl4}"))).steps(&[Step::Add, Step::Del, Step::Del]),
+        d(
+            "ipvlan DEL after the pod netns was deleted",
+            ipv(&format!(",{hl4}")),
+        )
+        .steps(&[Step::Add, Step::DeletePodNetns, Step::Del]),
+        d(
+            "ipvlan mtu above the master's",
+            ipv(&format!(r#","mtu":1600,{hl4}"#)),
+        )
+        .fails_with(7)
+        .differs(
+            "v1.1.1 does not check the MTU; the kernel refuses it with EINVAL",
+            assert_nothing_left,
+        ),
+        d("ipvlan without ipam", ipv("")).fails_with(7).differs(
+            "v1.1.1 fails looking for an IPAM plugin with an empty name",
+            assert_nothing_left,
+        ),
+        d("ipvlan IPAM refuses the address", ipv(&format!(",{hl4}")))
+            .args("IgnoreUnknown=1;IP=10.9.9.9")
+            .fails_with(7)
+            .differs(
+                "v1.1.1 leaves the ipvlan link in the pod when IPAM fails",
+                assert_nothing_left,
+            ),
+        d(
+            "ipvlan DEL without master on a node without default route",
+            ipv(&format!(",{hl4}")).replace(r#","master":"up0""#, ""),
+        )
+        .steps(&[Step::Add, Step::DeleteDefaultRoute, Step::Del])
+        .differs(
+            "v1.1.1's DEL looks for the default route's interface and fails",
+            |sb, out| {
+                assert!(out.iter().all(|o| o.ok), "{out:?}");
+                assert!(sb.pod.links().iter().all(|l| l == "lo"));
+                assert!(sb.reservations().is_empty());
+            },
+        ),
+        d("ipvlan DNS from IPAM and config", ipv(DNS_BOTH))
+            .differs("v1.1.1 drops the DNS that IPAM returned", assert_merged_dns),
+    ]
+}
+
 trait RawIface {
     fn raw_iface(&self, i: usize) -> String;
 }
@@ -436,6 +711,14 @@ fn run_case(plugins: &Plugins, side: Side, c: &Case) -> (Sandbox, Run) {
                 sb.pod.ip(&["addr", "del", addr, "dev", "eth0"]);
                 None
             }
+            Step::DeleteNodeLink(name) => {
+                sb.node.ip(&["link", "del", name]);
+                None
+            }
+            Step::DeleteDefaultRoute => {
+                sb.node.ip(&["route", "del", "default"]);
+                None
+            }
         };
         let Some(out) = out else { continue };
         let json: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
@@ -508,11 +791,36 @@ fn diff(ours: &Run, theirs: &Run, skip: &[&str]) -> Vec<String> {
 
 #[test]
 fn bridge_matches_the_reference() {
-    let plugins = Plugins::new();
     let cases = cases();
     assert!(cases.len() >= 30, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+#[test]
+fn macvlan_matches_the_reference() {
+    let cases = macvlan_cases();
+    assert!(cases.len() >= 20, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+/// ipvlan needs a kernel that has it: here only under `cargo xtask vm-test`, where
+/// [`common::kernel_has_ipvlan`] insists.
+#[test]
+fn ipvlan_matches_the_reference() {
+    if !common::kernel_has_ipvlan() {
+        eprintln!("this kernel has no ipvlan: the ipvlan comparison runs in `cargo xtask vm-test`");
+        return;
+    }
+    let cases = ipvlan_cases();
+    assert!(cases.len() >= 10, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+/// Runs every case on both sides and fails with all differences at once.
+fn compare(cases: &[Case]) {
+    let plugins = Plugins::new();
     let mut failures = Vec::new();
-    for c in &cases {
+    for c in cases {
         let (ours_sb, ours) = run_case(&plugins, Side::Ours, c);
         if let Some(code) = c.our_code {
             let failed = ours.outcomes.iter().find(|o| !o.ok);

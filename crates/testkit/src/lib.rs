@@ -1,9 +1,11 @@
-//! Test support: network namespaces owned by a test, and running CNI plugin binaries exactly as a
-//! container runtime does (env, stdin, stdout, exit code).
+//! Test support: network namespaces owned by a test, running CNI plugin binaries exactly as a
+//! container runtime does (env, stdin, stdout, exit code), and a Kubernetes API test server
+//! ([`kube_api`]).
 //!
 //! Nothing here touches the machine's root network namespace: plugins run with their process
 //! moved into a "node" namespace that the test created.
 
+pub mod kube_api;
 mod netns;
 mod plugin;
 

@@ -132,6 +132,17 @@ pub enum MacvlanMode {
     Passthru = 8,
 }
 
+/// Options for a new macvlan.
+#[derive(Debug, Clone, Copy)]
+pub struct MacvlanOpts {
+    pub mode: MacvlanMode,
+    pub mtu: Option<u32>,
+    pub mac: Option<[u8; 6]>,
+    /// Length of the queue for broadcast and multicast frames to the macvlans of one parent
+    /// (`IFLA_MACVLAN_BC_QUEUE_LEN`); `None` leaves the kernel's default.
+    pub bc_queue_len: Option<u32>,
+}
+
 /// ipvlan modes, with the kernel's values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IpvlanMode {
@@ -311,15 +322,14 @@ impl Netlink {
         &self,
         name: &str,
         parent_index: u32,
-        mode: MacvlanMode,
+        opts: &MacvlanOpts,
         target_ns: Option<&NetNs>,
-        mtu: Option<u32>,
-        mac: Option<[u8; 6]>,
     ) -> Result<()> {
-        let mut attrs = base_attrs(name, mtu, mac, target_ns)?;
+        let mut attrs = base_attrs(name, opts.mtu, opts.mac, target_ns)?;
         attrs.push(LinkAttribute::Link(parent_index));
-        let data = InfoData::MacVlan(vec![InfoMacVlan::Mode((mode as u32).into())]);
-        let attrs = with_info(attrs, InfoKind::MacVlan, Some(data));
+        let mut data = vec![InfoMacVlan::Mode((opts.mode as u32).into())];
+        data.extend(opts.bc_queue_len.map(InfoMacVlan::BcQueueLen));
+        let attrs = with_info(attrs, InfoKind::MacVlan, Some(InfoData::MacVlan(data)));
         self.create_link(attrs, || {
             format!(
                 "creating macvlan {name:?} on link {parent_index}{}",

@@ -26,7 +26,7 @@ use crate::netns::NetNs;
 
 pub use addr::{Addr, AddrOpts};
 pub use bridge::{BridgePortOpts, BridgeVlan};
-pub use link::{validate_ifname, BridgeOpts, IpvlanMode, Link, MacvlanMode};
+pub use link::{validate_ifname, BridgeOpts, IpvlanMode, Link, MacvlanMode, MacvlanOpts};
 pub use neigh::Neighbour;
 pub use route::{Route, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
 

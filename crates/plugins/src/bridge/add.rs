@@ -11,10 +11,11 @@ use netkit::netlink::Link;
 use netkit::{NetNs, Netlink};
 
 use super::config::BridgeConf;
-use super::iface::ContainerIface;
+use super::gateway;
 use super::port::{self, PortOpts, PortVlans};
-use super::{gateway, open_netns, sys, sys_ctx};
-use crate::ipam_call::Ipam;
+use crate::container::{self, ContainerIface};
+use crate::ipam_call::{self, Ipam};
+use crate::sys::{open_netns, sys, sys_ctx, with_cleanup_failures};
 
 /// Waits between looks at the host veth's state; the kernel settles it within microseconds,
 /// so the first look almost always succeeds.
@@ -85,7 +86,6 @@ fn attach(
             .map_err(sys_ctx(cont_ctx()))?;
         cont.mac = Some(mac);
     }
-    let cont_mac = cont.mac.map(|m| netkit::format_mac(&m)).unwrap_or_default();
 
     if conf.mac_spoof_check {
         let mac = cont
@@ -108,19 +108,9 @@ fn attach(
         // Marked first: the plugin may have reserved an address even when its result turns out
         // unusable, and releasing is idempotent.
         done.ipam = true;
-        let ipam_result = ipam.add(version)?;
-        if ipam_result.ips.is_empty() {
-            return Err(CniError::internal(
-                "the IPAM plugin returned no IP address to configure",
-            ));
-        }
-        result.ips = ipam_result.ips;
-        result.routes = ipam_result.routes;
-        result.dns = ipam_result.dns;
+        result = ipam.add_addresses(version)?;
         let gws = gateway::calc(&mut result, conf);
-        let has_ipv6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6());
-        container.set_sysctls(conf.enable_dad, has_ipv6)?;
-        container.configure(&result, conf.enable_dad)?;
+        container.apply(&result, conf.enable_dad, false)?;
         if conf.is_gateway {
             let applied = gateway::apply(node, &bridge, conf, &gws, &mut vlan_iface);
             done.vlan_port = vlan_iface
@@ -165,12 +155,7 @@ fn attach(
             mac: mac_of(&host),
             ..Interface::default()
         },
-        Interface {
-            name: args.ifname.clone(),
-            mac: cont_mac,
-            sandbox: args.netns.clone(),
-            ..Interface::default()
-        },
+        container::result_entry(&cont, &args.netns),
     ];
     if let Some(v) = vlan_iface {
         result.interfaces.push(Interface {
@@ -179,9 +164,7 @@ fn attach(
             ..Interface::default()
         });
     }
-    if let Some(dns) = conf.net.dns.as_ref().filter(|d| !d.is_empty()) {
-        result.dns = dns.clone();
-    }
+    result.dns = ipam_call::result_dns(conf.net.dns.as_ref(), &result.dns);
     Ok(result)
 }
 
@@ -214,7 +197,7 @@ pub fn unique_id(args: &CmdArgs) -> String {
 
 /// Undoes a failed ADD; cleanup failures are added to the error's details.
 fn undo(
-    mut err: CniError,
+    err: CniError,
     args: &CmdArgs,
     conf: &BridgeConf,
     node: &Netlink,
@@ -256,16 +239,5 @@ fn undo(
             failures.push(e.to_string());
         }
     }
-    if !failures.is_empty() {
-        let cleanup = format!(
-            "cleaning up after the failure also failed: {}",
-            failures.join("; ")
-        );
-        err.details = if err.details.is_empty() {
-            cleanup
-        } else {
-            format!("{}; {cleanup}", err.details)
-        };
-    }
-    err
+    with_cleanup_failures(err, &failures)
 }

@@ -1,12 +1,13 @@
 //! CHECK: the attachment described by `prevResult` is still in place (the reference's checks).
 
-use cni::{CmdArgs, CniError, CniResult, Interface};
+use cni::{CmdArgs, CniError, Interface};
 use netkit::netlink::Link;
-use netkit::{Family, Netlink};
+use netkit::Netlink;
 
 use super::config::BridgeConf;
-use super::{open_netns, sys};
+use crate::check::{self, fail};
 use crate::ipam_call::Ipam;
+use crate::sys::{open_netns, sys};
 
 pub fn check(args: &CmdArgs) -> Result<(), CniError> {
     let conf = BridgeConf::parse(&args.stdin, &args.args)?;
@@ -14,43 +15,16 @@ pub fn check(args: &CmdArgs) -> Result<(), CniError> {
     if let Some(t) = conf.ipam_type() {
         Ipam::new(t, args).check()?;
     }
-    let prev = conf.net.prev_result.as_ref().ok_or_else(|| {
-        CniError::invalid_config(
-            "CHECK needs prevResult: the runtime passes the ADD result in the config",
-        )
-    })?;
-    let prev = CniResult::from_value(prev)?;
+    let prev = check::prev_result(&conf.net)?;
     let node = Netlink::new().map_err(sys)?;
     let pod_nl = Netlink::in_ns(&pod).map_err(sys)?;
 
     let br_entry = prev.interfaces.iter().find(|i| i.name == conf.bridge);
-    let cont_entry = prev
-        .interfaces
-        .iter()
-        .find(|i| i.name == args.ifname && i.sandbox == args.netns);
     let br = check_bridge(&node, br_entry, &conf)?;
-    let cont_entry = cont_entry.ok_or_else(|| {
-        fail(format!(
-            "prevResult has no interface {:?} in sandbox {}",
-            args.ifname, args.netns
-        ))
-    })?;
-    let cont = pod_nl
-        .link_by_name(&args.ifname)
-        .map_err(sys)?
-        .ok_or_else(|| {
-            fail(format!(
-                "interface {:?} not found in netns {}",
-                args.ifname, args.netns
-            ))
-        })?;
-    if cont.kind.as_deref() != Some("veth") {
-        return Err(fail(format!(
-            "container interface {:?} is not a veth",
-            cont.name
-        )));
-    }
-    check_mac(cont_entry, &cont)?;
+    let cont_entry = check::container_entry(&prev, args)?;
+    let cont = check::pod_link(&pod_nl, args)?;
+    check::kind(&cont, "veth")?;
+    check::mac(cont_entry, &cont)?;
 
     // The host end: a veth among the other result interfaces whose peer is the container
     // interface and whose master is the bridge.
@@ -65,7 +39,7 @@ pub fn check(args: &CmdArgs) -> Result<(), CniError> {
             && cont.link == Some(link.index)
             && link.master == Some(br.index);
         if is_our_port {
-            check_mac(entry, &link)?;
+            check::mac(entry, &link)?;
             veth_found = true;
             break;
         }
@@ -76,12 +50,8 @@ pub fn check(args: &CmdArgs) -> Result<(), CniError> {
             br.name, args.ifname
         )));
     }
-    check_addresses(&pod_nl, &cont, &prev)?;
-    check_routes(&pod_nl, &prev)
-}
-
-fn fail(msg: String) -> CniError {
-    CniError::internal(format!("CHECK: {msg}"))
+    check::addresses(&pod_nl, &cont, &prev)?;
+    check::routes(&pod_nl, &prev)
 }
 
 fn check_bridge(
@@ -96,10 +66,8 @@ fn check_bridge(
         ))
     })?;
     let br = node_link(node, entry)?;
-    if br.kind.as_deref() != Some("bridge") {
-        return Err(fail(format!("{:?} is not a bridge", br.name)));
-    }
-    check_mac(entry, &br)?;
+    check::kind(&br, "bridge")?;
+    check::mac(entry, &br)?;
     if br.promisc != conf.promisc {
         return Err(fail(format!(
             "bridge {:?} promiscuous mode is {}, the config says {}",
@@ -123,48 +91,4 @@ fn node_link(node: &Netlink, entry: &Interface) -> Result<Link, CniError> {
             entry.name
         ))
     })
-}
-
-fn check_mac(entry: &Interface, link: &Link) -> Result<(), CniError> {
-    if entry.mac.is_empty() {
-        return Ok(());
-    }
-    let actual = link.mac.map(|m| netkit::format_mac(&m)).unwrap_or_default();
-    if !entry.mac.eq_ignore_ascii_case(&actual) {
-        return Err(fail(format!(
-            "interface {:?} has MAC {actual}, prevResult says {}",
-            link.name, entry.mac
-        )));
-    }
-    Ok(())
-}
-
-fn check_addresses(nl: &Netlink, cont: &Link, prev: &CniResult) -> Result<(), CniError> {
-    let present = nl.addrs(Some(cont.index), None).map_err(sys)?;
-    for ip in &prev.ips {
-        if !present.iter().any(|a| a.net == ip.address) {
-            return Err(fail(format!(
-                "address {} is missing from {:?}",
-                ip.address, cont.name
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn check_routes(nl: &Netlink, prev: &CniResult) -> Result<(), CniError> {
-    let mut tables = Vec::new();
-    for family in [Family::V4, Family::V6] {
-        tables.extend(nl.routes(family, None).map_err(sys)?);
-    }
-    for r in &prev.routes {
-        let found = tables
-            .iter()
-            .any(|k| k.dst == r.dst.trunc() && (r.gw.is_none() || k.gateway == r.gw));
-        if !found {
-            let via = r.gw.map(|g| format!(" via {g}")).unwrap_or_default();
-            return Err(fail(format!("route {}{via} is missing", r.dst)));
-        }
-    }
-    Ok(())
 }

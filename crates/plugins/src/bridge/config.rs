@@ -1,10 +1,8 @@
 //! The bridge plugin's configuration: parsed, checked and resolved once (MAC precedence, VLAN
 //! trunk ranges, implied options), so the rest of the plugin reads plain values.
 
-use cni::args::CniArgs;
 use cni::{CniError, NetConf};
 use serde::Deserialize;
-use serde_json::Value;
 
 /// The bridge used when the config names none.
 pub const DEFAULT_BRIDGE: &str = "cni0";
@@ -144,7 +142,7 @@ impl BridgeConf {
             Some(entries) => collect_trunk(entries)?,
             None => Vec::new(),
         };
-        let mac = resolve_mac(&raw.net, cni_args)?;
+        let mac = crate::mac::resolve(None, &raw.net, cni_args, true)?;
         Ok(BridgeConf {
             bridge,
             is_gateway: raw.is_gateway || raw.is_default_gateway,
@@ -224,45 +222,6 @@ fn collect_trunk(entries: &[TrunkEntry]) -> Result<Vec<u16>, CniError> {
     vids.sort_unstable();
     vids.dedup();
     Ok(vids)
-}
-
-/// The container MAC: `CNI_ARGS` `MAC=`, overridden by `args.cni.mac`, overridden by
-/// `runtimeConfig.mac` (the reference's order).
-fn resolve_mac(net: &NetConf, cni_args: &str) -> Result<Option<[u8; 6]>, CniError> {
-    let mut chosen: Option<(String, &str)> = None;
-    if !cni_args.is_empty() {
-        let args = CniArgs::parse(cni_args)?;
-        args.check_known(&["MAC"])?;
-        if let Some(mac) = args.get("MAC").filter(|m| !m.is_empty()) {
-            chosen = Some((mac.to_owned(), "CNI_ARGS MAC"));
-        }
-    }
-    let sources = [
-        (net.args_cni("mac"), "args.cni.mac"),
-        (net.runtime_config("mac"), "runtimeConfig.mac"),
-    ];
-    for (value, source) in sources {
-        match value {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) if s.is_empty() => {}
-            Some(Value::String(s)) => chosen = Some((s.clone(), source)),
-            Some(other) => {
-                return Err(CniError::invalid_config(format!(
-                    "{source} must be a string like \"0a:58:0a:f4:00:01\", not {other}"
-                )))
-            }
-        }
-    }
-    chosen
-        .map(|(text, source)| {
-            netkit::parse_mac(&text.replace('-', ":")).map_err(|_| {
-                CniError::invalid_config(format!(
-                    "{source} {text:?} is not a MAC address: write six hex bytes like \
-                     0a:58:0a:f4:00:01"
-                ))
-            })
-        })
-        .transpose()
 }
 
 #[cfg(test)]

@@ -8,25 +8,14 @@ use netkit::{NetNs, Netlink};
 
 use super::add::unique_id;
 use super::config::BridgeConf;
-use super::{netns_error, sys};
 use crate::ipam_call::Ipam;
+use crate::sys::{open_netns_for_del, sys};
 
 pub fn del(args: &CmdArgs) -> Result<(), CniError> {
     let conf = BridgeConf::parse(&args.stdin, &args.args)?;
     let ipam = conf.ipam_type().map(|t| Ipam::new(t, args));
-    let pod = if args.netns.is_empty() {
-        None
-    } else {
-        match NetNs::open(&args.netns) {
-            Ok(ns) => Some(ns),
-            // The pod's namespace is gone, and the veth with it: the path no longer exists, or
-            // it is the plain file an unmount leaves behind.
-            Err(e) if e.errno() == Some(libc::ENOENT) || matches!(e, netkit::Error::Invalid(_)) => {
-                None
-            }
-            Err(e) => return Err(netns_error(&args.netns, &e)),
-        }
-    };
+    // A pod namespace that is gone took the veth with it.
+    let pod = open_netns_for_del(&args.netns)?;
     let found = match &pod {
         Some(ns) => find_container_iface(ns, &args.ifname)?,
         None => None,

@@ -11,7 +11,7 @@ use netkit::{Family, Netlink};
 
 use super::config::BridgeConf;
 use super::port::{self, PortOpts, PortVlans};
-use super::{sys, sys_ctx};
+use crate::sys::{sys, sys_ctx};
 
 /// Index of the container interface in the result (after the bridge and the host veth).
 pub const CONTAINER_IFACE_INDEX: usize = 2;

@@ -1,14 +1,14 @@
 //! The node side: the bridge itself, and veth pairs plugged into it as ports.
 
 use std::collections::HashSet;
-use std::io::Read;
 
 use cni::CniError;
 use netkit::netlink::{BridgeOpts, BridgePortOpts, Link};
 use netkit::{NetNs, Netlink};
 
 use super::config::BridgeConf;
-use super::{sys, sys_ctx};
+use crate::container::random_veth_name;
+use crate::sys::{sys, sys_ctx};
 
 /// Attempts at a free random host veth name before giving up.
 const VETH_NAME_ATTEMPTS: usize = 10;
@@ -161,18 +161,6 @@ fn create_veth(
     Err(CniError::internal(format!(
         "no free host veth name found after {VETH_NAME_ATTEMPTS} random tries"
     )))
-}
-
-/// `veth` and 8 random hex digits, like the reference (NetworkManager ignores `veth*`).
-fn random_veth_name() -> Result<String, CniError> {
-    let mut bytes = [0u8; 4];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| CniError::io(format!("reading /dev/urandom for a veth name: {e}")))?;
-    Ok(format!(
-        "veth{:02x}{:02x}{:02x}{:02x}",
-        bytes[0], bytes[1], bytes[2], bytes[3]
-    ))
 }
 
 fn configure_port(

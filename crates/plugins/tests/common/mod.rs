@@ -1,4 +1,4 @@
-//! Shared by the bridge tests: a sandbox per plugin run (node and pod namespaces, a host-local
+//! Shared by the plugin tests: a sandbox per plugin run (node and pod namespaces, a host-local
 //! data directory), calling the plugins as a runtime does, and reading kernel state back in a
 //! form that can be compared between implementations.
 #![allow(dead_code)] // Each test binary uses its own part of this module.
@@ -26,7 +26,10 @@ impl Plugins {
     pub fn new() -> Plugins {
         let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
         Plugins {
-            ours: PluginDir::new(bin, &["bridge", "host-local", "static"]),
+            ours: PluginDir::new(
+                bin,
+                &["bridge", "macvlan", "ipvlan", "host-local", "static"],
+            ),
         }
     }
 
@@ -56,7 +59,7 @@ impl Sandbox {
         }
     }
 
-    /// A call of the bridge plugin for the pod, `DATADIR` in `conf` replaced.
+    /// A call of a plugin for the pod, `DATADIR` in `conf` replaced.
     pub fn call(&self, command: &str, conf: &str) -> CniCall {
         let conf = conf.replace("DATADIR", &self.data.path().display().to_string());
         let mut call = CniCall::new(command, &conf);
@@ -66,8 +69,11 @@ impl Sandbox {
         call
     }
 
+    /// Runs the plugin the call's config names in `type`, in the node namespace.
     pub fn run(&self, call: &CniCall) -> CniOutput {
-        call.run(&self.cni_path.join("bridge"), Some(&self.node))
+        let conf: Value = serde_json::from_str(&call.stdin).unwrap_or(Value::Null);
+        let plugin = conf["type"].as_str().unwrap_or("bridge");
+        call.run(&self.cni_path.join(plugin), Some(&self.node))
     }
 
     pub fn add(&self, conf: &str) -> CniOutput {
@@ -162,7 +168,7 @@ impl Sandbox {
         sort_values(&mut node_links);
         let pod_links: Vec<Value> = self
             .pod
-            .ip_json(&["addr", "show"])
+            .ip_json(&["-d", "addr", "show"])
             .as_array()
             .into_iter()
             .flatten()
@@ -170,6 +176,8 @@ impl Sandbox {
             .map(|l| {
                 json!({
                     "name": l["ifname"],
+                    "kind": l["linkinfo"]["info_kind"],
+                    "mode": l["linkinfo"]["info_data"]["mode"],
                     "mtu": l["mtu"],
                     "up": flags_has(l, "UP"),
                     "addrs": addrs(l),
@@ -282,28 +290,136 @@ pub fn normalize_result(mut v: Value) -> Value {
     v
 }
 
-/// Whether this kernel can make VLAN-filtering bridges (CONFIG_BRIDGE_VLAN_FILTERING). Under
-/// `cargo xtask vm-test` (MULTUS_RS_VM=1) it must: the VLAN cases may not be skipped there.
+/// Whether `ip` can run each of `steps` in a fresh namespace: a kernel feature probe. Under
+/// `cargo xtask vm-test` (MULTUS_RS_VM=1) the kernel must have `feature`, so that the cases
+/// that need it cannot be skipped there.
+fn kernel_can(feature: &str, steps: &[&[&str]]) -> bool {
+    let ns = Netns::new("probe");
+    for step in steps {
+        let out = ns.try_ip(step);
+        if !out.status.success() {
+            assert!(
+                std::env::var_os("MULTUS_RS_VM").is_none(),
+                "MULTUS_RS_VM is set but this kernel has no {feature}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether this kernel can make VLAN-filtering bridges (CONFIG_BRIDGE_VLAN_FILTERING).
 pub fn kernel_has_vlan_filtering() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *HAS.get_or_init(|| {
-        let ns = Netns::new("vlanprobe");
-        let out = ns.try_ip(&[
-            "link",
-            "add",
-            "probe0",
-            "type",
-            "bridge",
-            "vlan_filtering",
-            "1",
-        ]);
-        assert!(
-            out.status.success() || std::env::var_os("MULTUS_RS_VM").is_none(),
-            "MULTUS_RS_VM is set but this kernel makes no VLAN-filtering bridge: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.status.success()
+        kernel_can(
+            "VLAN-filtering bridge",
+            &[&[
+                "link",
+                "add",
+                "probe0",
+                "type",
+                "bridge",
+                "vlan_filtering",
+                "1",
+            ]],
+        )
     })
+}
+
+/// Whether this kernel can make ipvlan links (CONFIG_IPVLAN).
+pub fn kernel_has_ipvlan() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        kernel_can(
+            "ipvlan",
+            &[
+                &[
+                    "link", "add", "probe0", "type", "veth", "peer", "name", "probe1",
+                ],
+                &["link", "add", "probe2", "link", "probe0", "type", "ipvlan"],
+            ],
+        )
+    })
+}
+
+/// Whether this kernel has dummy links (CONFIG_DUMMY).
+pub fn kernel_has_dummy() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| kernel_can("dummy link", &[&["link", "add", "probe0", "type", "dummy"]]))
+}
+
+/// Gives the node namespace a master for macvlan/ipvlan: `up0`, a veth whose peer `up0p` is
+/// up too (so the master has a carrier), with 192.0.2.1/24 and a default route via it.
+pub fn veth_master(node: &Netns, mtu: u32) {
+    node.ip(&[
+        "link",
+        "add",
+        "up0",
+        "mtu",
+        &mtu.to_string(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "up0p",
+    ]);
+    node.ip(&["link", "set", "up0p", "up"]);
+    node.ip(&["link", "set", "up0", "up"]);
+    node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
+    node.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "192.0.2.254",
+        "dev",
+        "up0",
+    ]);
+}
+
+/// Gives the node namespace a dummy master `up0` (the VM's kernel has dummy links), up, with
+/// 192.0.2.1/24 and a default route via it.
+pub fn dummy_master(node: &Netns) {
+    assert!(kernel_has_dummy(), "this kernel has no dummy links");
+    node.ip(&["link", "add", "up0", "type", "dummy"]);
+    node.ip(&["link", "set", "up0", "up"]);
+    node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
+    node.ip(&[
+        "route",
+        "add",
+        "default",
+        "via",
+        "192.0.2.254",
+        "dev",
+        "up0",
+    ]);
+}
+
+/// Asserts a CNI error with `code` whose message contains `words`; `what` names the case.
+pub fn assert_error(out: &CniOutput, code: u64, words: &str, what: &str) {
+    assert_eq!(out.err_code(), code, "{what}: {out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(msg.contains(words), "{what}: want {words:?} in {msg}");
+}
+
+/// Pings `to` once from inside `from`; the ping output on failure.
+pub fn ping(from: &Netns, to: &str) -> Result<(), String> {
+    let out = from
+        .command("ping")
+        .args(["-c1", "-W2", to])
+        .output()
+        .expect("run ping");
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ping {to}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
 }
 
 /// A host-local IPAM block over `ranges` (JSON of the `ranges` array) and extra keys.

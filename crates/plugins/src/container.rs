@@ -1,14 +1,16 @@
-//! The pod side: the container interface's sysctls, addresses and routes (the reference's
-//! `ConfigureIface`).
+//! The pod side of every interface plugin: creating the container interface under a temporary
+//! name, its sysctls, addresses and routes (the reference's `ConfigureIface`), and its entry in
+//! the result.
 
+use std::io::Read;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use cni::{CniError, CniResult};
-use netkit::netlink::{AddrOpts, Route};
+use cni::{CniError, CniResult, Interface};
+use netkit::netlink::{AddrOpts, Link, Route};
 use netkit::{Family, NetNs, Netlink};
 
-use super::sys_ctx;
+use crate::sys::{sys, sys_ctx};
 
 /// How long to wait for IPv6 duplicate address detection when `enabledad` asks for it.
 const DAD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,9 +33,15 @@ impl ContainerIface<'_> {
         )
     }
 
-    /// Sysctls the reference sets before addressing: DAD as configured, gratuitous ARP on
-    /// address changes, and IPv6 enabled (with addresses kept on link down) when needed.
-    pub fn set_sysctls(&self, enable_dad: bool, has_ipv6: bool) -> Result<(), CniError> {
+    /// Sysctls the reference sets before addressing: DAD as configured, gratuitous ARP (and,
+    /// with `ndisc_notify`, unsolicited neighbour advertisements) on address changes, and IPv6
+    /// enabled (with addresses kept on link down) when needed.
+    fn set_sysctls(
+        &self,
+        enable_dad: bool,
+        has_ipv6: bool,
+        ndisc_notify: bool,
+    ) -> Result<(), CniError> {
         let name = self.name;
         let result = self.ns.run(|| -> netkit::Result<()> {
             let key = |path: &str| format!("net/{path}");
@@ -45,6 +53,9 @@ impl ContainerIface<'_> {
                 let _ = netkit::sysctl::write(&key(&format!("ipv6/conf/{name}/accept_dad")), "0");
             }
             let _ = netkit::sysctl::write(&key(&format!("ipv4/conf/{name}/arp_notify")), "1");
+            if ndisc_notify {
+                let _ = netkit::sysctl::write(&key(&format!("ipv6/conf/{name}/ndisc_notify")), "1");
+            }
             if has_ipv6 {
                 for dev in ["lo", name] {
                     netkit::sysctl::write(&key(&format!("ipv6/conf/{dev}/disable_ipv6")), "0")?;
@@ -58,10 +69,23 @@ impl ContainerIface<'_> {
             .map_err(sys_ctx(format_args!("enabling IPv6 on {}", self.ctx())))
     }
 
+    /// Sets the sysctls and configures the result's addresses and routes: an IPAM result
+    /// applied inside the pod.
+    pub fn apply(
+        &self,
+        result: &CniResult,
+        enable_dad: bool,
+        ndisc_notify: bool,
+    ) -> Result<(), CniError> {
+        let has_ipv6 = result.ips.iter().any(|ip| ip.address.addr().is_ipv6());
+        self.set_sysctls(enable_dad, has_ipv6, ndisc_notify)?;
+        self.configure(result, enable_dad)
+    }
+
     /// Adds the result's addresses, brings the link up, and adds the routes. Routes without a
     /// gateway go through the first gateway of their family among the addresses, else straight
     /// out of the interface.
-    pub fn configure(&self, result: &CniResult, enable_dad: bool) -> Result<(), CniError> {
+    fn configure(&self, result: &CniResult, enable_dad: bool) -> Result<(), CniError> {
         let (mut v4gw, mut v6gw) = (None, None);
         for ip in &result.ips {
             // IPv4 addresses do not do DAD; the flag would only show up in `ip addr`.
@@ -137,4 +161,77 @@ impl ContainerIface<'_> {
             std::thread::sleep(DAD_POLL);
         }
     }
+}
+
+/// The container interface's entry in a result.
+pub fn result_entry(link: &Link, netns: &str) -> Interface {
+    Interface {
+        name: link.name.clone(),
+        mac: link.mac.map(|m| netkit::format_mac(&m)).unwrap_or_default(),
+        sandbox: netns.to_owned(),
+        ..Interface::default()
+    }
+}
+
+/// Attempts at a free random temporary name before giving up.
+const TEMP_NAME_ATTEMPTS: usize = 10;
+
+/// `veth` and 8 random hex digits, like the reference (NetworkManager ignores `veth*`).
+pub fn random_veth_name() -> Result<String, CniError> {
+    let mut bytes = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| CniError::io(format!("reading /dev/urandom for a link name: {e}")))?;
+    Ok(format!(
+        "veth{:02x}{:02x}{:02x}{:02x}",
+        bytes[0], bytes[1], bytes[2], bytes[3]
+    ))
+}
+
+/// Creates a link in the pod under a free random temporary name with `create`, then renames it
+/// to `ifname`: the name the runtime asked for may exist where the kernel first registers the
+/// link. Returns the renamed link; on failure nothing is left behind.
+pub fn create_renamed(
+    pod_nl: &Netlink,
+    pod: &NetNs,
+    ifname: &str,
+    mut create: impl FnMut(&str) -> netkit::Result<()>,
+) -> Result<Link, CniError> {
+    let where_ = format!("netns {}", pod.path().display());
+    if pod_nl.link_by_name(ifname).map_err(sys)?.is_some() {
+        return Err(CniError::internal(format!(
+            "interface {ifname:?} already exists in {where_}: DEL the attachment that owns it, \
+             or choose another CNI_IFNAME"
+        )));
+    }
+    for _ in 0..TEMP_NAME_ATTEMPTS {
+        let temp = random_veth_name()?;
+        match create(&temp) {
+            Ok(()) => {}
+            // The random name is taken in the pod: try another.
+            Err(e)
+                if e.errno() == Some(libc::EEXIST)
+                    && pod_nl.link_by_name(&temp).map_err(sys)?.is_some() =>
+            {
+                continue
+            }
+            Err(e) => return Err(sys(e)),
+        }
+        let link = pod_nl.link(&temp).map_err(sys)?;
+        return match pod_nl.set_name(link.index, ifname) {
+            Ok(()) => Ok(Link {
+                name: ifname.to_owned(),
+                ..link
+            }),
+            Err(e) => {
+                let _ = pod_nl.del_link(link.index);
+                Err(sys_ctx(format_args!(
+                    "renaming the new interface to {ifname:?} in {where_}"
+                ))(e))
+            }
+        };
+    }
+    Err(CniError::internal(format!(
+        "no free temporary interface name found in {where_} after {TEMP_NAME_ATTEMPTS} random tries"
+    )))
 }

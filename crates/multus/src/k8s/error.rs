@@ -1,0 +1,165 @@
+//! Errors of the Kubernetes client: which call failed, and why.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One API call: verb, resource and the object it was about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub verb: &'static str,
+    pub resource: &'static str,
+    pub namespace: String,
+    /// `None` for a list or a create.
+    pub name: Option<String>,
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.name {
+            Some(name) => write!(
+                f,
+                "{} {} {}/{}",
+                self.verb, self.resource, self.namespace, name
+            ),
+            None => write!(
+                f,
+                "{} {} in namespace {}",
+                self.verb, self.resource, self.namespace
+            ),
+        }
+    }
+}
+
+/// Why a call failed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Cause {
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("unauthorized (the API server refused the credentials): {0}")]
+    Unauthorized(String),
+    #[error("forbidden (check the RBAC rules of multus's service account): {0}")]
+    Forbidden(String),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("no reply within {0:?}")]
+    Timeout(Duration),
+    #[error("API server replied {code} {reason}: {message}")]
+    Api {
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    #[error("cannot reach the API server: {0}")]
+    Transport(String),
+    #[error("unreadable reply: {0}")]
+    Decode(String),
+    #[error("bearer token file {}: {error}", path.display())]
+    Token { path: PathBuf, error: String },
+}
+
+impl Cause {
+    /// Whether another attempt may succeed. 404, 401, 403 and other client errors are final;
+    /// a conflict is retried only where the caller says it is safe.
+    pub(super) fn retryable(&self, conflict_ok: bool) -> bool {
+        match self {
+            Cause::Timeout(_) | Cause::Transport(_) => true,
+            Cause::Conflict(_) => conflict_ok,
+            Cause::Api { code, .. } => *code >= 500 || *code == 429,
+            Cause::NotFound(_)
+            | Cause::Unauthorized(_)
+            | Cause::Forbidden(_)
+            | Cause::Decode(_)
+            | Cause::Token { .. } => false,
+        }
+    }
+
+    pub(super) fn from_kube(err: kube::Error) -> Cause {
+        match err {
+            kube::Error::Api(status) => {
+                let message = status.message.clone();
+                match status.code {
+                    404 => Cause::NotFound(message),
+                    401 => Cause::Unauthorized(message),
+                    403 => Cause::Forbidden(message),
+                    409 => Cause::Conflict(message),
+                    code => Cause::Api {
+                        code,
+                        reason: status.reason.clone(),
+                        message,
+                    },
+                }
+            }
+            kube::Error::SerdeError(e) => Cause::Decode(e.to_string()),
+            other => Cause::Transport(chain(&other)),
+        }
+    }
+}
+
+/// An error and its sources on one line ("a: b: c"), without repeating a source that its
+/// parent already printed.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut next = err.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = e.source();
+    }
+    out
+}
+
+/// The Kubernetes client's error.
+#[derive(Debug, thiserror::Error)]
+pub enum K8sError {
+    /// The client could not be set up from the kubeconfig or the in-cluster credentials.
+    #[error("Kubernetes client setup from {from}: {message}")]
+    Setup { from: String, message: String },
+    /// An API call failed, after `attempts` tries.
+    #[error("{call}: {cause}{}", attempts_note(*attempts))]
+    Request {
+        call: Box<Call>,
+        attempts: u32,
+        cause: Cause,
+    },
+}
+
+fn attempts_note(attempts: u32) -> String {
+    if attempts > 1 {
+        format!(" (gave up after {attempts} attempts)")
+    } else {
+        String::new()
+    }
+}
+
+impl K8sError {
+    pub(super) fn setup(from: impl Into<String>, err: &dyn std::error::Error) -> K8sError {
+        K8sError::Setup {
+            from: from.into(),
+            message: chain(err),
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        matches!(self.cause(), Some(Cause::NotFound(_)))
+    }
+
+    /// Why the call failed (`None` for a setup error).
+    pub fn cause(&self) -> Option<&Cause> {
+        match self {
+            K8sError::Request { cause, .. } => Some(cause),
+            K8sError::Setup { .. } => None,
+        }
+    }
+
+    /// The call that failed (`None` for a setup error).
+    pub fn call(&self) -> Option<&Call> {
+        match self {
+            K8sError::Request { call, .. } => Some(call),
+            K8sError::Setup { .. } => None,
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! The Kubernetes API through [`crate::k8s`]: the [`Api`] that multus's commands use.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod as KubePod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::api::{Api, EventKind, Pod};
+use crate::config::MultusConf;
+use crate::error::{Error, Result};
+use crate::k8s::{ClientOptions, EventType, K8sError, KubeClient};
+
+struct KubeApi {
+    client: KubeClient,
+}
+
+/// The API the configuration's `kubeconfig` names; `None` without one.
+pub fn connect(conf: &MultusConf) -> Result<Option<Box<dyn Api>>> {
+    let Some(kubeconfig) = &conf.kubeconfig else {
+        return Ok(None);
+    };
+    let client = KubeClient::new(&ClientOptions {
+        kubeconfig: Some(kubeconfig.clone()),
+        timeout: conf.api_timeout,
+        retries: conf.api_retries,
+    })
+    .map_err(api_error)?;
+    Ok(Some(Box::new(KubeApi { client })))
+}
+
+fn api_error(e: K8sError) -> Error {
+    Error::Api(e.to_string())
+}
+
+impl Api for KubeApi {
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>> {
+        match self.client.get_pod(namespace, name) {
+            Ok(pod) => Ok(Some(Pod {
+                namespace: pod.metadata.namespace.unwrap_or_default(),
+                name: pod.metadata.name.unwrap_or_default(),
+                uid: pod.metadata.uid.unwrap_or_default(),
+                annotations: pod.metadata.annotations.unwrap_or_default(),
+            })),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(api_error(e)),
+        }
+    }
+
+    fn nad_config(&self, namespace: &str, name: &str) -> Result<Option<String>> {
+        match self.client.get_nad(namespace, name) {
+            Ok(nad) => Ok(Some(nad.spec.config)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(api_error(e)),
+        }
+    }
+
+    fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>) -> Result<()> {
+        self.client
+            .set_pod_annotations(&pod.namespace, &pod.name, annotations)
+            .map_err(api_error)
+    }
+
+    fn event(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) -> Result<()> {
+        let object = KubePod {
+            metadata: ObjectMeta {
+                namespace: Some(pod.namespace.clone()),
+                name: Some(pod.name.clone()),
+                uid: Some(pod.uid.clone()),
+                ..ObjectMeta::default()
+            },
+            ..KubePod::default()
+        };
+        let kind = match kind {
+            EventKind::Normal => EventType::Normal,
+            EventKind::Warning => EventType::Warning,
+        };
+        self.client
+            .record_event(&object, kind, reason, message)
+            .map_err(api_error)
+    }
+}

@@ -1,0 +1,486 @@
+//! The Kubernetes client against testkit's API server over real HTTPS (and HTTP): pods, NADs,
+//! the annotations patch, events, retries, timeouts, the server going down, token rotation.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use multus::k8s::{Cause, ClientOptions, EventType, K8sError, KubeClient};
+use serde_json::json;
+use testkit::kube_api::{pod_manifest, Fault, KubeApiServer, KubeconfigAuth, LoggedRequest};
+
+struct Setup {
+    server: KubeApiServer,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl Setup {
+    fn https(auth: KubeconfigAuth) -> Result<Setup> {
+        Setup::with(KubeApiServer::https()?, auth)
+    }
+
+    fn with(server: KubeApiServer, auth: KubeconfigAuth) -> Result<Setup> {
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = dir.path().join("multus.kubeconfig");
+        server.write_kubeconfig(&kubeconfig, auth)?;
+        Ok(Setup {
+            server,
+            dir,
+            kubeconfig,
+        })
+    }
+
+    fn client(&self, timeout_ms: u64, retries: u32) -> Result<KubeClient> {
+        Ok(KubeClient::new(&ClientOptions {
+            kubeconfig: Some(self.kubeconfig.clone()),
+            timeout: Duration::from_millis(timeout_ms),
+            retries,
+        })?)
+    }
+
+    fn requests_to(&self, path: &str) -> Vec<LoggedRequest> {
+        self.server
+            .requests()
+            .into_iter()
+            .filter(|r| r.path == path)
+            .collect()
+    }
+}
+
+const POD_PATH: &str = "/api/v1/namespaces/ns1/pods/web";
+
+fn add_web_pod(server: &KubeApiServer) -> serde_json::Value {
+    let mut pod = pod_manifest("ns1", "web");
+    pod["metadata"]["annotations"] = json!({ "other.io/owner": "someone-else" });
+    pod["metadata"]["labels"] = json!({ "app": "web" });
+    pod["status"] = json!({ "phase": "Running", "podIP": "10.1.0.5" });
+    server.add_pod(pod)
+}
+
+fn cause(err: &K8sError) -> &Cause {
+    err.cause()
+        .unwrap_or_else(|| panic!("not a request error: {err}"))
+}
+
+#[test]
+fn get_pod_over_https() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let stored = add_web_pod(&s.server);
+    let pod = s.client(5000, 0)?.get_pod("ns1", "web")?;
+    assert_eq!(
+        pod.metadata.uid.as_deref(),
+        stored["metadata"]["uid"].as_str()
+    );
+    assert_eq!(pod.metadata.name.as_deref(), Some("web"));
+    assert_eq!(
+        pod.metadata.annotations.unwrap_or_default()["other.io/owner"],
+        "someone-else"
+    );
+    assert_eq!(
+        pod.spec.and_then(|s| s.node_name).as_deref(),
+        Some("node-1")
+    );
+    Ok(())
+}
+
+#[test]
+fn plain_http_with_a_token() -> Result<()> {
+    let s = Setup::with(KubeApiServer::http()?, KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let pod = s.client(5000, 0)?.get_pod("ns1", "web")?;
+    assert_eq!(pod.metadata.namespace.as_deref(), Some("ns1"));
+    Ok(())
+}
+
+#[test]
+fn missing_pod_is_not_found_at_once_and_names_the_call() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let err = s.client(5000, 3)?.get_pod("ns1", "gone").unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    let text = err.to_string();
+    assert!(text.starts_with("get pods ns1/gone: not found"), "{text}");
+    assert!(text.contains(r#"pods "gone" not found"#), "{text}");
+    assert_eq!(s.requests_to("/api/v1/namespaces/ns1/pods/gone").len(), 1);
+    Ok(())
+}
+
+#[test]
+fn nads_get_and_list() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let config = r#"{"cniVersion":"0.3.1","type":"bridge","name":"br"}"#;
+    s.server
+        .add_nad("ns1", "bridge-conf", json!({ "config": config }));
+    s.server.add_nad("ns1", "from-confdir", json!({}));
+    s.server
+        .add_nad("ns2", "elsewhere", json!({ "config": "{}" }));
+    let client = s.client(5000, 0)?;
+
+    let nad = client.get_nad("ns1", "bridge-conf")?;
+    assert_eq!(nad.spec.config, config);
+    assert_eq!(nad.metadata.name.as_deref(), Some("bridge-conf"));
+    assert_eq!(client.get_nad("ns1", "from-confdir")?.spec.config, "");
+
+    let mut names: Vec<String> = client
+        .list_nads("ns1")?
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["bridge-conf", "from-confdir"]);
+    assert!(client.list_nads("empty")?.is_empty());
+
+    let err = client.get_nad("ns1", "nope").unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("get network-attachment-definitions.k8s.cni.cncf.io ns1/nope: not found"),
+        "{err}"
+    );
+    let paths: Vec<String> = s.server.requests().into_iter().map(|r| r.path).collect();
+    assert!(paths.contains(
+        &"/apis/k8s.cni.cncf.io/v1/namespaces/ns1/network-attachment-definitions".to_string()
+    ));
+    Ok(())
+}
+
+#[test]
+fn annotations_patch_touches_nothing_else() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let before = add_web_pod(&s.server);
+    let status = r#"[{"name":"cbr0","interface":"eth0","default":true}]"#;
+    let annotations = BTreeMap::from([(
+        "k8s.v1.cni.cncf.io/network-status".to_string(),
+        status.to_string(),
+    )]);
+    s.client(5000, 0)?
+        .set_pod_annotations("ns1", "web", &annotations)?;
+
+    let after = s.server.pod("ns1", "web").expect("pod stored");
+    assert_eq!(
+        after["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"],
+        status
+    );
+    assert_eq!(
+        after["metadata"]["annotations"]["other.io/owner"],
+        "someone-else"
+    );
+    assert_eq!(after["metadata"]["labels"], before["metadata"]["labels"]);
+    assert_eq!(after["status"], before["status"]);
+    assert_eq!(after["spec"], before["spec"]);
+    assert_ne!(
+        after["metadata"]["resourceVersion"],
+        before["metadata"]["resourceVersion"]
+    );
+
+    let patches = s.requests_to(&format!("{POD_PATH}/status"));
+    assert_eq!(patches.len(), 1);
+    assert_eq!(patches[0].method, "PATCH");
+    assert_eq!(
+        patches[0].content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    let body: serde_json::Value = serde_json::from_str(&patches[0].body)?;
+    assert_eq!(
+        body,
+        json!({ "metadata": { "annotations": { "k8s.v1.cni.cncf.io/network-status": status } } })
+    );
+    Ok(())
+}
+
+#[test]
+fn annotations_patch_retries_conflicts_within_bounds() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let annotations = BTreeMap::from([("a".to_string(), "1".to_string())]);
+
+    s.server.inject(Fault::Status(409), 2);
+    s.client(5000, 3)?
+        .set_pod_annotations("ns1", "web", &annotations)?;
+    let statuses: Vec<u16> = s
+        .requests_to(&format!("{POD_PATH}/status"))
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [409, 409, 200]);
+    assert_eq!(
+        s.server.pod("ns1", "web").expect("pod")["metadata"]["annotations"]["a"],
+        "1"
+    );
+
+    s.server.clear_requests();
+    s.server.inject(Fault::Status(409), 5);
+    let err = s
+        .client(5000, 2)?
+        .set_pod_annotations("ns1", "web", &annotations)
+        .unwrap_err();
+    assert!(matches!(cause(&err), Cause::Conflict(_)), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("patch pods/status ns1/web: conflict"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().ends_with("(gave up after 3 attempts)"),
+        "{err}"
+    );
+    assert_eq!(s.requests_to(&format!("{POD_PATH}/status")).len(), 3);
+    Ok(())
+}
+
+#[test]
+fn patch_of_a_missing_pod_is_not_found() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let err = s
+        .client(5000, 3)?
+        .set_pod_annotations("ns1", "web", &BTreeMap::new())
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    Ok(())
+}
+
+#[test]
+fn event_is_stored_when_the_call_returns() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let stored = add_web_pod(&s.server);
+    let client = s.client(5000, 0)?;
+    let pod = client.get_pod("ns1", "web")?;
+    client.record_event(
+        &pod,
+        EventType::Normal,
+        "AddedInterface",
+        "Add net1 [10.10.0.2/24] from ns1/bridge-conf",
+    )?;
+    let long = "é".repeat(1000);
+    client.record_event(&pod, EventType::Warning, "NoNetworkFound", &long)?;
+
+    let events = s.server.events();
+    assert_eq!(events.len(), 2);
+    let e = &events[0];
+    assert_eq!(e["reason"], "AddedInterface");
+    assert_eq!(e["type"], "Normal");
+    assert_eq!(e["message"], "Add net1 [10.10.0.2/24] from ns1/bridge-conf");
+    assert_eq!(e["metadata"]["namespace"], "ns1");
+    assert!(e["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .starts_with("web."));
+    assert_eq!(e["involvedObject"]["kind"], "Pod");
+    assert_eq!(e["involvedObject"]["name"], "web");
+    assert_eq!(e["involvedObject"]["uid"], stored["metadata"]["uid"]);
+    assert_eq!(e["source"]["component"], "multus");
+    assert_eq!(e["count"], 1);
+    assert_eq!(events[1]["type"], "Warning");
+    let message = events[1]["message"].as_str().unwrap_or_default();
+    assert_eq!(
+        message,
+        "é".repeat(512),
+        "cut to 1024 bytes on a char boundary"
+    );
+    Ok(())
+}
+
+#[test]
+fn event_whose_reply_was_lost_is_not_an_error() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let client = s.client(300, 2)?;
+    let pod = client.get_pod("ns1", "web")?;
+    // The first create is stored but its reply comes after the attempt's timeout; the retry
+    // then meets AlreadyExists, which means the event is there.
+    s.server.inject(Fault::Delay(Duration::from_millis(800)), 1);
+    client.record_event(&pod, EventType::Normal, "AddedInterface", "Add net1")?;
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(s.server.events().len(), 1);
+    let statuses: Vec<u16> = s
+        .requests_to("/api/v1/namespaces/ns1/events")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert!(statuses.ends_with(&[409]), "{statuses:?}");
+    Ok(())
+}
+
+#[test]
+fn server_errors_are_retried_and_bounded() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+
+    s.server.inject(Fault::Status(500), 2);
+    s.server.inject(Fault::Close, 1);
+    s.client(5000, 3)?.get_pod("ns1", "web")?;
+    let statuses: Vec<u16> = s.requests_to(POD_PATH).iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [500, 500, 0, 200]);
+
+    s.server.clear_requests();
+    s.server.inject(Fault::Status(503), 10);
+    let err = s.client(5000, 2)?.get_pod("ns1", "web").unwrap_err();
+    assert!(matches!(cause(&err), Cause::Api { code: 503, .. }), "{err}");
+    assert!(err.to_string().contains("503"), "{err}");
+    assert_eq!(s.requests_to(POD_PATH).len(), 3);
+    Ok(())
+}
+
+#[test]
+fn a_slow_attempt_times_out_and_the_retry_succeeds() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    s.server.inject(Fault::Delay(Duration::from_secs(3)), 1);
+    let pod = s.client(400, 2)?.get_pod("ns1", "web")?;
+    assert_eq!(pod.metadata.name.as_deref(), Some("web"));
+    Ok(())
+}
+
+#[test]
+fn a_slow_server_is_a_timeout_error_within_the_bound() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    s.server.set_latency(Duration::from_secs(5));
+    let started = Instant::now();
+    let err = s.client(300, 1)?.get_pod("ns1", "web").unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(cause(&err), Cause::Timeout(_)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "get pods ns1/web: no reply within 300ms (gave up after 2 attempts)"
+    );
+    // Two attempts of 300 ms and one backoff: far below the server's 5 s.
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    Ok(())
+}
+
+#[test]
+fn server_down_is_a_clear_error_then_it_comes_back() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let client = s.client(2000, 2)?;
+    client.get_pod("ns1", "web")?;
+
+    s.server.go_down();
+    let started = Instant::now();
+    let err = client.get_pod("ns1", "web").unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(cause(&err), Cause::Transport(_)), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("get pods ns1/web: cannot reach the API server"),
+        "{text}"
+    );
+    assert!(text.contains("onnection refused"), "{text}");
+
+    s.server.come_back()?;
+    client.get_pod("ns1", "web")?;
+    Ok(())
+}
+
+#[test]
+fn wrong_token_is_unauthorized_and_not_retried() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let client = s.client(5000, 3)?;
+    s.server.set_token("another");
+    let err = client.get_pod("ns1", "web").unwrap_err();
+    assert!(matches!(cause(&err), Cause::Unauthorized(_)), "{err}");
+    assert_eq!(s.requests_to(POD_PATH).len(), 1);
+    Ok(())
+}
+
+#[test]
+fn no_credentials_is_unauthorized() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::None)?;
+    add_web_pod(&s.server);
+    let err = s.client(5000, 3)?.get_pod("ns1", "web").unwrap_err();
+    assert!(matches!(cause(&err), Cause::Unauthorized(_)), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "get pods ns1/web: unauthorized (the API server refused the credentials): Unauthorized"
+    );
+    Ok(())
+}
+
+fn write_token(path: &Path, token: &str) -> Result<()> {
+    // As the kubelet does for projected tokens: a new file renamed into place.
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, format!("{token}\n"))?;
+    std::fs::rename(tmp, path)?;
+    Ok(())
+}
+
+#[test]
+fn rotated_token_file_is_used_by_the_next_call() -> Result<()> {
+    let server = KubeApiServer::https()?;
+    let dir = tempfile::tempdir()?;
+    let token_file = dir.path().join("token");
+    write_token(&token_file, &server.token())?;
+    let s = Setup::with(server, KubeconfigAuth::TokenFile(token_file.clone()))?;
+    add_web_pod(&s.server);
+    let client = s.client(5000, 0)?;
+    client.get_pod("ns1", "web")?;
+
+    // The server rotates first: the file still holds the old token.
+    s.server.set_token("rotated-1");
+    let err = client.get_pod("ns1", "web").unwrap_err();
+    assert!(matches!(cause(&err), Cause::Unauthorized(_)), "{err}");
+
+    // The same client picks up the new file at once.
+    write_token(&token_file, "rotated-1")?;
+    client.get_pod("ns1", "web")?;
+    s.server.set_token("rotated-2");
+    write_token(&token_file, "rotated-2")?;
+    client.get_pod("ns1", "web")?;
+
+    std::fs::remove_file(&token_file)?;
+    let err = client.get_pod("ns1", "web").unwrap_err();
+    assert!(matches!(cause(&err), Cause::Token { .. }), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!(
+            "get pods ns1/web: bearer token file {}",
+            token_file.display()
+        )),
+        "{err}"
+    );
+    drop(s.dir);
+    Ok(())
+}
+
+#[test]
+fn token_file_wins_over_an_inline_token() -> Result<()> {
+    let server = KubeApiServer::https()?;
+    let dir = tempfile::tempdir()?;
+    let token_file = dir.path().join("token");
+    write_token(&token_file, "from-file")?;
+    let s = Setup::with(server, KubeconfigAuth::TokenFile(token_file))?;
+    // Add a stale inline token next to tokenFile.
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&s.kubeconfig)?)?;
+    config["users"][0]["user"]["token"] = json!("stale-inline");
+    std::fs::write(&s.kubeconfig, serde_json::to_vec(&config)?)?;
+    s.server.set_token("from-file");
+    add_web_pod(&s.server);
+    s.client(5000, 0)?.get_pod("ns1", "web")?;
+    Ok(())
+}
+
+#[test]
+fn setup_errors_name_the_kubeconfig() {
+    let err = KubeClient::new(&ClientOptions {
+        kubeconfig: Some(PathBuf::from("/nonexistent/multus.kubeconfig")),
+        ..ClientOptions::default()
+    })
+    .err()
+    .expect("setup fails");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "Kubernetes client setup from kubeconfig /nonexistent/multus.kubeconfig: "
+        ),
+        "{text}"
+    );
+    assert!(err.cause().is_none());
+}

@@ -1,0 +1,289 @@
+//! What macvlan and ipvlan share: a link on a master interface, created straight into the pod
+//! under a temporary name and renamed, addressed from IPAM (or, for ipvlan, a previous plugin's
+//! result), and removed again on any failure.
+//!
+//! DEL needs neither the master nor a default route: it releases the IPAM reservation while
+//! the interface still exists, then deletes the interface if the pod still has it.
+
+use cni::{CmdArgs, CniError, CniResult, NetConf};
+use netkit::netlink::Link;
+use netkit::{NetNs, Netlink};
+use serde::Deserialize;
+
+use crate::check;
+use crate::container::{self, ContainerIface};
+use crate::ipam_call::{self, Ipam};
+use crate::master;
+use crate::sys::{open_netns, open_netns_for_del, sys, sys_ctx, with_cleanup_failures};
+
+/// The keys macvlan and ipvlan share, as written.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawConf {
+    #[serde(flatten)]
+    pub net: NetConf,
+    #[serde(default)]
+    master: String,
+    #[serde(default)]
+    pub mode: String,
+    #[serde(default)]
+    mtu: i64,
+    #[serde(default)]
+    link_in_container: bool,
+    #[serde(default, rename = "enabledad")]
+    enable_dad: bool,
+}
+
+/// The shared keys, checked.
+#[derive(Debug, Clone)]
+pub struct SubConf {
+    pub net: NetConf,
+    /// `None`: the interface of the default route.
+    pub master: Option<String>,
+    /// `None`: the master's MTU.
+    pub mtu: Option<u32>,
+    /// The master is in the pod's namespace.
+    pub link_in_container: bool,
+    /// Wait for IPv6 duplicate address detection instead of adding addresses with `nodad`.
+    pub enable_dad: bool,
+}
+
+impl SubConf {
+    pub fn check(raw: RawConf) -> Result<SubConf, CniError> {
+        Ok(SubConf {
+            master: Some(raw.master).filter(|m| !m.is_empty()),
+            mtu: master::parse_mtu(raw.mtu)?,
+            link_in_container: raw.link_in_container,
+            enable_dad: raw.enable_dad,
+            net: raw.net,
+        })
+    }
+}
+
+/// Picks a mode from a plugin's table (names and values, the default first); `""` is the
+/// default.
+pub fn parse_mode<M: Copy>(kind: &str, modes: &[(&str, M)], name: &str) -> Result<M, CniError> {
+    if name.is_empty() {
+        if let Some((_, default)) = modes.first() {
+            return Ok(*default);
+        }
+    }
+    if let Some((_, mode)) = modes.iter().find(|(n, _)| *n == name) {
+        return Ok(*mode);
+    }
+    let names: Vec<String> = modes
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| {
+            if i == 0 {
+                format!("{n} (the default)")
+            } else {
+                (*n).to_owned()
+            }
+        })
+        .collect();
+    Err(CniError::invalid_config(format!(
+        "unknown {kind} mode {name:?}: use one of {}",
+        names.join(", ")
+    )))
+}
+
+/// CHECK: the link's mode (the kernel's value, `actual`) is `wanted`.
+pub fn check_mode<M: Copy>(
+    link: &Link,
+    modes: &[(&str, M)],
+    wanted: M,
+    value: impl Fn(M) -> u32,
+    actual: Option<u32>,
+) -> Result<(), CniError> {
+    if actual == Some(value(wanted)) {
+        return Ok(());
+    }
+    let name = |v: Option<u32>| {
+        modes
+            .iter()
+            .find(|(_, m)| Some(value(*m)) == v)
+            .map_or("unknown", |(n, _)| *n)
+    };
+    Err(check::fail(format!(
+        "{} {:?} is in mode {}, the config says {}",
+        link.kind.as_deref().unwrap_or("link"),
+        link.name,
+        name(actual),
+        name(Some(value(wanted)))
+    )))
+}
+
+/// Decodes a plugin's config (code 6 for a value of the wrong type).
+pub fn decode<T: serde::de::DeserializeOwned>(stdin: &[u8], kind: &str) -> Result<T, CniError> {
+    serde_json::from_slice(stdin)
+        .map_err(|e| CniError::decoding(format!("cannot decode the {kind} config: {e}")))
+}
+
+/// What differs between macvlan and ipvlan.
+pub trait Flavor {
+    /// The link kind, as the kernel names it.
+    const KIND: &'static str;
+
+    fn conf(&self) -> &SubConf;
+
+    /// Creates the link `name` on `master` (an index in `nl`'s namespace) straight into `pod`.
+    fn create(&self, nl: &Netlink, name: &str, master: u32, pod: &NetNs) -> netkit::Result<()>;
+
+    /// The link has the configured mode.
+    fn check_mode(&self, link: &Link) -> Result<(), CniError>;
+
+    /// The addresses to configure when the config has no IPAM (an empty result is layer 2
+    /// only). Called before anything is created, so a refusal leaves nothing behind.
+    fn without_ipam(&self) -> Result<CniResult, CniError>;
+
+    /// The master when the config names none, before the default route is asked.
+    fn implied_master(&self) -> Result<Option<String>, CniError> {
+        Ok(None)
+    }
+}
+
+pub fn add(args: &CmdArgs, f: &impl Flavor) -> Result<CniResult, CniError> {
+    let conf = f.conf();
+    let version = conf.net.version()?;
+    let ipam = conf.net.ipam_type().map(|t| Ipam::new(t, args));
+    let given = if ipam.is_none() {
+        Some(f.without_ipam()?)
+    } else {
+        None
+    };
+    let pod = open_netns(&args.netns)?;
+    let pod_nl = Netlink::in_ns(&pod).map_err(sys)?;
+    let name = match &conf.master {
+        Some(m) => Some(m.clone()),
+        None => f.implied_master()?,
+    };
+    let master = master::resolve(name.as_deref(), &pod, conf.link_in_container)?;
+    master::check_mtu(conf.mtu, &master.link)?;
+    let link = container::create_renamed(&pod_nl, &pod, &args.ifname, |temp| {
+        f.create(&master.nl, temp, master.link.index, &pod)
+    })?;
+    let iface = ContainerIface {
+        ns: &pod,
+        nl: &pod_nl,
+        name: &args.ifname,
+        index: link.index,
+    };
+    let mut ipam_called = false;
+    match configure(args, conf, &iface, ipam.as_ref(), given, &mut ipam_called) {
+        Ok(mut result) => {
+            result.cni_version = version.to_string();
+            Ok(result)
+        }
+        Err(err) => {
+            let mut failures = Vec::new();
+            // IPAM first, while the interface still exists (a DHCP release can go out).
+            if let (true, Some(ipam)) = (ipam_called, &ipam) {
+                if let Err(e) = ipam.del() {
+                    failures.push(format!("releasing the IPAM reservation: {e}"));
+                }
+            }
+            if let Err(e) = pod_nl.del_link_if_exists(link.index) {
+                failures.push(e.to_string());
+            }
+            Err(with_cleanup_failures(err, &failures))
+        }
+    }
+}
+
+/// Addresses the new interface, brings it up, and builds the result.
+fn configure(
+    args: &CmdArgs,
+    conf: &SubConf,
+    iface: &ContainerIface,
+    ipam: Option<&Ipam>,
+    given: Option<CniResult>,
+    ipam_called: &mut bool,
+) -> Result<CniResult, CniError> {
+    let mut result = match (ipam, given) {
+        (Some(ipam), _) => {
+            // Marked first: the plugin may have reserved an address even when its result turns
+            // out unusable, and releasing is idempotent.
+            *ipam_called = true;
+            ipam.add_addresses(conf.net.version()?)?
+        }
+        (None, given) => given.unwrap_or_default(),
+    };
+    let ctx = || format!("interface {:?} in netns {}", args.ifname, args.netns);
+    if result.ips.is_empty() {
+        iface.nl.set_up(iface.index).map_err(sys_ctx(ctx()))?;
+    } else {
+        for ip in &mut result.ips {
+            ip.interface = Some(0);
+        }
+        iface.apply(&result, conf.enable_dad, true)?;
+    }
+    let link = iface
+        .nl
+        .link_by_index(iface.index)
+        .map_err(sys_ctx(ctx()))?
+        .ok_or_else(|| CniError::internal(format!("{} disappeared during ADD", ctx())))?;
+    result.interfaces = vec![container::result_entry(&link, &args.netns)];
+    result.dns = ipam_call::result_dns(conf.net.dns.as_ref(), &result.dns);
+    Ok(result)
+}
+
+pub fn del(args: &CmdArgs) -> Result<(), CniError> {
+    // Only what DEL needs: a config whose other keys no longer validate must still let the
+    // attachment go.
+    let net: NetConf = decode(&args.stdin, "network")?;
+    let pod = open_netns_for_del(&args.netns)?;
+    let found = match &pod {
+        Some(ns) => {
+            let nl = Netlink::in_ns(ns).map_err(sys)?;
+            nl.link_by_name(&args.ifname)
+                .map_err(sys)?
+                .map(|link| (nl, link.index))
+        }
+        None => None,
+    };
+    // A failed release stops here, leaving the interface for the runtime's retry.
+    if let Some(t) = net.ipam_type() {
+        Ipam::new(t, args).del()?;
+    }
+    if let Some((nl, index)) = found {
+        nl.del_link_if_exists(index).map_err(sys_ctx(format_args!(
+            "deleting interface {:?} in netns {}",
+            args.ifname, args.netns
+        )))?;
+    }
+    Ok(())
+}
+
+pub fn check<F: Flavor>(args: &CmdArgs, f: &F) -> Result<(), CniError> {
+    let conf = f.conf();
+    let pod = open_netns(&args.netns)?;
+    if let Some(t) = conf.net.ipam_type() {
+        Ipam::new(t, args).check()?;
+    }
+    let prev = check::prev_result(&conf.net)?;
+    let entry = check::container_entry(&prev, args)?;
+    let pod_nl = Netlink::in_ns(&pod).map_err(sys)?;
+    if let Some(name) = &conf.master {
+        // Named: it must still exist where the config says.
+        master::resolve(Some(name), &pod, conf.link_in_container)?;
+    }
+    let link = check::pod_link(&pod_nl, args)?;
+    check::kind(&link, F::KIND)?;
+    f.check_mode(&link)?;
+    check::mac(entry, &link)?;
+    check::addresses(&pod_nl, &link, &prev)?;
+    check::routes(&pod_nl, &prev)
+}
+
+/// STATUS and GC are the IPAM plugin's business; a layer-2 network has nothing to report.
+pub fn with_ipam(
+    args: &CmdArgs,
+    f: impl FnOnce(&Ipam) -> Result<(), CniError>,
+) -> Result<(), CniError> {
+    let net: NetConf = decode(&args.stdin, "network")?;
+    match net.ipam_type() {
+        Some(t) => f(&Ipam::new(t, args)),
+        None => Ok(()),
+    }
+}

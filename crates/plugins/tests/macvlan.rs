@@ -1,0 +1,506 @@
+//! Our macvlan on this machine's kernel: the master is a veth end in a node namespace the test
+//! owns. Every mode, MTU, MAC precedence, layer 2 only, linkInContainer, CHECK, DEL without the
+//! master, every error path (each leaving nothing behind), and two pods reaching each other.
+
+mod common;
+
+use common::{host_local, ping, veth_master, Plugins, Sandbox, Side};
+use serde_json::{json, Value};
+use testkit::Netns;
+
+const STATIC_V4: &str = r#""ipam":{"type":"static","addresses":[{"address":"10.60.0.5/24","gateway":"10.60.0.1"}],"routes":[{"dst":"0.0.0.0/0"}]}"#;
+
+fn conf(body: &str) -> String {
+    format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"macvlan","master":"up0"{body}}}"#)
+}
+
+/// A sandbox whose node has the master `up0` (MTU 1500) with a default route.
+fn sandbox(plugins: &Plugins) -> Sandbox {
+    let sb = Sandbox::new(plugins, Side::Ours);
+    veth_master(&sb.node, 1500);
+    sb
+}
+
+/// `ip -d` details of the pod's eth0.
+fn eth0(sb: &Sandbox) -> Value {
+    sb.pod.ip_json(&["-d", "addr", "show", "dev", "eth0"])[0].clone()
+}
+
+/// The pod has nothing but lo, and the node nothing but the master pair.
+fn assert_clean(sb: &Sandbox) {
+    let pod: Vec<String> = sb.pod.links().into_iter().filter(|l| l != "lo").collect();
+    assert!(pod.is_empty(), "left in the pod: {pod:?}");
+    let mut node = sb.node_links();
+    node.sort();
+    assert_eq!(node, ["up0", "up0p"], "node links");
+    assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
+}
+
+#[test]
+fn every_mode_is_created_in_the_pod_and_deleted() {
+    let plugins = Plugins::new();
+    for mode in ["bridge", "private", "vepa", "passthru"] {
+        let sb = sandbox(&plugins);
+        let c = conf(&format!(r#","mode":"{mode}",{STATIC_V4}"#));
+        let r = sb.add(&c).ok();
+        let link = eth0(&sb);
+        assert_eq!(link["linkinfo"]["info_kind"], "macvlan", "{mode}");
+        assert_eq!(link["linkinfo"]["info_data"]["mode"], mode);
+        assert!(link["flags"].to_string().contains("UP"), "{link}");
+        assert_eq!(r["interfaces"][0]["name"], "eth0");
+        assert_eq!(
+            r["interfaces"][0]["sandbox"],
+            sb.pod.path().display().to_string()
+        );
+        assert_eq!(r["interfaces"][0]["mac"], link["address"]);
+        assert_eq!(
+            r["ips"][0],
+            json!({"address":"10.60.0.5/24","gateway":"10.60.0.1","interface":0})
+        );
+        let routes = sb.pod.ip_json(&["route", "show", "default"]);
+        assert_eq!(routes[0]["gateway"], "10.60.0.1", "{routes}");
+        sb.run(&sb.call("CHECK", &with_prev(&c, &r))).ok();
+        sb.del(&c).ok();
+        assert_clean(&sb);
+    }
+}
+
+#[test]
+fn default_mode_is_bridge_and_master_defaults_to_the_default_route() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let c = format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"macvlan",{STATIC_V4}}}"#);
+    sb.add(&c).ok();
+    let link = eth0(&sb);
+    assert_eq!(link["linkinfo"]["info_data"]["mode"], "bridge");
+    assert_eq!(link["link_index"], master_index(&sb.node, "up0"), "{link}");
+    sb.del(&c).ok();
+    assert_clean(&sb);
+}
+
+#[test]
+fn mtu_up_to_the_masters_and_not_beyond() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let c = conf(&format!(r#","mtu":1400,{STATIC_V4}"#));
+    sb.add(&c).ok();
+    assert_eq!(eth0(&sb)["mtu"], 1400);
+    sb.del(&c).ok();
+
+    let c = conf(&format!(r#","mtu":1500,{STATIC_V4}"#));
+    sb.add(&c).ok();
+    assert_eq!(eth0(&sb)["mtu"], 1500);
+    sb.del(&c).ok();
+
+    let out = sb.add(&conf(&format!(r#","mtu":1501,{STATIC_V4}"#)));
+    assert_eq!(out.err_code(), 7, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap().to_owned();
+    assert!(
+        msg.contains("1501") && msg.contains("1500") && msg.contains("up0"),
+        "{msg}"
+    );
+    assert_clean(&sb);
+}
+
+#[test]
+fn mac_from_config_cni_args_and_runtime_config_in_that_order() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let cases = [
+        (r#","mac":"02:00:00:00:00:01""#, "", "02:00:00:00:00:01"),
+        (
+            r#","mac":"02:00:00:00:00:01""#,
+            "IgnoreUnknown=1;MAC=02:00:00:00:00:02",
+            "02:00:00:00:00:02",
+        ),
+        (
+            r#","mac":"02:00:00:00:00:01","runtimeConfig":{"mac":"02:00:00:00:00:03"}"#,
+            "IgnoreUnknown=1;MAC=02:00:00:00:00:02",
+            "02:00:00:00:00:03",
+        ),
+        // macvlan does not read args.cni.mac (the reference does not either).
+        (
+            r#","args":{"cni":{"mac":"02:00:00:00:00:04"}}"#,
+            "IgnoreUnknown=1;MAC=02:00:00:00:00:02",
+            "02:00:00:00:00:02",
+        ),
+    ];
+    for (body, env, want) in cases {
+        let c = conf(&format!("{body},{STATIC_V4}"));
+        let mut call = sb.call("ADD", &c);
+        call.args = env.into();
+        let r = sb.run(&call).ok();
+        assert_eq!(eth0(&sb)["address"], want, "{body} {env}");
+        assert_eq!(r["interfaces"][0]["mac"], want);
+        sb.del(&c).ok();
+    }
+    assert_clean(&sb);
+}
+
+#[test]
+fn layer_2_only_without_ipam() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let c = conf("");
+    let r = sb.add(&c).ok();
+    assert!(r.get("ips").is_none(), "{r}");
+    assert_eq!(r["interfaces"][0]["name"], "eth0");
+    let link = eth0(&sb);
+    assert!(link["flags"].to_string().contains("\"UP\""), "{link}");
+    let global: Vec<&Value> = link["addr_info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["scope"] == "global")
+        .collect();
+    assert!(global.is_empty(), "{link}");
+    sb.run(&sb.call("CHECK", &with_prev(&c, &r))).ok();
+    sb.del(&c).ok();
+    assert_clean(&sb);
+}
+
+#[test]
+fn bcqueuelen_and_sysctls() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let c = conf(
+        r#","bcqueuelen":200,"ipam":{"type":"static","addresses":[{"address":"10.60.0.5/24"},{"address":"fd60::5/64"}]}"#,
+    );
+    sb.add(&c).ok();
+    assert_eq!(eth0(&sb)["linkinfo"]["info_data"]["bcqueuelen"], 200);
+    let sysctl = |key: &str| {
+        let o = sb.pod.command("sysctl").args(["-n", key]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    };
+    assert_eq!(sysctl("net.ipv4.conf.eth0.arp_notify"), "1");
+    assert_eq!(sysctl("net.ipv6.conf.eth0.ndisc_notify"), "1");
+    // enabledad is off: the IPv6 address is usable at once.
+    let v6 = sb
+        .pod
+        .ip_json(&["-6", "addr", "show", "dev", "eth0", "scope", "global"]);
+    assert_eq!(v6[0]["addr_info"][0]["local"], "fd60::5", "{v6}");
+    assert!(v6[0]["addr_info"][0].get("tentative").is_none(), "{v6}");
+    sb.del(&c).ok();
+    assert_clean(&sb);
+}
+
+#[test]
+fn dns_from_ipam_is_kept_and_merged_with_the_configs() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let c = conf(
+        r#","dns":{"nameservers":["10.60.0.53"],"search":["cluster.local"]},"ipam":{"type":"static","addresses":[{"address":"10.60.0.5/24"}],"dns":{"nameservers":["10.60.0.54"],"domain":"example.org"}}"#,
+    );
+    let r = sb.add(&c).ok();
+    assert_eq!(
+        r["dns"],
+        json!({"nameservers":["10.60.0.53","10.60.0.54"],"domain":"example.org","search":["cluster.local"]})
+    );
+    sb.del(&c).ok();
+}
+
+#[test]
+fn two_pods_in_bridge_mode_reach_each_other() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let ipam = |ip: &str| {
+        format!(
+            r#","mode":"bridge","ipam":{{"type":"static","addresses":[{{"address":"{ip}/24"}},{{"address":"fd60::{}/64"}}]}}"#,
+            &ip[8..]
+        )
+    };
+    let a = conf(&ipam("10.60.0.5"));
+    let b = conf(&ipam("10.60.0.6"));
+    sb.add(&a).ok();
+    let pod_b = Netns::new("podb");
+    let mut call = sb.call("ADD", &b);
+    call.netns = pod_b.path().display().to_string();
+    call.container_id = "podb".into();
+    sb.run(&call).ok();
+    ping(&sb.pod, "10.60.0.6").unwrap();
+    ping(&pod_b, "10.60.0.5").unwrap();
+    ping(&sb.pod, "fd60::6").unwrap();
+}
+
+#[test]
+fn private_mode_isolates_pods_on_one_master() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let ipam = |ip: &str| {
+        format!(
+            r#","mode":"private","ipam":{{"type":"static","addresses":[{{"address":"{ip}/24"}}]}}"#
+        )
+    };
+    sb.add(&conf(&ipam("10.60.0.5"))).ok();
+    let pod_b = Netns::new("podb");
+    let mut call = sb.call("ADD", &conf(&ipam("10.60.0.6")));
+    call.netns = pod_b.path().display().to_string();
+    call.container_id = "podb".into();
+    sb.run(&call).ok();
+    assert!(ping(&sb.pod, "10.60.0.6").is_err());
+}
+
+#[test]
+fn link_in_container_uses_a_master_in_the_pod() {
+    let plugins = Plugins::new();
+    let sb = Sandbox::new(&plugins, Side::Ours);
+    sb.pod.ip(&[
+        "link", "add", "pup0", "type", "veth", "peer", "name", "pup0p",
+    ]);
+    sb.pod.ip(&["link", "set", "pup0", "up"]);
+    let c = format!(
+        r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"macvlan","master":"pup0","linkInContainer":true,{STATIC_V4}}}"#
+    );
+    let r = sb.add(&c).ok();
+    assert_eq!(
+        eth0(&sb)["link"],
+        "pup0",
+        "the master is a sibling in the pod"
+    );
+    sb.run(&sb.call("CHECK", &with_prev(&c, &r))).ok();
+    sb.del(&c).ok();
+    assert!(sb.pod.try_ip(&["link", "show", "eth0"]).status.code() != Some(0));
+    // Not found in the node: the master is looked up in the pod only.
+    let out = sb.add(&c.replace(r#","linkInContainer":true"#, ""));
+    assert_eq!(out.err_code(), 7, "{out:?}");
+    assert!(out.stdout.contains("node's netns"), "{}", out.stdout);
+}
+
+#[test]
+fn check_finds_drift() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let c = conf(&format!(",{STATIC_V4}"));
+    let r = sb.add(&c).ok();
+    let check = with_prev(&c, &r);
+    sb.run(&sb.call("CHECK", &check)).ok();
+    // Another mode in the config.
+    let other = check.replacen(r#""master":"up0""#, r#""master":"up0","mode":"vepa""#, 1);
+    let out = sb.run(&sb.call("CHECK", &other));
+    assert!(
+        out.stdout.contains("mode bridge, the config says vepa"),
+        "{}",
+        out.stdout
+    );
+    // Another MAC in the result.
+    let mut wrong_mac: Value = serde_json::from_str(&check).unwrap();
+    wrong_mac["prevResult"]["interfaces"][0]["mac"] = json!("02:de:ad:be:ef:00");
+    let out = sb.run(&sb.call("CHECK", &wrong_mac.to_string()));
+    assert!(out.stdout.contains("has MAC"), "{}", out.stdout);
+    // A missing route, then a missing address.
+    sb.pod.ip(&["route", "del", "default"]);
+    let out = sb.run(&sb.call("CHECK", &check));
+    assert!(out.stdout.contains("route 0.0.0.0/0"), "{}", out.stdout);
+    sb.pod.ip(&["addr", "del", "10.60.0.5/24", "dev", "eth0"]);
+    let out = sb.run(&sb.call("CHECK", &check));
+    assert!(
+        out.stdout.contains("address 10.60.0.5/24 is missing"),
+        "{}",
+        out.stdout
+    );
+    // No prevResult.
+    let out = sb.run(&sb.call("CHECK", &c));
+    assert_eq!(out.err_code(), 7);
+    // The interface is gone.
+    sb.pod.ip(&["link", "del", "eth0"]);
+    let out = sb.run(&sb.call("CHECK", &check));
+    assert!(out.stdout.contains("not found"), "{}", out.stdout);
+}
+
+#[test]
+fn del_needs_neither_master_nor_default_route_and_is_idempotent() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let c = conf(&format!(
+        ",{}",
+        host_local(r#"[[{"subnet":"10.61.0.0/24"}]]"#, "")
+    ));
+    sb.add(&c).ok();
+    assert_eq!(sb.reservations().len(), 1);
+    // The master goes away (and the macvlan with it), and so does the default route.
+    sb.node.ip(&["link", "del", "up0"]);
+    sb.del(&c).ok();
+    sb.del(&c).ok();
+    assert!(sb.reservations().is_empty());
+    // A config without master, on a node without default route.
+    let no_master = c.replace(r#","master":"up0""#, "");
+    sb.del(&no_master).ok();
+    // An empty CNI_NETNS, and a namespace that is gone.
+    let mut call = sb.call("DEL", &no_master);
+    call.netns.clear();
+    sb.run(&call).ok();
+    call.netns = "/run/netns/gone-already".into();
+    sb.run(&call).ok();
+}
+
+#[test]
+fn status_and_gc_go_to_ipam() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    let c = conf(&format!(
+        ",{}",
+        host_local(r#"[[{"subnet":"10.61.0.0/24"}]]"#, "")
+    ))
+    .replace("1.0.0", "1.1.0");
+    sb.add(&c).ok();
+    sb.run(&sb.call("STATUS", &c)).ok();
+    let mut gc: Value =
+        serde_json::from_str(&c.replace("DATADIR", &sb.data.path().display().to_string())).unwrap();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    sb.run(&sb.call("GC", &gc.to_string())).ok();
+    assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
+    // Layer 2: nothing to ask.
+    sb.run(&sb.call("STATUS", &conf("").replace("1.0.0", "1.1.0")))
+        .ok();
+    // A config ADD would refuse is reported by STATUS too.
+    let out = sb.run(&sb.call("STATUS", &conf(r#","mode":"l9""#).replace("1.0.0", "1.1.0")));
+    assert_eq!(out.err_code(), 7);
+}
+
+/// Each failure: the expected code, words in the message, and nothing left behind.
+#[test]
+fn every_error_path_leaves_nothing_behind() {
+    let plugins = Plugins::new();
+    let hl = host_local(r#"[[{"subnet":"10.61.0.0/24"}]]"#, "");
+    let cases: Vec<(&str, String, &str, u64, &str)> = vec![
+        (
+            "master missing",
+            conf(&format!(",{hl}")).replace("up0", "nosuch0"),
+            "",
+            7,
+            "master \"nosuch0\" not found",
+        ),
+        (
+            "unknown mode",
+            conf(&format!(r#","mode":"l3",{hl}"#)),
+            "",
+            7,
+            "unknown macvlan mode",
+        ),
+        (
+            "mtu above the master's",
+            conf(&format!(r#","mtu":9000,{hl}"#)),
+            "",
+            7,
+            "larger than the MTU 1500",
+        ),
+        (
+            "negative mtu",
+            conf(&format!(r#","mtu":-1,{hl}"#)),
+            "",
+            7,
+            "mtu -1 is out of range",
+        ),
+        (
+            "mtu not a number",
+            conf(&format!(r#","mtu":"big",{hl}"#)),
+            "",
+            6,
+            "cannot decode the macvlan config",
+        ),
+        (
+            "bad mac",
+            conf(&format!(r#","mac":"02:00",{hl}"#)),
+            "",
+            7,
+            "mac \"02:00\" is not a MAC address",
+        ),
+        (
+            "bad CNI_ARGS MAC",
+            conf(&format!(",{hl}")),
+            "MAC=zz",
+            7,
+            "CNI_ARGS MAC",
+        ),
+        (
+            "unknown CNI_ARGS",
+            conf(&format!(",{hl}")),
+            "FOO=1",
+            7,
+            "unknown args",
+        ),
+        (
+            "multicast mac",
+            conf(&format!(r#","mac":"01:00:5e:00:00:01",{hl}"#)),
+            "",
+            999,
+            "macvlan",
+        ),
+        (
+            "IPAM refuses the address",
+            conf(&format!(",{hl}")),
+            "IgnoreUnknown=1;IP=10.9.9.9",
+            7,
+            "10.9.9.9",
+        ),
+        (
+            "IPAM not installed",
+            conf(r#","ipam":{"type":"no-such-ipam"}"#),
+            "",
+            7,
+            "no-such-ipam",
+        ),
+        (
+            "master name invalid",
+            conf(&format!(",{hl}")).replace("up0", "a/b"),
+            "",
+            7,
+            "invalid \"master\"",
+        ),
+        (
+            "static IPAM without addresses",
+            conf(r#","ipam":{"type":"static"}"#),
+            "",
+            999,
+            "no IP address",
+        ),
+    ];
+    for (what, c, env, code, words) in cases {
+        let sb = sandbox(&plugins);
+        let mut call = sb.call("ADD", &c);
+        call.args = env.into();
+        common::assert_error(&sb.run(&call), code, words, what);
+        assert_clean(&sb);
+    }
+
+    // No master and no default route.
+    let sb = Sandbox::new(&plugins, Side::Ours);
+    let out = sb.add(&format!(
+        r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"macvlan",{STATIC_V4}}}"#
+    ));
+    assert_eq!(out.err_code(), 7, "{out:?}");
+    assert!(out.stdout.contains("no default route"), "{}", out.stdout);
+
+    // The interface name is taken in the pod.
+    let sb = sandbox(&plugins);
+    sb.pod.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
+    ]);
+    let out = sb.add(&conf(&format!(",{hl}")));
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stdout.contains("already exists"), "{}", out.stdout);
+    let mut left = sb.pod.links();
+    left.sort();
+    assert_eq!(left, ["eth0", "eth0p", "lo"]);
+    assert!(sb.reservations().is_empty());
+
+    // An unusable netns.
+    let sb = sandbox(&plugins);
+    let mut call = sb.call("ADD", &conf(&format!(",{hl}")));
+    call.netns = "/run/netns/does-not-exist".into();
+    let out = sb.run(&call);
+    assert_eq!(out.err_code(), 8, "{out:?}");
+    assert_clean(&sb);
+}
+
+/// The interface index of `name` in `ns`.
+fn master_index(ns: &Netns, name: &str) -> Value {
+    ns.ip_json(&["link", "show", "dev", name])[0]["ifindex"].clone()
+}
+
+/// `conf` with `result` as its prevResult (for CHECK).
+fn with_prev(conf: &str, result: &Value) -> String {
+    let mut v: Value = serde_json::from_str(conf).unwrap();
+    v["prevResult"] = result.clone();
+    v.to_string()
+}

@@ -1,0 +1,166 @@
+//! Just enough HTTP/1.1 for API clients: keep-alive, Content-Length or chunked request bodies,
+//! `Expect: 100-continue`, and every reply written in one piece (no Nagle + delayed-ACK stall).
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+pub(super) struct Request {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn wants_close(&self) -> bool {
+        self.header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+    }
+}
+
+fn bad(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+fn read_line(r: &mut impl BufRead, budget: &mut usize) -> io::Result<Option<String>> {
+    let mut line = Vec::new();
+    let n = r
+        .by_ref()
+        .take(*budget as u64)
+        .read_until(b'\n', &mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    *budget = budget.saturating_sub(n);
+    if !line.ends_with(b"\n") {
+        return Err(bad("request head too long or cut short"));
+    }
+    let text = String::from_utf8(line).map_err(|_| bad("request head is not UTF-8"))?;
+    Ok(Some(text.trim_end_matches(['\r', '\n']).to_string()))
+}
+
+/// Reads one request; `None` when the client closed the connection between requests.
+pub(super) fn read_request<S: Read + Write>(r: &mut BufReader<S>) -> io::Result<Option<Request>> {
+    let mut budget = MAX_HEAD;
+    let Some(start) = read_line(r, &mut budget)? else {
+        return Ok(None);
+    };
+    let mut parts = start.split(' ');
+    let (Some(method), Some(target), Some(_version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad(format!("bad request line {start:?}")));
+    };
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut req = Request {
+        method: method.to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    loop {
+        let line = read_line(r, &mut budget)?.ok_or_else(|| bad("connection closed in headers"))?;
+        if line.is_empty() {
+            break;
+        }
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| bad(format!("bad header line {line:?}")))?;
+        req.headers
+            .push((name.trim().to_string(), value.trim().to_string()));
+    }
+    if req
+        .header("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+    {
+        let w = r.get_mut();
+        w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+        w.flush()?;
+    }
+    if req
+        .header("transfer-encoding")
+        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+    {
+        req.body = read_chunked(r)?;
+    } else if let Some(len) = req.header("content-length") {
+        let len: usize = len.parse().map_err(|_| bad("bad Content-Length"))?;
+        if len > MAX_BODY {
+            return Err(bad("request body too large"));
+        }
+        req.body = vec![0; len];
+        r.read_exact(&mut req.body)?;
+    }
+    Ok(Some(req))
+}
+
+fn read_chunked(r: &mut impl BufRead) -> io::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let mut budget = 1024;
+        let line = read_line(r, &mut budget)?.ok_or_else(|| bad("connection closed in body"))?;
+        let size = line.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size, 16).map_err(|_| bad("bad chunk size"))?;
+        if size == 0 {
+            // Trailers end with an empty line.
+            while read_line(r, &mut budget)?.is_some_and(|l| !l.is_empty()) {}
+            return Ok(body);
+        }
+        if body.len() + size > MAX_BODY {
+            return Err(bad("request body too large"));
+        }
+        let at = body.len();
+        body.resize(at + size, 0);
+        r.read_exact(&mut body[at..])?;
+        let mut crlf = [0; 2];
+        r.read_exact(&mut crlf)?;
+    }
+}
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        200 => "OK",
+        201 => "Created",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Status",
+    }
+}
+
+/// Writes a JSON reply with a single `write_all` of head and body together.
+pub(super) fn write_json(
+    w: &mut impl Write,
+    code: u16,
+    body: &[u8],
+    close: bool,
+) -> io::Result<()> {
+    let mut out = format!(
+        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\nContent-Length: {}\r\n{}\r\n",
+        reason(code),
+        body.len(),
+        if close { "Connection: close\r\n" } else { "" },
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    w.write_all(&out)?;
+    w.flush()
+}

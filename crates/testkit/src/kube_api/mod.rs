@@ -1,0 +1,445 @@
+//! A Kubernetes API server for tests: the part of the API that multus uses, over HTTP or HTTPS
+//! with a bearer token, on loopback.
+//!
+//! It serves pods (get; merge and strategic merge PATCH of the object and of `pods/status`),
+//! network-attachment-definitions (get, list), events (create, list), and the discovery
+//! documents `kubectl` needs. Failures are real `Status` objects (401, 404, 409 on a stale
+//! `metadata.resourceVersion` or UID, ...). Every write bumps the resourceVersion.
+//!
+//! Tests read back what was stored (pods, events, the request log) and inject faults: latency,
+//! error replies, dropped connections, and the whole server going down and coming back.
+
+mod http;
+mod routes;
+mod tls;
+
+use std::collections::HashMap;
+use std::io::{BufReader, Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::Context;
+use base64::Engine;
+use serde_json::{json, Value};
+
+use routes::State;
+
+/// How the server is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    Http,
+    Https,
+}
+
+/// One injected fault, used up by the next authorized request.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// Reply with this HTTP status and a matching `Status` object instead of serving.
+    Status(u16),
+    /// Wait this long, then serve normally.
+    Delay(Duration),
+    /// Close the connection without replying.
+    Close,
+}
+
+/// A request as the server saw it.
+#[derive(Clone, Debug)]
+pub struct LoggedRequest {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub content_type: Option<String>,
+    pub body: String,
+    /// The status replied, or 0 when the connection was closed without a reply.
+    pub status: u16,
+}
+
+/// The credentials a written kubeconfig carries.
+#[derive(Clone, Debug)]
+pub enum KubeconfigAuth {
+    /// The server's current token inline (`token:`).
+    Token,
+    /// A `tokenFile:` reference; the test writes the file.
+    TokenFile(PathBuf),
+    /// No credentials at all.
+    None,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    up: AtomicBool,
+    conns: Mutex<HashMap<u64, TcpStream>>,
+    next_conn: AtomicU64,
+    tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The server; it stops and closes every connection when dropped.
+pub struct KubeApiServer {
+    addr: SocketAddr,
+    scheme: Scheme,
+    ca_pem: Option<String>,
+    shared: Arc<Shared>,
+    listeners: Option<mpsc::Sender<TcpListener>>,
+    /// A handle on the listening socket, to wake the acceptor when going down.
+    listening: Mutex<Option<TcpListener>>,
+    stopped: mpsc::Receiver<()>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl KubeApiServer {
+    pub fn https() -> anyhow::Result<KubeApiServer> {
+        KubeApiServer::start(Scheme::Https)
+    }
+
+    pub fn http() -> anyhow::Result<KubeApiServer> {
+        KubeApiServer::start(Scheme::Http)
+    }
+
+    /// Starts serving on a free port of 127.0.0.1 (bringing loopback up if this network
+    /// namespace has it down).
+    pub fn start(scheme: Scheme) -> anyhow::Result<KubeApiServer> {
+        ensure_loopback_up()?;
+        let (ca_pem, tls) = match scheme {
+            Scheme::Https => {
+                let t = tls::make()?;
+                (Some(t.ca_pem), Some(t.config))
+            }
+            Scheme::Http => (None, None),
+        };
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind 127.0.0.1")?;
+        let addr = listener.local_addr()?;
+        let token = format!("testkit-{}", routes::new_uid());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(&token)),
+            up: AtomicBool::new(true),
+            conns: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(0),
+            tls,
+        });
+        let (listeners, listener_rx) = mpsc::channel::<TcpListener>();
+        let (stopped_tx, stopped) = mpsc::channel();
+        let listening = Mutex::new(Some(listener.try_clone()?));
+        listeners.send(listener)?;
+        let acceptor = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("kube-api-accept".into())
+                .spawn(move || accept_loop(&shared, &listener_rx, &stopped_tx))?
+        };
+        Ok(KubeApiServer {
+            addr,
+            scheme,
+            ca_pem,
+            shared,
+            listeners: Some(listeners),
+            listening,
+            stopped,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// `https://127.0.0.1:<port>` or `http://...`.
+    pub fn url(&self) -> String {
+        let scheme = match self.scheme {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The PEM of the CA that signed the server certificate (HTTPS only).
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// The bearer token the server accepts now.
+    pub fn token(&self) -> String {
+        lock(&self.shared.state).token.clone()
+    }
+
+    /// Accepts only `token` from now on (a rotation: the old token gets 401).
+    pub fn set_token(&self, token: &str) {
+        lock(&self.shared.state).token = token.to_string();
+    }
+
+    /// Writes a kubeconfig (JSON, which is valid YAML) for this server with the CA inline.
+    pub fn write_kubeconfig(&self, path: &Path, auth: KubeconfigAuth) -> anyhow::Result<()> {
+        let mut cluster = json!({ "server": self.url() });
+        if let Some(ca) = &self.ca_pem {
+            cluster["certificate-authority-data"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(ca));
+        }
+        let user = match auth {
+            KubeconfigAuth::Token => json!({ "token": self.token() }),
+            KubeconfigAuth::TokenFile(file) => json!({ "tokenFile": file }),
+            KubeconfigAuth::None => json!({}),
+        };
+        let config = json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{ "name": "testkit", "cluster": cluster }],
+            "users": [{ "name": "testkit", "user": user }],
+            "contexts": [{ "name": "testkit", "context": { "cluster": "testkit", "user": "testkit" } }],
+            "current-context": "testkit",
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&config)?)
+            .with_context(|| format!("write {}", path.display()))
+    }
+
+    /// Stores a pod; namespace and name come from its metadata. Returns it as stored (with
+    /// uid, resourceVersion and creationTimestamp filled in).
+    pub fn add_pod(&self, mut pod: Value) -> Value {
+        let ns = pod["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let name = pod["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        pod["kind"] = json!("Pod");
+        pod["apiVersion"] = json!("v1");
+        let mut state = lock(&self.shared.state);
+        state.admit(&mut pod, &ns, &name);
+        state.pods.insert((ns, name), pod.clone());
+        pod
+    }
+
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        lock(&self.shared.state)
+            .pods
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    pub fn delete_pod(&self, namespace: &str, name: &str) -> Option<Value> {
+        lock(&self.shared.state)
+            .pods
+            .remove(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// Stores a NetworkAttachmentDefinition with this spec (e.g. `{"config": "..."}` or `{}`).
+    pub fn add_nad(&self, namespace: &str, name: &str, spec: Value) -> Value {
+        let mut nad = json!({
+            "apiVersion": format!("{}/v1", routes::NAD_GROUP),
+            "kind": "NetworkAttachmentDefinition",
+            "metadata": {},
+            "spec": spec,
+        });
+        let mut state = lock(&self.shared.state);
+        state.admit(&mut nad, namespace, name);
+        state
+            .nads
+            .insert((namespace.to_string(), name.to_string()), nad.clone());
+        nad
+    }
+
+    /// Every event created so far, in order.
+    pub fn events(&self) -> Vec<Value> {
+        lock(&self.shared.state).events.clone()
+    }
+
+    /// Every request answered so far (including 401s and injected faults), in order.
+    pub fn requests(&self) -> Vec<LoggedRequest> {
+        lock(&self.shared.state).log.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        lock(&self.shared.state).log.clear();
+    }
+
+    /// Queues `fault` for the next `times` authorized requests.
+    pub fn inject(&self, fault: Fault, times: usize) {
+        let mut state = lock(&self.shared.state);
+        state.faults.extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// Delays every reply by `latency` (zero to stop).
+    pub fn set_latency(&self, latency: Duration) {
+        lock(&self.shared.state).latency = latency;
+    }
+
+    /// Stops listening and closes every open connection: clients get "connection refused"
+    /// until [`come_back`](Self::come_back).
+    pub fn go_down(&self) {
+        if !self.shared.up.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        // Shutting the listening socket down wakes the acceptor (accept fails); wait until it
+        // has dropped its handle, so the port refuses connections when this returns.
+        if let Some(listening) = lock(&self.listening).take() {
+            // SAFETY: shutdown(2) on a socket descriptor we own; no memory is involved.
+            unsafe { libc::shutdown(listening.as_raw_fd(), libc::SHUT_RDWR) };
+            let _ = self.stopped.recv();
+        }
+        for (_, conn) in lock(&self.shared.conns).drain() {
+            let _ = conn.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Listens again on the same address.
+    pub fn come_back(&self) -> anyhow::Result<()> {
+        if self.shared.up.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let listener =
+            TcpListener::bind(self.addr).with_context(|| format!("rebind {}", self.addr))?;
+        *lock(&self.listening) = Some(listener.try_clone()?);
+        self.shared.up.store(true, Ordering::SeqCst);
+        self.listeners
+            .as_ref()
+            .context("server stopped")?
+            .send(listener)?;
+        Ok(())
+    }
+}
+
+impl Drop for KubeApiServer {
+    fn drop(&mut self) {
+        self.go_down();
+        self.listeners = None;
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+    }
+}
+
+fn accept_loop(
+    shared: &Arc<Shared>,
+    listeners: &mpsc::Receiver<TcpListener>,
+    stopped: &mpsc::Sender<()>,
+) {
+    while let Ok(listener) = listeners.recv() {
+        for conn in listener.incoming() {
+            // Going down shuts the socket down, which fails the pending accept.
+            if !shared.up.load(Ordering::SeqCst) {
+                break;
+            }
+            let Ok(tcp) = conn else { continue };
+            let _ = tcp.set_nodelay(true);
+            let id = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+            if let Ok(clone) = tcp.try_clone() {
+                lock(&shared.conns).insert(id, clone);
+            }
+            let conn_shared = Arc::clone(shared);
+            let spawned = std::thread::Builder::new()
+                .name("kube-api-conn".into())
+                .spawn(move || {
+                    let shared = conn_shared;
+                    match shared.tls.clone() {
+                        Some(config) => {
+                            if let Ok(conn) = rustls::ServerConnection::new(config) {
+                                serve(&shared, rustls::StreamOwned::new(conn, tcp));
+                            }
+                        }
+                        None => serve(&shared, tcp),
+                    }
+                    lock(&shared.conns).remove(&id);
+                });
+            if spawned.is_err() {
+                lock(&shared.conns).remove(&id);
+            }
+        }
+        drop(listener);
+        let _ = stopped.send(());
+    }
+}
+
+/// Serves requests on one connection until the client closes it, or the server goes down.
+fn serve<S: Read + Write>(shared: &Shared, stream: S) {
+    let mut conn = BufReader::new(stream);
+    while let Ok(Some(req)) = http::read_request(&mut conn) {
+        if !shared.up.load(Ordering::SeqCst) {
+            return;
+        }
+        let (authorized, fault, latency) = {
+            let mut state = lock(&shared.state);
+            let authorized = state.authorized(&req);
+            let fault = if authorized {
+                state.faults.pop_front()
+            } else {
+                None
+            };
+            (authorized, fault, state.latency)
+        };
+        std::thread::sleep(latency);
+        if let Some(Fault::Delay(d)) = fault {
+            std::thread::sleep(d);
+        }
+        let (code, body) = {
+            let mut state = lock(&shared.state);
+            let reply = match fault {
+                _ if !authorized => Some(routes::unauthorized()),
+                Some(Fault::Status(code)) => Some(routes::injected(code)),
+                Some(Fault::Close) => None,
+                Some(Fault::Delay(_)) | None => Some(routes::handle(&mut state, &req)),
+            };
+            state.log.push(LoggedRequest {
+                method: req.method.clone(),
+                path: req.path.clone(),
+                query: req.query.clone(),
+                content_type: req.header("content-type").map(str::to_string),
+                body: String::from_utf8_lossy(&req.body).into_owned(),
+                status: reply.as_ref().map_or(0, |(code, _)| *code),
+            });
+            match reply {
+                Some(reply) => reply,
+                None => return,
+            }
+        };
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        if http::write_json(conn.get_mut(), code, &body, req.wants_close()).is_err()
+            || req.wants_close()
+        {
+            return;
+        }
+    }
+}
+
+/// A fresh network namespace (as the test runner gives each test binary) has loopback down.
+/// (`/sys/class/net` may show another namespace's links, so ask `ip`.)
+fn ensure_loopback_up() -> anyhow::Result<()> {
+    let ip = |args: &[&str]| -> anyhow::Result<String> {
+        let out = std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .with_context(|| format!("run ip {}", args.join(" ")))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let links: Value = serde_json::from_str(&ip(&["-j", "link", "show", "lo"])?)?;
+    let up = links[0]["flags"]
+        .as_array()
+        .is_some_and(|flags| flags.iter().any(|f| f == "UP"));
+    if !up {
+        ip(&["link", "set", "lo", "up"])?;
+    }
+    Ok(())
+}
+
+/// A minimal pod manifest for [`KubeApiServer::add_pod`].
+pub fn pod_manifest(namespace: &str, name: &str) -> Value {
+    json!({
+        "metadata": { "namespace": namespace, "name": name, "annotations": {} },
+        "spec": { "nodeName": "node-1", "containers": [{ "name": "c", "image": "busybox" }] },
+        "status": { "phase": "Pending" },
+    })
+}

@@ -1,0 +1,473 @@
+//! The API routes the server answers, on its in-memory store, with real Kubernetes `Status`
+//! objects for failures.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use super::http::Request;
+use super::{Fault, LoggedRequest};
+
+pub(super) const NAD_GROUP: &str = "k8s.cni.cncf.io";
+pub(super) const NAD_RESOURCE: &str = "network-attachment-definitions";
+
+type Key = (String, String);
+
+pub(super) struct State {
+    pub token: String,
+    pub resource_version: u64,
+    pub pods: BTreeMap<Key, Value>,
+    pub nads: BTreeMap<Key, Value>,
+    pub events: Vec<Value>,
+    pub log: Vec<LoggedRequest>,
+    pub faults: VecDeque<Fault>,
+    pub latency: Duration,
+}
+
+impl State {
+    pub fn new(token: &str) -> State {
+        State {
+            token: token.to_string(),
+            resource_version: 0,
+            pods: BTreeMap::new(),
+            nads: BTreeMap::new(),
+            events: Vec::new(),
+            log: Vec::new(),
+            faults: VecDeque::new(),
+            latency: Duration::ZERO,
+        }
+    }
+
+    pub fn next_resource_version(&mut self) -> String {
+        self.resource_version += 1;
+        self.resource_version.to_string()
+    }
+
+    pub fn authorized(&self, req: &Request) -> bool {
+        req.header("authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|t| t.trim() == self.token)
+    }
+
+    /// Gives a stored object the server-owned metadata a real API server sets on create.
+    pub fn admit(&mut self, obj: &mut Value, namespace: &str, name: &str) {
+        let rv = self.next_resource_version();
+        let meta = metadata_mut(obj);
+        meta.insert("name".into(), json!(name));
+        meta.insert("namespace".into(), json!(namespace));
+        meta.insert("resourceVersion".into(), json!(rv));
+        meta.entry("uid").or_insert_with(|| json!(new_uid()));
+        meta.entry("creationTimestamp")
+            .or_insert_with(|| json!(now()));
+    }
+}
+
+pub(super) fn now() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .to_string()
+}
+
+/// A random-enough RFC 4122 style UID (tests need uniqueness, not secrecy).
+pub(super) fn new_uid() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let a = RandomState::new().hash_one(std::time::SystemTime::now());
+    let b = RandomState::new().hash_one(a);
+    let hex = format!("{a:016x}{b:016x}");
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[13..16],
+        &hex[17..20],
+        &hex[20..32]
+    )
+}
+
+pub(super) fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = json!({});
+    }
+    let meta = &mut obj["metadata"];
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    match meta {
+        Value::Object(m) => m,
+        _ => unreachable!("metadata was just made an object"),
+    }
+}
+
+/// A `Status` object as the API server sends for failures.
+pub(super) fn status(
+    code: u16,
+    reason: &str,
+    message: &str,
+    details: Option<Value>,
+) -> (u16, Value) {
+    let mut s = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    });
+    if let Some(d) = details {
+        s["details"] = d;
+    }
+    (code, s)
+}
+
+pub(super) fn unauthorized() -> (u16, Value) {
+    status(401, "Unauthorized", "Unauthorized", None)
+}
+
+/// The reply a real server would give for an injected status code.
+pub(super) fn injected(code: u16) -> (u16, Value) {
+    let reason = match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        429 => "TooManyRequests",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "InternalError",
+    };
+    status(
+        code,
+        reason,
+        &format!("injected fault: {reason} ({code})"),
+        None,
+    )
+}
+
+fn not_found(group: &str, resource: &str, name: &str) -> (u16, Value) {
+    let qualified = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
+    status(
+        404,
+        "NotFound",
+        &format!("{qualified} \"{name}\" not found"),
+        Some(json!({ "name": name, "group": group, "kind": resource })),
+    )
+}
+
+fn no_route() -> (u16, Value) {
+    status(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+        Some(json!({})),
+    )
+}
+
+fn method_not_allowed() -> (u16, Value) {
+    status(
+        405,
+        "MethodNotAllowed",
+        "the server does not allow this method on the requested resource",
+        Some(json!({})),
+    )
+}
+
+fn bad_request(message: &str) -> (u16, Value) {
+    status(400, "BadRequest", message, None)
+}
+
+fn conflict(resource: &str, name: &str, why: &str) -> (u16, Value) {
+    status(
+        409,
+        "Conflict",
+        &format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
+        Some(json!({ "name": name, "kind": resource })),
+    )
+}
+
+pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
+    let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
+    let method = req.method.as_str();
+    match segments.as_slice() {
+        ["api"] => discovery_get(method, api_versions()),
+        ["apis"] => discovery_get(method, api_groups()),
+        ["api", "v1"] => discovery_get(method, core_resources()),
+        ["apis", NAD_GROUP, "v1"] => discovery_get(method, nad_resources()),
+        ["api", "v1", "namespaces", ns, "pods", name] => pod(state, req, ns, name, false),
+        ["api", "v1", "namespaces", ns, "pods", name, "status"] => pod(state, req, ns, name, true),
+        ["api", "v1", "namespaces", ns, "events"] => match method {
+            "POST" => create_event(state, req, ns),
+            "GET" => list("EventList", "v1", state, events_in(state, ns)),
+            _ => method_not_allowed(),
+        },
+        ["apis", NAD_GROUP, "v1", "namespaces", ns, NAD_RESOURCE] => match method {
+            "GET" => {
+                let items = state
+                    .nads
+                    .range((ns.to_string(), String::new())..)
+                    .take_while(|((n, _), _)| n == ns)
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                list(
+                    "NetworkAttachmentDefinitionList",
+                    &format!("{NAD_GROUP}/v1"),
+                    state,
+                    items,
+                )
+            }
+            _ => method_not_allowed(),
+        },
+        ["apis", NAD_GROUP, "v1", "namespaces", ns, NAD_RESOURCE, name] => match method {
+            "GET" => match state.nads.get(&(ns.to_string(), name.to_string())) {
+                Some(nad) => (200, nad.clone()),
+                None => not_found(NAD_GROUP, NAD_RESOURCE, name),
+            },
+            _ => method_not_allowed(),
+        },
+        _ => no_route(),
+    }
+}
+
+fn events_in(state: &State, ns: &str) -> Vec<Value> {
+    state
+        .events
+        .iter()
+        .filter(|e| e["metadata"]["namespace"] == ns)
+        .cloned()
+        .collect()
+}
+
+fn list(kind: &str, api_version: &str, state: &State, items: Vec<Value>) -> (u16, Value) {
+    (
+        200,
+        json!({
+            "kind": kind,
+            "apiVersion": api_version,
+            "metadata": { "resourceVersion": state.resource_version.to_string() },
+            "items": items,
+        }),
+    )
+}
+
+fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool) -> (u16, Value) {
+    let key = (ns.to_string(), name.to_string());
+    match req.method.as_str() {
+        "GET" => match state.pods.get(&key) {
+            Some(p) => (200, p.clone()),
+            None => not_found("", "pods", name),
+        },
+        "PATCH" => {
+            let content_type = req.header("content-type").unwrap_or_default();
+            let content_type = content_type.split(';').next().unwrap_or_default().trim();
+            if content_type != "application/merge-patch+json"
+                && content_type != "application/strategic-merge-patch+json"
+            {
+                return status(
+                    415,
+                    "UnsupportedMediaType",
+                    &format!("the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json (this test server); got {content_type:?}"),
+                    None,
+                );
+            }
+            let patch: Value = match serde_json::from_slice(&req.body) {
+                Ok(p @ Value::Object(_)) => p,
+                Ok(_) => return bad_request("the patch is not a JSON object"),
+                Err(e) => return bad_request(&format!("error decoding patch: {e}")),
+            };
+            let Some(current) = state.pods.get(&key) else {
+                return not_found("", "pods", name);
+            };
+            let current_meta = &current["metadata"];
+            if let Some(rv) = patch["metadata"].get("resourceVersion") {
+                if *rv != current_meta["resourceVersion"] {
+                    return conflict(
+                        "pods",
+                        name,
+                        "the object has been modified; please apply your changes to the latest version and try again",
+                    );
+                }
+            }
+            if let Some(uid) = patch["metadata"].get("uid") {
+                if *uid != current_meta["uid"] {
+                    return conflict(
+                        "pods",
+                        name,
+                        &format!(
+                            "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                            uid.as_str().unwrap_or_default(),
+                            current_meta["uid"].as_str().unwrap_or_default()
+                        ),
+                    );
+                }
+            }
+            let mut updated = current.clone();
+            merge_patch(&mut updated, &patch);
+            // The main resource cannot change status, the status subresource cannot change spec;
+            // identity fields never change.
+            let kept = if status_sub { "spec" } else { "status" };
+            updated[kept] = current[kept].clone();
+            for field in ["name", "namespace", "uid", "creationTimestamp"] {
+                updated["metadata"][field] = current_meta[field].clone();
+            }
+            let rv = state.next_resource_version();
+            updated["metadata"]["resourceVersion"] = json!(rv);
+            state.pods.insert(key, updated.clone());
+            (200, updated)
+        }
+        _ => method_not_allowed(),
+    }
+}
+
+fn create_event(state: &mut State, req: &Request, ns: &str) -> (u16, Value) {
+    let mut event: Value = match serde_json::from_slice(&req.body) {
+        Ok(e @ Value::Object(_)) => e,
+        Ok(_) => return bad_request("the event is not a JSON object"),
+        Err(e) => return bad_request(&format!("error decoding event: {e}")),
+    };
+    let meta = metadata_mut(&mut event);
+    match meta.get("namespace").and_then(Value::as_str) {
+        None | Some("") => {}
+        Some(other) if other == ns => {}
+        Some(_) => return bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ),
+    }
+    let name = match (
+        meta.get("name").and_then(Value::as_str),
+        meta.get("generateName").and_then(Value::as_str),
+    ) {
+        (Some(n), _) if !n.is_empty() => n.to_string(),
+        (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", &new_uid()[..5]),
+        _ => {
+            return status(
+                422,
+                "Invalid",
+                "Event \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                None,
+            )
+        }
+    };
+    if event["involvedObject"]["namespace"] != ns {
+        return status(
+            422,
+            "Invalid",
+            &format!("Event \"{name}\" is invalid: involvedObject.namespace: Invalid value: does not match event.namespace"),
+            None,
+        );
+    }
+    if state
+        .events
+        .iter()
+        .any(|e| e["metadata"]["namespace"] == ns && e["metadata"]["name"] == name.as_str())
+    {
+        return status(
+            409,
+            "AlreadyExists",
+            &format!("events \"{name}\" already exists"),
+            Some(json!({ "name": name, "kind": "events" })),
+        );
+    }
+    state.admit(&mut event, ns, &name);
+    event["kind"] = json!("Event");
+    event["apiVersion"] = json!("v1");
+    state.events.push(event.clone());
+    (201, event)
+}
+
+/// RFC 7386 JSON merge patch. Strategic merge patch is the same for maps, which is all this
+/// server promises (metadata.annotations and labels).
+pub(super) fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    if let Value::Object(t) = target {
+        for (k, v) in patch {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+    }
+}
+
+fn discovery_get(method: &str, body: Value) -> (u16, Value) {
+    if method == "GET" {
+        (200, body)
+    } else {
+        method_not_allowed()
+    }
+}
+
+fn api_versions() -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{ "clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1" }],
+    })
+}
+
+fn api_groups() -> Value {
+    let version = json!({ "groupVersion": format!("{NAD_GROUP}/v1"), "version": "v1" });
+    json!({
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [{ "name": NAD_GROUP, "versions": [version], "preferredVersion": version }],
+    })
+}
+
+fn resource(name: &str, kind: &str, verbs: &[&str], short: &[&str]) -> Value {
+    json!({
+        "name": name,
+        "singularName": if name.contains('/') { "" } else { kind_singular(kind) },
+        "namespaced": true,
+        "kind": kind,
+        "verbs": verbs,
+        "shortNames": short,
+    })
+}
+
+fn kind_singular(kind: &str) -> &'static str {
+    match kind {
+        "Pod" => "pod",
+        "Event" => "event",
+        _ => "network-attachment-definition",
+    }
+}
+
+fn core_resources() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            resource("pods", "Pod", &["get", "patch"], &["po"]),
+            resource("pods/status", "Pod", &["get", "patch"], &[]),
+            resource("events", "Event", &["create", "list"], &["ev"]),
+        ],
+    })
+}
+
+fn nad_resources() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": format!("{NAD_GROUP}/v1"),
+        "resources": [resource(
+            NAD_RESOURCE,
+            "NetworkAttachmentDefinition",
+            &["get", "list"],
+            &["net-attach-def"],
+        )],
+    })
+}
