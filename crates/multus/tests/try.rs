@@ -260,3 +260,65 @@ fn bad_files_are_refused_with_what_and_where_before_anything_is_built() {
     assert!(stderr.contains("missing.yaml"), "{stderr}");
     assert_nothing_left(&before);
 }
+
+#[test]
+fn on_host_needs_yes_takes_only_pod_side_networks_and_changes_nothing_here() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // This test's own namespace stands in for the host: a veth pair is its "real" lan.
+    let add = |args: &[&str]| {
+        let ok = Command::new("ip")
+            .args(args)
+            .status()
+            .expect("ip")
+            .success();
+        assert!(ok, "ip {args:?}");
+    };
+    add(&[
+        "link", "add", "eth9", "type", "veth", "peer", "name", "eth9p",
+    ]);
+    add(&["link", "set", "eth9", "up"]);
+    add(&["link", "set", "eth9p", "up"]);
+    add(&["addr", "add", "192.168.50.1/24", "dev", "eth9p"]);
+    let before = own_links();
+    let addrs = || {
+        let out = Command::new("ip")
+            .args(["-o", "addr"])
+            .output()
+            .expect("ip");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let addrs_before = addrs();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let macvlan = r#"{"cniVersion": "1.0.0", "name": "net-a", "type": "macvlan", "master": "eth9",
+ "ipam": {"type": "static", "addresses": [{"address": "192.168.50.10/24", "gateway": "192.168.50.1"}]}}"#;
+    write(dir.path(), "nad.yaml", &nad(macvlan));
+    write(dir.path(), "pod.yaml", POD);
+    let path = dir.path().to_str().expect("utf-8");
+
+    let (out, _, stderr) = multus_try(&[path, "--on-host"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr.contains("confirm with --yes"), "{stderr}");
+
+    let (out, stdout, stderr) = multus_try(&[path, "--on-host", "--yes"]);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("net1 (default/net-a): ping gateway 192.168.50.1 (on the node): ok"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("nothing: no link"), "{stdout}");
+
+    let bridge = tempfile::tempdir().expect("tempdir");
+    write(bridge.path(), "nad.yaml", &nad(BRIDGE_NET));
+    write(bridge.path(), "pod.yaml", POD);
+    let (out, _, stderr) =
+        multus_try(&[bridge.path().to_str().expect("utf-8"), "--on-host", "--yes"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr.contains("default/net-a: type \"bridge\": only macvlan and ipvlan"),
+        "{stderr}"
+    );
+
+    assert_nothing_left(&before);
+    assert_eq!(addrs(), addrs_before, "addresses here changed");
+    add(&["link", "del", "eth9"]);
+}

@@ -49,11 +49,19 @@ pub struct Options {
     #[arg(long)]
     pub keep: bool,
     /// Remove every sandbox left by --keep, then exit.
-    #[arg(long, conflicts_with_all = ["paths", "keep", "exec"])]
+    #[arg(long, conflicts_with_all = ["paths", "keep", "exec", "on_host"])]
     pub clean: bool,
     /// A shell command to run inside the pod once it is attached (sh -c).
     #[arg(long, value_name = "CMD")]
     pub exec: Option<String>,
+    /// Attach the pod to this machine's real interfaces (the NADs' masters) instead of a
+    /// simulated node. Only macvlan and ipvlan networks with host-local or static addresses
+    /// are taken: they create links in the pod's namespace only. Needs --yes.
+    #[arg(long)]
+    pub on_host: bool,
+    /// Confirm --on-host after checking the NADs: the pod appears on the real network.
+    #[arg(long, requires = "on_host")]
+    pub yes: bool,
     /// The cni-plugins binary [default: cni-plugins beside this multus binary].
     #[arg(long, value_name = "FILE")]
     pub plugins: Option<PathBuf>,
@@ -63,6 +71,21 @@ pub struct Options {
 pub fn run(opts: &Options) -> Result<bool, Error> {
     if opts.clean {
         return clean();
+    }
+    if opts.on_host && !opts.yes {
+        return Err(Error::Usage(
+            "--on-host puts the pod on this machine's real network: check the NADs first \
+             (what their masters carry, that their ranges are free on that network), then \
+             confirm with --yes"
+                .into(),
+        ));
+    }
+    if opts.on_host && opts.paths.is_empty() {
+        return Err(Error::Usage(
+            "--on-host needs NAD and pod files: the bundled examples name a simulated node's \
+             interfaces"
+                .into(),
+        ));
     }
     let plugins = plugins_binary(opts)?;
     // (title, files, why the set is skipped)
@@ -83,6 +106,13 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
             return Err(Error::Input(
                 "no Pod in the given files: add the pod that uses the networks".into(),
             ));
+        }
+        if opts.on_host {
+            for nad in &inputs.nads {
+                on_host_allows(&nad.config).map_err(|msg| {
+                    Error::Usage(format!("--on-host: {}/{}: {msg}", nad.namespace, nad.name))
+                })?;
+            }
         }
         sets.push((String::new(), inputs, None));
     }
@@ -108,6 +138,40 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
         }
     }
     Ok(all_ok)
+}
+
+/// Refuses, for --on-host, any network that would create something outside the pod's
+/// namespace or need a server of ours: only macvlan and ipvlan with a named master, and
+/// host-local or static addresses.
+fn on_host_allows(config: &str) -> Result<(), String> {
+    let value: Value = serde_json::from_str(config).map_err(|e| format!("spec.config: {e}"))?;
+    let plugins = match value.get("plugins").and_then(Value::as_array) {
+        Some(list) => list.clone(),
+        None => vec![value],
+    };
+    for p in &plugins {
+        let kind = p["type"].as_str().unwrap_or("");
+        if kind != "macvlan" && kind != "ipvlan" {
+            return Err(format!(
+                "type {kind:?}: only macvlan and ipvlan, which create links in the pod only"
+            ));
+        }
+        if p["master"].as_str().is_none_or(str::is_empty) {
+            return Err("name the master interface: --on-host never guesses one".into());
+        }
+        if p.get("linkInContainer").and_then(Value::as_bool) == Some(true) {
+            return Err("linkInContainer: the master must be on the host".into());
+        }
+        match p["ipam"]["type"].as_str() {
+            None | Some("host-local") | Some("static") => {}
+            Some(other) => {
+                return Err(format!(
+                    "ipam type {other:?}: only host-local and static on the host"
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 fn plugins_binary(opts: &Options) -> Result<PathBuf, Error> {
@@ -176,19 +240,35 @@ const CLUSTER_SUBNET: &str = "10.42.0.0/24";
 /// The multus configuration of the sandbox: the cluster network inline, state in the
 /// sandbox's directory.
 fn multus_conf(sb: &Sandbox) -> Result<MultusConf, Error> {
-    let cluster = serde_json::json!({
-        "cniVersion": "1.0.0",
-        "name": CLUSTER_NETWORK,
-        "type": "bridge",
-        "bridge": "cni0",
-        "isGateway": true,
-        "ipam": {
-            "type": "host-local",
-            "ranges": [[{"subnet": CLUSTER_SUBNET}]],
-            "routes": [{"dst": "0.0.0.0/0"}],
-            "dataDir": sb.ipam_dir(),
-        }
-    });
+    let cluster = if sb.lan.is_some() {
+        serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": CLUSTER_NETWORK,
+            "type": "bridge",
+            "bridge": "cni0",
+            "isGateway": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": CLUSTER_SUBNET}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+                "dataDir": sb.ipam_dir(),
+            }
+        })
+    } else {
+        // On the host: a macvlan on a parent inside the pod, so nothing lands on the host.
+        serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": CLUSTER_NETWORK,
+            "type": "macvlan",
+            "master": sandbox::ON_HOST_CLUSTER_PARENT,
+            "linkInContainer": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": CLUSTER_SUBNET}]],
+                "dataDir": sb.ipam_dir(),
+            }
+        })
+    };
     let conf = serde_json::json!({
         "cniVersion": "1.0.0",
         "name": "multus-cni-network",
@@ -211,7 +291,11 @@ fn trial(
     pod: &Pod,
 ) -> Result<bool, Error> {
     let configs: Vec<&str> = inputs.nads.iter().map(|n| n.config.as_str()).collect();
-    let mut sb = Sandbox::create(name, plugins, &sandbox::masters(&configs))?;
+    let mut sb = if opts.on_host {
+        Sandbox::on_host(name, plugins)?
+    } else {
+        Sandbox::create(name, plugins, &sandbox::masters(&configs))?
+    };
     sb.keep = opts.keep;
     let dhcp_socket = sb.dir.join("dhcp.sock");
     let api = FileApi {
@@ -230,17 +314,25 @@ fn trial(
         events: Mutex::new(Vec::new()),
     };
     let conf = multus_conf(&sb)?;
-    println!(
-        "node: namespace {}-node, uplink {} to the lan (namespace {}-lan, bridge {} 198.18.0.1/24)",
-        sb.name,
-        sandbox::UPLINK,
-        sb.name,
-        sandbox::LAN_BRIDGE
-    );
-    println!(
-        "cluster network: bridge cni0, host-local {CLUSTER_SUBNET}; pod namespace {}-pod",
-        sb.name
-    );
+    if sb.lan.is_some() {
+        println!(
+            "node: namespace {}-node, uplink {} to the lan (namespace {}-lan, bridge {} 198.18.0.1/24)",
+            sb.name,
+            sandbox::UPLINK,
+            sb.name,
+            sandbox::LAN_BRIDGE
+        );
+        println!(
+            "cluster network: bridge cni0, host-local {CLUSTER_SUBNET}; pod namespace {}-pod",
+            sb.name
+        );
+    } else {
+        println!(
+            "node: this machine (only read); cluster network: macvlan on {} inside the pod, host-local {CLUSTER_SUBNET}; pod namespace {}-pod",
+            sandbox::ON_HOST_CLUSTER_PARENT,
+            sb.name
+        );
+    }
     let dirs = [sb.multus_dir(), sb.ipam_dir()];
     let dir_refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
     let node_before = state::snapshot(&sb.node, &dir_refs)?;
@@ -367,7 +459,9 @@ fn trial(
     if opts.keep {
         println!("\n--- kept");
         println!("enter the pod:  ip netns exec {}-pod sh", sb.name);
-        println!("enter the node: ip netns exec {}-node sh", sb.name);
+        if sb.lan.is_some() {
+            println!("enter the node: ip netns exec {}-node sh", sb.name);
+        }
         println!("files:          {}", sb.dir.display());
         println!("remove:         multus try --clean");
     }
@@ -381,7 +475,7 @@ fn show_pod(sb: &Sandbox) -> Result<(), Error> {
     for l in k.links.iter().filter(|l| l.name != "lo") {
         let mac = l.mac.as_ref().map(netkit::format_mac).unwrap_or_default();
         println!(
-            "{:<6} {:<8} {mac} mtu {}{}",
+            "{:<9} {:<8} {mac} mtu {}{}",
             l.name,
             l.kind.as_deref().unwrap_or("device"),
             l.mtu,
@@ -389,7 +483,7 @@ fn show_pod(sb: &Sandbox) -> Result<(), Error> {
         );
         for (dev, a) in &k.addrs {
             if *dev == l.name {
-                println!("       {a}");
+                println!("          {a}");
             }
         }
     }
@@ -433,6 +527,12 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
                 .find_map(|g| g.parse::<IpAddr>().ok())
         })
         .or_else(|| cached_gateway(sb, ifname, own));
+    if sb.lan.is_none() && (gateway.is_none() || network == CLUSTER_NETWORK) {
+        println!(
+            "{ifname} ({network}): no gateway to ping, and --on-host adds no peer: not checked"
+        );
+        return Ok(true);
+    }
     let on_node = sb.node_addr_in(own)?;
     let (target, what) = match (gateway, on_node) {
         (Some(g), _) => (g, "gateway"),
@@ -442,6 +542,8 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
     let mut cleanup: Option<(u32, IpNet)> = None;
     let place = if sb.node_has(target)? {
         "on the node".to_owned()
+    } else if sb.lan.is_none() {
+        "on the real network".to_owned()
     } else {
         let with_prefix = IpNet::new(target, own.prefix_len())
             .map_err(|e| Error::Sandbox(format!("{target}: {e}")))?;

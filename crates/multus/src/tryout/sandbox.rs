@@ -45,26 +45,24 @@ fn nk(what: &str) -> impl Fn(netkit::Error) -> Error + '_ {
 pub struct Sandbox {
     pub name: String,
     pub dir: PathBuf,
+    /// The node: our own namespace, or with `--on-host` this machine's (only read).
     pub node: NetNs,
-    pub lan: NetNs,
+    /// The simulated lan; `None` on the host.
+    pub lan: Option<NetNs>,
     pub pod: NetNs,
     pub keep: bool,
 }
+
+/// The cluster network's interface parent with `--on-host`: one end of a veth pair inside the
+/// pod, so that nothing is created on the host.
+pub const ON_HOST_CLUSTER_PARENT: &str = "cluster0";
 
 impl Sandbox {
     /// Builds the node: a lan bridge with a gateway address, and for each of `masters` (always
     /// including the uplink) a veth whose node end has that name and whose other end is on
     /// the lan bridge. The uplink carries the node's default route.
     pub fn create(name: &str, plugins_bin: &Path, masters: &[String]) -> Result<Sandbox, Error> {
-        let dir = Path::new(STATE_ROOT).join(name);
-        for sub in ["multus", "ipam", "bin"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .map_err(|e| Error::Sandbox(format!("creating {}: {e}", dir.display())))?;
-        }
-        for plugin in PLUGINS {
-            std::os::unix::fs::symlink(plugins_bin, dir.join("bin").join(plugin))
-                .map_err(|e| Error::Sandbox(format!("linking {plugin}: {e}")))?;
-        }
+        let dir = state_dir(name, plugins_bin)?;
         // Until every namespace exists, a failure removes what was made so far.
         let partial = |e: Error| {
             remove(name);
@@ -83,21 +81,54 @@ impl Sandbox {
             name: name.to_owned(),
             dir,
             node,
-            lan,
+            lan: Some(lan),
             pod,
             keep: false,
         };
-        sb.wire(masters)?;
+        if let Some(lan) = &sb.lan {
+            sb.wire(lan, masters)?;
+        }
         Ok(sb)
     }
 
-    fn wire(&self, masters: &[String]) -> Result<(), Error> {
-        for ns in [&self.node, &self.lan, &self.pod] {
+    /// A pod namespace on this machine, with the dummy parent of the cluster network inside
+    /// it; the host's namespace is the node and is never changed.
+    pub fn on_host(name: &str, plugins_bin: &Path) -> Result<Sandbox, Error> {
+        let dir = state_dir(name, plugins_bin)?;
+        let node = NetNs::current().map_err(nk("this namespace"))?;
+        let pod = NetNs::create_named(&format!("{name}-pod")).map_err(|e| {
+            remove(name);
+            Error::Sandbox(format!("creating namespace: {e}"))
+        })?;
+        let sb = Sandbox {
+            name: name.to_owned(),
+            dir,
+            node,
+            lan: None,
+            pod,
+            keep: false,
+        };
+        let nl = Netlink::in_ns(&sb.pod).map_err(nk("pod"))?;
+        let lo = nl.link("lo").map_err(nk("loopback"))?;
+        nl.set_up(lo.index).map_err(nk("loopback"))?;
+        // A veth pair with both ends in the pod: a parent that needs nothing on the host.
+        let peer = format!("{ON_HOST_CLUSTER_PARENT}p");
+        nl.add_veth(ON_HOST_CLUSTER_PARENT, &peer, None, None, None)
+            .map_err(nk(ON_HOST_CLUSTER_PARENT))?;
+        for end in [ON_HOST_CLUSTER_PARENT, peer.as_str()] {
+            let link = nl.link(end).map_err(nk(ON_HOST_CLUSTER_PARENT))?;
+            nl.set_up(link.index).map_err(nk(ON_HOST_CLUSTER_PARENT))?;
+        }
+        Ok(sb)
+    }
+
+    fn wire(&self, lan_ns: &NetNs, masters: &[String]) -> Result<(), Error> {
+        for ns in [&self.node, lan_ns, &self.pod] {
             let nl = Netlink::in_ns(ns).map_err(nk("netlink"))?;
             let lo = nl.link("lo").map_err(nk("loopback"))?;
             nl.set_up(lo.index).map_err(nk("loopback"))?;
         }
-        let lan = Netlink::in_ns(&self.lan).map_err(nk("lan"))?;
+        let lan = Netlink::in_ns(lan_ns).map_err(nk("lan"))?;
         lan.add_bridge(LAN_BRIDGE, &BridgeOpts::default())
             .map_err(nk("lan bridge"))?;
         let bridge = lan.link(LAN_BRIDGE).map_err(nk("lan bridge"))?;
@@ -109,7 +140,7 @@ impl Sandbox {
         names.extend(masters.iter().map(String::as_str).filter(|m| *m != UPLINK));
         for (i, master) in names.iter().enumerate() {
             let peer = format!("to-node{i}");
-            node.add_veth(master, &peer, Some(&self.lan), None, None)
+            node.add_veth(master, &peer, Some(lan_ns), None, None)
                 .map_err(nk(master))?;
             let link = node.link(master).map_err(nk(master))?;
             node.set_up(link.index).map_err(nk(master))?;
@@ -141,7 +172,10 @@ impl Sandbox {
 
     /// Puts `addr` on the lan bridge so something answers there; `false` when it already is.
     pub fn lan_peer(&self, addr: IpNet) -> Result<bool, Error> {
-        let lan = Netlink::in_ns(&self.lan).map_err(nk("lan"))?;
+        let Some(lan_ns) = &self.lan else {
+            return Ok(false);
+        };
+        let lan = Netlink::in_ns(lan_ns).map_err(nk("lan"))?;
         let bridge = lan.link(LAN_BRIDGE).map_err(nk("lan bridge"))?;
         let present = lan
             .addrs(Some(bridge.index), None)
@@ -187,6 +221,20 @@ impl Drop for Sandbox {
             remove(&self.name);
         }
     }
+}
+
+/// `/run/multus-try/<name>` with the multus cache, host-local's store and a plugin directory.
+fn state_dir(name: &str, plugins_bin: &Path) -> Result<PathBuf, Error> {
+    let dir = Path::new(STATE_ROOT).join(name);
+    for sub in ["multus", "ipam", "bin"] {
+        std::fs::create_dir_all(dir.join(sub))
+            .map_err(|e| Error::Sandbox(format!("creating {}: {e}", dir.display())))?;
+    }
+    for plugin in PLUGINS {
+        std::os::unix::fs::symlink(plugins_bin, dir.join("bin").join(plugin))
+            .map_err(|e| Error::Sandbox(format!("linking {plugin}: {e}")))?;
+    }
+    Ok(dir)
 }
 
 /// Removes a sandbox: the processes it recorded, its namespaces, its directory. Returns what
