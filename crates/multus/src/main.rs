@@ -18,7 +18,7 @@ struct Cli {
 enum Tool {
     /// Install multus and the plugins on this node and keep its multus config current (the
     /// multus DaemonSet's entrypoint).
-    Install(multus::install::Options),
+    Install(Box<multus::install::Options>),
     /// Try NADs and a pod on a throwaway node in namespaces of their own, with no cluster:
     /// ADD, what the pod got, a connectivity check per network, DEL, and what is left.
     Try(multus::tryout::Options),
