@@ -145,11 +145,7 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
 /// host-local or static addresses.
 fn on_host_allows(config: &str) -> Result<(), String> {
     let value: Value = serde_json::from_str(config).map_err(|e| format!("spec.config: {e}"))?;
-    let plugins = match value.get("plugins").and_then(Value::as_array) {
-        Some(list) => list.clone(),
-        None => vec![value],
-    };
-    for p in &plugins {
+    for p in sandbox::plugin_configs(&value) {
         let kind = p["type"].as_str().unwrap_or("");
         if kind != "macvlan" && kind != "ipvlan" {
             return Err(format!(

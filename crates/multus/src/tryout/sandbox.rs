@@ -324,11 +324,7 @@ pub fn masters(configs: &[&str]) -> Vec<String> {
         let Ok(value) = serde_json::from_str::<Value>(config) else {
             continue;
         };
-        let plugins = match value.get("plugins").and_then(Value::as_array) {
-            Some(list) => list.clone(),
-            None => vec![value],
-        };
-        for p in plugins {
+        for p in plugin_configs(&value) {
             if let Some(m) = p.get("master").and_then(Value::as_str) {
                 if !m.is_empty() && !out.iter().any(|o| o == m) {
                     out.push(m.to_owned());
@@ -337,4 +333,12 @@ pub fn masters(configs: &[&str]) -> Vec<String> {
         }
     }
     out
+}
+
+/// The plugin configs of a network: a conf itself, or the `plugins` of a conflist.
+pub fn plugin_configs(network: &Value) -> Vec<&Value> {
+    match network.get("plugins").and_then(Value::as_array) {
+        Some(list) => list.iter().collect(),
+        None => vec![network],
+    }
 }

@@ -235,3 +235,54 @@ impl Diff {
         d
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_kept_bridge_and_host_local_bookkeeping_are_kept_everything_else_is_left() {
+        let before = State {
+            links: set(&["lo (device)", "eth0 (veth)"]),
+            ..State::default()
+        };
+        let after = State {
+            links: set(&[
+                "lo (device)",
+                "eth0 (veth)",
+                "cni0 (bridge)",
+                "veth1 (veth)",
+            ]),
+            addrs: set(&["10.42.0.1/24 on cni0", "10.9.0.2/24 on eth0"]),
+            routes: set(&["10.42.0.0/24 dev cni0", "10.9.0.0/24 dev eth0"]),
+            rules: set(&["100: from all lookup 100"]),
+            firewall: set(&["-A POSTROUTING -s 10.42.0.2/32 -j CNI-1"]),
+            files: set(&[
+                "/s/ipam/cluster/lock",
+                "/s/ipam/cluster/last_reserved_ip.0",
+                "/s/ipam/cluster/10.42.0.2",
+                "/s/multus/c1",
+            ]),
+        };
+        let d = Diff::between(&before, &after);
+        assert_eq!(d.kept.len(), 2, "{d:?}");
+        assert!(d.kept[0].contains("bridge cni0"));
+        assert!(d.kept[1].starts_with("2 of host-local's"));
+        assert_eq!(
+            d.left,
+            [
+                "link veth1 (veth)",
+                "address 10.9.0.2/24 on eth0",
+                "route 10.9.0.0/24 dev eth0",
+                "rule 100: from all lookup 100",
+                "firewall -A POSTROUTING -s 10.42.0.2/32 -j CNI-1",
+                "file /s/ipam/cluster/10.42.0.2",
+                "file /s/multus/c1",
+            ]
+        );
+    }
+}
