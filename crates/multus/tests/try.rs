@@ -100,6 +100,18 @@ fn kernel_has_ipvlan() -> bool {
     .success()
 }
 
+/// Whether this workspace's cni-plugins has dhcp (asked independently of multus).
+fn plugins_have_dhcp() -> bool {
+    use std::os::unix::process::CommandExt;
+    Command::new(common::plugins_bin())
+        .arg0("dhcp")
+        .env("CNI_COMMAND", "VERSION")
+        .output()
+        .expect("run cni-plugins")
+        .status
+        .success()
+}
+
 #[test]
 fn bundled_examples_pass_and_leave_nothing() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -122,6 +134,25 @@ fn bundled_examples_pass_and_leave_nothing() {
     } else {
         assert!(
             stdout.contains("=== example ipvlan: SKIPPED: this kernel has no ipvlan support"),
+            "{stdout}"
+        );
+    }
+    if plugins_have_dhcp() {
+        assert!(
+            stdout.contains("=== example dhcp: pod default/dhcp-pod: PASS"),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("dhcp0 (default/dhcp-net): ping gateway 192.168.99.1 (on the lan): ok")
+        );
+        assert!(
+            stdout.contains("198.51.100.0/24 via 192.168.99.1 dev dhcp0"),
+            "{stdout}"
+        );
+    } else {
+        assert!(
+            stdout
+                .contains("=== example dhcp: SKIPPED: this cni-plugins binary has no dhcp plugin"),
             "{stdout}"
         );
     }

@@ -6,10 +6,12 @@ pub struct Example {
     pub files: &'static [(&'static str, &'static str)],
     /// Skipped, and said so, on a kernel without ipvlan.
     pub needs_ipvlan: bool,
+    /// Skipped, and said so, when the cni-plugins binary has no dhcp.
+    pub needs_dhcp: bool,
 }
 
 macro_rules! example {
-    ($name:literal, $needs_ipvlan:expr) => {
+    ($name:literal, $needs_ipvlan:expr, $needs_dhcp:expr) => {
         Example {
             name: $name,
             files: &[
@@ -23,13 +25,15 @@ macro_rules! example {
                 ),
             ],
             needs_ipvlan: $needs_ipvlan,
+            needs_dhcp: $needs_dhcp,
         }
     };
 }
 
 pub const ALL: &[Example] = &[
-    example!("bridge", false),
-    example!("macvlan", false),
-    example!("ipvlan", true),
-    example!("static", false),
+    example!("bridge", false, false),
+    example!("macvlan", false, false),
+    example!("ipvlan", true, false),
+    example!("static", false, false),
+    example!("dhcp", false, true),
 ];

@@ -4,6 +4,7 @@
 //! from files; shows what the pod got and checks each network; runs DEL and shows that
 //! nothing is left.
 
+mod dhcp;
 mod examples;
 mod input;
 mod sandbox;
@@ -96,8 +97,13 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
             for (file, text) in ex.files {
                 inputs.add_text(&format!("examples/{}/{file}", ex.name), text)?;
             }
-            let skip = (ex.needs_ipvlan && !kernel_has_ipvlan())
-                .then_some("this kernel has no ipvlan support (CONFIG_IPVLAN)");
+            let skip = if ex.needs_ipvlan && !kernel_has_ipvlan() {
+                Some("this kernel has no ipvlan support (CONFIG_IPVLAN)")
+            } else if ex.needs_dhcp && !dhcp::plugin_available(&plugins) {
+                Some("this cni-plugins binary has no dhcp plugin")
+            } else {
+                None
+            };
             sets.push((format!("example {}", ex.name), inputs, skip));
         }
     } else {
@@ -293,7 +299,15 @@ fn trial(
         Sandbox::create(name, plugins, &sandbox::masters(&configs))?
     };
     sb.keep = opts.keep;
-    let dhcp_socket = sb.dir.join("dhcp.sock");
+    if dhcp::wanted(&configs) {
+        sb.servers = dhcp::start(&sb)?;
+        println!(
+            "dhcp: dnsmasq on the lan serving {}, our dhcp daemon on {}",
+            dhcp::SUBNET,
+            dhcp::socket(&sb.dir).display()
+        );
+    }
+    let dhcp_socket = dhcp::socket(&sb.dir);
     let api = FileApi {
         pod: pod.clone(),
         nads: inputs
@@ -329,7 +343,7 @@ fn trial(
             sb.name
         );
     }
-    let dirs = [sb.multus_dir(), sb.ipam_dir()];
+    let dirs = [sb.multus_dir(), sb.ipam_dir(), dhcp::state_dir(&sb.dir)];
     let dir_refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
     let node_before = state::snapshot(&sb.node, &dir_refs)?;
     let pod_before = state::snapshot(&sb.pod, &[])?;
@@ -447,7 +461,12 @@ fn trial(
             ok = false;
         }
     }
-    if diffs.iter().all(|(_, d)| d.left.is_empty()) {
+    let leases = dhcp::leases(&sb.dir);
+    for lease in &leases {
+        println!("lan: LEFT BEHIND: dhcp lease {lease} on the server (not released)");
+        ok = false;
+    }
+    if leases.is_empty() && diffs.iter().all(|(_, d)| d.left.is_empty()) {
         println!(
             "nothing: no link, address, route, rule, firewall rule, reservation or cache file"
         );

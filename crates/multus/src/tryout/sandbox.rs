@@ -51,6 +51,8 @@ pub struct Sandbox {
     pub lan: Option<NetNs>,
     pub pod: NetNs,
     pub keep: bool,
+    /// Servers this process started (dnsmasq, the dhcp daemon); stopped unless kept.
+    pub servers: Vec<std::process::Child>,
 }
 
 /// The cluster network's interface parent with `--on-host`: one end of a veth pair inside the
@@ -84,6 +86,7 @@ impl Sandbox {
             lan: Some(lan),
             pod,
             keep: false,
+            servers: Vec::new(),
         };
         if let Some(lan) = &sb.lan {
             sb.wire(lan, masters)?;
@@ -107,6 +110,7 @@ impl Sandbox {
             lan: None,
             pod,
             keep: false,
+            servers: Vec::new(),
         };
         let nl = Netlink::in_ns(&sb.pod).map_err(nk("pod"))?;
         let lo = nl.link("lo").map_err(nk("loopback"))?;
@@ -218,6 +222,7 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         if !self.keep {
+            super::dhcp::stop(std::mem::take(&mut self.servers));
             remove(&self.name);
         }
     }
@@ -242,6 +247,7 @@ fn state_dir(name: &str, plugins_bin: &Path) -> Result<PathBuf, Error> {
 pub fn remove(name: &str) -> Vec<String> {
     let mut failed = Vec::new();
     let dir = Path::new(STATE_ROOT).join(name);
+    super::dhcp::stop_recorded(&dir);
     for role in ROLES {
         if let Err(e) = NetNs::delete_named(&format!("{name}-{role}")) {
             failed.push(format!("namespace {name}-{role}: {e}"));
