@@ -221,6 +221,12 @@ fn keep_leaves_the_sandbox_and_clean_removes_it() {
         "{stdout}"
     );
     assert!(stdout.contains("multus try --clean"), "{stdout}");
+    // The pod stays as ADD left it.
+    let out = Command::new("ip")
+        .args(["-n", pod_ns, "-o", "-4", "addr", "show", "dev", "net1"])
+        .output()
+        .expect("ip");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("inet 10.77.0.2/24"));
     assert_eq!(entries("/run/multus-try").len(), 1);
 
     let out = Command::new(common::multus_bin())

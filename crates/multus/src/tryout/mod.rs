@@ -46,7 +46,8 @@ pub struct Options {
     /// NetworkAttachmentDefinition and Pod YAML files, or directories of them. Each pod is
     /// tried with all the NADs. Without any: the bundled examples.
     pub paths: Vec<PathBuf>,
-    /// Leave the sandbox (namespaces and files) in place, and print how to enter and remove it.
+    /// Leave the sandbox (namespaces, files, servers) in place with the pod attached, without
+    /// DEL, and print how to enter and remove it.
     #[arg(long)]
     pub keep: bool,
     /// Remove every sandbox left by --keep, then exit.
@@ -430,6 +431,12 @@ fn trial(
             println!("({status})");
             ok &= status.success();
         }
+        if opts.keep {
+            // Everything ADD made lives in the sandbox: --clean removes it without a DEL.
+            println!("\n--- DEL: not run (--keep): the pod stays as ADD left it");
+            print_kept(&sb);
+            return Ok(ok);
+        }
         println!("\n--- DEL");
         match run(call(cni::Command::Del), cmd::del)
             .map_err(|e| Error::Sandbox(format!("entering the node: {e}")))?
@@ -472,15 +479,20 @@ fn trial(
         );
     }
     if opts.keep {
-        println!("\n--- kept");
-        println!("enter the pod:  ip netns exec {}-pod sh", sb.name);
-        if sb.lan.is_some() {
-            println!("enter the node: ip netns exec {}-node sh", sb.name);
-        }
-        println!("files:          {}", sb.dir.display());
-        println!("remove:         multus try --clean");
+        print_kept(&sb);
     }
     Ok(ok)
+}
+
+/// How to look at a kept sandbox and remove it.
+fn print_kept(sb: &Sandbox) {
+    println!("\n--- kept");
+    println!("enter the pod:  ip netns exec {}-pod sh", sb.name);
+    if sb.lan.is_some() {
+        println!("enter the node: ip netns exec {}-node sh", sb.name);
+    }
+    println!("files:          {}", sb.dir.display());
+    println!("remove:         multus try --clean");
 }
 
 /// Prints the pod's interfaces with their addresses, and its routes.
