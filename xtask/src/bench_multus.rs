@@ -184,7 +184,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let (pd, pd90) = measure::percentiles(&mut wall_del);
 
     println!(
-        "cycles: {cycles}; a pod with the cluster network and 2 more (bridge + host-local each)\n"
+        "cycles: {cycles}; a pod with the cluster network and 2 NADs from the API (bridge + host-local each)\n"
     );
     println!("| case | median (ms) | p90 (ms) |");
     println!("|---|---|---|");

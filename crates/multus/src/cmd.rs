@@ -365,19 +365,12 @@ pub fn del(inv: &Invocation) -> Result<()> {
             );
         }
     }
-    let pod = match inv.pod() {
-        Ok(pod) => pod,
-        Err(e) => {
-            tracing::info!("DEL continues without the pod: {e}");
-            None
-        }
-    };
     let dir = &inv.conf.cni_dir;
     let id = &inv.args.container_id;
     let mut errors = Vec::new();
     let (delegates, cached) = match delegate::load_cache(dir, id, &inv.conf.cni_version) {
         Ok(Some(delegates)) => (delegates, true),
-        Ok(None) => (rebuild(inv, pod.as_ref())?, false),
+        Ok(None) => (rebuild(inv)?, false),
         Err(e) => {
             tracing::error!("{e}; deleting what can be known without it");
             errors.push(match (delegate::quarantine_cache(dir, id), e) {
@@ -390,7 +383,7 @@ pub fn del(inv: &Invocation) -> Result<()> {
                 },
                 (_, e) => e,
             });
-            (rebuild(inv, pod.as_ref())?, false)
+            (rebuild(inv)?, false)
         }
     };
     let failures = inv.del_each(&delegates);
@@ -407,7 +400,16 @@ pub fn del(inv: &Invocation) -> Result<()> {
 
 /// The delegates of an attachment without a cache: from the API when the pod is there,
 /// otherwise only what the configuration alone names, said in the log.
-fn rebuild(inv: &Invocation, pod: Option<&Pod>) -> Result<Vec<Delegate>> {
+fn rebuild(inv: &Invocation) -> Result<Vec<Delegate>> {
+    // Only here does DEL need the pod: with a cache, DEL never waits for the API.
+    let pod = match inv.pod() {
+        Ok(pod) => pod,
+        Err(e) => {
+            tracing::info!("DEL continues without the pod: {e}");
+            None
+        }
+    };
+    let pod = pod.as_ref();
     let ctx = inv.context(pod);
     if pod.is_some() {
         match ctx.delegates() {

@@ -1,5 +1,6 @@
 //! The Kubernetes API through [`crate::k8s`]: the [`Api`] that multus's commands use.
 
+use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod as KubePod;
@@ -10,8 +11,20 @@ use crate::config::MultusConf;
 use crate::error::{Error, Result};
 use crate::k8s::{ClientOptions, EventType, K8sError, KubeClient};
 
+/// The client is made on first use: a DEL that has its cache never needs one.
 struct KubeApi {
-    client: KubeClient,
+    options: ClientOptions,
+    client: OnceCell<KubeClient>,
+}
+
+impl KubeApi {
+    fn client(&self) -> Result<&KubeClient> {
+        if let Some(client) = self.client.get() {
+            return Ok(client);
+        }
+        let client = KubeClient::new(&self.options).map_err(api_error)?;
+        Ok(self.client.get_or_init(|| client))
+    }
 }
 
 /// The API the configuration's `kubeconfig` names; `None` without one.
@@ -19,13 +32,14 @@ pub fn connect(conf: &MultusConf) -> Result<Option<Box<dyn Api>>> {
     let Some(kubeconfig) = &conf.kubeconfig else {
         return Ok(None);
     };
-    let client = KubeClient::new(&ClientOptions {
-        kubeconfig: Some(kubeconfig.clone()),
-        timeout: conf.api_timeout,
-        retries: conf.api_retries,
-    })
-    .map_err(api_error)?;
-    Ok(Some(Box::new(KubeApi { client })))
+    Ok(Some(Box::new(KubeApi {
+        options: ClientOptions {
+            kubeconfig: Some(kubeconfig.clone()),
+            timeout: conf.api_timeout,
+            retries: conf.api_retries,
+        },
+        client: OnceCell::new(),
+    })))
 }
 
 fn api_error(e: K8sError) -> Error {
@@ -34,7 +48,7 @@ fn api_error(e: K8sError) -> Error {
 
 impl Api for KubeApi {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>> {
-        match self.client.get_pod(namespace, name) {
+        match self.client()?.get_pod(namespace, name) {
             Ok(pod) => Ok(Some(Pod {
                 namespace: pod.metadata.namespace.unwrap_or_default(),
                 name: pod.metadata.name.unwrap_or_default(),
@@ -47,7 +61,7 @@ impl Api for KubeApi {
     }
 
     fn nad_config(&self, namespace: &str, name: &str) -> Result<Option<String>> {
-        match self.client.get_nad(namespace, name) {
+        match self.client()?.get_nad(namespace, name) {
             Ok(nad) => Ok(Some(nad.spec.config)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(api_error(e)),
@@ -55,7 +69,7 @@ impl Api for KubeApi {
     }
 
     fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>) -> Result<()> {
-        self.client
+        self.client()?
             .set_pod_annotations(&pod.namespace, &pod.name, annotations)
             .map_err(api_error)
     }
@@ -74,7 +88,7 @@ impl Api for KubeApi {
             EventKind::Normal => EventType::Normal,
             EventKind::Warning => EventType::Warning,
         };
-        self.client
+        self.client()?
             .record_event(&object, kind, reason, message)
             .map_err(api_error)
     }

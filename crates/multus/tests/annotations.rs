@@ -194,31 +194,6 @@ impl Case {
             .map(|(_, _, m)| m.clone())
             .collect()
     }
-
-    fn mac(&self, ifname: &str) -> String {
-        self.sb.pod.ip_json(&["link", "show", ifname])[0]["address"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
-    }
-
-    fn assert_clean(&self, what: &str) {
-        assert_eq!(
-            self.sb.pod_links(),
-            Vec::<String>::new(),
-            "{what}: pod links"
-        );
-        assert_eq!(
-            self.sb.reservations(),
-            Vec::<String>::new(),
-            "{what}: reservations"
-        );
-        assert_eq!(
-            self.sb.cache_files(),
-            Vec::<String>::new(),
-            "{what}: cache files"
-        );
-    }
 }
 
 const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
@@ -234,10 +209,10 @@ fn the_microshift_bridge_example_gets_exactly_this_network_status() {
     assert_eq!(
         status,
         json!([
-            {"name": "cluster", "interface": "eth0", "ips": ["10.88.0.2"], "mac": c.mac("eth0"),
+            {"name": "cluster", "interface": "eth0", "ips": ["10.88.0.2"], "mac": c.sb.mac("eth0"),
              "default": true, "dns": {}},
             {"name": "default/bridge-conf", "interface": "net1", "ips": ["10.10.0.2"],
-             "mac": c.mac("net1"), "dns": {}}
+             "mac": c.sb.mac("net1"), "dns": {}}
         ])
     );
     assert_eq!(
@@ -248,7 +223,7 @@ fn the_microshift_bridge_example_gets_exactly_this_network_status() {
         ]
     );
     c.del().unwrap();
-    c.assert_clean("after DEL");
+    c.sb.assert_pod_clean("after DEL");
 }
 
 #[test]
@@ -270,7 +245,7 @@ fn both_annotation_forms_namespaces_and_interface_requests() {
     assert_eq!(status[2]["name"], "other/b");
     assert_eq!(status[2]["interface"], "data0");
     c.del().unwrap();
-    c.assert_clean("after DEL");
+    c.sb.assert_pod_clean("after DEL");
 
     let mut t = Case::new("default", &[(NETWORKS, "other/b@data1, a")], json!({}));
     t.bridge_nad("default", "a", "10.20.0.0/24");
@@ -279,7 +254,7 @@ fn both_annotation_forms_namespaces_and_interface_requests() {
     // `a` is the second selection, so it is net2: indexes count every delegate.
     assert_eq!(t.sb.pod_links(), ["data1", "eth0", "net2"]);
     t.del().unwrap();
-    t.assert_clean("text form after DEL");
+    t.sb.assert_pod_clean("text form after DEL");
 }
 
 fn static_nad(c: &mut Case, caps: Value) {
@@ -302,9 +277,9 @@ fn ips_and_mac_requests_reach_a_delegate_that_declares_the_capabilities() {
     static_nad(&mut c, json!({"ips": true, "mac": true}));
     c.add().unwrap();
     assert_eq!(c.sb.pod_addrs("net1"), ["192.168.50.7"]);
-    assert_eq!(c.mac("net1"), "02:11:22:33:44:55");
+    assert_eq!(c.sb.mac("net1"), "02:11:22:33:44:55");
     c.del().unwrap();
-    c.assert_clean("after DEL");
+    c.sb.assert_pod_clean("after DEL");
 }
 
 #[test]
@@ -323,7 +298,7 @@ fn ips_or_mac_without_the_capability_fail_before_anything_runs() {
             "{msg}"
         );
         assert!(msg.contains(&format!("\"{capability}\": true")), "{msg}");
-        c.assert_clean(capability);
+        c.sb.assert_pod_clean(capability);
     }
 }
 
@@ -337,7 +312,7 @@ fn a_missing_nad_fails_the_add_with_an_event() {
         "{e}"
     );
     assert_eq!(c.events("NoNetworkFound").len(), 1);
-    c.assert_clean("missing NAD");
+    c.sb.assert_pod_clean("missing NAD");
 }
 
 #[test]
@@ -352,7 +327,7 @@ fn an_empty_spec_nad_is_read_from_conf_dir() {
     c.add().unwrap();
     assert_eq!(c.sb.pod_addrs("net1"), ["10.40.0.2"]);
     c.del().unwrap();
-    c.assert_clean("after DEL");
+    c.sb.assert_pod_clean("after DEL");
 }
 
 #[test]
@@ -363,7 +338,7 @@ fn namespace_isolation_allows_own_and_global_namespaces_and_denies_others() {
     ok.bridge_nad("shared", "b", "10.30.0.0/24");
     ok.add().unwrap();
     ok.del().unwrap();
-    ok.assert_clean("allowed");
+    ok.sb.assert_pod_clean("allowed");
 
     let mut deny = Case::new("tenant", &[(NETWORKS, "other/b")], iso.clone());
     deny.bridge_nad("other", "b", "10.30.0.0/24");
@@ -373,14 +348,14 @@ fn namespace_isolation_allows_own_and_global_namespaces_and_denies_others() {
         e.to_string().contains("\"tenant\"") && e.to_string().contains("\"other\""),
         "{e}"
     );
-    deny.assert_clean("denied");
+    deny.sb.assert_pod_clean("denied");
 
     // The default-network annotation is checked too.
     let mut deny_default = Case::new("tenant", &[(DEFAULT_NETWORK, "other/b")], iso.clone());
     deny_default.bridge_nad("other", "b", "10.30.0.0/24");
     let e = deny_default.add().unwrap_err();
     assert!(matches!(e, Error::Isolation { .. }), "{e}");
-    deny_default.assert_clean("default network denied");
+    deny_default.sb.assert_pod_clean("default network denied");
 
     let mut own_default = Case::new("tenant", &[(DEFAULT_NETWORK, "tenant/mine")], iso);
     own_default.bridge_nad("tenant", "mine", "10.50.0.0/24");
@@ -391,7 +366,7 @@ fn namespace_isolation_allows_own_and_global_namespaces_and_denies_others() {
         "tenant/mine"
     );
     own_default.del().unwrap();
-    own_default.assert_clean("own default network");
+    own_default.sb.assert_pod_clean("own default network");
 }
 
 #[test]
@@ -411,7 +386,7 @@ fn default_networks_apply_outside_system_namespaces_only() {
             "{namespace}"
         );
         c.del().unwrap();
-        c.assert_clean(namespace);
+        c.sb.assert_pod_clean(namespace);
     }
 }
 
@@ -443,7 +418,7 @@ fn default_route_moves_the_default_route_to_the_requested_network() {
     .unwrap();
     assert!(cached["result"].get("routes").is_none(), "{cached}");
     c.del().unwrap();
-    c.assert_clean("after DEL");
+    c.sb.assert_pod_clean("after DEL");
 }
 
 #[test]
@@ -470,7 +445,7 @@ fn an_ipv6_default_route_leaves_the_ipv4_one_alone() {
         [("net1".to_owned(), "fd00:20::1".to_owned())]
     );
     c.del().unwrap();
-    c.assert_clean("after DEL");
+    c.sb.assert_pod_clean("after DEL");
 }
 
 #[test]
@@ -487,7 +462,7 @@ fn two_gateways_of_one_family_are_refused() {
     c.bridge_nad("default", "b", "10.30.0.0/24");
     let e = c.add().unwrap_err();
     assert!(e.to_string().contains("more than one gateway"), "{e}");
-    c.assert_clean("refused");
+    c.sb.assert_pod_clean("refused");
 }
 
 #[test]
@@ -508,7 +483,7 @@ fn a_failing_second_delegate_rolls_back_and_is_reported_as_an_event() {
     assert!(msg.contains("refuses on purpose"), "{msg}");
     assert_eq!(c.events("AddInterfaceFailed"), [msg]);
     assert!(c.network_status().is_none());
-    c.assert_clean("rolled back");
+    c.sb.assert_pod_clean("rolled back");
 }
 
 #[test]
@@ -519,7 +494,7 @@ fn a_uid_mismatch_fails_before_anything_runs() {
         .unwrap_err();
     assert_eq!(e.code(), 3);
     assert!(e.to_string().contains("another-uid"), "{e}");
-    c.assert_clean("uid mismatch");
+    c.sb.assert_pod_clean("uid mismatch");
 }
 
 #[test]
@@ -530,7 +505,7 @@ fn a_failed_network_status_write_rolls_back_the_add() {
     let e = c.add().unwrap_err();
     assert!(e.to_string().contains("409"), "{e}");
     assert_eq!(e.code(), 11);
-    c.assert_clean("status write failed");
+    c.sb.assert_pod_clean("status write failed");
 }
 
 #[test]
@@ -544,7 +519,7 @@ fn del_works_from_the_cache_with_the_api_down_and_the_pod_gone() {
         ..FakeApi::default()
     };
     c.run(Command::Del, Some(&down), multus::cmd::del).unwrap();
-    c.assert_clean("DEL with the API down");
+    c.sb.assert_pod_clean("DEL with the API down");
 }
 
 #[test]
@@ -554,7 +529,7 @@ fn del_without_a_cache_rebuilds_the_networks_from_the_api() {
     c.add().unwrap();
     std::fs::remove_file(c.sb.cni_dir().join(CONTAINER_ID)).unwrap();
     c.del().unwrap();
-    c.assert_clean("DEL rebuilt from the API");
+    c.sb.assert_pod_clean("DEL rebuilt from the API");
 }
 
 #[test]
@@ -722,6 +697,6 @@ fn bad_annotations_fail_with_a_clear_error_and_leave_nothing() {
         let msg = e.to_string();
         assert!(msg.contains(expected), "{annotation}={text}: {msg}");
         assert!(e.code() != 0);
-        c.assert_clean(&format!("{annotation}={text}"));
+        c.sb.assert_pod_clean(&format!("{annotation}={text}"));
     }
 }

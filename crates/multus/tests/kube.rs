@@ -97,31 +97,6 @@ impl Cluster {
             .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
             .collect()
     }
-
-    fn mac(&self, ifname: &str) -> String {
-        self.sb.pod.ip_json(&["link", "show", ifname])[0]["address"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
-
-    fn assert_clean(&self, what: &str) {
-        assert_eq!(
-            self.sb.pod_links(),
-            Vec::<String>::new(),
-            "{what}: pod links"
-        );
-        assert_eq!(
-            self.sb.reservations(),
-            Vec::<String>::new(),
-            "{what}: reservations"
-        );
-        assert_eq!(
-            self.sb.cache_files(),
-            Vec::<String>::new(),
-            "{what}: cache files"
-        );
-    }
 }
 
 #[test]
@@ -136,10 +111,10 @@ fn the_microshift_bridge_example_through_the_api() {
     assert_eq!(
         c.network_status().expect("network-status written"),
         json!([
-            {"name": "cluster", "interface": "eth0", "ips": ["10.88.0.2"], "mac": c.mac("eth0"),
+            {"name": "cluster", "interface": "eth0", "ips": ["10.88.0.2"], "mac": c.sb.mac("eth0"),
              "default": true, "dns": {}},
             {"name": "default/bridge-conf", "interface": "net1", "ips": ["10.10.0.2"],
-             "mac": c.mac("net1"), "dns": {}}
+             "mac": c.sb.mac("net1"), "dns": {}}
         ])
     );
     // A merge patch of the annotations on pods/status: other annotations stay.
@@ -169,7 +144,7 @@ fn the_microshift_bridge_example_through_the_api() {
         ]
     );
     c.cmd("DEL").ok();
-    c.assert_clean("after DEL");
+    c.sb.assert_pod_clean("after DEL");
 }
 
 #[test]
@@ -183,7 +158,7 @@ fn a_missing_nad_fails_the_add_and_its_event_reaches_the_api() {
         "{out:?}"
     );
     assert_eq!(c.events("NoNetworkFound").len(), 1);
-    c.assert_clean("missing NAD");
+    c.sb.assert_pod_clean("missing NAD");
 }
 
 #[test]
@@ -193,7 +168,7 @@ fn a_pod_the_api_does_not_have_fails_the_add_instead_of_faking_success() {
     let out = c.cmd("ADD");
     assert_eq!(out.err_code(), 11);
     assert!(out.stdout.contains("pod default/web not found"), "{out:?}");
-    c.assert_clean("no pod");
+    c.sb.assert_pod_clean("no pod");
 }
 
 #[test]
@@ -204,7 +179,7 @@ fn a_uid_mismatch_fails_before_anything_runs() {
     let out = c.run(&call);
     assert_eq!(out.err_code(), 3);
     assert!(out.stdout.contains("another-uid"), "{out:?}");
-    c.assert_clean("uid mismatch");
+    c.sb.assert_pod_clean("uid mismatch");
 }
 
 #[test]
@@ -239,7 +214,7 @@ fn a_conflict_on_the_status_patch_is_retried() {
     let mut del = c.call("DEL");
     del.stdin = conf.to_string();
     c.run(&del).ok();
-    c.assert_clean("after DEL");
+    c.sb.assert_pod_clean("after DEL");
 }
 
 #[test]
@@ -252,7 +227,7 @@ fn del_works_from_the_cache_with_the_api_down_and_the_pod_deleted() {
     let start = Instant::now();
     c.cmd("DEL").ok();
     assert!(start.elapsed() < Duration::from_secs(20));
-    c.assert_clean("DEL with the API down");
+    c.sb.assert_pod_clean("DEL with the API down");
 }
 
 #[test]
@@ -268,7 +243,7 @@ fn an_api_that_is_down_fails_the_add_within_its_bounds() {
         "{:?}",
         start.elapsed()
     );
-    c.assert_clean("API down");
+    c.sb.assert_pod_clean("API down");
 }
 
 #[test]
@@ -279,5 +254,5 @@ fn pods_in_system_namespaces_get_no_network_status() {
     assert!(c.network_status().is_none());
     assert!(c.server.requests().iter().all(|r| r.method != "PATCH"));
     c.cmd("DEL").ok();
-    c.assert_clean("after DEL");
+    c.sb.assert_pod_clean("after DEL");
 }

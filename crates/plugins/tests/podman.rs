@@ -2,46 +2,9 @@
 //! host-local, inside a node namespace the test owns, and the container reaches its gateway.
 
 use std::path::Path;
-use std::process::Command;
 
+use testkit::podman::Podman;
 use testkit::{Netns, PluginDir};
-
-fn write(path: &Path, text: &str) {
-    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-}
-
-/// A busybox image made locally: no image can be pulled here.
-fn import_busybox(scratch: &Path, env: &[(&str, String)]) {
-    let root = scratch.join("rootfs");
-    for d in ["bin", "etc", "proc", "sys", "dev", "tmp"] {
-        std::fs::create_dir_all(root.join(d)).expect("mkdir rootfs");
-    }
-    std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("copy busybox");
-    let list = Command::new("/bin/busybox")
-        .arg("--list")
-        .output()
-        .expect("busybox --list");
-    for applet in String::from_utf8_lossy(&list.stdout).lines() {
-        let link = root.join("bin").join(applet);
-        if !link.exists() {
-            std::os::unix::fs::symlink("busybox", link).expect("applet link");
-        }
-    }
-    let import = format!(
-        "tar -C {} -c . | podman import --change 'CMD [\"/bin/sh\"]' - localhost/busybox:test",
-        root.display()
-    );
-    let out = Command::new("sh")
-        .args(["-c", &import])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("podman import");
-    assert!(
-        out.status.success(),
-        "podman import: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 #[test]
 fn podman_container_gets_bridge_network_and_reaches_gateway() {
@@ -51,69 +14,25 @@ fn podman_container_gets_bridge_network_and_reaches_gateway() {
     );
     let scratch = tempfile::tempdir().expect("tempdir");
     let s = scratch.path();
-    std::fs::create_dir_all(s.join("net")).expect("mkdir");
-    std::fs::create_dir_all(s.join("tmp")).expect("mkdir");
-    write(
-        &s.join("containers.conf"),
-        &format!(
-            "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1000:1000\"]\n\
-             [network]\nnetwork_backend = \"cni\"\ncni_plugin_dirs = [\"{}\"]\nnetwork_config_dir = \"{}\"\n\
-             [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\ntmp_dir = \"{}\"\n",
-            plugins.path().display(),
-            s.join("net").display(),
-            s.join("tmp").display()
-        ),
-    );
-    write(
-        &s.join("storage.conf"),
-        &format!(
-            "[storage]\ndriver = \"vfs\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
-            s.join("storage").display(),
-            s.join("runroot").display()
-        ),
-    );
-    write(
-        &s.join("net/rsnet.conflist"),
-        &format!(
+    let podman = Podman::new(s, plugins.path());
+    std::fs::write(
+        podman.net_dir().join("rsnet.conflist"),
+        format!(
             r#"{{"cniVersion":"1.0.0","name":"rsnet","plugins":[{{"type":"bridge","bridge":"rs0","isGateway":true,
                "ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.77.0.0/24"}}]],"dataDir":"{}"}}}}]}}"#,
             s.join("ipam").display()
         ),
-    );
-    let env = [
-        (
-            "CONTAINERS_CONF",
-            s.join("containers.conf").display().to_string(),
-        ),
-        (
-            "CONTAINERS_STORAGE_CONF",
-            s.join("storage.conf").display().to_string(),
-        ),
-    ];
-    import_busybox(s, &env);
+    )
+    .expect("write conflist");
+    podman.import_busybox("localhost/busybox:test");
 
     let node = Netns::new("podman");
-    // nsenter, not `ip netns exec`: the latter remounts /sys and hides the cgroup mounts runc needs.
-    let out = Command::new("nsenter")
-        .arg(format!("--net={}", node.path().display()))
-        .args([
-            "podman",
-            "--network-backend",
-            "cni",
-            "run",
-            "--rm",
-            "--network",
-            "rsnet",
-        ])
-        .args([
-            "localhost/busybox:test",
-            "sh",
-            "-c",
-            "ip -4 addr show eth0; ping -c1 -W2 10.77.0.1",
-        ])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("run podman");
+    let out = podman.run(
+        &node,
+        "rsnet",
+        "localhost/busybox:test",
+        "ip -4 addr show eth0; ping -c1 -W2 10.77.0.1",
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -8,6 +8,7 @@
 pub mod kube_api;
 mod netns;
 mod plugin;
+pub mod podman;
 
 pub use netns::{delete_all_of_this_process, Netns};
 pub use plugin::{

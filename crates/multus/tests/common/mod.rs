@@ -216,15 +216,20 @@ exit 0"#,
             .unwrap_or_default()
     }
 
-    /// Asserts that nothing of an attachment is left: no pod interface, no veth, no
-    /// reservation, no cache file.
+    /// Asserts that nothing of an attachment is left: no pod interface, no veth in the node,
+    /// no reservation, no cache file.
     pub fn assert_clean(&self, what: &str) {
-        assert_eq!(self.pod_links(), Vec::<String>::new(), "{what}: pod links");
+        self.assert_pod_clean(what);
         assert_eq!(
             self.node_veths(),
             Vec::<String>::new(),
             "{what}: node veths"
         );
+    }
+
+    /// [`Sandbox::assert_clean`] for tests whose delegates run outside the node namespace.
+    pub fn assert_pod_clean(&self, what: &str) {
+        assert_eq!(self.pod_links(), Vec::<String>::new(), "{what}: pod links");
         assert_eq!(
             self.reservations(),
             Vec::<String>::new(),
@@ -235,6 +240,14 @@ exit 0"#,
             Vec::<String>::new(),
             "{what}: cache files"
         );
+    }
+
+    /// The MAC address of a pod interface.
+    pub fn mac(&self, ifname: &str) -> String {
+        self.pod.ip_json(&["link", "show", ifname])[0]["address"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
     }
 
     pub fn fail_log(&self) -> String {

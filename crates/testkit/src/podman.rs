@@ -1,0 +1,110 @@
+//! podman as a real runtime: its CNI backend, configured in a scratch directory, calling the
+//! plugins of a test's `CNI_PATH`, inside a node namespace the test owns.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use crate::Netns;
+
+/// podman with its configuration and storage under `scratch`; network configs go in
+/// [`Podman::net_dir`].
+pub struct Podman {
+    scratch: PathBuf,
+    env: Vec<(&'static str, String)>,
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+impl Podman {
+    pub fn new(scratch: &Path, plugin_dir: &Path) -> Podman {
+        for d in ["net", "tmp"] {
+            std::fs::create_dir_all(scratch.join(d)).expect("mkdir");
+        }
+        write(
+            &scratch.join("containers.conf"),
+            &format!(
+                "[containers]\ndefault_ulimits = [\"nofile=1024:1024\", \"nproc=1000:1000\"]\n\
+                 [network]\nnetwork_backend = \"cni\"\ncni_plugin_dirs = [\"{}\"]\nnetwork_config_dir = \"{}\"\n\
+                 [engine]\nruntime = \"runc\"\ncgroup_manager = \"cgroupfs\"\ntmp_dir = \"{}\"\n",
+                plugin_dir.display(),
+                scratch.join("net").display(),
+                scratch.join("tmp").display()
+            ),
+        );
+        write(
+            &scratch.join("storage.conf"),
+            &format!(
+                "[storage]\ndriver = \"vfs\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
+                scratch.join("storage").display(),
+                scratch.join("runroot").display()
+            ),
+        );
+        let env = vec![
+            (
+                "CONTAINERS_CONF",
+                scratch.join("containers.conf").display().to_string(),
+            ),
+            (
+                "CONTAINERS_STORAGE_CONF",
+                scratch.join("storage.conf").display().to_string(),
+            ),
+        ];
+        Podman {
+            scratch: scratch.to_path_buf(),
+            env,
+        }
+    }
+
+    /// Where network configs (`<name>.conflist`) go.
+    pub fn net_dir(&self) -> PathBuf {
+        self.scratch.join("net")
+    }
+
+    /// Imports a busybox image as `tag`, made locally: no image can be pulled here.
+    pub fn import_busybox(&self, tag: &str) {
+        let root = self.scratch.join("rootfs");
+        for d in ["bin", "etc", "proc", "sys", "dev", "tmp"] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir rootfs");
+        }
+        std::fs::copy("/bin/busybox", root.join("bin/busybox")).expect("copy busybox");
+        let list = Command::new("/bin/busybox")
+            .arg("--list")
+            .output()
+            .expect("busybox --list");
+        for applet in String::from_utf8_lossy(&list.stdout).lines() {
+            let link = root.join("bin").join(applet);
+            if !link.exists() {
+                std::os::unix::fs::symlink("busybox", link).expect("applet link");
+            }
+        }
+        let import = format!(
+            "tar -C {} -c . | podman import --change 'CMD [\"/bin/sh\"]' - {tag}",
+            root.display()
+        );
+        let out = Command::new("sh")
+            .args(["-c", &import])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("podman import");
+        assert!(
+            out.status.success(),
+            "podman import: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `podman run --rm --network <network> <image> sh -c <script>` inside `node`.
+    pub fn run(&self, node: &Netns, network: &str, image: &str, script: &str) -> Output {
+        // nsenter, not `ip netns exec`: the latter remounts /sys and hides the cgroup mounts
+        // runc needs.
+        Command::new("nsenter")
+            .arg(format!("--net={}", node.path().display()))
+            .args(["podman", "--network-backend", "cni", "run", "--rm"])
+            .args(["--network", network, image, "sh", "-c", script])
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("run podman")
+    }
+}
