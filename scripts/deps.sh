@@ -7,7 +7,8 @@ packages=(
   iputils-ping         # connectivity checks from pod namespaces
   nftables iptables    # bridge ipMasq backends
   containernetworking-plugins  # the Go reference plugins, /usr/lib/cni
-  dnsmasq-base         # a real DHCP server for tests
+  dnsmasq-base udhcpd  # real DHCP servers for tests (dnsmasq, and busybox udhcpd as a second one)
+  systemd              # systemd-socket-activate: the dhcp daemon under socket activation
   podman runc busybox-static  # a real container runtime calling our plugins
   qemu-system-x86 cpio  # cargo xtask vm-test: a Debian kernel with VLAN filtering, ipvlan, 8021q
 )
@@ -57,4 +58,12 @@ if [ ! -x "$venv/bin/kubernetes-validate" ]; then
     python3 -m venv "$venv"
   }
   "$venv/bin/pip" install -q kubernetes-validate==1.37.0
+fi
+
+# kubectl checks the testkit Kubernetes API server (crates/testkit/tests/kube_api_kubectl.rs).
+# It needs `patch --subresource` (kubectl >= 1.24); Debian's kubernetes-client is older, so
+# kubectl must come with the machine.
+if ! command -v kubectl >/dev/null; then
+  echo "kubectl (>= 1.24) is missing: the testkit kube_api tests run it" >&2
+  exit 1
 fi

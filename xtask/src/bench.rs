@@ -1,5 +1,6 @@
 //! `cargo xtask bench`: our plugins and Debian's Go reference side by side, in one run, with
-//! the same harness. Prints medians, p90, peak RSS, binary sizes and ratios.
+//! the same harness. Prints medians, p90, peak RSS, binary sizes and ratios; the dhcp part is
+//! in [`crate::dhcp_bench`].
 //!
 //! `cargo xtask vm-bench` runs the macvlan and ipvlan cases inside the VM of `cargo xtask
 //! vm-test` (this kernel has no ipvlan): there the VM's init runs this program's
@@ -199,6 +200,8 @@ pub fn run(args: &[String]) -> Result<()> {
     println!(
         "kernel floor for DEL: `ip link del` of the pod's veth {veth_del_ms:.2} ms median, {kernel_floor_ms:.2} ms net of the exec floor"
     );
+    let dhcp = crate::dhcp_bench::run(&bin, crate::dhcp_bench::DEFAULT_LEASES)?;
+    crate::dhcp_bench::print(&dhcp, crate::dhcp_bench::DEFAULT_LEASES);
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 
 mod bench;
 mod bench_multus;
+mod dhcp_bench;
 mod image;
 mod measure;
 mod vm;
@@ -27,7 +28,10 @@ fn main() -> Result<()> {
     let task = args.next().unwrap_or_default();
     let rest: Vec<String> = args.collect();
     match task.as_str() {
-        "bench" => bench::run(&rest),
+        "bench" => match rest.split_first() {
+            Some((first, dhcp_args)) if first == "dhcp" => dhcp_bench::run_alone(dhcp_args),
+            _ => bench::run(&rest),
+        },
         "bench-multus" => bench_multus::run(&rest),
         "vm-test" => vm::run(),
         "image" => image::run(),
@@ -40,7 +44,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | bench [--cycles N] | bench-multus [--cycles N] | vm-test | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] | vm-test | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }

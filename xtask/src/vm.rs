@@ -26,6 +26,7 @@ const TESTS: &[(&str, &str)] = &[
     ("side_by_side", "test"),
     ("macvlan", "test"),
     ("ipvlan", "test"),
+    ("dhcp_macvlan_ipvlan", "test"),
 ];
 
 /// Kernel modules to load (with their dependencies): the link types, and netfilter for the
@@ -58,6 +59,7 @@ const TOOLS: &[&str] = &[
     "iptables-restore",
     "ip6tables-restore",
     "ping",
+    "dnsmasq",
 ];
 
 /// The Go reference plugins, which side-by-side tests run from this fixed path.

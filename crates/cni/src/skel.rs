@@ -14,6 +14,37 @@ pub trait Plugin {
     fn check(&self, args: &CmdArgs) -> Result<(), CniError>;
     fn status(&self, args: &CmdArgs) -> Result<(), CniError>;
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError>;
+    /// Checks a network config (as ADD would receive it on stdin, without `CNI_ARGS`) the way
+    /// ADD checks it before touching the system: the plugin's own options and, for an interface
+    /// plugin, an `ipam` section whose plugin is built in. Nothing on the node is read or
+    /// changed, so `Ok` means ADD will not refuse the config's content; what only the node can
+    /// answer (a missing master, a full range) is not part of it. Called through [`validate`],
+    /// which has already run the checks every command shares.
+    fn validate(&self, config: &[u8]) -> Result<(), CniError>;
+}
+
+/// The config checks every command runs before the plugin sees it: a JSON object, a valid
+/// network name, a supported `cniVersion`. `config_version` gets the config's version as
+/// written, for the error object.
+fn common_checks(config: &[u8], config_version: &mut String) -> Result<Version, CniError> {
+    let conf: NetConf = crate::config::parse_plugin_config(config)?;
+    config_version.clone_from(&conf.cni_version);
+    crate::config::validate_network_name(&conf.name)?;
+    conf.version()
+}
+
+/// Checks `config` as `plugin`'s ADD would before touching the system: the shared checks, then
+/// [`Plugin::validate`]. The error carries the config's `cniVersion`, as ADD's would.
+pub fn validate(plugin: &dyn Plugin, config: &[u8]) -> Result<(), CniError> {
+    let mut config_version = String::new();
+    common_checks(config, &mut config_version)
+        .and_then(|_| plugin.validate(config))
+        .map_err(|mut e| {
+            if e.cni_version.is_empty() {
+                e.cni_version = config_version;
+            }
+            e
+        })
 }
 
 /// Runs `plugin` against this process's environment and stdio; returns the exit status.
@@ -77,6 +108,24 @@ pub fn dispatch(
     }
 }
 
+/// `<plugin> validate`: reads a config on stdin and checks it with [`validate`]. Prints nothing
+/// and returns 0 when it passes; prints the CNI error object and returns 1 when it does not.
+pub fn validate_main(plugin: &dyn Plugin, stdin: &mut dyn Read, stdout: &mut dyn Write) -> i32 {
+    let mut config = Vec::new();
+    let outcome = stdin
+        .read_to_end(&mut config)
+        .map_err(|e| CniError::io(format!("error reading from stdin: {e}")))
+        .and_then(|_| validate(plugin, &config));
+    match outcome {
+        Ok(()) => 0,
+        Err(e) => {
+            let value = serde_json::to_value(&e).unwrap_or_default();
+            print_json(stdout, &value);
+            1
+        }
+    }
+}
+
 fn print_json(out: &mut dyn Write, value: &serde_json::Value) -> bool {
     serde_json::to_writer_pretty(&mut *out, value).is_ok() && writeln!(out).is_ok()
 }
@@ -95,10 +144,7 @@ fn run(
     stdin
         .read_to_end(&mut args.stdin)
         .map_err(|e| CniError::io(format!("error reading from stdin: {e}")))?;
-    let conf: NetConf = crate::config::parse_plugin_config(&args.stdin)?;
-    config_version.clone_from(&conf.cni_version);
-    crate::config::validate_network_name(&conf.name)?;
-    let version = conf.version()?;
+    let version = common_checks(&args.stdin, config_version)?;
     let needed = match args.command {
         Command::Check => Some(Version::V0_4_0),
         Command::Status | Command::Gc => Some(Version::V1_1_0),

@@ -58,6 +58,9 @@ impl Plugin for Fake {
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         self.answer(args)
     }
+    fn validate(&self, _config: &[u8]) -> Result<(), CniError> {
+        self.fail.clone().map_or(Ok(()), Err)
+    }
 }
 
 struct Outcome {
@@ -346,4 +349,51 @@ fn an_add_whose_result_cannot_be_expressed_is_undone() {
         "{err}"
     );
     assert_eq!(*fake.calls.borrow(), [Command::Add, Command::Del]);
+}
+
+/// `validate_main` with `config` on stdin: exit status and stdout.
+fn validate(plugin: &Fake, config: &str) -> (i32, String) {
+    let mut out = Vec::new();
+    let code = cni::skel::validate_main(plugin, &mut config.as_bytes(), &mut out);
+    (code, String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn validate_runs_the_shared_checks_then_the_plugin() {
+    // A good config: nothing printed.
+    assert_eq!(
+        validate(&Fake::default(), &conf("1.0.0")),
+        (0, String::new())
+    );
+
+    // The shared checks come first, with their codes and the config's version.
+    let cases = [
+        ("[1]".to_owned(), 6),
+        (
+            r#"{"cniVersion":"1.0.0","name":"","type":"fake"}"#.to_owned(),
+            7,
+        ),
+        (conf("9.9.9"), 1),
+    ];
+    for (config, code) in cases {
+        let (status, out) = validate(&Fake::default(), &config);
+        assert_eq!(status, 1, "{config}");
+        let err: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(err["code"], code, "{config}: {out}");
+    }
+
+    // Then the plugin's own answer, carrying the config's version.
+    let fake = Fake {
+        fail: Some(CniError::invalid_config("vlan 5000 is out of range")),
+        ..Fake::default()
+    };
+    let (status, out) = validate(&fake, &conf("0.4.0"));
+    assert_eq!(status, 1);
+    let err: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        err,
+        json!({"cniVersion": "0.4.0", "code": 7, "msg": "vlan 5000 is out of range"})
+    );
+    // validate never runs a command.
+    assert!(fake.calls.borrow().is_empty());
 }

@@ -64,6 +64,19 @@ pub enum Error {
     #[error("{0}")]
     Mismatch(String),
 
+    /// The dhcp daemon does not answer on its socket (code 11: the runtime retries, and STATUS
+    /// reports the plugin unavailable).
+    #[error(
+        "cannot reach the dhcp daemon at {}: {source}. Start it with `dhcp daemon` (or enable \
+         the cni-dhcp socket unit), or set ipam.daemonSocketPath to where it listens",
+        socket.display()
+    )]
+    DaemonUnreachable {
+        socket: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// An error already in CNI form (from the `cni` crate).
     #[error(transparent)]
     Cni(#[from] CniError),
@@ -91,7 +104,9 @@ impl From<Error> for CniError {
             Error::Config(_) => Code::InvalidConfig,
             Error::Decode(_) => Code::Decoding,
             Error::Io { .. } => Code::Io,
-            Error::Exhausted { .. } | Error::Taken { .. } => Code::TryAgainLater,
+            Error::Exhausted { .. } | Error::Taken { .. } | Error::DaemonUnreachable { .. } => {
+                Code::TryAgainLater
+            }
             Error::Duplicate { .. } => Code::InvalidEnvironment,
             Error::NoReservation { .. } => Code::UnknownContainer,
             Error::NotAvailable(_) => Code::PluginNotAvailable,

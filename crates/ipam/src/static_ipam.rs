@@ -42,6 +42,11 @@ impl Plugin for StaticIpam {
     fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
         Ok(())
     }
+
+    fn validate(&self, config: &[u8]) -> Result<(), CniError> {
+        Config::load(config, "")?;
+        Ok(())
+    }
 }
 
 #[derive(Deserialize)]

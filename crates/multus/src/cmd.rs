@@ -603,4 +603,11 @@ impl cni::Plugin for Multus {
     fn gc(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
         self.run(args, gc)
     }
+
+    /// The multus configuration's own options; its delegates are checked when they run.
+    fn validate(&self, config: &[u8]) -> std::result::Result<(), CniError> {
+        MultusConf::parse(config)
+            .map(|_| ())
+            .map_err(|e| e.to_cni())
+    }
 }

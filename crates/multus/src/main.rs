@@ -15,13 +15,18 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per run: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Tool {
     /// Install multus and the plugins on this node and keep its multus config current (the
     /// multus DaemonSet's entrypoint).
-    Install(Box<multus::install::Options>),
+    Install(multus::install::Options),
     /// Try NADs and a pod on a throwaway node in namespaces of their own, with no cluster:
     /// ADD, what the pod got, a connectivity check per network, DEL, and what is left.
     Try(multus::tryout::Options),
+    /// Check NetworkAttachmentDefinition files before they are applied: exit 0 clean, 1
+    /// warnings, 2 errors.
+    Lint(multus::lint::Options),
 }
 
 fn main() {
@@ -43,6 +48,7 @@ fn main() {
                 std::process::exit(2);
             }
         },
+        Tool::Lint(opts) => std::process::exit(multus::lint::run(opts)),
     };
     if let Err(e) = result {
         eprintln!("multus install: {e}");

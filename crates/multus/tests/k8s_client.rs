@@ -232,6 +232,45 @@ fn annotations_patch_retries_conflicts_within_bounds() -> Result<()> {
 }
 
 #[test]
+fn annotations_patch_with_a_uid_precondition() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let first = add_web_pod(&s.server);
+    let uid = first["metadata"]["uid"].as_str().unwrap().to_string();
+    let client = s.client(5000, 3)?;
+    let annotations = BTreeMap::from([("a".to_string(), "1".to_string())]);
+    client.set_pod_annotations_for_uid("ns1", "web", &uid, &annotations)?;
+    assert_eq!(
+        s.server.pod("ns1", "web").unwrap()["metadata"]["annotations"]["a"],
+        "1"
+    );
+
+    // The pod is deleted and re-created under the same name.
+    s.server.delete_pod("ns1", "web");
+    add_web_pod(&s.server);
+    s.server.clear_requests();
+    let err = client
+        .set_pod_annotations_for_uid("ns1", "web", &uid, &annotations)
+        .unwrap_err();
+    assert!(matches!(cause(&err), Cause::Conflict(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("Precondition failed: UID in precondition"),
+        "{err}"
+    );
+    assert_eq!(
+        s.requests_to(&format!("{POD_PATH}/status")).len(),
+        1,
+        "not retried"
+    );
+    assert!(
+        s.server.pod("ns1", "web").unwrap()["metadata"]["annotations"]
+            .get("a")
+            .is_none()
+    );
+    Ok(())
+}
+
+#[test]
 fn patch_of_a_missing_pod_is_not_found() -> Result<()> {
     let s = Setup::https(KubeconfigAuth::Token)?;
     let err = s
@@ -287,20 +326,19 @@ fn event_is_stored_when_the_call_returns() -> Result<()> {
 fn event_whose_reply_was_lost_is_not_an_error() -> Result<()> {
     let s = Setup::https(KubeconfigAuth::Token)?;
     add_web_pod(&s.server);
-    let client = s.client(300, 2)?;
+    let client = s.client(5000, 2)?;
     let pod = client.get_pod("ns1", "web")?;
-    // The first create is stored but its reply comes after the attempt's timeout; the retry
-    // then meets AlreadyExists, which means the event is there.
-    s.server.inject(Fault::Delay(Duration::from_millis(800)), 1);
+    // The first create is stored but its reply is lost; the retry meets AlreadyExists, which
+    // means the event is there.
+    s.server.inject(Fault::LoseReply, 1);
     client.record_event(&pod, EventType::Normal, "AddedInterface", "Add net1")?;
-    std::thread::sleep(Duration::from_millis(600));
     assert_eq!(s.server.events().len(), 1);
-    let statuses: Vec<u16> = s
+    let served: Vec<(u16, bool)> = s
         .requests_to("/api/v1/namespaces/ns1/events")
         .iter()
-        .map(|r| r.status)
+        .map(|r| (r.status, r.replied))
         .collect();
-    assert!(statuses.ends_with(&[409]), "{statuses:?}");
+    assert_eq!(served, [(201, false), (409, true)]);
     Ok(())
 }
 
@@ -370,7 +408,7 @@ fn server_down_is_a_clear_error_then_it_comes_back() -> Result<()> {
     assert!(matches!(cause(&err), Cause::Transport(_)), "{err}");
     let text = err.to_string();
     assert!(
-        text.starts_with("get pods ns1/web: cannot reach the API server"),
+        text.starts_with("get pods ns1/web: connection to the API server failed"),
         "{text}"
     );
     assert!(text.contains("onnection refused"), "{text}");
@@ -483,4 +521,134 @@ fn setup_errors_name_the_kubeconfig() {
         "{text}"
     );
     assert!(err.cause().is_none());
+}
+
+/// The in-cluster path, as in a pod: the API server's address in the environment and the
+/// service account's token, CA and namespace under /var/run/secrets. This test runs itself
+/// again in a private mount namespace where /run is a fresh tmpfs holding those files.
+#[test]
+fn in_cluster_credentials() -> Result<()> {
+    if std::env::var_os("IN_CLUSTER_CHILD").is_some() {
+        assert!(multus::k8s::in_cluster_available());
+        let pod = KubeClient::new(&ClientOptions::default())?.get_pod("ns1", "web")?;
+        println!("uid={}", pod.metadata.uid.unwrap_or_default());
+        return Ok(());
+    }
+    let server = KubeApiServer::https()?;
+    add_web_pod(&server);
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("token"), server.token())?;
+    std::fs::write(dir.path().join("ca.crt"), server.ca_pem().unwrap())?;
+    std::fs::write(dir.path().join("namespace"), "ns1")?;
+    let script = r#"set -e
+mount -t tmpfs none /run
+mkdir -p /run/secrets/kubernetes.io/serviceaccount
+cp "$SA/token" "$SA/ca.crt" "$SA/namespace" /run/secrets/kubernetes.io/serviceaccount/
+exec "$SELF" in_cluster_credentials --exact --nocapture --test-threads 1"#;
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script])
+        .env("SA", dir.path())
+        .env("SELF", std::env::current_exe()?)
+        .env("IN_CLUSTER_CHILD", "1")
+        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+        .env("KUBERNETES_SERVICE_PORT", server.addr().port().to_string())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let uid = server.pod("ns1", "web").unwrap()["metadata"]["uid"].clone();
+    assert!(
+        stdout.contains(&format!("uid={}\n", uid.as_str().unwrap())),
+        "{stdout}"
+    );
+    Ok(())
+}
+
+#[test]
+fn in_cluster_detection_follows_the_environment() {
+    // The test binaries run outside any cluster.
+    assert!(!multus::k8s::in_cluster_available());
+    let err = KubeClient::new(&ClientOptions::default())
+        .err()
+        .expect("no in-cluster setup");
+    assert!(
+        err.to_string()
+            .starts_with("Kubernetes client setup from in-cluster credentials: "),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_certificate_from_another_ca_is_refused() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    // The kubeconfig trusts another server's CA.
+    let other = KubeApiServer::https()?;
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&s.kubeconfig)?)?;
+    let other_config = s.dir.path().join("other");
+    other.write_kubeconfig(&other_config, KubeconfigAuth::Token)?;
+    let other_config: serde_json::Value = serde_json::from_slice(&std::fs::read(&other_config)?)?;
+    config["clusters"][0]["cluster"]["certificate-authority-data"] =
+        other_config["clusters"][0]["cluster"]["certificate-authority-data"].clone();
+    std::fs::write(&s.kubeconfig, serde_json::to_vec(&config)?)?;
+
+    let err = s.client(2000, 1)?.get_pod("ns1", "web").unwrap_err();
+    assert!(matches!(cause(&err), Cause::Transport(_)), "{err}");
+    assert!(err.to_string().contains("certificate"), "{err}");
+    assert!(s.requests_to(POD_PATH).is_empty());
+    Ok(())
+}
+
+/// A kubeconfig of the form `multus install` writes: YAML, the CA and the token as files
+/// beside it (or no CA with `insecure-skip-tls-verify`).
+#[test]
+fn installer_style_yaml_kubeconfig() -> Result<()> {
+    let server = KubeApiServer::https()?;
+    add_web_pod(&server);
+    let dir = tempfile::tempdir()?;
+    std::fs::write(dir.path().join("ca.crt"), server.ca_pem().unwrap())?;
+    write_token(&dir.path().join("token"), &server.token())?;
+    for tls in [
+        format!(
+            "certificate-authority: \"{}\"",
+            dir.path().join("ca.crt").display()
+        ),
+        "insecure-skip-tls-verify: true".to_string(),
+    ] {
+        let kubeconfig = dir.path().join("multus.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "# the form multus install writes: YAML, files beside it
+apiVersion: v1
+kind: Config
+current-context: node
+contexts:
+- name: node
+  context: {{ cluster: api, user: cni }}
+clusters:
+- name: api
+  cluster:
+    server: \"{}\"
+    {tls}
+users:
+- name: cni
+  user:
+    tokenFile: \"{}\"
+",
+                server.url(),
+                dir.path().join("token").display()
+            ),
+        )?;
+        let client = KubeClient::new(&ClientOptions {
+            kubeconfig: Some(kubeconfig),
+            ..ClientOptions::default()
+        })?;
+        let pod = client.get_pod("ns1", "web")?;
+        assert_eq!(pod.metadata.name.as_deref(), Some("web"), "{tls}");
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use cni::invoke::{self, DelegateEnv};
-use cni::{CmdArgs, CniError, CniResult, Command, Dns, Version};
+use cni::{CmdArgs, CniError, CniResult, Command, Dns, NetConf, Version};
 
 use crate::Kind;
 
@@ -111,20 +111,35 @@ impl<'a> Ipam<'a> {
         }
         match crate::find(self.plugin_type) {
             Some(entry) if entry.kind == Kind::Ipam => Ok(Target::InProcess(entry.plugin)),
-            _ => {
-                let ipam: Vec<&str> = crate::PLUGINS
-                    .iter()
-                    .filter(|e| e.kind == Kind::Ipam)
-                    .map(|e| e.name)
-                    .collect();
-                Err(CniError::invalid_config(format!(
-                    "ipam type {:?} is not an IPAM plugin: use one of {}",
-                    self.plugin_type,
-                    ipam.join(", ")
-                )))
-            }
+            _ => Err(not_ipam(self.plugin_type)),
         }
     }
+}
+
+/// Checks the `ipam` section of `config` (the whole network config, as the IPAM plugin reads
+/// it) when its plugin is built in, as that plugin's ADD would. A type that is not built in is
+/// another binary's business; a built-in interface plugin is refused as at ADD.
+pub fn validate(net: &NetConf, config: &[u8]) -> Result<(), CniError> {
+    let Some(plugin_type) = net.ipam_type() else {
+        return Ok(());
+    };
+    match crate::find(plugin_type) {
+        Some(entry) if entry.kind == Kind::Ipam => entry.plugin.validate(config),
+        Some(_) => Err(not_ipam(plugin_type)),
+        None => Ok(()),
+    }
+}
+
+fn not_ipam(plugin_type: &str) -> CniError {
+    let ipam: Vec<&str> = crate::PLUGINS
+        .iter()
+        .filter(|e| e.kind == Kind::Ipam)
+        .map(|e| e.name)
+        .collect();
+    CniError::invalid_config(format!(
+        "ipam type {plugin_type:?} is not an IPAM plugin: use one of {}",
+        ipam.join(", ")
+    ))
 }
 
 /// Whether `bin` (symlinks followed) is the file this process runs.

@@ -59,6 +59,12 @@ pub const PLUGINS: &[Entry] = &[
         about: "static IPAM: addresses given in the config or the runtime's args",
         plugin: &ipam::static_ipam::StaticIpam,
     },
+    Entry {
+        name: "dhcp",
+        kind: Kind::Ipam,
+        about: "dhcp IPAM: leases from a DHCP server, held by `dhcp daemon`",
+        plugin: &ipam::dhcp::Dhcp,
+    },
 ];
 
 /// Looks a plugin up by the name it was called under.

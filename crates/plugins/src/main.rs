@@ -1,6 +1,8 @@
 //! `cni-plugins`: one binary for every plugin, chosen by the name it is run under
 //! (a link named `bridge`, `host-local`, ...) or by its first argument. `cni-plugins --list`
-//! prints the names.
+//! prints the names; `cni-plugins validate <name>` checks a config on stdin as that plugin's
+//! ADD would, printing nothing when it passes and the CNI error object (exit 1) when not;
+//! `dhcp daemon [flags]` runs the dhcp daemon instead of the plugin.
 
 use std::path::Path;
 
@@ -24,6 +26,12 @@ fn main() {
         }
         return;
     }
+    let validating = name == "validate";
+    let name = if validating {
+        argv.next().unwrap_or_default()
+    } else {
+        name
+    };
     let Some(entry) = plugins::find(&name) else {
         let names: Vec<&str> = plugins::PLUGINS.iter().map(|e| e.name).collect();
         eprintln!(
@@ -33,6 +41,20 @@ fn main() {
         );
         std::process::exit(2);
     };
+    if validating {
+        let status = cni::skel::validate_main(
+            entry.plugin,
+            &mut std::io::stdin().lock(),
+            &mut std::io::stdout().lock(),
+        );
+        std::process::exit(status);
+    }
+    if entry.name == "dhcp" {
+        let rest: Vec<String> = argv.collect();
+        if rest.first().is_some_and(|a| a == "daemon") {
+            std::process::exit(ipam::dhcp::daemon::main(&rest[1..]));
+        }
+    }
     let about = format!("multus-rs {} v{}", entry.about, env!("CARGO_PKG_VERSION"));
     std::process::exit(cni::plugin_main(entry.plugin, &about));
 }

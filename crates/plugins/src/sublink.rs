@@ -143,6 +143,20 @@ pub trait Flavor {
     }
 }
 
+/// What ADD checks before touching the system, on a parsed config (`config` is its JSON, for
+/// the IPAM plugin): the addresses to use without IPAM, the master a chained plugin implies,
+/// and a built-in IPAM plugin's section.
+pub fn validate(f: &impl Flavor, config: &[u8]) -> Result<(), CniError> {
+    let conf = f.conf();
+    if conf.net.ipam_type().is_none() {
+        f.without_ipam()?;
+    }
+    if conf.master.is_none() {
+        f.implied_master()?;
+    }
+    ipam_call::validate(&conf.net, config)
+}
+
 pub fn add(args: &CmdArgs, f: &impl Flavor) -> Result<CniResult, CniError> {
     let conf = f.conf();
     let version = conf.net.version()?;

@@ -3,8 +3,9 @@
 //! ([`kube_api`]).
 //!
 //! Nothing here touches the machine's root network namespace: plugins run with their process
-//! moved into a "node" namespace that the test created.
+//! moved into a "node" namespace that the test created. DHCP servers and daemons run there too.
 
+pub mod dhcp;
 pub mod kube_api;
 mod netns;
 mod plugin;
@@ -12,5 +13,6 @@ pub mod podman;
 
 pub use netns::{delete_all_of_this_process, Netns};
 pub use plugin::{
-    reference_dir, reservation_files, workspace_binary, CniCall, CniOutput, PluginDir,
+    reference_dir, reservation_files, validate_config, workspace_binary, CniCall, CniOutput,
+    PluginDir,
 };

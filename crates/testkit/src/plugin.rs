@@ -28,6 +28,37 @@ pub fn workspace_binary(name: &str, package: &str) -> PathBuf {
     bin
 }
 
+/// Runs `<bin> validate <plugin>` (the `cni-plugins` config check) with `config` on stdin:
+/// its exit status, and the CNI error object it printed, if any.
+pub fn validate_config(bin: &Path, plugin: &str, config: &str) -> (i32, Option<serde_json::Value>) {
+    let mut child = Command::new(bin)
+        .args(["validate", plugin])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run cni-plugins validate");
+    // A type that is not built in is refused before stdin is read: the pipe may be closed.
+    let written = child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(config.as_bytes());
+    if let Err(e) = written {
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "write the config: {e}"
+        );
+    }
+    let out = child
+        .wait_with_output()
+        .expect("wait for cni-plugins validate");
+    let err = (!out.stdout.is_empty())
+        .then(|| serde_json::from_slice(&out.stdout).expect("an error object on stdout"));
+    (out.status.code().expect("an exit status"), err)
+}
+
 /// A directory that holds our multi-call binary under each plugin name, to use as `CNI_PATH`.
 pub struct PluginDir {
     dir: tempfile::TempDir,

@@ -8,7 +8,8 @@ use std::process::{Command, Output};
 
 use anyhow::Result;
 use serde_json::{json, Value};
-use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth};
+use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth, Scheme};
+use testkit::Netns;
 
 struct Kubectl {
     server: KubeApiServer,
@@ -61,16 +62,37 @@ impl Kubectl {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Runs kubectl, requires failure, returns stderr.
-    fn fails(&self, kubeconfig: &Path, args: &[&str]) -> String {
+    /// Runs kubectl and requires it to fail with `expected` in its error output.
+    fn fails_with(&self, kubeconfig: &Path, args: &[&str], expected: &str) {
         let out = self.run_with(kubeconfig, args);
         assert!(
             !out.status.success(),
             "kubectl {} succeeded",
             args.join(" ")
         );
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expected), "kubectl {}: {err}", args.join(" "));
     }
+
+    /// The one PATCH request the server saw.
+    fn the_patch(&self) -> testkit::kube_api::LoggedRequest {
+        let patches: Vec<_> = self
+            .server
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH")
+            .collect();
+        assert_eq!(patches.len(), 1, "{patches:?}");
+        patches[0].clone()
+    }
+}
+
+/// `kubectl patch pod web -n ns1 <flags> -p <patch>`.
+fn patch_web<'a>(flags: &[&'a str], patch: &'a str) -> Vec<&'a str> {
+    let mut args = vec!["patch", "pod", "web", "-n", "ns1"];
+    args.extend_from_slice(flags);
+    args.extend(["-p", patch]);
+    args
 }
 
 #[test]
@@ -99,24 +121,17 @@ fn get_raw_nads() -> Result<()> {
     assert_eq!(list["kind"], "NetworkAttachmentDefinitionList");
     assert_eq!(list["items"], json!([stored]));
 
-    let err = k.fails(&k.kubeconfig, &["get", "--raw", &format!("{base}/nope")]);
-    assert!(
-        err.contains(r#"Error from server (NotFound): network-attachment-definitions.k8s.cni.cncf.io "nope" not found"#),
-        "{err}"
-    );
+    k.fails_with(&k.kubeconfig, &["get", "--raw", &format!("{base}/nope")], r#"Error from server (NotFound): network-attachment-definitions.k8s.cni.cncf.io "nope" not found"#);
     Ok(())
 }
 
 #[test]
 fn missing_pod_is_not_found() -> Result<()> {
     let k = Kubectl::new()?;
-    let err = k.fails(
+    k.fails_with(
         &k.kubeconfig,
         &["get", "--raw", "/api/v1/namespaces/ns1/pods/nope"],
-    );
-    assert!(
-        err.contains(r#"Error from server (NotFound): pods "nope" not found"#),
-        "{err}"
+        r#"Error from server (NotFound): pods "nope" not found"#,
     );
     Ok(())
 }
@@ -131,13 +146,10 @@ fn wrong_token_is_unauthorized() -> Result<()> {
     let mut config: Value = serde_json::from_slice(&std::fs::read(&kubeconfig)?)?;
     config["users"][0]["user"]["token"] = json!("wrong");
     std::fs::write(&kubeconfig, serde_json::to_vec(&config)?)?;
-    let err = k.fails(
+    k.fails_with(
         &kubeconfig,
         &["get", "--raw", "/api/v1/namespaces/ns1/pods/web"],
-    );
-    assert!(
-        err.contains("error: You must be logged in to the server (Unauthorized)"),
-        "{err}"
+        "error: You must be logged in to the server (Unauthorized)",
     );
     let statuses: Vec<u16> = k.server.requests().iter().map(|r| r.status).collect();
     assert!(
@@ -171,18 +183,10 @@ fn token_file_kubeconfig() -> Result<()> {
 fn patch_status_merge_keeps_other_fields() -> Result<()> {
     let k = Kubectl::new()?;
     let before = k.server.pod("ns1", "web").unwrap();
-    let out = k.ok(&[
-        "patch",
-        "pod",
-        "web",
-        "-n",
-        "ns1",
-        "--subresource=status",
-        "--type",
-        "merge",
-        "-p",
+    let out = k.ok(&patch_web(
+        &["--subresource=status", "--type", "merge"],
         r#"{"metadata":{"annotations":{"k8s.v1.cni.cncf.io/network-status":"[]"}}}"#,
-    ]);
+    ));
     assert_eq!(out.trim(), "pod/web patched");
     let after = k.server.pod("ns1", "web").unwrap();
     assert_eq!(
@@ -199,12 +203,7 @@ fn patch_status_merge_keeps_other_fields() -> Result<()> {
         after["metadata"]["resourceVersion"],
         before["metadata"]["resourceVersion"]
     );
-    let patch = k
-        .server
-        .requests()
-        .into_iter()
-        .find(|r| r.method == "PATCH")
-        .unwrap();
+    let patch = k.the_patch();
     assert_eq!(patch.path, "/api/v1/namespaces/ns1/pods/web/status");
     assert_eq!(
         patch.content_type.as_deref(),
@@ -216,25 +215,15 @@ fn patch_status_merge_keeps_other_fields() -> Result<()> {
 #[test]
 fn patch_strategic_merge_of_the_pod() -> Result<()> {
     let k = Kubectl::new()?;
-    let out = k.ok(&[
-        "patch",
-        "pod",
-        "web",
-        "-n",
-        "ns1",
-        "-p",
+    let out = k.ok(&patch_web(
+        &[],
         r#"{"metadata":{"labels":{"app":"web"},"annotations":{"other.io/owner":null}}}"#,
-    ]);
+    ));
     assert_eq!(out.trim(), "pod/web patched");
     let after = k.server.pod("ns1", "web").unwrap();
     assert_eq!(after["metadata"]["labels"]["app"], "web");
     assert_eq!(after["metadata"]["annotations"], json!({}));
-    let patch = k
-        .server
-        .requests()
-        .into_iter()
-        .find(|r| r.method == "PATCH")
-        .unwrap();
+    let patch = k.the_patch();
     assert_eq!(
         patch.content_type.as_deref(),
         Some("application/strategic-merge-patch+json")
@@ -250,42 +239,17 @@ fn patch_with_a_stale_resource_version_conflicts() -> Result<()> {
     let patch = |rv: &str| {
         format!(r#"{{"metadata":{{"resourceVersion":"{rv}","annotations":{{"a":"{rv}"}}}}}}"#)
     };
-    let err = k.fails(
+    k.fails_with(
         &k.kubeconfig,
-        &[
-            "patch",
-            "pod",
-            "web",
-            "-n",
-            "ns1",
-            "--type",
-            "merge",
-            "-p",
-            &patch("0"),
-        ],
-    );
-    assert!(
-        err.contains(
-            r#"Operation cannot be fulfilled on pods "web": the object has been modified"#
-        ),
-        "{err}"
+        &patch_web(&["--type", "merge"], &patch("0")),
+        r#"Operation cannot be fulfilled on pods "web": the object has been modified"#,
     );
     assert!(
         k.server.pod("ns1", "web").unwrap()["metadata"]["annotations"]
             .get("a")
             .is_none()
     );
-    k.ok(&[
-        "patch",
-        "pod",
-        "web",
-        "-n",
-        "ns1",
-        "--type",
-        "merge",
-        "-p",
-        &patch(current),
-    ]);
+    k.ok(&patch_web(&["--type", "merge"], &patch(current)));
     assert_eq!(
         k.server.pod("ns1", "web").unwrap()["metadata"]["annotations"]["a"],
         current
@@ -315,10 +279,58 @@ fn create_raw_event() -> Result<()> {
     let stored = k.server.events();
     assert_eq!(stored, [created]);
 
-    let err = k.fails(
+    k.fails_with(
         &k.kubeconfig,
         &["create", "--raw", path, "-f", file.to_str().unwrap()],
+        r#"events "web.1" already exists"#,
     );
-    assert!(err.contains(r#"events "web.1" already exists"#), "{err}");
+    Ok(())
+}
+
+#[test]
+fn server_inside_a_node_namespace() -> Result<()> {
+    let node = Netns::new("kapi");
+    let server = KubeApiServer::start_in(Scheme::Https, &node)?;
+    server.add_pod(pod_manifest("ns1", "web"));
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)?;
+    let get = |ns: Option<&Netns>| {
+        let mut cmd = match ns {
+            Some(ns) => ns.command("kubectl"),
+            None => Command::new("kubectl"),
+        };
+        cmd.arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .args(["--request-timeout", "5s", "get", "--raw"])
+            .arg("/api/v1/namespaces/ns1/pods/web")
+            .output()
+            .expect("run kubectl")
+    };
+    let out = get(Some(&node));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !get(None).status.success(),
+        "reachable outside the node namespace"
+    );
+
+    server.go_down();
+    assert!(
+        !get(Some(&node)).status.success(),
+        "still serving while down"
+    );
+    server.come_back()?;
+    let out = get(Some(&node));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(())
 }

@@ -37,6 +37,13 @@ impl Plugin for HostLocal {
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         Ok(gc(args)?)
     }
+
+    /// The ranges, routes and requested addresses, as ADD reads them; the store and
+    /// `resolvConf` are on the node and are not looked at.
+    fn validate(&self, config: &[u8]) -> Result<(), CniError> {
+        Config::load(config, "")?;
+        Ok(())
+    }
 }
 
 fn holder(args: &CmdArgs) -> Holder<'_> {

@@ -50,7 +50,7 @@ pub enum Cause {
         reason: String,
         message: String,
     },
-    #[error("cannot reach the API server: {0}")]
+    #[error("connection to the API server failed: {0}")]
     Transport(String),
     #[error("unreadable reply: {0}")]
     Decode(String),
@@ -64,7 +64,8 @@ impl Cause {
     pub(super) fn retryable(&self, conflict_ok: bool) -> bool {
         match self {
             Cause::Timeout(_) | Cause::Transport(_) => true,
-            Cause::Conflict(_) => conflict_ok,
+            // A failed UID precondition is also a 409, but it will not pass later.
+            Cause::Conflict(message) => conflict_ok && !message.contains("Precondition failed"),
             Cause::Api { code, .. } => *code >= 500 || *code == 429,
             Cause::NotFound(_)
             | Cause::Unauthorized(_)

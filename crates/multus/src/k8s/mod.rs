@@ -135,7 +135,18 @@ impl TokenFile {
     }
 }
 
-/// A synchronous Kubernetes client for the calls multus makes.
+/// Whether in-cluster credentials can be tried: the API server's address is in the
+/// environment, as Kubernetes sets it in every pod. Without a kubeconfig and without this,
+/// multus does not talk to Kubernetes at all (as the reference does).
+pub fn in_cluster_available() -> bool {
+    ["KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"]
+        .iter()
+        .all(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()))
+}
+
+/// A synchronous Kubernetes client for the calls multus makes. It is `Send + Sync`; calls
+/// from several threads share its connections. Its methods block, so they must not be called
+/// from inside another tokio runtime's async code (use `spawn_blocking` there).
 pub struct KubeClient {
     runtime: tokio::runtime::Runtime,
     client: kube::Client,
@@ -245,8 +256,37 @@ impl KubeClient {
         name: &str,
         annotations: &BTreeMap<String, String>,
     ) -> Result<(), K8sError> {
+        self.patch_pod_annotations(namespace, name, None, annotations)
+    }
+
+    /// Like [`set_pod_annotations`](Self::set_pod_annotations), but only if the pod still has
+    /// this UID: a pod deleted and re-created under the same name (a StatefulSet's) is left
+    /// alone, and the call fails without retrying (a 409 whose message says "Precondition
+    /// failed", or a 422 where a server treats the UID as an immutable field).
+    pub fn set_pod_annotations_for_uid(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<(), K8sError> {
+        self.patch_pod_annotations(namespace, name, Some(uid), annotations)
+    }
+
+    fn patch_pod_annotations(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        annotations: &BTreeMap<String, String>,
+    ) -> Result<(), K8sError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let patch = Patch::Merge(serde_json::json!({ "metadata": { "annotations": annotations } }));
+        let mut metadata = serde_json::json!({ "annotations": annotations });
+        if let Some(uid) = uid {
+            // The API server takes a UID in a patch as a precondition.
+            metadata["uid"] = uid.into();
+        }
+        let patch = Patch::Merge(serde_json::json!({ "metadata": metadata }));
         let params = PatchParams::default();
         self.run(
             call("patch", "pods/status", namespace, Some(name)),
@@ -396,6 +436,13 @@ mod tests {
         let nad: NetworkAttachmentDefinition =
             serde_json::from_str(r#"{"metadata":{"name":"a"},"spec":{"config":"{}"}}"#).unwrap();
         assert_eq!(nad.spec.config, "{}");
+    }
+
+    #[test]
+    fn client_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<KubeClient>();
+        shareable::<K8sError>();
     }
 
     #[test]

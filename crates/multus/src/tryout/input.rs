@@ -10,6 +10,8 @@ use serde::Deserialize;
 
 use super::Error;
 use crate::api::{Api, EventKind, Pod};
+use crate::lint::input::Document;
+use crate::lint::{Report, Severity};
 
 const NAD_KIND: &str = "NetworkAttachmentDefinition";
 
@@ -45,26 +47,35 @@ struct Meta {
 }
 
 impl Inputs {
-    /// Reads files, and the `.yaml`/`.yml`/`.json` files of directories (sorted by name).
+    /// Reads files, and the YAML and JSON files of directories, as `multus lint` reads them.
     pub fn read(paths: &[PathBuf]) -> Result<Inputs, Error> {
+        let mut report = Report::default();
+        let docs = crate::lint::input::read(paths, &mut report);
         let mut inputs = Inputs::default();
-        for path in paths {
-            for file in yaml_files(path)? {
-                let text = std::fs::read_to_string(&file)
-                    .map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
-                inputs.add_text(&file.display().to_string(), &text)?;
-            }
-        }
+        inputs.add(docs, &report)?;
         Ok(inputs)
     }
 
-    /// Adds the documents of one file; `origin` names it in errors.
+    /// Adds the documents of one file's text; `origin` names it in errors.
     pub fn add_text(&mut self, origin: &str, text: &str) -> Result<(), Error> {
-        let docs: Vec<Option<Doc>> = serde_saphyr::from_multiple(text)
-            .map_err(|e| Error::Input(format!("{origin}: not valid YAML: {e}")))?;
-        for (n, doc) in docs.into_iter().enumerate() {
-            let Some(doc) = doc else { continue };
-            let at = format!("{origin}, document {}", n + 1);
+        let mut report = Report::default();
+        let mut docs = Vec::new();
+        crate::lint::input::read_text(Path::new(origin), text, &mut docs, &mut report);
+        self.add(docs, &report)
+    }
+
+    fn add(&mut self, docs: Vec<Document>, report: &Report) -> Result<(), Error> {
+        if report
+            .findings
+            .iter()
+            .any(|f| f.severity == Severity::Error)
+        {
+            return Err(Error::Input(report.to_text().trim_end().to_owned()));
+        }
+        for doc in docs {
+            let at = format!("{}, document {}", doc.file.display(), doc.index);
+            let doc: Doc = serde_json::from_value(doc.value)
+                .map_err(|e| Error::Input(format!("{at}: {e}")))?;
             let meta = doc.metadata.unwrap_or_default();
             let name = meta
                 .name
@@ -133,30 +144,6 @@ fn nad_config(
             "{what}: spec.config is not valid JSON: {e}"
         ))),
     }
-}
-
-fn yaml_files(path: &Path) -> Result<Vec<PathBuf>, Error> {
-    let io = |e: std::io::Error| Error::Input(format!("{}: {e}", path.display()));
-    if !path.is_dir() {
-        std::fs::metadata(path).map_err(io)?;
-        return Ok(vec![path.to_path_buf()]);
-    }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(io)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.extension()
-                .is_some_and(|x| x == "yaml" || x == "yml" || x == "json")
-        })
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(Error::Input(format!(
-            "{}: no .yaml, .yml or .json files",
-            path.display()
-        )));
-    }
-    Ok(files)
 }
 
 /// An event multus recorded on the pod.

@@ -16,7 +16,7 @@ mod port;
 
 use cni::{CmdArgs, CniError, CniResult};
 
-use crate::ipam_call::Ipam;
+use crate::ipam_call::{self, Ipam};
 pub use config::{BridgeConf, MasqBackend};
 
 /// The plugin, as registered in the multi-call binary's table.
@@ -41,6 +41,11 @@ impl cni::Plugin for Bridge {
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         with_ipam(args, |ipam| ipam.gc())
+    }
+
+    fn validate(&self, config: &[u8]) -> Result<(), CniError> {
+        let conf = BridgeConf::parse(config, "")?;
+        ipam_call::validate(&conf.net, config)
     }
 }
 

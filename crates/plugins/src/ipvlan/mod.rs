@@ -42,6 +42,10 @@ impl cni::Plugin for Ipvlan {
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         sublink::with_ipam(args, |ipam| ipam.gc())
     }
+
+    fn validate(&self, config: &[u8]) -> Result<(), CniError> {
+        sublink::validate(&IpvlanConf::parse(config)?, config)
+    }
 }
 
 impl Flavor for IpvlanConf {

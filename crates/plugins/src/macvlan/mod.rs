@@ -39,6 +39,10 @@ impl cni::Plugin for Macvlan {
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         sublink::with_ipam(args, |ipam| ipam.gc())
     }
+
+    fn validate(&self, config: &[u8]) -> Result<(), CniError> {
+        sublink::validate(&MacvlanConf::parse(config, "")?, config)
+    }
 }
 
 impl Flavor for MacvlanConf {

@@ -366,6 +366,11 @@ pub fn veth_master(node: &Netns, mtu: u32) {
         "up0p",
     ]);
     node.ip(&["link", "set", "up0p", "up"]);
+    uplink_addressing(node);
+}
+
+/// `up0` up, with 192.0.2.1/24 and the node's default route via it.
+fn uplink_addressing(node: &Netns) {
     node.ip(&["link", "set", "up0", "up"]);
     node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
     node.ip(&[
@@ -384,17 +389,7 @@ pub fn veth_master(node: &Netns, mtu: u32) {
 pub fn dummy_master(node: &Netns) {
     assert!(kernel_has_dummy(), "this kernel has no dummy links");
     node.ip(&["link", "add", "up0", "type", "dummy"]);
-    node.ip(&["link", "set", "up0", "up"]);
-    node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
-    node.ip(&[
-        "route",
-        "add",
-        "default",
-        "via",
-        "192.0.2.254",
-        "dev",
-        "up0",
-    ]);
+    uplink_addressing(node);
 }
 
 /// Asserts a CNI error with `code` whose message contains `words`; `what` names the case.

@@ -14,6 +14,7 @@ mod routes;
 mod tls;
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::io::{BufReader, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -27,6 +28,7 @@ use anyhow::Context;
 use base64::Engine;
 use serde_json::{json, Value};
 
+use crate::Netns;
 use routes::State;
 
 /// How the server is reached.
@@ -43,8 +45,11 @@ pub enum Fault {
     Status(u16),
     /// Wait this long, then serve normally.
     Delay(Duration),
-    /// Close the connection without replying.
+    /// Close the connection without serving or replying.
     Close,
+    /// Serve the request (a write is stored), then close the connection without replying: a
+    /// reply lost on the way.
+    LoseReply,
 }
 
 /// A request as the server saw it.
@@ -55,8 +60,10 @@ pub struct LoggedRequest {
     pub query: String,
     pub content_type: Option<String>,
     pub body: String,
-    /// The status replied, or 0 when the connection was closed without a reply.
+    /// The status served, or 0 when the request was not served ([`Fault::Close`]).
     pub status: u16,
+    /// Whether the reply was sent ([`Fault::Close`] and [`Fault::LoseReply`] send none).
+    pub replied: bool,
 }
 
 /// The credentials a written kubeconfig carries.
@@ -85,6 +92,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The server; it stops and closes every connection when dropped.
 pub struct KubeApiServer {
     addr: SocketAddr,
+    /// The network namespace the server listens in, when not the test's own.
+    netns: Option<PathBuf>,
     scheme: Scheme,
     ca_pem: Option<String>,
     shared: Arc<Shared>,
@@ -108,6 +117,16 @@ impl KubeApiServer {
     /// namespace has it down).
     pub fn start(scheme: Scheme) -> anyhow::Result<KubeApiServer> {
         ensure_loopback_up()?;
+        KubeApiServer::serve(scheme, None)
+    }
+
+    /// Starts serving on 127.0.0.1 inside `netns` (a test's "node"), where a plugin process
+    /// moved into that namespace reaches it; the test process itself does not.
+    pub fn start_in(scheme: Scheme, netns: &Netns) -> anyhow::Result<KubeApiServer> {
+        KubeApiServer::serve(scheme, Some(netns.path()))
+    }
+
+    fn serve(scheme: Scheme, netns: Option<PathBuf>) -> anyhow::Result<KubeApiServer> {
         let (ca_pem, tls) = match scheme {
             Scheme::Https => {
                 let t = tls::make()?;
@@ -115,7 +134,7 @@ impl KubeApiServer {
             }
             Scheme::Http => (None, None),
         };
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("bind 127.0.0.1")?;
+        let listener = bind(netns.as_deref(), SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
         let addr = listener.local_addr()?;
         let token = format!("testkit-{}", routes::new_uid());
         let shared = Arc::new(Shared {
@@ -137,6 +156,7 @@ impl KubeApiServer {
         };
         Ok(KubeApiServer {
             addr,
+            netns,
             scheme,
             ca_pem,
             shared,
@@ -263,8 +283,23 @@ impl KubeApiServer {
 
     /// Queues `fault` for the next `times` authorized requests.
     pub fn inject(&self, fault: Fault, times: usize) {
+        self.queue(None, fault, times);
+    }
+
+    /// Queues `fault` for the next `times` authorized requests with this method and path
+    /// (e.g. `"PATCH"`, `"/api/v1/namespaces/ns1/pods/web/status"`); others pass.
+    pub fn inject_on(&self, method: &str, path: &str, fault: Fault, times: usize) {
+        self.queue(Some((method.to_string(), path.to_string())), fault, times);
+    }
+
+    fn queue(&self, only: Option<(String, String)>, fault: Fault, times: usize) {
         let mut state = lock(&self.shared.state);
-        state.faults.extend(std::iter::repeat_n(fault, times));
+        for _ in 0..times {
+            state.faults.push_back(routes::PendingFault {
+                only: only.clone(),
+                fault: fault.clone(),
+            });
+        }
     }
 
     /// Delays every reply by `latency` (zero to stop).
@@ -295,8 +330,7 @@ impl KubeApiServer {
         if self.shared.up.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let listener =
-            TcpListener::bind(self.addr).with_context(|| format!("rebind {}", self.addr))?;
+        let listener = bind(self.netns.as_deref(), self.addr)?;
         *lock(&self.listening) = Some(listener.try_clone()?);
         self.shared.up.store(true, Ordering::SeqCst);
         self.listeners
@@ -369,7 +403,7 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) {
             let mut state = lock(&shared.state);
             let authorized = state.authorized(&req);
             let fault = if authorized {
-                state.faults.pop_front()
+                state.take_fault(&req)
             } else {
                 None
             };
@@ -385,8 +419,11 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) {
                 _ if !authorized => Some(routes::unauthorized()),
                 Some(Fault::Status(code)) => Some(routes::injected(code)),
                 Some(Fault::Close) => None,
-                Some(Fault::Delay(_)) | None => Some(routes::handle(&mut state, &req)),
+                Some(Fault::Delay(_) | Fault::LoseReply) | None => {
+                    Some(routes::handle(&mut state, &req))
+                }
             };
+            let replied = reply.is_some() && !matches!(fault, Some(Fault::LoseReply));
             state.log.push(LoggedRequest {
                 method: req.method.clone(),
                 path: req.path.clone(),
@@ -394,10 +431,11 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) {
                 content_type: req.header("content-type").map(str::to_string),
                 body: String::from_utf8_lossy(&req.body).into_owned(),
                 status: reply.as_ref().map_or(0, |(code, _)| *code),
+                replied,
             });
             match reply {
-                Some(reply) => reply,
-                None => return,
+                Some(reply) if replied => reply,
+                _ => return,
             }
         };
         let body = serde_json::to_vec(&body).unwrap_or_default();
@@ -407,6 +445,27 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) {
             return;
         }
     }
+}
+
+/// Binds a listening socket, inside the network namespace at `netns` when given: a socket
+/// stays in the namespace it was made in, so only the short-lived binding thread enters it.
+fn bind(netns: Option<&Path>, addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let Some(path) = netns else {
+        return TcpListener::bind(addr).with_context(|| format!("bind {addr}"));
+    };
+    let ns = File::open(path).with_context(|| format!("open {}", path.display()))?;
+    let binder = std::thread::spawn(move || -> anyhow::Result<TcpListener> {
+        // SAFETY: setns(2) with a namespace descriptor we own, on this thread only, which
+        // ends right after binding.
+        if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("setns");
+        }
+        TcpListener::bind(addr).with_context(|| format!("bind {addr}"))
+    });
+    binder
+        .join()
+        .map_err(|_| anyhow::anyhow!("the binding thread panicked"))?
+        .with_context(|| format!("in network namespace {}", path.display()))
 }
 
 /// A fresh network namespace (as the test runner gives each test binary) has loopback down.

@@ -14,6 +14,12 @@ pub(super) const NAD_RESOURCE: &str = "network-attachment-definitions";
 
 type Key = (String, String);
 
+/// A fault waiting for a request, for any request or one method and path.
+pub(super) struct PendingFault {
+    pub only: Option<(String, String)>,
+    pub fault: Fault,
+}
+
 pub(super) struct State {
     pub token: String,
     pub resource_version: u64,
@@ -21,7 +27,7 @@ pub(super) struct State {
     pub nads: BTreeMap<Key, Value>,
     pub events: Vec<Value>,
     pub log: Vec<LoggedRequest>,
-    pub faults: VecDeque<Fault>,
+    pub faults: VecDeque<PendingFault>,
     pub latency: Duration,
 }
 
@@ -42,6 +48,16 @@ impl State {
     pub fn next_resource_version(&mut self) -> String {
         self.resource_version += 1;
         self.resource_version.to_string()
+    }
+
+    /// Takes the first pending fault that applies to this request.
+    pub fn take_fault(&mut self, req: &Request) -> Option<Fault> {
+        let at = self.faults.iter().position(|p| {
+            p.only
+                .as_ref()
+                .is_none_or(|(method, path)| *method == req.method && *path == req.path)
+        })?;
+        self.faults.remove(at).map(|p| p.fault)
     }
 
     pub fn authorized(&self, req: &Request) -> bool {
@@ -285,7 +301,10 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
                 return not_found("", "pods", name);
             };
             let current_meta = &current["metadata"];
-            if let Some(rv) = patch["metadata"].get("resourceVersion") {
+            if let Some(rv) = patch["metadata"]
+                .get("resourceVersion")
+                .filter(|v| !v.is_null())
+            {
                 if *rv != current_meta["resourceVersion"] {
                     return conflict(
                         "pods",
@@ -294,13 +313,14 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
                     );
                 }
             }
-            if let Some(uid) = patch["metadata"].get("uid") {
+            if let Some(uid) = patch["metadata"].get("uid").filter(|v| !v.is_null()) {
                 if *uid != current_meta["uid"] {
                     return conflict(
                         "pods",
                         name,
+                        // The storage layer's wording.
                         &format!(
-                            "Precondition failed: UID in precondition: {}, UID in object meta: {}",
+                            "StorageError: invalid object, Code: 4, Key: /registry/pods/{ns}/{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {}, UID in object meta: {}",
                             uid.as_str().unwrap_or_default(),
                             current_meta["uid"].as_str().unwrap_or_default()
                         ),

@@ -1,0 +1,633 @@
+//! `dhcp daemon`: holds every DHCP lease of the node's pods, one per (container, network,
+//! interface). It acquires a lease on ADD, renews it at T1 and rebinds at T2, removes the
+//! address when it expires, releases it on DEL, and keeps it on disk so that a restarted daemon
+//! carries on. Every lease event is one log line on stderr naming the container, network and
+//! interface.
+//!
+//! A single-threaded tokio runtime drives every exchange (tasks are local to it, as netlink
+//! sockets are not shared between threads); a lease costs a small task and no thread.
+
+mod exchange;
+mod flags;
+mod listener;
+mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use cni::{CniError, CniResult, Code};
+use ipnet::IpNet;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::task::AbortHandle;
+
+use super::wire::{Key, Op, Request, Response, MAX_LINE};
+use exchange::{Failure, Iface, Timing};
+pub use flags::{Flags, USAGE};
+use store::{now_ms, who, Record, Store};
+
+/// Runs the daemon with `args` (the words after `daemon`); returns the exit status.
+pub fn main(args: &[String]) -> i32 {
+    let flags = match Flags::parse(args) {
+        Ok(f) => f,
+        Err(e) if e.is_empty() => {
+            println!("{USAGE}");
+            return 0;
+        }
+        Err(e) => {
+            eprintln!("dhcp daemon: {e}\n{USAGE}");
+            return 2;
+        }
+    };
+    match run(flags) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("dhcp daemon: {e}");
+            1
+        }
+    }
+}
+
+fn run(flags: Flags) -> Result<(), String> {
+    let socket_path = std::path::PathBuf::from(format!(
+        "{}{}",
+        flags.host_prefix,
+        flags.socket_path.display()
+    ));
+    let store = Store::open(&flags.state_dir).map_err(|e| {
+        format!(
+            "creating the state directory {}: {e}",
+            flags.state_dir.display()
+        )
+    })?;
+    if let Some(p) = &flags.pidfile {
+        std::fs::write(p, std::process::id().to_string())
+            .map_err(|e| format!("writing the pidfile {}: {e}", p.display()))?;
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the runtime: {e}"))?;
+    let local = tokio::task::LocalSet::new();
+    let outcome = local.block_on(&runtime, async {
+        let daemon = Arc::new(Daemon {
+            flags: flags.clone(),
+            store,
+            slots: Mutex::new(HashMap::new()),
+        });
+        // Leases first: the socket appears once the daemon is ready.
+        daemon.restore();
+        // Signals before the socket: a client may stop the daemon as soon as it answers.
+        let stops = [SignalKind::terminate(), SignalKind::interrupt()]
+            .map(|kind| signal(kind).map_err(|e| format!("handling signals: {e}")));
+        let [mut term, mut int] = match stops {
+            [Ok(t), Ok(i)] => [t, i],
+            [Err(e), _] | [_, Err(e)] => return Err(e),
+        };
+        let listener = listener::open(&socket_path)?;
+        let place = match &listener.made {
+            Some(path) => path.display().to_string(),
+            None => "the socket systemd passed".to_owned(),
+        };
+        let served = serve(daemon, listener.listener, &place, &mut term, &mut int).await;
+        if let Some(made) = &listener.made {
+            let _ = std::fs::remove_file(made);
+        }
+        served
+    });
+    if let Some(p) = &flags.pidfile {
+        let _ = std::fs::remove_file(p);
+    }
+    outcome
+}
+
+async fn serve(
+    daemon: Arc<Daemon>,
+    listener: std::os::unix::net::UnixListener,
+    place: &str,
+    term: &mut tokio::signal::unix::Signal,
+    int: &mut tokio::signal::unix::Signal,
+) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("listening on {place}: {e}");
+    listener.set_nonblocking(true).map_err(io)?;
+    let listener = tokio::net::UnixListener::from_std(listener).map_err(io)?;
+    eprintln!(
+        "dhcp daemon: listening on {place}, leases in {}",
+        daemon.store.dir().display()
+    );
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    tokio::task::spawn_local(Arc::clone(&daemon).serve_connection(stream));
+                }
+                Err(e) => eprintln!("dhcp daemon: accepting a connection: {e}"),
+            },
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    // Leases stay on disk, unreleased: the next daemon resumes them.
+    eprintln!("dhcp daemon: stopping; leases are kept for the next start");
+    Ok(())
+}
+
+/// One attachment's lease, and the task that keeps it alive. Locked for the length of any
+/// exchange, so ADD, DEL and renewals of one attachment never overlap.
+#[derive(Default)]
+struct Slot {
+    record: Option<Record>,
+    maintainer: Option<AbortHandle>,
+}
+
+impl Slot {
+    /// The lease is over (its file is handled by the caller).
+    fn clear(&mut self) {
+        self.record = None;
+        self.maintainer = None;
+    }
+}
+
+type SlotRef = Arc<tokio::sync::Mutex<Slot>>;
+
+struct Daemon {
+    flags: Flags,
+    store: Store,
+    slots: Mutex<HashMap<Key, SlotRef>>,
+}
+
+/// One line per lease event.
+fn log(event: &str, who: &str, detail: impl std::fmt::Display) {
+    eprintln!(
+        "{} dhcp: {event} {who} {detail}",
+        timestamp(SystemTime::now())
+    );
+}
+
+/// UTC time as `2026-01-31T12:00:00.000Z`, for logs read without journald.
+fn timestamp(t: SystemTime) -> String {
+    let ms = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let (days, ms_of_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let secs = ms_of_day / 1000;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        ms_of_day % 1000
+    )
+}
+
+impl Daemon {
+    fn timing(&self) -> Timing {
+        Timing {
+            timeout: self.flags.timeout,
+            resend_max: self.flags.resend_max,
+        }
+    }
+
+    fn slot(&self, key: &Key) -> SlotRef {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(slots.entry(key.clone()).or_default())
+    }
+
+    fn existing_slot(&self, key: &Key) -> Option<SlotRef> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.get(key).cloned()
+    }
+
+    /// Drops `slot` from the table, unless another one has taken its key meanwhile.
+    fn forget_slot(&self, key: &Key, slot: &SlotRef) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if slots.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            slots.remove(key);
+        }
+    }
+
+    async fn serve_connection(self: Arc<Self>, stream: UnixStream) {
+        let (read, mut write) = stream.into_split();
+        let mut line = Vec::new();
+        let mut reader = BufReader::new(read.take(MAX_LINE as u64));
+        let response = match reader.read_until(b'\n', &mut line).await {
+            Ok(_) => match serde_json::from_slice::<Request>(&line) {
+                Ok(request) => self.handle(request).await,
+                Err(e) => Response::Error(CniError::decoding(format!(
+                    "the dhcp daemon cannot read the plugin's request ({e}); are the plugin \
+                     and the daemon the same version?"
+                ))),
+            },
+            Err(e) => Response::Error(CniError::io(format!("reading the request: {e}"))),
+        };
+        let mut out = serde_json::to_vec(&response).unwrap_or_default();
+        out.push(b'\n');
+        // The plugin may have given up; nothing to do then.
+        let _ = write.write_all(&out).await;
+    }
+
+    async fn handle(self: &Arc<Self>, mut request: Request) -> Response {
+        if !request.netns.is_empty() {
+            request.netns = format!("{}{}", self.flags.host_prefix, request.netns);
+        }
+        request.params.broadcast |= self.flags.broadcast;
+        let outcome = match request.op {
+            Op::Add => self.add(&request).await.map(Some),
+            Op::Del => self.del(&request).await.map(|()| None),
+            Op::Check => self.check(&request).await.map(|()| None),
+            Op::Status => Ok(None),
+            Op::Gc => {
+                self.gc(&request).await;
+                Ok(None)
+            }
+        };
+        match outcome {
+            Ok(result) => Response::Ok(result),
+            Err(e) => Response::Error(e),
+        }
+    }
+
+    async fn add(self: &Arc<Self>, req: &Request) -> Result<CniResult, CniError> {
+        let key = req.key();
+        let who = who(&req.container_id, &req.network, &req.ifname);
+        let slot = self.slot(&key);
+        let mut held = slot.lock().await;
+        if let Some(rec) = &held.record {
+            if rec.netns == req.netns {
+                return Ok(rec.lease.to_result(rec.params.priority));
+            }
+            // The same attachment in a new namespace: the old lease is stale.
+            self.end(&mut held, "replaced").await;
+        }
+        let acquired = self.acquire(req).await;
+        let (lease, server_mac) = match acquired {
+            Ok(a) => a,
+            Err(f) => {
+                log("failed", &who, &f);
+                drop(held);
+                self.forget_slot(&key, &slot);
+                return Err(failure_error(&f));
+            }
+        };
+        let record = Record {
+            container_id: req.container_id.clone(),
+            network: req.network.clone(),
+            ifname: req.ifname.clone(),
+            netns: req.netns.clone(),
+            params: req.params.clone(),
+            lease,
+            server_mac,
+            bound_at_ms: now_ms(),
+        };
+        if let Err(e) = self.store.save(&record) {
+            held.record = Some(record);
+            self.end(&mut held, "released").await;
+            drop(held);
+            self.forget_slot(&key, &slot);
+            return Err(CniError::io(format!(
+                "cannot keep the lease in {}: {e}",
+                self.store.dir().display()
+            )));
+        }
+        log(
+            "acquired",
+            &who,
+            format_args!(
+                "address={} server={} lease={}s",
+                record.lease.address, record.lease.server, record.lease.lease_secs
+            ),
+        );
+        let result = record.lease.to_result(record.params.priority);
+        held.record = Some(record);
+        held.maintainer = Some(self.spawn_maintainer(key, &slot));
+        Ok(result)
+    }
+
+    async fn acquire(&self, req: &Request) -> Result<(super::message::Lease, [u8; 6]), Failure> {
+        if req.netns.is_empty() {
+            return Err(Failure::NoNetns(
+                "ADD needs the pod's network namespace (CNI_NETNS)".into(),
+            ));
+        }
+        let iface = Iface::open(&req.netns, &req.ifname)?;
+        iface.bring_up().await?;
+        exchange::acquire(&iface, &req.params, self.timing()).await
+    }
+
+    async fn del(self: &Arc<Self>, req: &Request) -> Result<(), CniError> {
+        let key = req.key();
+        if let Some(slot) = self.existing_slot(&key) {
+            self.release(&key, &slot).await;
+        }
+        Ok(())
+    }
+
+    /// Ends the slot's lease with a DHCPRELEASE and drops the slot.
+    async fn release(&self, key: &Key, slot: &SlotRef) {
+        let mut held = slot.lock().await;
+        self.end(&mut held, "released").await;
+        drop(held);
+        self.forget_slot(key, slot);
+    }
+
+    /// Releases the leases of `req`'s network whose attachment is not in `req.valid`.
+    async fn gc(&self, req: &Request) {
+        let stale: Vec<(Key, SlotRef)> = {
+            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots
+                .iter()
+                .filter(|((container_id, network, ifname), _)| {
+                    *network == req.network
+                        && !req
+                            .valid
+                            .iter()
+                            .any(|v| v.container_id == *container_id && v.ifname == *ifname)
+                })
+                .map(|(k, s)| (k.clone(), Arc::clone(s)))
+                .collect()
+        };
+        for (key, slot) in stale {
+            self.release(&key, &slot).await;
+        }
+    }
+
+    async fn check(&self, req: &Request) -> Result<(), CniError> {
+        let who = who(&req.container_id, &req.network, &req.ifname);
+        let slot = self.existing_slot(&req.key());
+        let record = match &slot {
+            Some(s) => s.lock().await.record.clone(),
+            None => None,
+        };
+        let Some(rec) = record else {
+            return Err(CniError::new(
+                Code::UnknownContainer,
+                format!("the dhcp daemon holds no lease for {who}"),
+            ));
+        };
+        let iface = Iface::open(&rec.netns, &rec.ifname).map_err(|f| failure_error(&f))?;
+        let addrs = iface
+            .nl
+            .addrs(Some(iface.index), Some(netkit::Family::V4))
+            .map_err(|e| CniError::internal(e.to_string()))?;
+        if !addrs.iter().any(|a| a.net == IpNet::V4(rec.lease.address)) {
+            return Err(CniError::internal(format!(
+                "the leased address {} is not on {}",
+                rec.lease.address,
+                iface.describe()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stops renewing the slot's lease, sends DHCPRELEASE when its interface still exists, and
+    /// forgets it. `event` names what happened, for the log.
+    async fn end(&self, slot: &mut Slot, event: &str) {
+        if let Some(task) = slot.maintainer.take() {
+            task.abort();
+        }
+        let Some(rec) = slot.record.take() else {
+            return;
+        };
+        let sent = match Iface::open(&rec.netns, &rec.ifname) {
+            Ok(iface) => exchange::release(&iface, &rec.params, &rec.lease, rec.server_mac).await,
+            Err(f) => Err(f),
+        };
+        match sent {
+            Ok(()) => log(
+                event,
+                &rec.who(),
+                format_args!("address={}", rec.lease.address),
+            ),
+            Err(f) => log(
+                "forgotten",
+                &rec.who(),
+                format_args!("address={} without DHCPRELEASE: {f}", rec.lease.address),
+            ),
+        }
+        self.remove_file(&rec);
+    }
+
+    fn remove_file(&self, rec: &Record) {
+        if let Err(e) = self.store.remove(rec) {
+            log(
+                "failed",
+                &rec.who(),
+                format_args!("removing the lease file: {e}"),
+            );
+        }
+    }
+
+    fn spawn_maintainer(self: &Arc<Self>, key: Key, slot: &SlotRef) -> AbortHandle {
+        tokio::task::spawn_local(Arc::clone(self).maintain(key, Arc::clone(slot))).abort_handle()
+    }
+
+    /// Keeps one lease: renew from T1 (unicast to its server), rebind from T2 (broadcast),
+    /// and at expiry remove the address. Ends when the lease ends.
+    async fn maintain(self: Arc<Self>, key: Key, slot: SlotRef) {
+        loop {
+            let Some(rec) = slot.lock().await.record.clone() else {
+                return;
+            };
+            let (t1, t2, expiry) = rec.deadlines();
+            let now = SystemTime::now();
+            if let Ok(wait) = t1.duration_since(now) {
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            let mut held = slot.lock().await;
+            let Some(rec) = held.record.clone() else {
+                return;
+            };
+            let now = SystemTime::now();
+            let Ok(left) = expiry.duration_since(now) else {
+                self.expire(&mut held, &rec);
+                drop(held);
+                self.forget_slot(&key, &slot);
+                return;
+            };
+            let rebinding = now >= t2;
+            let phase_end = if rebinding { expiry } else { t2 };
+            let phase_left = phase_end.duration_since(now).unwrap_or_default().min(left);
+            let iface = match Iface::open(&rec.netns, &rec.ifname) {
+                Ok(i) => i,
+                Err(f @ (Failure::Gone(_) | Failure::NoNetns(_))) => {
+                    log(
+                        "forgotten",
+                        &rec.who(),
+                        format_args!("address={}: {f}", rec.lease.address),
+                    );
+                    self.remove_file(&rec);
+                    held.clear();
+                    drop(held);
+                    self.forget_slot(&key, &slot);
+                    return;
+                }
+                Err(f) => {
+                    log("failed", &rec.who(), &f);
+                    drop(held);
+                    tokio::time::sleep(retry_pause(phase_end)).await;
+                    continue;
+                }
+            };
+            let deadline = tokio::time::Instant::now() + phase_left.min(self.flags.resend_timeout);
+            let server_mac = (!rebinding).then_some(rec.server_mac);
+            let timing = Timing {
+                timeout: phase_left.min(self.flags.resend_timeout),
+                ..self.timing()
+            };
+            match exchange::extend(
+                &iface,
+                &rec.params,
+                &rec.lease,
+                server_mac,
+                deadline,
+                timing,
+            )
+            .await
+            {
+                Ok((lease, mac)) => {
+                    let event = if rebinding { "rebound" } else { "renewed" };
+                    let new = Record {
+                        lease,
+                        server_mac: mac,
+                        bound_at_ms: now_ms(),
+                        ..rec
+                    };
+                    if let Err(e) = self.store.save(&new) {
+                        log("failed", &new.who(), format_args!("saving the lease: {e}"));
+                    }
+                    log(
+                        event,
+                        &new.who(),
+                        format_args!(
+                            "address={} lease={}s",
+                            new.lease.address, new.lease.lease_secs
+                        ),
+                    );
+                    held.record = Some(new);
+                }
+                Err(f @ Failure::Refused(_)) => {
+                    // The server took the address back: it may not stay on the interface.
+                    self.expire(&mut held, &rec);
+                    log("failed", &rec.who(), &f);
+                    drop(held);
+                    self.forget_slot(&key, &slot);
+                    return;
+                }
+                Err(f) => {
+                    let what = if rebinding { "rebinding" } else { "renewing" };
+                    log("failed", &rec.who(), format_args!("{what}: {f}"));
+                    drop(held);
+                    tokio::time::sleep(retry_pause(phase_end)).await;
+                }
+            }
+        }
+    }
+
+    /// The lease is over: its address comes off the interface, and the record goes.
+    fn expire(&self, slot: &mut Slot, rec: &Record) {
+        let removed = Iface::open(&rec.netns, &rec.ifname).map(|iface| {
+            iface
+                .nl
+                .del_addr(iface.index, IpNet::V4(rec.lease.address))
+                .map_err(|e| e.to_string())
+        });
+        let detail = match removed {
+            Ok(Ok(())) => "removed from the interface".to_owned(),
+            Ok(Err(e)) => format!("could not be removed: {e}"),
+            Err(f) => format!("interface gone: {f}"),
+        };
+        log(
+            "expired",
+            &rec.who(),
+            format_args!("address={} {detail}", rec.lease.address),
+        );
+        self.remove_file(rec);
+        slot.clear();
+    }
+
+    /// Picks up the leases a previous daemon kept: those whose interface still exists are
+    /// renewed as due; the others are forgotten (their interface, and the address with it, is
+    /// gone, so there is nothing to release from).
+    fn restore(self: &Arc<Self>) {
+        let (records, unreadable) = self.store.load_all();
+        for (path, why) in unreadable {
+            eprintln!(
+                "dhcp daemon: ignoring the unreadable lease file {}: {why}",
+                path.display()
+            );
+        }
+        for rec in records {
+            match Iface::open(&rec.netns, &rec.ifname) {
+                Ok(_) => {
+                    log(
+                        "resumed",
+                        &rec.who(),
+                        format_args!("address={}", rec.lease.address),
+                    );
+                    let key = rec.key();
+                    let slot = self.slot(&key);
+                    let maintainer = self.spawn_maintainer(key, &slot);
+                    // Nothing else can hold the lock yet: the socket is not served yet.
+                    if let Ok(mut held) = slot.try_lock() {
+                        held.record = Some(rec);
+                        held.maintainer = Some(maintainer);
+                    };
+                }
+                Err(f) => {
+                    log(
+                        "forgotten",
+                        &rec.who(),
+                        format_args!("address={}: {f}", rec.lease.address),
+                    );
+                    self.remove_file(&rec);
+                }
+            }
+        }
+    }
+}
+
+/// The pause before the next attempt of a renewal phase that ends at `phase_end`: half the
+/// time left, at least a second, never past the phase's end (RFC 2131 4.4.5 asks for half, down
+/// to 60 s; we allow short leases).
+fn retry_pause(phase_end: SystemTime) -> Duration {
+    let left = phase_end
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    (left / 2).max(Duration::from_secs(1)).min(left)
+}
+
+fn failure_error(f: &Failure) -> CniError {
+    let code = match f {
+        Failure::NoNetns(_) => Code::InvalidNetns,
+        Failure::Gone(_) => Code::InvalidEnvironment,
+        Failure::NoAnswer(_) | Failure::Refused(_) => Code::TryAgainLater,
+        Failure::System(_) => Code::Internal,
+    };
+    CniError::new(code, f.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        let t = std::time::UNIX_EPOCH + Duration::from_millis(1_780_000_000_123);
+        assert_eq!(timestamp(t), "2026-05-28T20:26:40.123Z");
+        assert_eq!(timestamp(std::time::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+    }
+}

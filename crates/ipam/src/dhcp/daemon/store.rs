@@ -1,0 +1,150 @@
+//! Leases on disk: one JSON file per attachment under the state directory, so a restarted
+//! daemon resumes renewing them and can still release them on DEL.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::dhcp::config::LeaseParams;
+use crate::dhcp::message::Lease;
+use crate::dhcp::wire::{key, Key};
+
+/// Where leases are kept unless `-statedir` says otherwise.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/dhcp";
+
+/// Everything needed to renew or release a lease after a restart.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub container_id: String,
+    pub network: String,
+    pub ifname: String,
+    pub netns: String,
+    pub params: LeaseParams,
+    pub lease: Lease,
+    /// The MAC the server's last ACK came from, for unicast renewals and the release.
+    pub server_mac: [u8; 6],
+    /// When the last ACK arrived, in milliseconds since the epoch.
+    pub bound_at_ms: u64,
+}
+
+impl Record {
+    pub fn key(&self) -> Key {
+        key(&self.container_id, &self.network, &self.ifname)
+    }
+
+    /// Renewal, rebinding and expiry times.
+    pub fn deadlines(&self) -> (SystemTime, SystemTime, SystemTime) {
+        let bound = UNIX_EPOCH + Duration::from_millis(self.bound_at_ms);
+        let (t1, t2) = self.lease.t1_t2();
+        (bound + t1, bound + t2, bound + self.lease.lease_time())
+    }
+
+    /// `container=... network=... interface=...` for log lines.
+    pub fn who(&self) -> String {
+        who(&self.container_id, &self.network, &self.ifname)
+    }
+}
+
+pub fn who(container_id: &str, network: &str, ifname: &str) -> String {
+    format!("container={container_id} network={network} interface={ifname}")
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// The state directory.
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    pub fn open(dir: &Path) -> std::io::Result<Store> {
+        std::fs::create_dir_all(dir)?;
+        Ok(Store {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, container_id: &str, network: &str, ifname: &str) -> PathBuf {
+        let name = [container_id, network, ifname].map(escape).join("_");
+        self.dir.join(format!("{name}.json"))
+    }
+
+    /// Writes the record so that a crash leaves either version whole.
+    pub fn save(&self, record: &Record) -> std::io::Result<()> {
+        let path = self.path(&record.container_id, &record.network, &record.ifname);
+        let text = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
+        cni::atomic_file::write(&path, &text, 0o600)
+    }
+
+    pub fn remove(&self, record: &Record) -> std::io::Result<()> {
+        match std::fs::remove_file(self.path(&record.container_id, &record.network, &record.ifname))
+        {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every record, and the files that could not be read (with why).
+    pub fn load_all(&self) -> (Vec<Record>, Vec<(PathBuf, String)>) {
+        let mut records = Vec::new();
+        let mut bad = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return (records, bad);
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let parsed = std::fs::read(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|b| serde_json::from_slice::<Record>(&b).map_err(|e| e.to_string()));
+            match parsed {
+                Ok(r) => records.push(r),
+                Err(e) => bad.push((path, e)),
+            }
+        }
+        (records, bad)
+    }
+}
+
+/// A file-name-safe form of one key part: `%`, `_` and `/` are percent-escaped, so the three
+/// parts joined by `_` name exactly one attachment.
+fn escape(part: &str) -> String {
+    let mut out = String::with_capacity(part.len());
+    for c in part.chars() {
+        match c {
+            '%' | '_' | '/' | '\0' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_do_not_collide() {
+        let s = Store {
+            dir: PathBuf::from("/x"),
+        };
+        assert_ne!(s.path("a_b", "c", "d"), s.path("a", "b_c", "d"));
+        assert_eq!(
+            s.path("c0ffee", "net/1", "eth0"),
+            PathBuf::from("/x/c0ffee_net%2F1_eth0.json")
+        );
+    }
+}

@@ -1,0 +1,138 @@
+//! The `dhcp` plugin: a thin, synchronous client of the daemon, which holds the leases.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use cni::{CmdArgs, CniError, CniResult, Code, GcAttachment, Plugin};
+
+use super::config::DhcpConf;
+use super::wire::{Op, Request, Response, MAX_LINE};
+use crate::error::{Error, Result};
+
+/// How long the plugin waits for the daemon's answer. The daemon answers within its own
+/// `-timeout`; this only bounds a daemon that hangs.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The dhcp IPAM plugin.
+pub struct Dhcp;
+
+impl Plugin for Dhcp {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        match call(args, Op::Add)? {
+            Some(result) => Ok(result),
+            None => Err(CniError::internal(
+                "the dhcp daemon answered ADD without a result",
+            )),
+        }
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        call(args, Op::Del).map(drop)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        call(args, Op::Check).map(drop)
+    }
+
+    /// Available when the daemon answers.
+    fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
+        match call(args, Op::Status) {
+            Err(e) if e.is(Code::TryAgainLater) => {
+                Err(CniError::new(Code::PluginNotAvailable, e.msg))
+            }
+            other => other.map(drop),
+        }
+    }
+
+    /// Releases the network's leases whose attachment is not in `cni.dev/valid-attachments`.
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let net: cni::NetConf = serde_json::from_slice(&args.stdin).map_err(Error::from)?;
+        match net.valid_attachments {
+            Some(valid) => send(args, Op::Gc, valid).map(drop),
+            // Without the list there is no telling which leases are stale.
+            None => Ok(()),
+        }
+    }
+
+    /// The config as the plugin reads it; `fromArg` values come at ADD and are not checked.
+    fn validate(&self, config: &[u8]) -> Result<(), CniError> {
+        DhcpConf::parse(config, "", "", "")?;
+        Ok(())
+    }
+}
+
+fn call(args: &CmdArgs, op: Op) -> Result<Option<CniResult>, CniError> {
+    send(args, op, Vec::new())
+}
+
+fn send(args: &CmdArgs, op: Op, valid: Vec<GcAttachment>) -> Result<Option<CniResult>, CniError> {
+    let conf = DhcpConf::parse(&args.stdin, &args.args, &args.container_id, &args.ifname)?;
+    let netns = if args.netns.is_empty() {
+        String::new()
+    } else {
+        std::path::absolute(&args.netns)
+            .map_err(|e| Error::io(format!("making CNI_NETNS {:?} absolute", args.netns), e))?
+            .display()
+            .to_string()
+    };
+    let request = Request {
+        op,
+        container_id: args.container_id.clone(),
+        network: conf.network,
+        ifname: args.ifname.clone(),
+        netns,
+        params: conf.params,
+        valid,
+    };
+    match exchange(&conf.socket_path, &request)? {
+        Response::Ok(result) => Ok(result),
+        Response::Error(e) => Err(e),
+    }
+}
+
+/// Sends `request` to the daemon at `socket` and reads its answer.
+pub fn exchange(socket: &Path, request: &Request) -> Result<Response> {
+    let unreachable = |source| Error::DaemonUnreachable {
+        socket: socket.to_path_buf(),
+        source,
+    };
+    let mut stream = UnixStream::connect(socket).map_err(unreachable)?;
+    let talk = |e| {
+        Error::io(
+            format!("talking to the dhcp daemon at {}", socket.display()),
+            e,
+        )
+    };
+    stream
+        .set_read_timeout(Some(ANSWER_TIMEOUT))
+        .map_err(talk)?;
+    let mut line = serde_json::to_vec(request)?;
+    line.push(b'\n');
+    stream.write_all(&line).map_err(talk)?;
+    let mut answer = Vec::new();
+    BufReader::new(stream.take(MAX_LINE as u64))
+        .read_until(b'\n', &mut answer)
+        .map_err(talk)?;
+    if answer.is_empty() {
+        return Err(Error::Cni(CniError::internal(format!(
+            "the dhcp daemon at {} closed the connection without an answer; see its log",
+            socket.display()
+        ))));
+    }
+    serde_json::from_slice(&answer).map_err(|e| {
+        let start = String::from_utf8_lossy(&answer[..answer.len().min(60)])
+            .trim()
+            .to_owned();
+        Error::Cni(CniError::new(
+            Code::Decoding,
+            format!(
+                "the daemon at {} does not speak this plugin's protocol ({e}; it answered \
+                 {start:?}). The reference's Go dhcp daemon cannot serve this plugin: run \
+                 `cni-plugins dhcp daemon` from the same release",
+                socket.display()
+            ),
+        ))
+    })
+}

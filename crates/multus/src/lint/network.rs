@@ -1,0 +1,604 @@
+//! The checks on one NetworkAttachmentDefinition's CNI config: the JSON, the version, every
+//! plugin's options (asked of the plugins themselves), and what a valid config can still do
+//! to a pod or a node: a master that is the node's uplink, addresses and routes that collide
+//! with the cluster's, a default route that takes the pod away from the cluster network, a
+//! gateway outside its subnet, ipvlan with DHCP replies that cannot arrive.
+
+use std::cell::OnceCell;
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use cni::{NetConfList, Version};
+use ipnet::IpNet;
+use serde_json::{json, Map, Value};
+
+use super::plugins::{Plugins, Verdict};
+use super::report::{Place, Report, Severity};
+
+/// Address space a NAD's ranges and routes must stay out of.
+pub struct Reserved {
+    pub net: IpNet,
+    /// "the cluster's pod network", ...
+    pub what: &'static str,
+    pub severity: Severity,
+    /// The flag that changes it, for the fix.
+    pub flag: Option<&'static str>,
+}
+
+/// What the checks need to know about the node and the cluster.
+pub struct Context<'a> {
+    pub reserved: Vec<Reserved>,
+    /// The interface that carries the node's default route.
+    pub uplink: Uplink,
+    /// The dhcp daemon runs with `-broadcast`.
+    pub dhcp_broadcast: bool,
+    pub plugins: &'a Plugins,
+}
+
+/// The node's uplink: given on the command line, or read from this host's routes (read-only)
+/// the first time a master is checked.
+pub enum Uplink {
+    Given(String),
+    FromHost(OnceCell<Result<Option<String>, String>>),
+}
+
+impl Uplink {
+    fn get(&self) -> Result<Option<&str>, &str> {
+        match self {
+            Uplink::Given(name) => Ok(Some(name)),
+            Uplink::FromHost(cell) => match cell.get_or_init(host_uplink) {
+                Ok(name) => Ok(name.as_deref()),
+                Err(e) => Err(e),
+            },
+        }
+    }
+}
+
+/// The interface of this host's default route, from a netlink dump of its routes.
+fn host_uplink() -> Result<Option<String>, String> {
+    let nl = netkit::Netlink::new().map_err(|e| e.to_string())?;
+    let Some(index) = nl.default_route_iface(None).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    Ok(nl
+        .link_by_index(index)
+        .map_err(|e| e.to_string())?
+        .map(|link| link.name))
+}
+
+/// What pods' requests are checked against.
+#[derive(Debug, Default)]
+pub struct Network {
+    /// Capabilities some plugin of the network declares.
+    pub capabilities: BTreeSet<String>,
+}
+
+/// Checks `config` (the NAD's `spec.config`); `place` names the NAD. A config without a
+/// `name` gets the NAD's, as multus gives it. `None` when the config is not there or not
+/// readable enough to say what the network can do.
+pub fn check(
+    ctx: &Context,
+    place: &Place,
+    nad_name: &str,
+    config: &str,
+    report: &mut Report,
+) -> Option<Network> {
+    let root = "spec.config";
+    if config.trim().is_empty() {
+        report.add(
+            Severity::Note,
+            "config-on-node",
+            place.at(root),
+            "spec.config is empty: multus reads this network from a file in the node's CNI \
+             config directory, which lint does not see; not checked",
+            "",
+        );
+        return None;
+    }
+    let mut value: Value = match serde_json::from_str(config) {
+        Ok(v) => v,
+        Err(e) => {
+            report.add(
+                Severity::Error,
+                "json",
+                place.at(root),
+                format!("spec.config is not valid JSON: {e} (line and column within spec.config)"),
+                "correct the JSON; with a YAML block scalar (`config: |`) the JSON starts on the \
+                 line after `config:`",
+            );
+            return None;
+        }
+    };
+    let Value::Object(top) = &mut value else {
+        report.add(
+            Severity::Error,
+            "json",
+            place.at(root),
+            "spec.config is not a JSON object",
+            "write the CNI config as an object: {\"cniVersion\": ..., \"type\": ...} or a list \
+             with \"plugins\"",
+        );
+        return None;
+    };
+    if top
+        .get("name")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        top.insert("name".into(), nad_name.into());
+    }
+    let top = &*top;
+    let (version, plugins) = if top.contains_key("plugins") {
+        let list = match NetConfList::parse(value.to_string().as_bytes()) {
+            Ok(list) => list,
+            Err(e) => {
+                report.add(
+                    Severity::Error,
+                    "config",
+                    place.at(root),
+                    format!("the configuration list is refused: {e}"),
+                    "give the list a \"name\" and a non-empty \"plugins\" array whose entries \
+                     each have a \"type\"",
+                );
+                return None;
+            }
+        };
+        let version = match list.effective_version() {
+            Ok(v) => v,
+            Err(e) => {
+                return unsupported_version(place.at(format!("{root}.cniVersion")), &e.msg, report)
+            }
+        };
+        // What an earlier plugin returns is only known at ADD: later plugins are checked as if
+        // it were one interface with one address, so checks that depend on it (a chained
+        // ipvlan's master and addresses) pass rather than fail for want of it.
+        let earlier = json!({
+            "cniVersion": version.as_str(),
+            "interfaces": [{"name": "eth0"}],
+            "ips": [{"address": "192.0.2.2/24", "interface": 0}],
+        });
+        let plugins: Vec<(String, Map<String, Value>)> = (0..list.plugins.len())
+            .filter_map(|i| {
+                let prev = (i > 0).then_some(&earlier);
+                let conf = list.plugin_config(i, &Map::new(), prev).ok()?;
+                Some((format!("{root}.plugins[{i}]"), conf))
+            })
+            .collect();
+        (version, plugins)
+    } else {
+        let written = top.get("cniVersion").and_then(Value::as_str).unwrap_or("");
+        let version = match Version::from_config(written) {
+            Ok(v) => v,
+            Err(e) => {
+                return unsupported_version(place.at(format!("{root}.cniVersion")), &e.msg, report)
+            }
+        };
+        (version, vec![(root.to_owned(), top.clone())])
+    };
+
+    let network = Network {
+        capabilities: plugins
+            .iter()
+            .flat_map(|(_, conf)| declared_capabilities(conf))
+            .collect(),
+    };
+    for (index, (path, conf)) in plugins.iter().enumerate() {
+        let plugin = Plugin {
+            place: place.at(path.clone()),
+            path,
+            conf,
+            index,
+            version,
+        };
+        plugin.check(ctx, &network, report);
+    }
+    Some(network)
+}
+
+fn unsupported_version(place: Place, msg: &str, report: &mut Report) -> Option<Network> {
+    let versions = Version::ALL.map(Version::as_str).join(", ");
+    report.add(
+        Severity::Error,
+        "cni-version",
+        place,
+        format!("{msg}: multus and the plugins it runs would refuse this network"),
+        format!("set \"cniVersion\" to one of {versions}"),
+    );
+    None
+}
+
+fn declared_capabilities(conf: &Map<String, Value>) -> Vec<String> {
+    conf.get("capabilities")
+        .and_then(Value::as_object)
+        .map(|caps| {
+            caps.iter()
+                .filter(|(_, on)| on.as_bool() == Some(true))
+                .map(|(name, _)| name.clone())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One plugin's config, as the runtime would hand it over.
+struct Plugin<'a> {
+    place: Place,
+    path: &'a str,
+    conf: &'a Map<String, Value>,
+    /// Its position in a list (0 for a single config).
+    index: usize,
+    version: Version,
+}
+
+impl Plugin<'_> {
+    fn str(&self, key: &str) -> Option<&str> {
+        self.conf
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+    }
+
+    fn key(&self, key: &str) -> Place {
+        self.place.at(format!("{}.{key}", self.path))
+    }
+
+    fn check(&self, ctx: &Context, network: &Network, report: &mut Report) {
+        let Some(plugin_type) = self.str("type") else {
+            report.add(
+                Severity::Error,
+                "config",
+                self.key("type"),
+                "the config has no \"type\": the runtime cannot tell which plugin to run",
+                "set \"type\" to the plugin's binary name, e.g. \"macvlan\"",
+            );
+            return;
+        };
+        self.check_options(ctx, plugin_type, report);
+        let ipam = self.conf.get("ipam").and_then(Value::as_object);
+        let ipam_type = ipam
+            .and_then(|i| i.get("type"))
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty());
+        if let Some(t) = ipam_type {
+            if !ctx.plugins.is_builtin(t) {
+                report.add(
+                    Severity::Note,
+                    "not-checked",
+                    self.key("ipam.type"),
+                    format!(
+                        "ipam type {t:?} is not built into multus-rs: its options were not checked"
+                    ),
+                    "",
+                );
+            }
+        }
+        if matches!(plugin_type, "macvlan" | "ipvlan") {
+            self.check_master(ctx, plugin_type, report);
+        }
+        if let (Some(ipam), Some(ipam_type)) = (ipam, ipam_type) {
+            let ipam = Ipam {
+                plugin: self,
+                conf: ipam,
+                path: format!("{}.ipam", self.path),
+            };
+            ipam.check(ctx, plugin_type, ipam_type, network, report);
+        }
+    }
+
+    /// The plugin's own checks: `cni-plugins validate` for a built-in type, the VERSION answer
+    /// for another binary in the bin dir.
+    fn check_options(&self, ctx: &Context, plugin_type: &str, report: &mut Report) {
+        let plugins = ctx.plugins;
+        if plugins.is_builtin(plugin_type) {
+            let config = Value::Object(self.conf.clone()).to_string();
+            match plugins.validate(plugin_type, config.as_bytes()) {
+                Ok(Verdict::Valid) => {}
+                Ok(Verdict::Invalid(e)) => report.add(
+                    Severity::Error,
+                    "plugin-options",
+                    self.place.clone(),
+                    format!(
+                        "{plugin_type} refuses this config (CNI error {}): {e}",
+                        e.code
+                    ),
+                    "change what the plugin names: ADD would fail with this same error",
+                ),
+                Err(e) => report.add(
+                    Severity::Note,
+                    "not-checked",
+                    self.place.clone(),
+                    format!("the {plugin_type} options were not checked: {e}"),
+                    "",
+                ),
+            }
+            return;
+        }
+        let version = self.version.as_str();
+        let found = match plugins.supported_versions(plugin_type, version) {
+            None => format!(
+                " and there is no {plugin_type:?} binary in {} (a pod on this network fails \
+                 unless the node has one)",
+                plugins.bin_dir().display()
+            ),
+            Some(Ok(versions)) => {
+                if !versions.iter().any(|v| v == version) {
+                    report.add(
+                        Severity::Error,
+                        "cni-version",
+                        self.key("type"),
+                        format!(
+                            "{plugin_type} in {} speaks CNI {}, not {version}",
+                            plugins.bin_dir().display(),
+                            versions.join(", ")
+                        ),
+                        format!("set \"cniVersion\" to a version {plugin_type} speaks"),
+                    );
+                }
+                String::new()
+            }
+            Some(Err(e)) => format!(" and asking its binary for its versions failed: {e}"),
+        };
+        report.add(
+            Severity::Note,
+            "not-checked",
+            self.key("type"),
+            format!(
+                "{plugin_type:?} is not built into multus-rs: its options were not checked{found}"
+            ),
+            "",
+        );
+    }
+
+    fn check_master(&self, ctx: &Context, plugin_type: &str, report: &mut Report) {
+        if self.conf.get("linkInContainer").and_then(Value::as_bool) == Some(true) {
+            return;
+        }
+        let master = self.str("master");
+        // A chained ipvlan without a master takes it from the previous plugin's result.
+        if master.is_none() && self.index > 0 {
+            return;
+        }
+        let uplink = match ctx.uplink.get() {
+            Ok(Some(uplink)) => uplink,
+            Ok(None) => {
+                report.add(
+                    Severity::Note,
+                    "not-checked",
+                    self.key("master"),
+                    "this host has no default route, so the master was not compared with the                      node's uplink",
+                    "run lint on the node, or name the node's uplink with                      --default-route-interface",
+                );
+                return;
+            }
+            Err(e) => {
+                report.add(
+                    Severity::Note,
+                    "not-checked",
+                    self.key("master"),
+                    format!("this host's routes could not be read ({e}), so the master was not compared with the node's uplink"),
+                    "name the node's uplink with --default-route-interface",
+                );
+                return;
+            }
+        };
+        let problem = match master {
+            Some(m) if m == uplink => format!(
+                "master {m:?} carries the node's default route: the node cannot reach these \
+                 pods through it (a {plugin_type} parent does not see its children's traffic), \
+                 and the pods sit on the node's uplink network"
+            ),
+            Some(_) => return,
+            None => format!(
+                "no \"master\": {plugin_type} uses the interface of the node's default route \
+                 ({uplink}), so the node cannot reach these pods through it and they sit on the \
+                 node's uplink network"
+            ),
+        };
+        report.add(
+            Severity::Warning,
+            "master-default-route",
+            self.key("master"),
+            problem,
+            "set \"master\" to an interface meant for pods (a second NIC, or a VLAN such as \
+             eth0.100); keep the uplink only when the node never needs to reach these pods",
+        );
+    }
+}
+
+/// A plugin's `ipam` section.
+struct Ipam<'a> {
+    plugin: &'a Plugin<'a>,
+    conf: &'a Map<String, Value>,
+    path: String,
+}
+
+impl Ipam<'_> {
+    fn at(&self, key: &str) -> Place {
+        self.plugin.place.at(format!("{}.{key}", self.path))
+    }
+
+    fn check(
+        &self,
+        ctx: &Context,
+        plugin_type: &str,
+        ipam_type: &str,
+        network: &Network,
+        report: &mut Report,
+    ) {
+        match ipam_type {
+            "host-local" => self.check_host_local(ctx, report),
+            "static" => self.check_static(ctx, network, report),
+            "dhcp" if plugin_type == "ipvlan" => self.check_ipvlan_dhcp(ctx, report),
+            _ => {}
+        }
+        self.check_routes(ctx, report);
+    }
+
+    fn check_host_local(&self, ctx: &Context, report: &mut Report) {
+        let mut ranges: Vec<(String, &Map<String, Value>)> = Vec::new();
+        if self.conf.contains_key("subnet") {
+            ranges.push((String::new(), self.conf));
+        }
+        if let Some(Value::Array(sets)) = self.conf.get("ranges") {
+            for (i, set) in sets.iter().enumerate() {
+                let Value::Array(set) = set else { continue };
+                for (j, range) in set.iter().enumerate() {
+                    if let Value::Object(range) = range {
+                        ranges.push((format!("ranges[{i}][{j}]."), range));
+                    }
+                }
+            }
+        }
+        for (prefix, range) in ranges {
+            let Some(subnet) = cidr(range.get("subnet")) else {
+                continue;
+            };
+            let subnet = subnet.trunc();
+            self.check_reserved(ctx, &format!("{prefix}subnet"), "range", subnet, report);
+            if let Some(gw) = ip(range.get("gateway")) {
+                self.check_gateway(&format!("{prefix}gateway"), gw, subnet, report);
+            }
+        }
+    }
+
+    fn check_static(&self, ctx: &Context, network: &Network, report: &mut Report) {
+        let addresses = match self.conf.get("addresses") {
+            Some(Value::Array(a)) => a.as_slice(),
+            _ => &[],
+        };
+        if addresses.is_empty() && !network.capabilities.contains("ips") {
+            report.add(
+                Severity::Error,
+                "static-without-address",
+                self.at("addresses"),
+                "static IPAM with no \"addresses\", and no plugin of this network declares the \
+                 \"ips\" capability, so pods cannot pass any: ADD fails with no address to \
+                 configure",
+                "list \"addresses\", or add \"capabilities\": {\"ips\": true} to the plugin and \
+                 give each pod its address in the networks annotation (\"ips\")",
+            );
+        }
+        for (i, entry) in addresses.iter().enumerate() {
+            let Some(address) = cidr(entry.get("address")) else {
+                continue;
+            };
+            let subnet = address.trunc();
+            let key = format!("addresses[{i}].address");
+            self.check_reserved(ctx, &key, "address", subnet, report);
+            if let Some(gw) = ip(entry.get("gateway")) {
+                self.check_gateway(&format!("addresses[{i}].gateway"), gw, subnet, report);
+            }
+        }
+    }
+
+    fn check_ipvlan_dhcp(&self, ctx: &Context, report: &mut Report) {
+        if ctx.dhcp_broadcast || self.conf.get("broadcast").and_then(Value::as_bool) == Some(true) {
+            return;
+        }
+        report.add(
+            Severity::Warning,
+            "ipvlan-dhcp-broadcast",
+            self.at("type"),
+            "ipvlan with dhcp and no broadcast: an ipvlan shares its master's MAC address, so \
+             the DHCP server's unicast replies go to the master, the lease never completes and \
+             the pod stays in ContainerCreating",
+            "add \"broadcast\": true to this ipam section, or run the dhcp daemon with \
+             -broadcast (then pass --dhcp-broadcast to lint)",
+        );
+    }
+
+    fn check_routes(&self, ctx: &Context, report: &mut Report) {
+        let Some(Value::Array(routes)) = self.conf.get("routes") else {
+            return;
+        };
+        for (i, route) in routes.iter().enumerate() {
+            let Some(dst) = cidr(route.get("dst")) else {
+                continue;
+            };
+            let key = format!("routes[{i}].dst");
+            if dst.prefix_len() == 0 {
+                report.add(
+                    Severity::Warning,
+                    "ipam-default-route",
+                    self.at(&key),
+                    format!(
+                        "a default route ({dst}) in the IPAM config: it competes with the \
+                         cluster network's default route in the pod, and traffic to the \
+                         internet and other nodes may leave through this interface"
+                    ),
+                    "remove it, and list only the subnets this network reaches; if the pod \
+                     really should use this network by default, ask for it in the pod's \
+                     networks annotation with \"default-route\"",
+                );
+                continue;
+            }
+            self.check_reserved(ctx, &key, "route", dst.trunc(), report);
+        }
+    }
+
+    /// `net` (a range, an address's subnet or a route) must not overlap reserved space.
+    fn check_reserved(
+        &self,
+        ctx: &Context,
+        key: &str,
+        what: &str,
+        net: IpNet,
+        report: &mut Report,
+    ) {
+        for r in &ctx.reserved {
+            if !overlaps(&net, &r.net) {
+                continue;
+            }
+            let effect = if what == "route" {
+                "the pod's traffic for it would leave through this interface instead of the \
+                 cluster network"
+            } else {
+                "pods would get addresses the cluster routes elsewhere, and their traffic to \
+                 those addresses goes out the wrong interface"
+            };
+            let fix = match r.flag {
+                Some(flag) => format!(
+                    "use a {what} outside {} (if the cluster uses other CIDRs, give them with \
+                     {flag})",
+                    r.net
+                ),
+                None => format!("use a {what} outside {}", r.net),
+            };
+            report.add(
+                r.severity,
+                "reserved-overlap",
+                self.at(key),
+                format!("{what} {net} overlaps {} {}: {effect}", r.what, r.net),
+                fix,
+            );
+        }
+    }
+
+    fn check_gateway(&self, key: &str, gw: IpAddr, subnet: IpNet, report: &mut Report) {
+        // A gateway of the other family is the plugin's own error.
+        if gw.is_ipv4() != subnet.addr().is_ipv4() || subnet.contains(&gw) {
+            return;
+        }
+        report.add(
+            Severity::Warning,
+            "gateway-outside-range",
+            self.at(key),
+            format!(
+                "gateway {gw} is outside {subnet}: the pod has no route to reach it unless one \
+                 is added on-link, so its routes through it fail"
+            ),
+            format!("use a gateway inside {subnet}, or correct the subnet"),
+        );
+    }
+}
+
+fn cidr(v: Option<&Value>) -> Option<IpNet> {
+    v?.as_str()?.parse().ok()
+}
+
+fn ip(v: Option<&Value>) -> Option<IpAddr> {
+    v?.as_str()?.parse().ok()
+}
+
+fn overlaps(a: &IpNet, b: &IpNet) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}

@@ -1,0 +1,577 @@
+//! bridge + dhcp against real DHCP servers (dnsmasq, busybox udhcpd) in a node namespace, with
+//! our daemon run from the `cni-plugins` binary as `dhcp daemon`.
+
+mod dhcp_env;
+
+use std::time::{Duration, Instant};
+
+use dhcp_env::*;
+use serde_json::json;
+use testkit::dhcp::{DhcpDaemon, Server};
+use testkit::{CniCall, CniOutput, Netns};
+
+#[test]
+fn lease_with_classless_routes_dns_check_and_release() {
+    let s = Setup::new(Server::Dnsmasq(DNSMASQ_121));
+    let conf = s.conf("");
+    let result = s.add(&conf).ok();
+    let ip = leased_ip(&result);
+    assert!(ip.starts_with("10.97.0.1"), "{result}");
+    assert_eq!(result["ips"][0]["gateway"], "10.97.0.1");
+    // 121 present: its routes only, the router option gives no extra default route.
+    assert_eq!(
+        result["routes"],
+        json!([
+            {"dst": "192.0.2.0/24", "gw": "10.97.0.254"},
+            {"dst": "0.0.0.0/0", "gw": "10.97.0.1"}
+        ])
+    );
+    assert_eq!(
+        result["dns"],
+        json!({"nameservers": ["10.97.0.53"], "domain": "example.test"})
+    );
+    assert_eq!(
+        s.pod_routes(),
+        [
+            "10.97.0.0/24 dev",
+            "192.0.2.0/24 via 10.97.0.254",
+            "default via 10.97.0.1"
+        ]
+    );
+    assert!(
+        s.net.log().contains(&format!("DHCPACK(dbr0) {ip}")),
+        "{}",
+        s.net.log()
+    );
+    // The reference's client identifier: type 0, then container/network/ifname.
+    let leases = std::fs::read_to_string(s.net.dir.path().join("leases")).unwrap();
+    let id: Vec<String> = b"\0c0ffee/dnet/eth0"
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert!(leases.contains(&id.join(":")), "{leases}");
+    assert_eq!(s.lease_files().len(), 1);
+    assert!(s
+        .daemon_log()
+        .contains("acquired container=c0ffee network=dnet interface=eth0"));
+
+    s.run(&s.call("CHECK", &with_prev_result(&conf, &result)))
+        .ok();
+    // The dhcp plugin called again for the same attachment gets the same lease back.
+    let again = s
+        .call("ADD", &conf)
+        .run(&s.plugins.path().join("dhcp"), Some(&s.net.node));
+    assert_eq!(leased_ip(&again.ok()), ip);
+    let pod_if_before = s.pod.links();
+    assert!(pod_if_before.contains(&"eth0".to_owned()));
+
+    s.del(&conf).ok();
+    s.assert_released(&ip);
+    assert!(s.lease_files().is_empty(), "{:?}", s.lease_files());
+    assert_eq!(s.node_links(), ["dbr0"]);
+    assert!(s
+        .daemon_log()
+        .contains("released container=c0ffee network=dnet interface=eth0"));
+    // DEL again: nothing left to do, still success.
+    s.del(&conf).ok();
+}
+
+#[test]
+fn static_routes_and_a_default_through_the_router_without_121() {
+    let s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-option=option:router,10.97.0.1",
+        "--dhcp-option=option:static-route,172.16.0.0,10.97.0.9",
+    ]));
+    let conf = s.conf("");
+    let result = s.add(&conf).ok();
+    assert_eq!(
+        result["routes"],
+        json!([
+            {"dst": "172.16.0.0/16", "gw": "10.97.0.9"},
+            {"dst": "0.0.0.0/0", "gw": "10.97.0.1"}
+        ])
+    );
+    assert_eq!(
+        s.pod_routes(),
+        [
+            "10.97.0.0/24 dev",
+            "172.16.0.0/16 via 10.97.0.9",
+            "default via 10.97.0.1"
+        ]
+    );
+    s.del(&conf).ok();
+}
+
+#[test]
+fn router_only_gives_the_default_route_and_priority_applies() {
+    let s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    let conf = s.conf(r#","priority":300"#);
+    let result = s.add(&conf).ok();
+    assert_eq!(
+        result["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.97.0.1", "priority": 300}])
+    );
+    assert!(
+        result.get("dns").is_none() || result["dns"] == json!({}),
+        "{result}"
+    );
+    let routes = s.pod.ip_json(&["-4", "route", "show", "default"]);
+    assert_eq!(routes[0]["metric"], 300, "{routes}");
+    s.del(&conf).ok();
+}
+
+#[test]
+fn provided_and_requested_options_reach_the_server() {
+    let s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-option=option:router,10.97.0.1",
+        "--dhcp-option=option:ntp-server,10.97.0.123",
+    ]));
+    let conf = s.conf(
+        r#","request":[{"skipDefault":true},{"option":"subnet-mask"},{"option":"42"}],
+            "provide":[{"option":"host-name","fromArg":"K8S_POD_NAME"},
+                       {"option":"vendor-class-identifier","value":"edge-node"}]"#,
+    );
+    let mut add = s.call("ADD", &conf);
+    add.args = "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-1".into();
+    let result = s.run(&add).ok();
+    let log = s.net.log();
+    assert!(log.contains("client provides name: web-1"), "{log}");
+    assert!(log.contains("vendor class: edge-node"), "{log}");
+    assert!(
+        log.contains("requested options: 1:netmask, 42:ntp-server"),
+        "{log}"
+    );
+    // The router was not asked for, so there is no gateway and no route.
+    assert!(result["ips"][0].get("gateway").is_none(), "{result}");
+    assert!(result.get("routes").is_none(), "{result}");
+    let mut del = s.call("DEL", &conf);
+    del.args = add.args.clone();
+    s.run(&del).ok();
+}
+
+#[test]
+fn busybox_udhcpd_as_the_server() {
+    let s = Setup::new(Server::Udhcpd(
+        "option router 10.97.0.1\noption dns 10.97.0.53 10.97.0.54\noption domain corp.test",
+    ));
+    let conf = s.conf("");
+    let result = s.add(&conf).ok();
+    let ip = leased_ip(&result);
+    assert!(ip.starts_with("10.97.0.1"), "{result}");
+    assert_eq!(
+        result["dns"],
+        json!({"nameservers": ["10.97.0.53", "10.97.0.54"], "domain": "corp.test"})
+    );
+    assert_eq!(
+        result["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.97.0.1"}])
+    );
+    s.del(&conf).ok();
+    assert!(s.lease_files().is_empty());
+}
+
+#[test]
+fn a_restarted_daemon_resumes_renewal_and_still_releases() {
+    // A 4 s lease: the first renewal (T1, half of it) is due right after the restart.
+    let mut s = Setup::new(Server::Udhcpd(UDHCPD_4S_LEASE));
+    let conf = s.conf("");
+    let ip = s.lease(&conf);
+    let acks = |s: &Setup| s.net.log().matches(&format!("sending ACK to {ip}")).count();
+    assert_eq!(acks(&s), 1, "{}", s.net.log());
+    assert!(
+        s.daemon.take().expect("daemon").process.terminate(),
+        "the daemon stops cleanly"
+    );
+    assert!(
+        !s.socket().exists(),
+        "the daemon removes its socket on exit"
+    );
+    assert_eq!(
+        s.lease_files().len(),
+        1,
+        "the lease is kept for the next daemon"
+    );
+    s.start_daemon(&[]);
+    assert!(s
+        .daemon_log()
+        .contains("resumed container=c0ffee network=dnet interface=eth0"));
+    // The daemon logs the renewal, and the server answered it.
+    s.wait_daemon_event("renewed", Duration::from_secs(10));
+    assert_eq!(acks(&s), 2, "{}", s.net.log());
+    assert!(
+        !s.daemon_log().contains("rebound"),
+        "renewed before T2: {}",
+        s.daemon_log()
+    );
+    s.del(&conf).ok();
+    assert!(s
+        .daemon_log()
+        .contains("released container=c0ffee network=dnet interface=eth0"));
+    assert!(s.lease_files().is_empty());
+}
+
+#[test]
+fn dnsmasq_sees_the_release_after_a_daemon_restart() {
+    let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    let conf = s.conf("");
+    let ip = s.lease(&conf);
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.start_daemon(&[]);
+    s.release(&conf, &ip);
+}
+
+#[test]
+fn an_expired_lease_loses_its_address() {
+    let mut s = Setup::new(Server::Udhcpd(UDHCPD_4S_LEASE));
+    let conf = s.conf("");
+    let ip = s.lease(&conf);
+    s.net.stop_server();
+    s.wait_daemon_event("expired", Duration::from_secs(15));
+    let log = s.daemon_log();
+    assert!(
+        log.contains("failed container=c0ffee network=dnet interface=eth0 renewing"),
+        "{log}"
+    );
+    assert!(
+        log.contains("failed container=c0ffee network=dnet interface=eth0 rebinding"),
+        "{log}"
+    );
+    let addrs = s.pod.ip(&["-4", "addr", "show", "dev", "eth0"]);
+    assert!(!addrs.contains(&ip), "{addrs}");
+    assert!(s.lease_files().is_empty());
+    s.del(&conf).ok();
+}
+
+#[test]
+fn a_silent_server_fails_within_the_timeout_and_leaves_nothing() {
+    let s = Setup::with_daemon_args(Server::Silent, &["-timeout", "1500ms"]);
+    let conf = s.conf("");
+    let started = Instant::now();
+    let out = s.add(&conf);
+    let took = started.elapsed();
+    assert_eq!(out.err_code(), 11, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        msg.contains("no DHCPOFFER from any DHCP server on interface \"eth0\""),
+        "{msg}"
+    );
+    // Bounded by the timeout (plus process start-up), not by a backoff.
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(s.node_links(), ["dbr0"], "the veth is removed");
+    assert!(s.pod.links().iter().all(|l| l == "lo"));
+    assert!(s.lease_files().is_empty());
+    assert!(s
+        .daemon_log()
+        .contains("failed container=c0ffee network=dnet interface=eth0"));
+}
+
+#[test]
+fn no_daemon_is_a_clear_error_and_status_unavailable() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    let conf = s.conf("");
+    let out = s.add(&conf);
+    assert_eq!(out.err_code(), 11, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(msg.contains(&s.socket().display().to_string()), "{msg}");
+    assert!(msg.contains("dhcp daemon"), "{msg}");
+    assert_eq!(s.node_links(), ["dbr0"], "the veth is removed");
+    let status_conf = conf.replace("1.0.0", "1.1.0");
+    let status = s
+        .call("STATUS", &status_conf)
+        .run(&s.plugins.path().join("dhcp"), None);
+    assert_eq!(status.err_code(), 50, "{status:?}");
+}
+
+#[test]
+fn a_route_the_kernel_refuses_is_named_and_the_lease_released() {
+    // The gateway of the classless route is not on any connected network.
+    let s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-option=option:classless-static-route,192.0.2.0/24,203.0.113.1",
+    ]));
+    let conf = s.conf("");
+    let out = s.add(&conf);
+    assert_ne!(out.code, 0, "{out:?}");
+    let err = out.json();
+    let text = format!("{} {}", err["msg"], err["details"]);
+    assert!(
+        text.contains("route 192.0.2.0/24 via 203.0.113.1"),
+        "{text}"
+    );
+    let ip = s
+        .net
+        .log()
+        .lines()
+        .find_map(|l| l.split("DHCPACK(dbr0) ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_owned)
+        .expect("a lease was granted");
+    s.assert_released(&ip);
+    assert_eq!(s.node_links(), ["dbr0"]);
+    assert!(s.lease_files().is_empty());
+}
+
+#[test]
+fn daemon_socket_is_private_and_a_stale_one_is_replaced() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(s.socket()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // A daemon killed hard leaves its socket behind; the next one starts anyway.
+    let daemon = s.daemon.take().expect("daemon");
+    drop(daemon); // SIGKILL
+    assert!(s.socket().exists());
+    s.start_daemon(&[]);
+    let status_conf = s.conf("").replace("1.0.0", "1.1.0");
+    s.call("STATUS", &status_conf)
+        .run(&s.plugins.path().join("dhcp"), None)
+        .ok();
+}
+
+#[test]
+fn the_broadcast_flag_per_network_and_per_daemon() {
+    let s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    let conf = s.conf(r#","broadcast":true"#);
+    s.add(&conf).ok();
+    assert!(
+        s.net.log().contains("broadcast response"),
+        "{}",
+        s.net.log()
+    );
+    s.del(&conf).ok();
+
+    let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    let conf = s.conf("");
+    s.add(&conf).ok();
+    assert!(
+        !s.net.log().contains("broadcast response"),
+        "{}",
+        s.net.log()
+    );
+    s.del(&conf).ok();
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.start_daemon(&["-broadcast"]);
+    s.add(&conf).ok();
+    assert!(
+        s.net.log().contains("broadcast response"),
+        "{}",
+        s.net.log()
+    );
+    s.del(&conf).ok();
+}
+
+#[test]
+fn systemd_socket_activation() {
+    let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    // systemd-socket-activate listens on the socket and starts the daemon on the first
+    // connection, passing the socket as fd 3 (LISTEN_FDS=1, LISTEN_PID).
+    let unused = s.work.path().join("not-used.sock");
+    let mut cmd = s.net.node.command("systemd-socket-activate");
+    cmd.arg("-l")
+        .arg(s.socket())
+        .arg(bin())
+        .args(["dhcp", "daemon", "-socketpath"])
+        .arg(&unused)
+        .arg("-statedir")
+        .arg(s.state_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(s.work.path().join("daemon.log")).unwrap());
+    let activator = testkit::dhcp::Process::spawn(cmd);
+    testkit::dhcp::wait_for_path(&s.socket(), Duration::from_secs(10));
+    let conf = s.conf("");
+    let result = s.add(&conf).ok();
+    assert!(leased_ip(&result).starts_with("10.97.0.1"), "{result}");
+    assert!(!unused.exists(), "the daemon used the socket it was given");
+    assert!(
+        s.daemon_log()
+            .contains("listening on the socket systemd passed"),
+        "{}",
+        s.daemon_log()
+    );
+    s.del(&conf).ok();
+    drop(activator);
+}
+
+#[test]
+fn a_hundred_pods_at_once_get_distinct_leases() {
+    let s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-range=10.97.0.10,10.97.0.250,255.255.255.0,1h",
+        "--dhcp-option=option:router,10.97.0.1",
+    ]));
+    let conf = s.conf("");
+    let pods: Vec<Netns> = (0..100).map(|i| Netns::new(&format!("p{i}"))).collect();
+    let calls: Vec<CniCall> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, pod)| {
+            let mut c = s.call("ADD", &conf);
+            c.container_id = format!("pod{i}");
+            c.netns = pod.path().display().to_string();
+            c
+        })
+        .collect();
+    let outputs: Vec<CniOutput> = std::thread::scope(|scope| {
+        let handles: Vec<_> = calls.iter().map(|c| scope.spawn(|| s.run(c))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut ips: Vec<String> = outputs.iter().map(|o| leased_ip(&o.ok())).collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 100, "{ips:?}");
+    assert_eq!(s.lease_files().len(), 100);
+    for c in &calls {
+        let mut del = c.clone();
+        del.command = "DEL".into();
+        s.run(&del).ok();
+    }
+    assert!(s.lease_files().is_empty());
+    // Every release reached the server: its lease database is empty again. (Its log may drop
+    // lines under load, its lease file does not.)
+    let leases = s.net.dir.path().join("leases");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !std::fs::read_to_string(&leases)
+        .unwrap_or_default()
+        .trim()
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{}\n{}",
+            std::fs::read_to_string(&leases).unwrap_or_default(),
+            s.daemon_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn our_plugin_against_the_go_daemon_says_so() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    let go = DhcpDaemon::start(
+        &s.net.node,
+        &testkit::reference_dir().join("dhcp"),
+        &[
+            "daemon".to_owned(),
+            "-socketpath".to_owned(),
+            s.socket().display().to_string(),
+        ],
+        &s.socket(),
+        &s.work.path().join("go-daemon.log"),
+    );
+    let conf = s.conf("");
+    let out = s.add(&conf);
+    assert_eq!(out.err_code(), 6, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        msg.contains("Go dhcp daemon cannot serve this plugin"),
+        "{msg}"
+    );
+    assert_eq!(s.node_links(), ["dbr0"]);
+    drop(go);
+}
+
+#[test]
+fn pidfile_written_and_removed() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    let pidfile = s.work.path().join("dhcp.pid");
+    s.start_daemon(&["-pidfile", &pidfile.display().to_string()]);
+    let pid = s.daemon.as_ref().expect("daemon").process.pid();
+    assert_eq!(std::fs::read_to_string(&pidfile).unwrap(), pid.to_string());
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    assert!(!pidfile.exists());
+}
+
+#[test]
+fn hostprefix_applies_to_the_socket_and_the_pods_netns() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    // The "host" root as a containerised daemon would see it: <prefix>/run leads to /run.
+    let prefix = s.work.path().join("host");
+    std::fs::create_dir_all(&prefix).unwrap();
+    std::os::unix::fs::symlink("/run", prefix.join("run")).unwrap();
+    let args: Vec<String> = [
+        "dhcp",
+        "daemon",
+        "-hostprefix",
+        &prefix.display().to_string(),
+        "-socketpath",
+        "/dhcp.sock",
+        "-statedir",
+        &s.state_dir().display().to_string(),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let socket = prefix.join("dhcp.sock");
+    let daemon = DhcpDaemon::start(
+        &s.net.node,
+        bin(),
+        &args,
+        &socket,
+        &s.work.path().join("daemon.log"),
+    );
+    let conf = s.conf("").replace(
+        &s.socket().display().to_string(),
+        &socket.display().to_string(),
+    );
+    let ip = s.lease(&conf);
+    let record = std::fs::read_to_string(&s.lease_files()[0]).unwrap();
+    assert!(
+        record.contains(&format!("{}{}", prefix.display(), s.pod.path().display())),
+        "the pod's netns is opened under the prefix: {record}"
+    );
+    s.del(&conf).ok();
+    s.assert_released(&ip);
+    assert!(daemon.process.terminate());
+}
+
+#[test]
+fn gc_releases_the_leases_of_attachments_that_are_gone() {
+    let s = Setup::new(Server::Dnsmasq(&[]));
+    let conf = s.conf("").replace("1.0.0", "1.1.0");
+    let kept = s.lease(&conf);
+    let other_pod = Netns::new("pod2");
+    let mut add = s.call("ADD", &conf);
+    add.container_id = "stale".into();
+    add.netns = other_pod.path().display().to_string();
+    let stale = leased_ip(&s.run(&add).ok());
+    assert_eq!(s.lease_files().len(), 2);
+    let mut gc_conf: serde_json::Value = serde_json::from_str(&conf).unwrap();
+    gc_conf["cni.dev/valid-attachments"] = json!([{"containerID": CONTAINER_ID, "ifname": "eth0"}]);
+    let mut gc = s.call("GC", &gc_conf.to_string());
+    gc.netns = String::new();
+    s.run(&gc).ok();
+    s.assert_released(&stale);
+    assert!(!s.net.log().contains(&format!("DHCPRELEASE(dbr0) {kept}")));
+    assert_eq!(s.lease_files().len(), 1);
+    s.del(&conf).ok();
+    s.assert_released(&kept);
+}
+
+#[test]
+fn bad_requests_get_clear_errors_and_leave_nothing() {
+    let s = Setup::new(Server::Dnsmasq(&[]));
+    let dhcp = s.plugins.path().join("dhcp");
+    // The pod has no eth0: the interface plugin did not make it.
+    let out = s.call("ADD", &s.conf("")).run(&dhcp, Some(&s.net.node));
+    assert_eq!(out.err_code(), 4, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        msg.contains("there is no interface \"eth0\" in netns"),
+        "{msg}"
+    );
+    // An option the plugin cannot name is refused before the daemon is asked.
+    let out = s
+        .call("ADD", &s.conf(r#","request":[{"option":"routerz"}]"#))
+        .run(&dhcp, Some(&s.net.node));
+    assert_eq!(out.err_code(), 7, "{out:?}");
+    assert!(
+        out.stdout.contains("unknown option \\\"routerz\\\""),
+        "{out:?}"
+    );
+    assert!(s.lease_files().is_empty());
+    assert!(!s.net.log().contains("DHCPDISCOVER"), "{}", s.net.log());
+}

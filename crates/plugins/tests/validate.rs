@@ -1,0 +1,216 @@
+//! `cni-plugins validate <type>`: every plugin's config checks, run as a tool would run them
+//! (config on stdin, nothing or a CNI error object on stdout), with nothing on the node read.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+fn validate(plugin: &str, config: &str) -> (i32, Option<Value>) {
+    testkit::validate_config(Path::new(env!("CARGO_BIN_EXE_cni-plugins")), plugin, config)
+}
+
+fn conf(plugin: &str, extra: &str) -> String {
+    format!(r#"{{"cniVersion":"1.0.0","name":"net","type":"{plugin}"{extra}}}"#)
+}
+
+/// The config passes: exit 0 and nothing printed.
+fn passes(plugin: &str, extra: &str) {
+    let config = conf(plugin, extra);
+    assert_eq!(validate(plugin, &config), (0, None), "{config}");
+}
+
+/// The config fails with `code` and a message containing `msg`.
+fn fails(plugin: &str, extra: &str, code: u64, msg: &str) {
+    let config = conf(plugin, extra);
+    let (status, err) = validate(plugin, &config);
+    assert_eq!(status, 1, "{config}");
+    let err = err.unwrap();
+    assert_eq!(err["code"], code, "{config}: {err}");
+    assert_eq!(err["cniVersion"], "1.0.0", "{err}");
+    let text = err["msg"].as_str().unwrap();
+    assert!(text.contains(msg), "{config}: {text:?} lacks {msg:?}");
+}
+
+const HOST_LOCAL: &str = r#","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24"}]]}"#;
+
+#[test]
+fn bridge() {
+    passes("bridge", "");
+    passes("bridge", HOST_LOCAL);
+    // The bridge need not exist: nothing on the node is looked at.
+    passes("bridge", r#","bridge":"nosuchbr0","vlan":4094"#);
+    fails("bridge", r#","vlan":5000"#, 7, "vlan 5000 is out of range");
+    fails(
+        "bridge",
+        r#","vlan":"10""#,
+        6,
+        "cannot decode the bridge config",
+    );
+    fails(
+        "bridge",
+        r#","hairpinMode":true,"promiscMode":true"#,
+        7,
+        "choose one",
+    );
+    fails(
+        "bridge",
+        r#","vlanTrunk":[{"minID":9,"maxID":5}]"#,
+        7,
+        "swap them",
+    );
+    fails(
+        "bridge",
+        r#","ipMasqBackend":"pf""#,
+        7,
+        "unknown ipMasqBackend",
+    );
+    fails(
+        "bridge",
+        r#","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.8.0.1"}]]}"#,
+        7,
+        "invalid range set 0",
+    );
+    fails(
+        "bridge",
+        r#","ipam":{"type":"macvlan"}"#,
+        7,
+        "is not an IPAM plugin",
+    );
+}
+
+#[test]
+fn macvlan() {
+    passes("macvlan", "");
+    // A master that does not exist here is the node's business.
+    passes("macvlan", r#","master":"nosuch0","mode":"vepa""#);
+    passes("macvlan", HOST_LOCAL);
+    fails(
+        "macvlan",
+        r#","mode":"l2""#,
+        7,
+        "unknown macvlan mode \"l2\"",
+    );
+    fails("macvlan", r#","mtu":-1"#, 7, "mtu");
+    fails("macvlan", r#","mac":"nope""#, 7, "nope");
+    fails(
+        "macvlan",
+        r#","master":5"#,
+        6,
+        "cannot decode the macvlan config",
+    );
+    fails(
+        "macvlan",
+        r#","ipam":{"type":"static","addresses":[{"address":"10.1.0.5"}]}"#,
+        7,
+        "CIDR notation",
+    );
+}
+
+#[test]
+fn ipvlan() {
+    passes("ipvlan", HOST_LOCAL);
+    passes(
+        "ipvlan",
+        r#","master":"eth9","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"up0"}],"ips":[{"address":"10.1.0.5/24"}]}"#,
+    );
+    fails(
+        "ipvlan",
+        r#","mode":"bridge""#,
+        7,
+        "unknown ipvlan mode \"bridge\"",
+    );
+    // Without ipam and without a previous result there is nothing to address it with.
+    fails("ipvlan", r#","master":"eth9""#, 7, "ipvlan needs addresses");
+    fails(
+        "ipvlan",
+        r#","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"a"},{"name":"b"}],"ips":[{"address":"10.1.0.5/24"}]}"#,
+        7,
+        "exactly one interface",
+    );
+    fails("ipvlan", r#","prevResult":{"ips":5}"#, 6, "prevResult");
+}
+
+#[test]
+fn host_local() {
+    passes("host-local", HOST_LOCAL);
+    // The data directory is not opened.
+    passes(
+        "host-local",
+        r#","ipam":{"type":"host-local","subnet":"10.9.0.0/24","dataDir":"/nonexistent/x"}"#,
+    );
+    fails("host-local", "", 7, "IPAM config missing 'ipam' key");
+    fails(
+        "host-local",
+        r#","ipam":{"type":"host-local"}"#,
+        7,
+        "no IP ranges specified",
+    );
+    fails(
+        "host-local",
+        r#","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24"}],[{"subnet":"10.9.0.0/25"}]]}"#,
+        7,
+        "range set 0 overlaps with 1",
+    );
+    fails(
+        "host-local",
+        r#","ipam":{"type":"host-local","ranges":[[{"subnet":"nope"}]]}"#,
+        6,
+        "error parsing IPAM config",
+    );
+}
+
+#[test]
+fn static_ipam() {
+    passes(
+        "static",
+        r#","ipam":{"type":"static","addresses":[{"address":"10.1.0.5/24","gateway":"10.1.0.1"}]}"#,
+    );
+    // No addresses is valid for static itself; the runtime may give `ips`.
+    passes("static", r#","ipam":{"type":"static"}"#);
+    fails("static", "", 7, "IPAM config missing 'ipam' key");
+    fails(
+        "static",
+        r#","ipam":{"type":"static","addresses":[{"address":"10.1.0.5/24","gateway":"fd00::1"}]}"#,
+        7,
+        "different address families",
+    );
+}
+
+#[test]
+fn shared_checks_and_unknown_types() {
+    let (status, err) = validate(
+        "bridge",
+        r#"{"cniVersion":"9.0.0","name":"net","type":"bridge"}"#,
+    );
+    assert_eq!(status, 1);
+    assert_eq!(err.unwrap()["code"], 1);
+    let (status, err) = validate("bridge", r#"{"cniVersion":"1.0.0","name":"a b"}"#);
+    assert_eq!(status, 1);
+    assert_eq!(err.unwrap()["code"], 7);
+    let (status, err) = validate("bridge", "not json");
+    assert_eq!(status, 1);
+    assert_eq!(err.unwrap()["code"], 6);
+    // A type that is not built in is not ours to answer for.
+    let (status, err) = validate("whereabouts", "{}");
+    assert_eq!((status, err), (2, None));
+}
+
+#[test]
+fn dhcp() {
+    passes("dhcp", r#","ipam":{"type":"dhcp"}"#);
+    passes(
+        "macvlan",
+        r#","master":"eth1","ipam":{"type":"dhcp","request":[{"option":"121"}],"provide":[{"option":"host-name","fromArg":"K8S_POD_NAME"}]}"#,
+    );
+    // The daemon's socket is not opened.
+    passes(
+        "dhcp",
+        r#","ipam":{"type":"dhcp","daemonSocketPath":"/nonexistent.sock"}"#,
+    );
+    fails(
+        "dhcp",
+        r#","ipam":{"type":"dhcp","request":[{"option":"no-such-option"}]}"#,
+        7,
+        "no-such-option",
+    );
+}

@@ -1,0 +1,256 @@
+//! The test API server at the HTTP level, over plain HTTP: framing (keep-alive, chunked bodies,
+//! `Expect: 100-continue`), `Status` replies, and the fault switches.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde_json::{json, Value};
+use testkit::kube_api::{pod_manifest, Fault, KubeApiServer};
+
+/// One keep-alive connection that sends raw requests and reads `(status, json body)` replies.
+struct Conn {
+    reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    fn open(server: &KubeApiServer) -> Result<Conn> {
+        let stream = TcpStream::connect(server.addr())?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        Ok(Conn {
+            reader: BufReader::new(stream),
+        })
+    }
+
+    fn send(&mut self, raw: &str) -> Result<(u16, Value)> {
+        self.reader.get_mut().write_all(raw.as_bytes())?;
+        self.read_reply()
+    }
+
+    fn read_reply(&mut self) -> Result<(u16, Value)> {
+        let mut status_line = String::new();
+        self.reader.read_line(&mut status_line)?;
+        let code: u16 = status_line.split(' ').nth(1).unwrap_or_default().parse()?;
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line)?;
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse()?;
+            }
+        }
+        if code == 100 {
+            return self.read_reply();
+        }
+        let mut body = vec![0; length];
+        self.reader.read_exact(&mut body)?;
+        Ok((code, serde_json::from_slice(&body)?))
+    }
+}
+
+fn get(server: &KubeApiServer, path: &str, token: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        server.addr()
+    )
+}
+
+fn patch(server: &KubeApiServer, path: &str, content_type: &str, body: &str) -> String {
+    format!(
+        "PATCH {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
+        server.addr(),
+        server.token(),
+        body.len()
+    )
+}
+
+const POD: &str = "/api/v1/namespaces/ns1/pods/web";
+
+#[test]
+fn status_objects_for_failures() -> Result<()> {
+    let server = KubeApiServer::http()?;
+    let mut c = Conn::open(&server)?;
+
+    let (code, body) = c.send(&get(&server, POD, "wrong"))?;
+    assert_eq!(code, 401);
+    assert_eq!(
+        body,
+        json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "Unauthorized", "reason": "Unauthorized", "code": 401 })
+    );
+
+    let (code, body) = c.send(&get(&server, POD, &server.token()))?;
+    assert_eq!(code, 404);
+    assert_eq!(body["reason"], "NotFound");
+    assert_eq!(body["message"], r#"pods "web" not found"#);
+    assert_eq!(
+        body["details"],
+        json!({ "name": "web", "group": "", "kind": "pods" })
+    );
+
+    let (code, body) = c.send(&get(&server, "/api/v1/nodes", &server.token()))?;
+    assert_eq!((code, body["reason"].clone()), (404, json!("NotFound")));
+
+    server.add_pod(pod_manifest("ns1", "web"));
+    let (code, body) = c.send(&patch(&server, POD, "application/json-patch+json", "[]"))?;
+    assert_eq!(
+        (code, body["reason"].clone()),
+        (415, json!("UnsupportedMediaType"))
+    );
+    let (code, body) = c.send(&patch(&server, POD, "application/merge-patch+json", "[1]"))?;
+    assert_eq!((code, body["reason"].clone()), (400, json!("BadRequest")));
+
+    let delete = format!(
+        "DELETE {POD} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+        server.token()
+    );
+    let (code, body) = c.send(&delete)?;
+    assert_eq!(
+        (code, body["reason"].clone()),
+        (405, json!("MethodNotAllowed"))
+    );
+
+    let logged: Vec<u16> = server.requests().iter().map(|r| r.status).collect();
+    assert_eq!(logged, [401, 404, 404, 415, 400, 405]);
+    Ok(())
+}
+
+#[test]
+fn chunked_body_and_expect_continue() -> Result<()> {
+    let server = KubeApiServer::http()?;
+    server.add_pod(pod_manifest("ns1", "web"));
+    let mut c = Conn::open(&server)?;
+    let body = r#"{"metadata":{"annotations":{"a":"1"}}}"#;
+    let (first, rest) = body.split_at(10);
+    let raw = format!(
+        "PATCH {POD}/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/strategic-merge-patch+json\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{first}\r\n{:x}\r\n{rest}\r\n0\r\n\r\n",
+        server.token(),
+        first.len(),
+        rest.len()
+    );
+    let (code, pod) = c.send(&raw)?;
+    assert_eq!(code, 200, "{pod}");
+    assert_eq!(pod["metadata"]["annotations"]["a"], "1");
+    // The connection stays usable.
+    let (code, pod) = c.send(&get(&server, POD, &server.token()))?;
+    assert_eq!(code, 200);
+    assert_eq!(pod["metadata"]["annotations"]["a"], "1");
+    Ok(())
+}
+
+#[test]
+fn status_subresource_cannot_change_spec_and_main_cannot_change_status() -> Result<()> {
+    let server = KubeApiServer::http()?;
+    let before = server.add_pod(pod_manifest("ns1", "web"));
+    let mut c = Conn::open(&server)?;
+    let sneaky = r#"{"spec":{"nodeName":"other"},"status":{"phase":"Failed"},"metadata":{"uid":null,"name":"x","labels":{"l":"1"}}}"#;
+    let (code, _) = c.send(&patch(
+        &server,
+        &format!("{POD}/status"),
+        "application/merge-patch+json",
+        sneaky,
+    ))?;
+    assert_eq!(code, 200);
+    let after = server.pod("ns1", "web").unwrap();
+    assert_eq!(after["spec"], before["spec"]);
+    assert_eq!(after["status"]["phase"], "Failed");
+    assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
+    assert_eq!(after["metadata"]["name"], "web");
+    assert_eq!(after["metadata"]["labels"]["l"], "1");
+
+    let (code, _) = c.send(&patch(&server, POD, "application/merge-patch+json", sneaky))?;
+    assert_eq!(code, 200);
+    let last = server.pod("ns1", "web").unwrap();
+    assert_eq!(last["spec"]["nodeName"], "other");
+    assert_eq!(last["status"], after["status"]);
+    let versions: Vec<u64> = [&before, &after, &last]
+        .iter()
+        .map(|p| {
+            p["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        versions[0] < versions[1] && versions[1] < versions[2],
+        "{versions:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn faults_latency_close_and_down() -> Result<()> {
+    let server = KubeApiServer::http()?;
+    server.add_pod(pod_manifest("ns1", "web"));
+    let token = server.token();
+
+    server.inject(Fault::Status(500), 1);
+    server.inject(Fault::Close, 1);
+    let mut c = Conn::open(&server)?;
+    let (code, body) = c.send(&get(&server, POD, &token))?;
+    assert_eq!(
+        (code, body["reason"].clone()),
+        (500, json!("InternalError"))
+    );
+    assert!(
+        c.send(&get(&server, POD, &token)).is_err(),
+        "closed without a reply"
+    );
+    let mut c = Conn::open(&server)?;
+    assert_eq!(c.send(&get(&server, POD, &token))?.0, 200);
+
+    server.go_down();
+    let refused = TcpStream::connect(server.addr()).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    assert!(
+        c.send(&get(&server, POD, &token)).is_err(),
+        "open connections are closed"
+    );
+    server.come_back()?;
+    let mut c = Conn::open(&server)?;
+    assert_eq!(c.send(&get(&server, POD, &token))?.0, 200);
+    Ok(())
+}
+
+#[test]
+fn faults_aimed_at_one_method_and_path() -> Result<()> {
+    let server = KubeApiServer::http()?;
+    server.add_pod(pod_manifest("ns1", "web"));
+    let status = format!("{POD}/status");
+    server.inject_on("PATCH", &status, Fault::Status(409), 1);
+    let mut c = Conn::open(&server)?;
+    let body = r#"{"metadata":{"annotations":{"a":"1"}}}"#;
+    assert_eq!(c.send(&get(&server, POD, &server.token()))?.0, 200);
+    assert_eq!(
+        c.send(&patch(&server, POD, "application/merge-patch+json", body))?
+            .0,
+        200
+    );
+    let (code, reply) = c.send(&patch(
+        &server,
+        &status,
+        "application/merge-patch+json",
+        body,
+    ))?;
+    assert_eq!((code, reply["reason"].clone()), (409, json!("Conflict")));
+    assert_eq!(
+        c.send(&patch(
+            &server,
+            &status,
+            "application/merge-patch+json",
+            body
+        ))?
+        .0,
+        200
+    );
+    Ok(())
+}
