@@ -299,10 +299,10 @@ fn bad_files_are_refused_with_what_and_where_before_anything_is_built() {
 }
 
 #[test]
-fn on_host_needs_yes_takes_only_pod_side_networks_and_changes_nothing_here() {
+fn on_host_runs_lint_first_takes_only_pod_side_networks_and_changes_nothing_here() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // This test's own namespace stands in for the host: a veth pair is its "real" lan.
-    let add = |args: &[&str]| {
+    let ip = |args: &[&str]| {
         let ok = Command::new("ip")
             .args(args)
             .status()
@@ -310,12 +310,12 @@ fn on_host_needs_yes_takes_only_pod_side_networks_and_changes_nothing_here() {
             .success();
         assert!(ok, "ip {args:?}");
     };
-    add(&[
+    ip(&[
         "link", "add", "eth9", "type", "veth", "peer", "name", "eth9p",
     ]);
-    add(&["link", "set", "eth9", "up"]);
-    add(&["link", "set", "eth9p", "up"]);
-    add(&["addr", "add", "192.168.50.1/24", "dev", "eth9p"]);
+    ip(&["link", "set", "eth9", "up"]);
+    ip(&["link", "set", "eth9p", "up"]);
+    ip(&["addr", "add", "192.168.50.1/24", "dev", "eth9p"]);
     let before = own_links();
     let addrs = || {
         let out = Command::new("ip")
@@ -331,19 +331,37 @@ fn on_host_needs_yes_takes_only_pod_side_networks_and_changes_nothing_here() {
     write(dir.path(), "nad.yaml", &nad(macvlan));
     write(dir.path(), "pod.yaml", POD);
     let path = dir.path().to_str().expect("utf-8");
+    let passed = |stdout: &str| {
+        assert!(
+            stdout.contains("net1 (default/net-a): ping gateway 192.168.50.1 (on the node): ok"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("nothing: no link"), "{stdout}");
+    };
 
-    let (out, _, stderr) = multus_try(&[path, "--on-host"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr.contains("confirm with --yes"), "{stderr}");
-
-    let (out, stdout, stderr) = multus_try(&[path, "--on-host", "--yes"]);
+    // Lint has nothing to say: no confirmation needed.
+    let (out, stdout, stderr) = multus_try(&[path, "--on-host"]);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("net1 (default/net-a): ping gateway 192.168.50.1 (on the node): ok"),
+        stdout.contains("--- multus lint (against this machine)"),
         "{stdout}"
     );
-    assert!(stdout.contains("nothing: no link"), "{stdout}");
+    passed(&stdout);
 
+    // The master now carries this "host"'s default route: lint warns, --yes is needed.
+    ip(&["route", "add", "default", "dev", "eth9"]);
+    let (out, stdout, stderr) = multus_try(&[path, "--on-host"]);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(stdout.contains("[master-default-route]"), "{stdout}");
+    assert!(stderr.contains("confirm with --yes"), "{stderr}");
+    assert!(!stdout.contains("--- ADD"), "{stdout}");
+    let (out, stdout, stderr) = multus_try(&[path, "--on-host", "--yes"]);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("confirmed with --yes"), "{stdout}");
+    passed(&stdout);
+    ip(&["route", "del", "default", "dev", "eth9"]);
+
+    // A bridge would be made on the host: refused, even with --yes.
     let bridge = tempfile::tempdir().expect("tempdir");
     write(bridge.path(), "nad.yaml", &nad(BRIDGE_NET));
     write(bridge.path(), "pod.yaml", POD);
@@ -357,5 +375,5 @@ fn on_host_needs_yes_takes_only_pod_side_networks_and_changes_nothing_here() {
 
     assert_nothing_left(&before);
     assert_eq!(addrs(), addrs_before, "addresses here changed");
-    add(&["link", "del", "eth9"]);
+    ip(&["link", "del", "eth9"]);
 }

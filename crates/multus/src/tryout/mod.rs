@@ -58,10 +58,11 @@ pub struct Options {
     pub exec: Option<String>,
     /// Attach the pod to this machine's real interfaces (the NADs' masters) instead of a
     /// simulated node. Only macvlan and ipvlan networks with host-local or static addresses
-    /// are taken: they create links in the pod's namespace only. Needs --yes.
+    /// are taken: they create links in the pod's namespace only. `multus lint` runs first;
+    /// any finding needs --yes.
     #[arg(long)]
     pub on_host: bool,
-    /// Confirm --on-host after checking the NADs: the pod appears on the real network.
+    /// Go ahead with --on-host although lint has findings.
     #[arg(long, requires = "on_host")]
     pub yes: bool,
     /// The cni-plugins binary [default: cni-plugins beside this multus binary].
@@ -74,14 +75,6 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
     if opts.clean {
         return clean();
     }
-    if opts.on_host && !opts.yes {
-        return Err(Error::Usage(
-            "--on-host puts the pod on this machine's real network: check the NADs first \
-             (what their masters carry, that their ranges are free on that network), then \
-             confirm with --yes"
-                .into(),
-        ));
-    }
     if opts.on_host && opts.paths.is_empty() {
         return Err(Error::Usage(
             "--on-host needs NAD and pod files: the bundled examples name a simulated node's \
@@ -90,6 +83,9 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
         ));
     }
     let plugins = plugins_binary(opts)?;
+    if opts.on_host {
+        lint_for_host(opts, &plugins)?;
+    }
     // (title, files, why the set is skipped)
     let mut sets: Vec<(String, Inputs, Option<&str>)> = Vec::new();
     if opts.paths.is_empty() {
@@ -145,6 +141,42 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
         }
     }
     Ok(all_ok)
+}
+
+/// `multus lint` on the files, against this machine's routes, before --on-host: it must be
+/// clean, or the user confirms with --yes having seen the findings.
+fn lint_for_host(opts: &Options, plugins: &Path) -> Result<(), Error> {
+    #[derive(clap::Parser)]
+    struct Lint {
+        #[command(flatten)]
+        opts: crate::lint::Options,
+    }
+    let mut args = vec!["lint".into(), "--cni-bin-dir".into()];
+    args.push(
+        plugins
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .as_os_str()
+            .to_owned(),
+    );
+    args.extend(opts.paths.iter().map(|p| p.as_os_str().to_owned()));
+    let lint = <Lint as clap::Parser>::try_parse_from(args)
+        .map_err(|e| Error::Usage(format!("lint: {e}")))?;
+    let report = crate::lint::lint(&lint.opts);
+    println!("--- multus lint (against this machine)");
+    print!("{}", report.to_text());
+    match (report.exit_status(), opts.yes) {
+        (0, _) => Ok(()),
+        (_, true) => {
+            println!("--on-host goes ahead with these findings: confirmed with --yes\n");
+            Ok(())
+        }
+        (_, false) => Err(Error::Usage(
+            "--on-host puts the pod on this machine's real network, and lint has findings \
+             (above): fix them, or confirm with --yes"
+                .into(),
+        )),
+    }
 }
 
 /// Refuses, for --on-host, any network that would create something outside the pod's
