@@ -1,6 +1,5 @@
-//! The files `multus try` reads: NetworkAttachmentDefinitions and pods as YAML (one or more
-//! documents per file), and the [`Api`] that serves them to multus and records what multus
-//! writes back.
+//! The files `multus try` reads (with `multus lint`'s reader): NetworkAttachmentDefinitions and
+//! pods; and the [`Api`] that serves them to multus and records what multus writes back.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

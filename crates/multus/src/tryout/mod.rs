@@ -82,6 +82,16 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
                 .into(),
         ));
     }
+    // A panic (a closed stdout, say) aborts without destructors: the hook removes this run's
+    // sandboxes first.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        let ours = format!("{}{}-", sandbox::PREFIX, std::process::id());
+        for name in sandbox::existing().iter().filter(|n| n.starts_with(&ours)) {
+            sandbox::remove(name);
+        }
+    }));
     let plugins = plugins_binary(opts)?;
     if opts.on_host {
         lint_for_host(opts, &plugins)?;
