@@ -1,11 +1,10 @@
-//! Project tasks: `cargo xtask demo` (the main job), `cargo xtask build` (the static release
-//! binaries), `cargo xtask image` (the container image, built and tried), `cargo xtask bench`,
-//! `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need a full kernel) and
-//! `cargo xtask vm-bench` (the macvlan and ipvlan benchmarks in that kernel).
+//! Project tasks: `cargo xtask build` (the static release binaries; scripts/demo.sh runs
+//! `multus try` with them), `cargo xtask image` (the container image, built and tried),
+//! `cargo xtask bench`, `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need
+//! a full kernel) and `cargo xtask vm-bench` (the macvlan and ipvlan benchmarks in that kernel).
 
 mod bench;
 mod bench_multus;
-mod demo;
 mod dhcp_bench;
 mod image;
 mod measure;
@@ -29,7 +28,6 @@ fn main() -> Result<()> {
     let task = args.next().unwrap_or_default();
     let rest: Vec<String> = args.collect();
     match task.as_str() {
-        "demo" => demo::run(),
         "bench" => match rest.split_first() {
             Some((first, dhcp_args)) if first == "dhcp" => dhcp_bench::run_alone(dhcp_args),
             _ => bench::run(&rest),
@@ -46,7 +44,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo | build | image | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] | vm-test | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] | vm-test | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }

@@ -1,8 +1,8 @@
 //! The multus meta-plugin: the container runtime calls it as the node's CNI network; it calls
 //! the cluster network for the pod's first interface and one delegate per network the pod's
 //! annotation selects, writes what the pod got to its network-status annotation, and undoes
-//! everything when any part fails. Also the node tools: the installer (`multus install`) and
-//! the NAD checker (`multus lint`).
+//! everything when any part fails. Also the node tools: the installer (`multus install`), the
+//! NAD checker (`multus lint`) and `multus try`.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
@@ -20,6 +20,7 @@ pub mod resolve;
 pub mod route;
 pub mod selection;
 pub mod status;
+pub mod tryout;
 
 pub use error::{Error, Result};
 

@@ -21,6 +21,9 @@ enum Tool {
     /// Install multus and the plugins on this node and keep its multus config current (the
     /// multus DaemonSet's entrypoint).
     Install(multus::install::Options),
+    /// Try NADs and a pod on a throwaway node in namespaces of their own, with no cluster:
+    /// ADD, what the pod got, a connectivity check per network, DEL, and what is left.
+    Try(multus::tryout::Options),
     /// Check NetworkAttachmentDefinition files before they are applied: exit 0 clean, 1
     /// warnings, 2 errors.
     Lint(multus::lint::Options),
@@ -37,6 +40,14 @@ fn main() {
     let cli = Cli::parse();
     let result = match &cli.command {
         Tool::Install(opts) => multus::install::run(opts),
+        Tool::Try(opts) => match multus::tryout::run(opts) {
+            Ok(true) => std::process::exit(0),
+            Ok(false) => std::process::exit(1),
+            Err(e) => {
+                eprintln!("multus try: {e}");
+                std::process::exit(2);
+            }
+        },
         Tool::Lint(opts) => std::process::exit(multus::lint::run(opts)),
     };
     if let Err(e) = result {

@@ -105,7 +105,12 @@ fn read_file(file: &Path, docs: &mut Vec<Document>, report: &mut Report) {
             return;
         }
     };
-    for (i, de) in serde_norway::Deserializer::from_str(&text).enumerate() {
+    read_text(file, &text, docs, report);
+}
+
+/// The objects of one file's text; `file` names it in documents and findings.
+pub fn read_text(file: &Path, text: &str, docs: &mut Vec<Document>, report: &mut Report) {
+    for (i, de) in serde_norway::Deserializer::from_str(text).enumerate() {
         let index = i + 1;
         match Value::deserialize(de) {
             // An empty document (a stray `---`).

@@ -3,7 +3,7 @@
 //! asks), checks every plugin's options by asking the plugins themselves, and flags what a
 //! valid config can still break. docs/lint.md describes every check.
 
-mod input;
+pub(crate) mod input;
 mod network;
 mod plugins;
 mod pods;

@@ -1,0 +1,709 @@
+//! `multus try`: a pod on a throwaway node, with no cluster. It builds a node namespace with
+//! an uplink to a simulated lan, a cluster network (bridge + host-local) and a pod
+//! namespace; runs multus ADD through its normal code path, with the NADs and the pod served
+//! from files; shows what the pod got and checks each network; runs DEL and shows that
+//! nothing is left.
+
+mod dhcp;
+mod examples;
+mod input;
+mod sandbox;
+mod state;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use ipnet::IpNet;
+use netkit::netlink::AddrOpts;
+use netkit::Netlink;
+use serde_json::Value;
+
+use crate::api::{EventKind, Pod};
+use crate::cmd::{self, Invocation, K8sArgs};
+use crate::config::MultusConf;
+use crate::status::NETWORK_STATUS_ANNOTATION;
+use input::{FileApi, Inputs};
+use sandbox::Sandbox;
+use state::{command_in, Diff, Kernel};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file that cannot be used: what and where.
+    #[error("{0}")]
+    Input(String),
+    /// Building or inspecting the sandbox failed.
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+    /// A command-line request that cannot be honoured.
+    #[error("{0}")]
+    Usage(String),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Options {
+    /// NetworkAttachmentDefinition and Pod YAML files, or directories of them. Each pod is
+    /// tried with all the NADs. Without any: the bundled examples.
+    pub paths: Vec<PathBuf>,
+    /// Leave the sandbox (namespaces, files, servers) in place with the pod attached, without
+    /// DEL, and print how to enter and remove it.
+    #[arg(long)]
+    pub keep: bool,
+    /// Remove every sandbox left by --keep, then exit.
+    #[arg(long, conflicts_with_all = ["paths", "keep", "exec", "on_host"])]
+    pub clean: bool,
+    /// A shell command to run inside the pod once it is attached (sh -c).
+    #[arg(long, value_name = "CMD")]
+    pub exec: Option<String>,
+    /// Attach the pod to this machine's real interfaces (the NADs' masters) instead of a
+    /// simulated node. Only macvlan and ipvlan networks with host-local or static addresses
+    /// are taken: they create links in the pod's namespace only. `multus lint` runs first;
+    /// any finding needs --yes.
+    #[arg(long)]
+    pub on_host: bool,
+    /// Go ahead with --on-host although lint has findings.
+    #[arg(long, requires = "on_host")]
+    pub yes: bool,
+    /// The cni-plugins binary [default: cni-plugins beside this multus binary].
+    #[arg(long, value_name = "FILE")]
+    pub plugins: Option<PathBuf>,
+}
+
+/// Runs `multus try`; `Ok(false)` when a trial failed (the output says why).
+pub fn run(opts: &Options) -> Result<bool, Error> {
+    if opts.clean {
+        return clean();
+    }
+    if opts.on_host && opts.paths.is_empty() {
+        return Err(Error::Usage(
+            "--on-host needs NAD and pod files: the bundled examples name a simulated node's \
+             interfaces"
+                .into(),
+        ));
+    }
+    // A panic (a closed stdout, say) aborts without destructors: the hook removes this run's
+    // sandboxes first.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        let ours = format!("{}{}-", sandbox::PREFIX, std::process::id());
+        for name in sandbox::existing().iter().filter(|n| n.starts_with(&ours)) {
+            sandbox::remove(name);
+        }
+    }));
+    let plugins = plugins_binary(opts)?;
+    if opts.on_host {
+        lint_for_host(opts, &plugins)?;
+    }
+    // (title, files, why the set is skipped)
+    let mut sets: Vec<(String, Inputs, Option<&str>)> = Vec::new();
+    if opts.paths.is_empty() {
+        for ex in examples::ALL {
+            let mut inputs = Inputs::default();
+            for (file, text) in ex.files {
+                inputs.add_text(&format!("examples/{}/{file}", ex.name), text)?;
+            }
+            let skip = if ex.needs_ipvlan && !kernel_has_ipvlan() {
+                Some("this kernel has no ipvlan support (CONFIG_IPVLAN)")
+            } else if ex.needs_dhcp && !dhcp::plugin_available(&plugins) {
+                Some("this cni-plugins binary has no dhcp plugin")
+            } else {
+                None
+            };
+            sets.push((format!("example {}", ex.name), inputs, skip));
+        }
+    } else {
+        let inputs = Inputs::read(&opts.paths)?;
+        if inputs.pods.is_empty() {
+            return Err(Error::Input(
+                "no Pod in the given files: add the pod that uses the networks".into(),
+            ));
+        }
+        if opts.on_host {
+            for nad in &inputs.nads {
+                on_host_allows(&nad.config).map_err(|msg| {
+                    Error::Usage(format!("--on-host: {}/{}: {msg}", nad.namespace, nad.name))
+                })?;
+            }
+        }
+        sets.push((String::new(), inputs, None));
+    }
+    let mut all_ok = true;
+    let mut n = 0;
+    for (title, inputs, skip) in &sets {
+        if let Some(why) = skip {
+            println!("=== {title}: SKIPPED: {why}\n");
+            continue;
+        }
+        for (pod, origin) in &inputs.pods {
+            let name = format!("{}{}-{n}", sandbox::PREFIX, std::process::id());
+            n += 1;
+            let heading = if title.is_empty() {
+                format!("pod {}/{} from {origin}", pod.namespace, pod.name)
+            } else {
+                format!("{title}: pod {}/{}", pod.namespace, pod.name)
+            };
+            println!("=== {heading}");
+            let ok = trial(opts, &name, &plugins, inputs, pod)?;
+            println!("=== {heading}: {}\n", if ok { "PASS" } else { "FAIL" });
+            all_ok &= ok;
+        }
+    }
+    Ok(all_ok)
+}
+
+/// `multus lint` on the files, against this machine's routes, before --on-host: it must be
+/// clean, or the user confirms with --yes having seen the findings.
+fn lint_for_host(opts: &Options, plugins: &Path) -> Result<(), Error> {
+    #[derive(clap::Parser)]
+    struct Lint {
+        #[command(flatten)]
+        opts: crate::lint::Options,
+    }
+    let mut args = vec!["lint".into(), "--cni-bin-dir".into()];
+    args.push(
+        plugins
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .as_os_str()
+            .to_owned(),
+    );
+    args.extend(opts.paths.iter().map(|p| p.as_os_str().to_owned()));
+    let lint = <Lint as clap::Parser>::try_parse_from(args)
+        .map_err(|e| Error::Usage(format!("lint: {e}")))?;
+    let report = crate::lint::lint(&lint.opts);
+    println!("--- multus lint (against this machine)");
+    print!("{}", report.to_text());
+    match (report.exit_status(), opts.yes) {
+        (0, _) => Ok(()),
+        (_, true) => {
+            println!("--on-host goes ahead with these findings: confirmed with --yes\n");
+            Ok(())
+        }
+        (_, false) => Err(Error::Usage(
+            "--on-host puts the pod on this machine's real network, and lint has findings \
+             (above): fix them, or confirm with --yes"
+                .into(),
+        )),
+    }
+}
+
+/// Refuses, for --on-host, any network that would create something outside the pod's
+/// namespace or need a server of ours: only macvlan and ipvlan with a named master, and
+/// host-local or static addresses.
+fn on_host_allows(config: &str) -> Result<(), String> {
+    let value: Value = serde_json::from_str(config).map_err(|e| format!("spec.config: {e}"))?;
+    for p in sandbox::plugin_configs(&value) {
+        let kind = p["type"].as_str().unwrap_or("");
+        if kind != "macvlan" && kind != "ipvlan" {
+            return Err(format!(
+                "type {kind:?}: only macvlan and ipvlan, which create links in the pod only"
+            ));
+        }
+        if p["master"].as_str().is_none_or(str::is_empty) {
+            return Err("name the master interface: --on-host never guesses one".into());
+        }
+        if p.get("linkInContainer").and_then(Value::as_bool) == Some(true) {
+            return Err("linkInContainer: the master must be on the host".into());
+        }
+        match p["ipam"]["type"].as_str() {
+            None | Some("host-local") | Some("static") => {}
+            Some(other) => {
+                return Err(format!(
+                    "ipam type {other:?}: only host-local and static on the host"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn plugins_binary(opts: &Options) -> Result<PathBuf, Error> {
+    let path = match &opts.plugins {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| Error::Usage(format!("cannot find this binary: {e}")))?
+            .with_file_name("cni-plugins"),
+    };
+    if !path.is_file() {
+        return Err(Error::Usage(format!(
+            "{} not found: build it (cargo xtask build) or name it with --plugins",
+            path.display()
+        )));
+    }
+    path.canonicalize()
+        .map_err(|e| Error::Usage(format!("{}: {e}", path.display())))
+}
+
+/// Whether this kernel can make an ipvlan link (tried in a namespace of our own).
+fn kernel_has_ipvlan() -> bool {
+    let name = format!("{}{}-probe", sandbox::PREFIX, std::process::id());
+    let Ok(ns) = netkit::NetNs::create_named(&name) else {
+        return false;
+    };
+    let works = (|| -> Option<()> {
+        let nl = Netlink::in_ns(&ns).ok()?;
+        nl.add_bridge("probe0", &netkit::netlink::BridgeOpts::default())
+            .ok()?;
+        let parent = nl.link("probe0").ok()?;
+        nl.add_ipvlan(
+            "probe1",
+            parent.index,
+            netkit::netlink::IpvlanMode::L2,
+            None,
+            None,
+        )
+        .ok()
+    })()
+    .is_some();
+    let _ = netkit::NetNs::delete_named(&name);
+    works
+}
+
+fn clean() -> Result<bool, Error> {
+    let names = sandbox::existing();
+    if names.is_empty() {
+        println!("no sandboxes to remove");
+    }
+    let mut ok = true;
+    for name in names {
+        let failed = sandbox::remove(&name);
+        if failed.is_empty() {
+            println!("removed {name}");
+        } else {
+            ok = false;
+            println!("could not fully remove {name}: {}", failed.join("; "));
+        }
+    }
+    Ok(ok)
+}
+
+const CLUSTER_NETWORK: &str = "cluster";
+const CLUSTER_SUBNET: &str = "10.42.0.0/24";
+
+/// The multus configuration of the sandbox: the cluster network inline, state in the
+/// sandbox's directory.
+fn multus_conf(sb: &Sandbox) -> Result<MultusConf, Error> {
+    let cluster = if sb.lan.is_some() {
+        serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": CLUSTER_NETWORK,
+            "type": "bridge",
+            "bridge": "cni0",
+            "isGateway": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": CLUSTER_SUBNET}]],
+                "routes": [{"dst": "0.0.0.0/0"}],
+                "dataDir": sb.ipam_dir(),
+            }
+        })
+    } else {
+        // On the host: a macvlan on a parent inside the pod, so nothing lands on the host.
+        serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": CLUSTER_NETWORK,
+            "type": "macvlan",
+            "master": sandbox::ON_HOST_CLUSTER_PARENT,
+            "linkInContainer": true,
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": CLUSTER_SUBNET}]],
+                "dataDir": sb.ipam_dir(),
+            }
+        })
+    };
+    let conf = serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "multus-cni-network",
+        "type": "multus",
+        "cniDir": sb.multus_dir(),
+        "binDir": sb.bin_dir(),
+        "confDir": sb.dir.join("net.d"),
+        "delegates": [cluster],
+    });
+    MultusConf::parse(conf.to_string().as_bytes())
+        .map_err(|e| Error::Sandbox(format!("multus config: {e}")))
+}
+
+/// One pod on a fresh sandbox; `Ok(false)` when something failed or was left behind.
+fn trial(
+    opts: &Options,
+    name: &str,
+    plugins: &Path,
+    inputs: &Inputs,
+    pod: &Pod,
+) -> Result<bool, Error> {
+    let configs: Vec<&str> = inputs.nads.iter().map(|n| n.config.as_str()).collect();
+    let mut sb = if opts.on_host {
+        Sandbox::on_host(name, plugins)?
+    } else {
+        Sandbox::create(name, plugins, &sandbox::masters(&configs))?
+    };
+    sb.keep = opts.keep;
+    if dhcp::wanted(&configs) {
+        sb.servers = dhcp::start(&sb)?;
+        println!(
+            "dhcp: dnsmasq on the lan serving {}, our dhcp daemon on {}",
+            dhcp::SUBNET,
+            dhcp::socket(&sb.dir).display()
+        );
+    }
+    let dhcp_socket = dhcp::socket(&sb.dir);
+    let api = FileApi {
+        pod: pod.clone(),
+        nads: inputs
+            .nads
+            .iter()
+            .map(|n| {
+                (
+                    (n.namespace.clone(), n.name.clone()),
+                    sandbox::localize(&n.config, &sb.ipam_dir(), &dhcp_socket),
+                )
+            })
+            .collect(),
+        annotations: Mutex::new(BTreeMap::new()),
+        events: Mutex::new(Vec::new()),
+    };
+    let conf = multus_conf(&sb)?;
+    if sb.lan.is_some() {
+        println!(
+            "node: namespace {}-node, uplink {} to the lan (namespace {}-lan, bridge {} 198.18.0.1/24)",
+            sb.name,
+            sandbox::UPLINK,
+            sb.name,
+            sandbox::LAN_BRIDGE
+        );
+        println!(
+            "cluster network: bridge cni0, host-local {CLUSTER_SUBNET}; pod namespace {}-pod",
+            sb.name
+        );
+    } else {
+        println!(
+            "node: this machine (only read); cluster network: macvlan on {} inside the pod, host-local {CLUSTER_SUBNET}; pod namespace {}-pod",
+            sandbox::ON_HOST_CLUSTER_PARENT,
+            sb.name
+        );
+    }
+    let dirs = [sb.multus_dir(), sb.ipam_dir(), dhcp::state_dir(&sb.dir)];
+    let dir_refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let node_before = state::snapshot(&sb.node, &dir_refs)?;
+    let pod_before = state::snapshot(&sb.pod, &[])?;
+
+    let container_id = format!("{name}-sandbox");
+    let cni_args = format!(
+        "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={container_id};K8S_POD_UID={}",
+        pod.namespace, pod.name, pod.uid
+    );
+    let call = |command: cni::Command| cni::CmdArgs {
+        command,
+        container_id: container_id.clone(),
+        netns: sb.pod.path().display().to_string(),
+        ifname: "eth0".into(),
+        args: cni_args.clone(),
+        path: vec![sb.bin_dir()],
+        stdin: Vec::new(),
+    };
+    let run = |args: cni::CmdArgs, f: fn(&Invocation) -> crate::Result<()>| {
+        let conf = conf.clone();
+        let api = &api;
+        sb.node.run(move || -> crate::Result<()> {
+            let k8s = K8sArgs::parse(&args.args)?;
+            let inv = Invocation {
+                path: conf.plugin_path(&args.path),
+                conf,
+                k8s,
+                args: &args,
+                api: Some(api),
+            };
+            f(&inv)
+        })
+    };
+
+    println!("\n--- ADD");
+    let added = run(call(cni::Command::Add), |inv| cmd::add(inv).map(|_| ()))
+        .map_err(|e| Error::Sandbox(format!("entering the node: {e}")))?;
+    let mut ok = match &added {
+        Ok(()) => {
+            println!("ok");
+            true
+        }
+        Err(e) => {
+            println!("FAILED: {e}");
+            false
+        }
+    };
+    let annotations = api
+        .annotations
+        .lock()
+        .map(|a| a.clone())
+        .unwrap_or_default();
+    if added.is_ok() {
+        show_pod(&sb)?;
+        println!("\n--- annotation {NETWORK_STATUS_ANNOTATION}");
+        match annotations.get(NETWORK_STATUS_ANNOTATION) {
+            Some(text) => println!("{text}"),
+            None => println!("(not written)"),
+        }
+    }
+    println!("\n--- events");
+    for e in api.events.lock().map(|e| e.clone()).unwrap_or_default() {
+        let kind = match e.kind {
+            EventKind::Normal => "Normal",
+            EventKind::Warning => "Warning",
+        };
+        println!("{kind:<8} {:<20} {}", e.reason, e.message);
+    }
+    if added.is_ok() {
+        println!("\n--- connectivity");
+        let statuses: Value = annotations
+            .get(NETWORK_STATUS_ANNOTATION)
+            .and_then(|t| serde_json::from_str(t).ok())
+            .unwrap_or(Value::Null);
+        for entry in statuses.as_array().into_iter().flatten() {
+            ok &= check_network(&sb, entry)?;
+        }
+        if let Some(command) = &opts.exec {
+            println!("\n--- exec in the pod: {command}");
+            let status = command_in(&sb.pod, "sh")?
+                .args(["-c", command])
+                .status()
+                .map_err(|e| Error::Sandbox(format!("running sh -c {command:?}: {e}")))?;
+            println!("({status})");
+            ok &= status.success();
+        }
+        if opts.keep {
+            // Everything ADD made lives in the sandbox: --clean removes it without a DEL.
+            println!("\n--- DEL: not run (--keep): the pod stays as ADD left it");
+            print_kept(&sb);
+            return Ok(ok);
+        }
+        println!("\n--- DEL");
+        match run(call(cni::Command::Del), cmd::del)
+            .map_err(|e| Error::Sandbox(format!("entering the node: {e}")))?
+        {
+            Ok(()) => println!("ok"),
+            Err(e) => {
+                println!("FAILED: {e}");
+                ok = false;
+            }
+        }
+    }
+    println!("\n--- left behind");
+    let diffs = [
+        (
+            "pod",
+            Diff::between(&pod_before, &state::snapshot(&sb.pod, &[])?),
+        ),
+        (
+            "node",
+            Diff::between(&node_before, &state::snapshot(&sb.node, &dir_refs)?),
+        ),
+    ];
+    for (where_, d) in &diffs {
+        for k in &d.kept {
+            println!("{where_}: kept, as on a real node: {k}");
+        }
+        for l in &d.left {
+            println!("{where_}: LEFT BEHIND: {l}");
+            ok = false;
+        }
+    }
+    let leases = dhcp::leases(&sb.dir);
+    for lease in &leases {
+        println!("lan: LEFT BEHIND: dhcp lease {lease} on the server (not released)");
+        ok = false;
+    }
+    if leases.is_empty() && diffs.iter().all(|(_, d)| d.left.is_empty()) {
+        println!(
+            "nothing: no link, address, route, rule, firewall rule, reservation or cache file"
+        );
+    }
+    if opts.keep {
+        print_kept(&sb);
+    }
+    Ok(ok)
+}
+
+/// How to look at a kept sandbox and remove it.
+fn print_kept(sb: &Sandbox) {
+    println!("\n--- kept");
+    println!("enter the pod:  ip netns exec {}-pod sh", sb.name);
+    if sb.lan.is_some() {
+        println!("enter the node: ip netns exec {}-node sh", sb.name);
+    }
+    println!("files:          {}", sb.dir.display());
+    println!("remove:         multus try --clean");
+}
+
+/// Prints the pod's interfaces with their addresses, and its routes.
+fn show_pod(sb: &Sandbox) -> Result<(), Error> {
+    let k = Kernel::read(&sb.pod)?;
+    println!("\n--- the pod's interfaces");
+    for l in k.links.iter().filter(|l| l.name != "lo") {
+        let mac = l.mac.as_ref().map(netkit::format_mac).unwrap_or_default();
+        println!(
+            "{:<9} {:<8} {mac} mtu {}{}",
+            l.name,
+            l.kind.as_deref().unwrap_or("device"),
+            l.mtu,
+            if l.up { "" } else { " (down)" }
+        );
+        for (dev, a) in &k.addrs {
+            if *dev == l.name {
+                println!("          {a}");
+            }
+        }
+    }
+    println!("\n--- the pod's routes");
+    for (dev, line) in &k.routes {
+        if dev != "lo" && !line.contains(" table ") && !line.starts_with("fe80::/64") {
+            println!("{line}");
+        }
+    }
+    Ok(())
+}
+
+/// Pings, from the pod interface of one network-status entry, its gateway or a peer in its
+/// subnet; a peer address is put on the lan (macvlan, ipvlan) or the node's bridge for the
+/// check and removed after.
+fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
+    let network = entry["name"].as_str().unwrap_or("?");
+    let Some(ifname) = entry["interface"].as_str() else {
+        return Ok(true);
+    };
+    let k = Kernel::read(&sb.pod)?;
+    let Some(link) = k.links.iter().find(|l| l.name == ifname) else {
+        println!("{ifname} ({network}): FAILED: the pod has no such interface");
+        return Ok(false);
+    };
+    let Some(own) = k
+        .addrs
+        .iter()
+        .filter(|(dev, a)| dev == ifname && !is_link_local(a.addr()))
+        .map(|(_, a)| *a)
+        .next()
+    else {
+        println!("{ifname} ({network}): no address, nothing to check");
+        return Ok(true);
+    };
+    let gateway = entry["gateway"]
+        .as_array()
+        .and_then(|g| {
+            g.iter()
+                .filter_map(Value::as_str)
+                .find_map(|g| g.parse::<IpAddr>().ok())
+        })
+        .or_else(|| cached_gateway(sb, ifname, own));
+    if sb.lan.is_none() && (gateway.is_none() || network == CLUSTER_NETWORK) {
+        println!(
+            "{ifname} ({network}): no gateway to ping, and --on-host adds no peer: not checked"
+        );
+        return Ok(true);
+    }
+    let on_node = sb.node_addr_in(own)?;
+    let (target, what) = match (gateway, on_node) {
+        (Some(g), _) => (g, "gateway"),
+        (None, Some(n)) => (n, "the node's address"),
+        (None, None) => (peer_in(own), "peer"),
+    };
+    let mut cleanup: Option<(u32, IpNet)> = None;
+    let place = if sb.node_has(target)? {
+        "on the node".to_owned()
+    } else if sb.lan.is_none() {
+        "on the real network".to_owned()
+    } else {
+        let with_prefix = IpNet::new(target, own.prefix_len())
+            .map_err(|e| Error::Sandbox(format!("{target}: {e}")))?;
+        if link.kind.as_deref() == Some("veth") {
+            // The pod's veth peer is a port of a bridge on the node: the peer goes there.
+            let node =
+                Netlink::in_ns(&sb.node).map_err(|e| Error::Sandbox(format!("node: {e}")))?;
+            let bridge = link
+                .link
+                .and_then(|peer| node.link_by_index(peer).ok().flatten())
+                .and_then(|p| p.master);
+            match bridge {
+                Some(b) => {
+                    let opts = AddrOpts {
+                        nodad: true,
+                        ..AddrOpts::default()
+                    };
+                    node.add_addr(b, with_prefix, opts)
+                        .map_err(|e| Error::Sandbox(format!("node bridge: {e}")))?;
+                    cleanup = Some((b, with_prefix));
+                    "on the node's bridge, for this check".to_owned()
+                }
+                None => "nowhere: the veth is on no bridge".to_owned(),
+            }
+        } else {
+            sb.lan_peer(with_prefix)?;
+            "on the lan".to_owned()
+        }
+    };
+    let reached = ping(sb, ifname, target)?;
+    if let Some((b, addr)) = cleanup {
+        let node = Netlink::in_ns(&sb.node).map_err(|e| Error::Sandbox(format!("node: {e}")))?;
+        node.del_addr(b, addr)
+            .map_err(|e| Error::Sandbox(format!("node bridge: {e}")))?;
+    }
+    println!(
+        "{ifname} ({network}): ping {what} {target} ({place}): {}",
+        if reached { "ok" } else { "FAILED, no reply" }
+    );
+    Ok(reached)
+}
+
+/// The gateway the delegate's result gave `ifname` for `own`'s family, from the result cache
+/// multus wrote (network-status only names gateways of default routes).
+fn cached_gateway(sb: &Sandbox, ifname: &str, own: IpNet) -> Option<IpAddr> {
+    let cached = cni::cache::list(&sb.multus_dir()).ok()?;
+    let result = cached
+        .into_iter()
+        .flatten()
+        .find(|a| a.ifname == ifname)?
+        .result?;
+    result["ips"]
+        .as_array()?
+        .iter()
+        .filter_map(|ip| ip["gateway"].as_str()?.parse::<IpAddr>().ok())
+        .find(|g| g.is_ipv4() == own.addr().is_ipv4())
+}
+
+fn is_link_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    }
+}
+
+/// An address in `own`'s subnet other than `own`: the last host, or the one before it.
+fn peer_in(own: IpNet) -> IpAddr {
+    let mut hosts: Vec<IpAddr> = own.hosts().rev().take(2).collect();
+    hosts.retain(|h| *h != own.addr());
+    hosts.first().copied().unwrap_or(own.addr())
+}
+
+/// Three echo requests from `ifname`, one second apart; true on the first reply.
+fn ping(sb: &Sandbox, ifname: &str, target: IpAddr) -> Result<bool, Error> {
+    for _ in 0..3 {
+        let out = command_in(&sb.pod, "ping")?
+            .args([
+                "-n",
+                "-c",
+                "1",
+                "-W",
+                "1",
+                "-I",
+                ifname,
+                &target.to_string(),
+            ])
+            .output()
+            .map_err(|e| Error::Sandbox(format!("running ping: {e}")))?;
+        if out.status.success() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
