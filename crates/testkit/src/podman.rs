@@ -86,15 +86,23 @@ impl Podman {
                 std::os::unix::fs::symlink("busybox", link).expect("applet link");
             }
         }
-        let import = format!(
-            "tar -C {} -c . | podman import --change 'CMD [\"/bin/sh\"]' - {tag}",
-            root.display()
-        );
-        let out = Command::new("sh")
-            .args(["-c", &import])
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
+        let mut tar = Command::new("tar")
+            .arg("-C")
+            .arg(&root)
+            .args(["-c", "."])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run tar");
+        let out = self
+            .command()
+            .args(["import", "--change", "CMD [\"/bin/sh\"]", "-", tag])
+            .stdin(tar.stdout.take().expect("tar stdout"))
             .output()
             .expect("podman import");
+        assert!(
+            tar.wait().expect("tar").success(),
+            "tar of the rootfs failed"
+        );
         assert!(
             out.status.success(),
             "podman import: {}",
@@ -104,13 +112,12 @@ impl Podman {
 
     /// `podman run --rm --network <network> <image> sh -c <script>` inside `node`.
     pub fn run(&self, node: &Netns, network: &str, image: &str, script: &str) -> Output {
-        // nsenter, not `ip netns exec`: the latter remounts /sys and hides the cgroup mounts
-        // runc needs.
-        Command::new("nsenter")
-            .arg(format!("--net={}", node.path().display()))
-            .args(["podman", "--network-backend", "cni", "run", "--rm"])
+        // Only the network namespace is joined: `ip netns exec` would also remount /sys and
+        // hide the cgroup mounts runc needs.
+        let mut cmd = self.command();
+        node.enter_on_exec(&mut cmd);
+        cmd.args(["--network-backend", "cni", "run", "--rm"])
             .args(["--network", network, image, "sh", "-c", script])
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()
             .expect("run podman")
     }
