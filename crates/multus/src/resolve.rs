@@ -92,8 +92,11 @@ impl Context<'_> {
                     ..Selection::default()
                 };
                 let mut d = self.delegate_from_nad_config(&config, &sel)?;
-                // The cluster network is shown under the network's own name.
-                d.name = d.network.name.clone();
+                // The cluster network is shown under the network's own name; defaultNetworks,
+                // like selected networks, as <namespace>/<nad> (as upstream shows them).
+                if key == "clusterNetwork" {
+                    d.name = d.network.name.clone();
+                }
                 return Ok(d);
             }
         }
