@@ -36,7 +36,9 @@ impl Context<'_> {
             self.check_isolation(&sel, "the default network", true)?;
             delegates[0] = self.nad_delegate(&sel)?;
         }
-        if let Some(text) = self.annotation(selection::NETWORKS_ANNOTATION) {
+        // An empty annotation selects nothing, as upstream reads it.
+        let networks = self.annotation(selection::NETWORKS_ANNOTATION);
+        if let Some(text) = networks.filter(|text| !text.is_empty()) {
             for sel in selection::parse(selection::NETWORKS_ANNOTATION, text, self.pod_namespace)? {
                 self.check_isolation(&sel, "networks", false)?;
                 delegates.push(self.nad_delegate(&sel)?);
