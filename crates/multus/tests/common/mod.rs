@@ -2,6 +2,8 @@
 //! for running the real `multus` binary as a runtime does.
 #![allow(dead_code)] // Each test binary uses its own part of this module.
 
+pub mod cluster;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
