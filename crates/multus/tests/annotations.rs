@@ -39,37 +39,45 @@ fn the_microshift_bridge_example_gets_exactly_this_network_status() {
 
 #[test]
 fn both_annotation_forms_namespaces_and_interface_requests() {
-    let c = Cluster::new(
-        json!({NETWORKS: r#"[{"name":"a"},{"name":"b","namespace":"other","interface":"data0"}]"#}),
-        json!({}),
-    );
+    let c = Cluster::new(json!({}), json!({}));
     c.bridge_nad("default", "a", "10.20.0.0/24");
     c.bridge_nad("other", "b", "10.30.0.0/24");
-    c.cmd("ADD").ok();
-    assert_eq!(c.sb.pod_links(), ["data0", "eth0", "net1"]);
-    assert_eq!(c.sb.pod_addrs("net1"), ["10.20.0.2"]);
-    assert_eq!(c.sb.pod_addrs("data0"), ["10.30.0.2"]);
-    let status = c.network_status().unwrap();
-    assert_eq!(status[1]["name"], "default/a");
-    assert_eq!(status[1]["interface"], "net1");
-    assert_eq!(status[2]["name"], "other/b");
-    assert_eq!(status[2]["interface"], "data0");
-    c.cmd("DEL").ok();
-    c.sb.assert_clean("JSON form after DEL");
-
-    c.set_pod(json!({NETWORKS: "other/b@data1, a"}));
-    c.cmd("ADD").ok();
-    // `a` is the second selection, so it is net2: indexes count every delegate.
-    assert_eq!(c.sb.pod_links(), ["data1", "eth0", "net2"]);
-    // host-local hands out the address after the last one it gave.
-    assert_eq!(c.sb.pod_addrs("data1"), ["10.30.0.3"]);
-    assert_eq!(c.sb.pod_addrs("net2"), ["10.20.0.3"]);
-    let status = c.network_status().unwrap();
-    assert_eq!(status[1]["name"], "other/b");
-    assert_eq!(status[1]["interface"], "data1");
-    assert_eq!(status[2]["interface"], "net2");
-    c.cmd("DEL").ok();
-    c.sb.assert_clean("text form after DEL");
+    // Each form: the pod's interfaces, then (network, interface, address) in network-status
+    // order. Indexes count every delegate (`a` second is net2); host-local hands out the
+    // address after the last one it gave, so the second round gets .3.
+    let forms = [
+        (
+            r#"[{"name":"a"},{"name":"b","namespace":"other","interface":"data0"}]"#,
+            ["data0", "eth0", "net1"],
+            [
+                ("default/a", "net1", "10.20.0.2"),
+                ("other/b", "data0", "10.30.0.2"),
+            ],
+        ),
+        (
+            "other/b@data1, a",
+            ["data1", "eth0", "net2"],
+            [
+                ("other/b", "data1", "10.30.0.3"),
+                ("default/a", "net2", "10.20.0.3"),
+            ],
+        ),
+    ];
+    for (annotation, links, networks) in forms {
+        c.set_pod(json!({ NETWORKS: annotation }));
+        c.cmd("ADD").ok();
+        assert_eq!(c.sb.pod_links(), links, "{annotation}");
+        let status = c.network_status().unwrap();
+        for (i, (name, ifname, addr)) in networks.into_iter().enumerate() {
+            let entry = &status[i + 1];
+            assert_eq!(entry["name"], name, "{annotation}: {entry}");
+            assert_eq!(entry["interface"], ifname, "{annotation}: {entry}");
+            assert_eq!(entry["ips"], json!([addr]), "{annotation}: {entry}");
+            assert_eq!(c.sb.pod_addrs(ifname), [addr], "{annotation}");
+        }
+        c.cmd("DEL").ok();
+        c.sb.assert_clean(annotation);
+    }
 }
 
 #[test]
@@ -451,4 +459,50 @@ fn bad_annotations_fail_with_a_clear_error_and_leave_nothing() {
         c.assert_add_left_nothing(&format!("{annotation}={text}"));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_nad_selected_twice_and_older_versions_and_lists_each_attach() {
+    let c = Cluster::new(json!({NETWORKS: "a,a,old,list"}), json!({}));
+    c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.nad(
+        "default",
+        "old",
+        c.sb.bridge("old", &c.bridge_name(), "10.21.0.0/24", "0.3.1"),
+    );
+    let mut plugin = c.sb.bridge("", &c.bridge_name(), "10.22.0.0/24", "1.0.0");
+    let plugin = plugin.as_object_mut().unwrap();
+    plugin.remove("cniVersion");
+    plugin.remove("name");
+    c.nad(
+        "default",
+        "list",
+        json!({"cniVersion": "1.0.0", "name": "list", "plugins": [plugin]}),
+    );
+    c.cmd("ADD").ok();
+    assert_eq!(c.sb.pod_links(), ["eth0", "net1", "net2", "net3", "net4"]);
+    assert_eq!(c.sb.pod_addrs("net1"), ["10.20.0.2"]);
+    assert_eq!(c.sb.pod_addrs("net2"), ["10.20.0.3"]);
+    assert_eq!(c.sb.pod_addrs("net3"), ["10.21.0.2"]);
+    assert_eq!(c.sb.pod_addrs("net4"), ["10.22.0.2"]);
+    let names: Vec<Value> = c
+        .network_status()
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| json!([e["name"], e["interface"]]))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            json!(["cluster", "eth0"]),
+            json!(["default/a", "net1"]),
+            json!(["default/a", "net2"]),
+            json!(["default/old", "net3"]),
+            json!(["default/list", "net4"]),
+        ]
+    );
+    c.cmd("DEL").ok();
+    c.sb.assert_clean("after DEL");
 }

@@ -69,6 +69,15 @@ fn a_uid_mismatch_fails_before_anything_runs() {
         "{msg}"
     );
     c.assert_add_left_nothing("uid mismatch");
+
+    // A static pod's mirror in the API has a UID of its own: no mismatch.
+    c.set_pod(json!({NETWORKS: "a", "kubernetes.io/config.source": "file"}));
+    c.run(&call).ok();
+    assert_eq!(c.sb.pod_links(), ["eth0", "net1"]);
+    let mut del = c.call("DEL");
+    del.args = call.args.clone();
+    c.run(&del).ok();
+    c.sb.assert_clean("static pod after DEL");
 }
 
 #[test]
