@@ -506,3 +506,46 @@ fn a_nad_selected_twice_and_older_versions_and_lists_each_attach() {
     c.cmd("DEL").ok();
     c.sb.assert_clean("after DEL");
 }
+
+#[test]
+fn cni_args_port_mappings_and_bandwidth_reach_the_delegate_as_upstream_passes_them() {
+    let c = Cluster::new(
+        json!({NETWORKS: r#"[{"name":"rec","cni-args":{"foo":"bar"},"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}],"bandwidth":{"ingressRate":1000,"ingressBurst":2000}}]"#}),
+        json!({}),
+    );
+    // Records what it is given, then is the bridge plugin.
+    c.sb.script(
+        "record",
+        r#"tee "$(dirname "$0")/record-$CNI_COMMAND.json" | "$(dirname "$0")/bridge""#,
+    );
+    let mut conf =
+        c.sb.bridge("rec", &c.bridge_name(), "10.20.0.0/24", "1.0.0");
+    conf["type"] = json!("record");
+    conf["capabilities"] = json!({"portMappings": true, "bandwidth": true});
+    c.nad("default", "rec", conf);
+    c.cmd("ADD").ok();
+    assert_eq!(c.sb.pod_addrs("net1"), ["10.20.0.2"]);
+    let given: Value = serde_json::from_slice(
+        &std::fs::read(c.sb.plugins.path().join("record-ADD.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(given["name"], "rec", "{given}");
+    assert_eq!(given["args"], json!({"cni": {"foo": "bar"}}), "{given}");
+    assert_eq!(
+        given["runtimeConfig"],
+        json!({
+            "portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}],
+            // Every rate, the unset ones 0, as upstream's struct is written out.
+            "bandwidth": {"ingressRate": 1000, "ingressBurst": 2000, "egressRate": 0, "egressBurst": 0}
+        }),
+        "{given}"
+    );
+    c.cmd("DEL").ok();
+    // DEL gets the same runtime config (kept in the delegate cache).
+    let given: Value = serde_json::from_slice(
+        &std::fs::read(c.sb.plugins.path().join("record-DEL.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(given["runtimeConfig"]["portMappings"][0]["hostPort"], 8080);
+    c.sb.assert_clean("after DEL");
+}
