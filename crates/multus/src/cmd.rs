@@ -208,6 +208,11 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
         ifnames.push(ifname);
     }
     let pod_ns = PodNetns::open(&inv.args.netns)?;
+    // A name the pod has already (a repeated ADD) is refused before the delegate cache is
+    // written: the cache of the attachment that is there stays for its DEL.
+    for (d, ifname) in delegates.iter().zip(&ifnames) {
+        free_ifname(&pod_ns, d, ifname)?;
+    }
     delegate::save_cache(&inv.conf.cni_dir, &inv.args.container_id, &delegates)?;
 
     let mut results: Vec<CniResult> = Vec::with_capacity(delegates.len());
