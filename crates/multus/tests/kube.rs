@@ -227,3 +227,25 @@ fn pods_in_system_namespaces_get_no_network_status() {
     c.cmd("DEL").ok();
     c.sb.assert_clean("after DEL");
 }
+
+#[test]
+fn a_repeated_add_is_refused_and_the_first_one_stays_deletable_from_its_cache() {
+    let c = Cluster::new(json!({NETWORKS: "a"}), json!({}));
+    c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.cmd("ADD").ok();
+    let files = c.sb.cache_files();
+    let (code, msg) = c.add_err();
+    assert_eq!(code, 7, "{msg}");
+    assert!(
+        msg.contains("on interface eth0") && msg.contains("already has an interface"),
+        "{msg}"
+    );
+    // The first ADD's interfaces, reservations and caches are untouched.
+    assert_eq!(c.sb.pod_links(), ["eth0", "net1"]);
+    assert_eq!(c.sb.reservations().len(), 2);
+    assert_eq!(c.sb.cache_files(), files);
+    // So DEL needs no API to remove all of it.
+    c.server.go_down();
+    c.cmd("DEL").ok();
+    c.sb.assert_clean("after DEL");
+}
