@@ -146,9 +146,7 @@ fn a_failed_network_status_write_rolls_back_the_add() {
 
 #[test]
 fn del_works_from_the_cache_with_the_api_down_and_the_pod_deleted() {
-    let c = Cluster::new(json!({NETWORKS: "a"}), json!({}));
-    c.bridge_nad("default", "a", "10.20.0.0/24");
-    c.cmd("ADD").ok();
+    let c = Cluster::attached();
     c.server.delete_pod("default", "web");
     c.server.go_down();
     let start = Instant::now();
@@ -159,9 +157,7 @@ fn del_works_from_the_cache_with_the_api_down_and_the_pod_deleted() {
 
 #[test]
 fn del_without_a_cache_rebuilds_the_networks_from_the_api() {
-    let c = Cluster::new(json!({NETWORKS: "a"}), json!({}));
-    c.bridge_nad("default", "a", "10.20.0.0/24");
-    c.cmd("ADD").ok();
+    let c = Cluster::attached();
     std::fs::remove_file(c.sb.cni_dir().join(CONTAINER_ID)).unwrap();
     c.server.clear_requests();
     c.cmd("DEL").ok();
@@ -230,9 +226,7 @@ fn pods_in_system_namespaces_get_no_network_status() {
 
 #[test]
 fn a_repeated_add_is_refused_and_the_first_one_stays_deletable_from_its_cache() {
-    let c = Cluster::new(json!({NETWORKS: "a"}), json!({}));
-    c.bridge_nad("default", "a", "10.20.0.0/24");
-    c.cmd("ADD").ok();
+    let c = Cluster::attached();
     let files = c.sb.cache_files();
     let (code, msg) = c.add_err();
     assert_eq!(code, 7, "{msg}");

@@ -61,6 +61,14 @@ impl Cluster {
         c
     }
 
+    /// A pod in `default` added to the cluster network and the bridge NAD `default/a`.
+    pub fn attached() -> Cluster {
+        let c = Cluster::new(json!({ NETWORKS: "a" }), json!({}));
+        c.bridge_nad("default", "a", "10.20.0.0/24");
+        c.cmd("ADD").ok();
+        c
+    }
+
     /// Replaces the pod (same namespace, name and UID) with one carrying `annotations`.
     pub fn set_pod(&self, annotations: Value) {
         let mut pod = pod_manifest(&self.namespace, POD_NAME);
