@@ -134,8 +134,10 @@ fn parse_json(text: &str) -> std::result::Result<Vec<Selection>, String> {
         .into_iter()
         .enumerate()
         .map(|(i, item)| {
-            let e: Element =
-                serde_json::from_value(item).map_err(|e| format!("element {i}: {e}"))?;
+            let e = Element::deserialize(&item).map_err(|e| match bad_key(&item) {
+                Some(key) => format!("element {i}: {key}: {e}"),
+                None => format!("element {i}: {e}"),
+            })?;
             Ok(Selection {
                 name: e.name,
                 namespace: e.namespace,
@@ -153,6 +155,20 @@ fn parse_json(text: &str) -> std::result::Result<Vec<Selection>, String> {
             })
         })
         .collect()
+}
+
+/// The key of a selection object whose value cannot be read (serde's error does not say).
+fn bad_key(item: &Value) -> Option<&str> {
+    let Value::Object(map) = item else {
+        return None;
+    };
+    map.iter().find_map(|(key, value)| {
+        let mut alone = Map::from_iter([("name".to_owned(), Value::String(String::new()))]);
+        alone.insert(key.clone(), value.clone());
+        Element::deserialize(&Value::Object(alone))
+            .is_err()
+            .then_some(key.as_str())
+    })
 }
 
 /// The typed port mappings and bandwidth, back in JSON for the delegate.
