@@ -243,3 +243,19 @@ fn a_repeated_add_is_refused_and_the_first_one_stays_deletable_from_its_cache() 
     c.cmd("DEL").ok();
     c.sb.assert_clean("after DEL");
 }
+
+#[test]
+fn a_nad_the_api_refuses_to_serve_fails_the_add_naming_it() {
+    let c = Cluster::new(json!({NETWORKS: "a"}), json!({}));
+    c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.server.inject_on(
+        "GET",
+        "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/a",
+        Fault::Status(403),
+        1,
+    );
+    let (code, msg) = c.add_err();
+    assert_eq!(code, 11, "{msg}");
+    assert!(msg.contains("403") && msg.contains("default/a"), "{msg}");
+    c.assert_add_left_nothing("NAD forbidden");
+}
