@@ -115,18 +115,26 @@ fn a_conflict_on_the_status_patch_is_retried() {
     c.sb.assert_clean("after DEL");
 }
 
-#[test]
-fn a_failed_network_status_write_rolls_back_the_add() {
+/// ADD of a pod selecting the bridge NAD `default/a` while the server answers `times`
+/// requests `method path` with `status`: the cluster, and the CNI error's code and message.
+fn add_failing_on(method: &str, path: &str, status: u16, times: usize) -> (Cluster, u64, String) {
     let c = Cluster::new(json!({NETWORKS: "a"}), json!({}));
     c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.server
+        .inject_on(method, path, Fault::Status(status), times);
+    let (code, msg) = c.add_err();
+    (c, code, msg)
+}
+
+#[test]
+fn a_failed_network_status_write_rolls_back_the_add() {
     // Every try of the PATCH (apiRetries is 1) meets a conflict.
-    c.server.inject_on(
+    let (c, code, msg) = add_failing_on(
         "PATCH",
         "/api/v1/namespaces/default/pods/web/status",
-        Fault::Status(409),
+        409,
         2,
     );
-    let (code, msg) = c.add_err();
     assert_eq!(code, 11);
     assert!(
         msg.starts_with("kubernetes:") && msg.contains("409"),
@@ -246,15 +254,12 @@ fn a_repeated_add_is_refused_and_the_first_one_stays_deletable_from_its_cache() 
 
 #[test]
 fn a_nad_the_api_refuses_to_serve_fails_the_add_naming_it() {
-    let c = Cluster::new(json!({NETWORKS: "a"}), json!({}));
-    c.bridge_nad("default", "a", "10.20.0.0/24");
-    c.server.inject_on(
+    let (c, code, msg) = add_failing_on(
         "GET",
         "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/a",
-        Fault::Status(403),
+        403,
         1,
     );
-    let (code, msg) = c.add_err();
     assert_eq!(code, 11, "{msg}");
     assert!(msg.contains("403") && msg.contains("default/a"), "{msg}");
     c.assert_add_left_nothing("NAD forbidden");
