@@ -27,14 +27,18 @@ impl KubeApi {
     }
 }
 
-/// The API the configuration's `kubeconfig` names; `None` without one.
+/// The API the configuration's `kubeconfig` names; without one, the in-cluster credentials
+/// when the environment names an API server (multus running in a pod), as upstream does;
+/// `None` otherwise.
 pub fn connect(conf: &MultusConf) -> Result<Option<Box<dyn Api>>> {
-    let Some(kubeconfig) = &conf.kubeconfig else {
-        return Ok(None);
+    let kubeconfig = match &conf.kubeconfig {
+        Some(path) => Some(path.clone()),
+        None if crate::k8s::in_cluster_available() => None,
+        None => return Ok(None),
     };
     Ok(Some(Box::new(KubeApi {
         options: ClientOptions {
-            kubeconfig: Some(kubeconfig.clone()),
+            kubeconfig,
             timeout: conf.api_timeout,
             retries: conf.api_retries,
         },

@@ -10,8 +10,11 @@
 //! error replies, dropped connections, and the whole server going down and coming back.
 
 mod http;
+mod in_cluster;
 mod routes;
 mod tls;
+
+pub use in_cluster::InCluster;
 
 use std::collections::HashMap;
 use std::fs::File;
