@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod as KubePod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::api::{Api, EventKind, Pod};
+use crate::api::{Api, EventKind, Nad, Pod};
 use crate::config::MultusConf;
 use crate::error::{Error, Result};
 use crate::k8s::{ClientOptions, EventType, K8sError, KubeClient};
@@ -65,8 +65,19 @@ impl Api for KubeApi {
     }
 
     fn nad_config(&self, namespace: &str, name: &str) -> Result<Option<String>> {
+        Ok(self.nad(namespace, name)?.map(|nad| nad.config))
+    }
+
+    fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>> {
         match self.client()?.get_nad(namespace, name) {
-            Ok(nad) => Ok(Some(nad.spec.config)),
+            Ok(nad) => Ok(Some(Nad {
+                resource_name: nad
+                    .metadata
+                    .annotations
+                    .and_then(|mut a| a.remove(crate::devinfo::RESOURCE_NAME_ANNOTATION))
+                    .filter(|r| !r.is_empty()),
+                config: nad.spec.config,
+            })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(api_error(e)),
         }
