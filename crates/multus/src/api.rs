@@ -23,6 +23,15 @@ impl Pod {
     }
 }
 
+/// The parts of a NetworkAttachmentDefinition multus reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Nad {
+    /// `spec.config` (empty when the spec has none).
+    pub config: String,
+    /// The device plugin resource its devices come from (`k8s.v1.cni.cncf.io/resourceName`).
+    pub resource_name: Option<String>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
     Normal,
@@ -34,6 +43,14 @@ pub trait Api {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>>;
     /// A NAD's `spec.config` (empty when the spec has none), or `None` when it does not exist.
     fn nad_config(&self, namespace: &str, name: &str) -> Result<Option<String>>;
+    /// A NAD's config and resource name, or `None` when it does not exist. Sources that know
+    /// only configs keep this default: no resource name.
+    fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>> {
+        Ok(self.nad_config(namespace, name)?.map(|config| Nad {
+            config,
+            resource_name: None,
+        }))
+    }
     /// Merges `annotations` into the pod's annotations.
     fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>) -> Result<()>;
     /// Records an event on the pod; returns once the API has it.

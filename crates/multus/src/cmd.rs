@@ -7,14 +7,19 @@ use std::time::{Duration, Instant};
 
 use cni::network::Attachment;
 use cni::{CmdArgs, CniError, CniResult, GcAttachment};
+use serde_json::Value;
 
 use crate::api::{Api, EventKind, Pod};
 use crate::config::MultusConf;
 use crate::delegate::{self, Delegate};
+use crate::devinfo;
 use crate::error::{Error, Result};
 use crate::resolve::Context;
 use crate::route::{self, DefaultRouteChange, PodNetns};
 use crate::status::{self, NetworkStatus};
+
+/// The reason of the event a device-info file that cannot be used leaves on the pod.
+const DEVICE_INFO_EVENT: &str = "DeviceInfoUnusable";
 
 /// The pod, as the runtime names it in `CNI_ARGS`.
 #[derive(Clone, Debug, Default)]
@@ -110,6 +115,87 @@ impl Invocation<'_> {
         }
     }
 
+    /// The device-info file of delegate `d` on `ifname`, when it uses one.
+    fn device_info_file(&self, d: &Delegate, ifname: &str) -> Option<PathBuf> {
+        d.uses_device_info().then(|| {
+            devinfo::cni_path(
+                &self.conf.device_info_dir,
+                &d.name,
+                &self.args.container_id,
+                ifname,
+            )
+        })
+    }
+
+    /// What delegate `d` (number `index`) is offered as runtime config on `ifname`: its
+    /// selection's requests and its device-info file.
+    fn capability_args(
+        &self,
+        d: &Delegate,
+        index: usize,
+        ifname: &str,
+    ) -> serde_json::Map<String, Value> {
+        let mut args = d.capability_args(index, &self.conf.runtime_config);
+        if let Some(file) = self.device_info_file(d, ifname) {
+            args.insert(
+                devinfo::CAPABILITY.into(),
+                file.to_string_lossy().into_owned().into(),
+            );
+        }
+        args
+    }
+
+    /// A device-info file that cannot be used: said in the log and as a pod event. The pod
+    /// still comes up.
+    fn device_info_warning(&self, pod: Option<&Pod>, msg: &str) {
+        tracing::warn!("{msg}");
+        self.event(pod, EventKind::Warning, DEVICE_INFO_EVENT, msg);
+    }
+
+    /// Copies the device plugin's device-info file for delegate `d` to the file the delegate
+    /// gets, when its NAD names a resource and the delegate has a device ID.
+    fn copy_device_info(&self, pod: Option<&Pod>, d: &Delegate, ifname: &str) {
+        let (Some(file), Some(resource), Some(device_id)) = (
+            self.device_info_file(d, ifname),
+            &d.resource_name,
+            &d.device_id,
+        ) else {
+            return;
+        };
+        let from = devinfo::dp_path(&self.conf.device_info_dir, resource, device_id);
+        match devinfo::copy(&from, &file) {
+            Ok(true) => {
+                tracing::debug!(network = %d.name, %ifname, "device-info copied from {}", from.display())
+            }
+            Ok(false) => {
+                tracing::debug!(network = %d.name, %ifname, "no device-info from the device plugin at {}", from.display())
+            }
+            Err(e) => self.device_info_warning(
+                pod,
+                &format!(
+                    "network {} on interface {ifname}: {e}; not copied to {}",
+                    d.name,
+                    file.display()
+                ),
+            ),
+        }
+    }
+
+    /// The device-info delegate `d` left for `ifname`, if any.
+    fn device_info(&self, pod: Option<&Pod>, d: &Delegate, ifname: &str) -> Option<Value> {
+        let file = self.device_info_file(d, ifname)?;
+        devinfo::load(&file).unwrap_or_else(|e| {
+            self.device_info_warning(
+                pod,
+                &format!(
+                    "network {} on interface {ifname}: {e}; its network-status has no device-info",
+                    d.name
+                ),
+            );
+            None
+        })
+    }
+
     fn is_system_namespace(&self) -> bool {
         self.conf.system_namespaces.contains(&self.k8s.namespace)
     }
@@ -149,10 +235,16 @@ impl Invocation<'_> {
         for (index, d) in delegates.iter().enumerate().rev() {
             let ifname = d.ifname(&self.args.ifname, index);
             let cni_args = self.k8s.for_delegate(d);
-            let caps = d.capability_args(index, &self.conf.runtime_config);
+            let caps = self.capability_args(d, index, &ifname);
             let att = self.attachment(&ifname, &cni_args, &caps);
             tracing::debug!(network = %d.name, %ifname, "DEL");
-            if let Err(source) = d.network.del(&att) {
+            let deleted = d.network.del(&att);
+            if let Some(file) = self.device_info_file(d, &ifname) {
+                if let Err(e) = devinfo::remove(&file) {
+                    tracing::warn!(network = %d.name, %ifname, "{e}");
+                }
+            }
+            if let Err(source) = deleted {
                 tracing::error!(network = %d.name, %ifname, "DEL failed: {source}");
                 errors.push(Error::Delegate {
                     network: d.name.clone(),
@@ -237,16 +329,17 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
         if let Err(e) = free_ifname(&pod_ns, d, ifname) {
             return fail(writers, &delegates[..index], e);
         }
+        inv.copy_device_info(pod.as_ref(), d, ifname);
         match attach(inv, &pod_ns, d, index, ifname) {
             Ok((result, entry)) => {
                 writers.spawn(inv.conf.cni_dir.clone(), entry);
-                statuses.extend(status::entries(
-                    &result,
-                    &d.name,
-                    ifname,
-                    index == 0,
-                    &d.default_route,
-                ));
+                let device_info = inv.device_info(pod.as_ref(), d, ifname);
+                let mut entries =
+                    status::entries(&result, &d.name, ifname, index == 0, &d.default_route);
+                for status_entry in &mut entries {
+                    status_entry.device_info.clone_from(&device_info);
+                }
+                statuses.extend(entries);
                 results.push(result);
             }
             Err(e) => return fail(writers, &delegates[..=index], e),
@@ -301,7 +394,7 @@ fn attach(
     ifname: &str,
 ) -> Result<(CniResult, cni::cache::CachedAttachment)> {
     let cni_args = inv.k8s.for_delegate(d);
-    let caps = d.capability_args(index, &inv.conf.runtime_config);
+    let caps = inv.capability_args(d, index, ifname);
     let att = inv.attachment(ifname, &cni_args, &caps);
     tracing::debug!(network = %d.name, %ifname, "ADD");
     let (mut result, mut entry) =
@@ -452,7 +545,7 @@ pub fn check(inv: &Invocation) -> Result<()> {
             continue;
         }
         let cni_args = inv.k8s.for_delegate(d);
-        let caps = d.capability_args(index, &inv.conf.runtime_config);
+        let caps = inv.capability_args(d, index, &ifname);
         if let Err(source) = d.network.check(&inv.attachment(&ifname, &cni_args, &caps)) {
             errors.push(Error::Delegate {
                 network: d.name.clone(),

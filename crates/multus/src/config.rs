@@ -51,6 +51,8 @@ pub struct MultusConf {
     pub conf_dir: PathBuf,
     pub cni_dir: PathBuf,
     pub bin_dir: PathBuf,
+    /// `deviceInfoDir` (ours): where device-info files live, `dp/` and `cni/`.
+    pub device_info_dir: PathBuf,
     /// Inline delegates: the first is the cluster network. Used when `clusterNetwork` is empty.
     pub delegates: Vec<Map<String, Value>>,
     pub cluster_network: String,
@@ -174,6 +176,8 @@ impl MultusConf {
             conf_dir: path("confDir")?.unwrap_or_else(|| DEFAULT_CONF_DIR.into()),
             cni_dir: path("cniDir")?.unwrap_or_else(|| DEFAULT_CNI_DIR.into()),
             bin_dir: path("binDir")?.unwrap_or_else(|| DEFAULT_BIN_DIR.into()),
+            device_info_dir: path("deviceInfoDir")?
+                .unwrap_or_else(|| crate::devinfo::DEFAULT_DIR.into()),
             delegates,
             cluster_network,
             default_networks: keys.string_list("defaultNetworks")?,

@@ -25,6 +25,8 @@ pub struct Delegate {
     pub ips: Vec<String>,
     pub infiniband_guid: Option<String>,
     pub device_id: Option<String>,
+    /// The device plugin resource of the NAD (`k8s.v1.cni.cncf.io/resourceName`).
+    pub resource_name: Option<String>,
     pub port_mappings: Option<Value>,
     pub bandwidth: Option<Value>,
     /// `default-route`: the gateways this network's interface is to carry.
@@ -49,6 +51,7 @@ impl Delegate {
             ips: Vec::new(),
             infiniband_guid: None,
             device_id: None,
+            resource_name: None,
             port_mappings: None,
             bandwidth: None,
             default_route: Vec::new(),
@@ -146,6 +149,12 @@ impl Delegate {
         args
     }
 
+    /// Whether this delegate gets a device-info file: it has a device ID (the reference's
+    /// rule), or one of its plugins declares the `CNIDeviceInfoFile` capability.
+    pub fn uses_device_info(&self) -> bool {
+        self.device_id.is_some() || self.network.has_capability(crate::devinfo::CAPABILITY)
+    }
+
     /// Fails when the selection asks for `ips` or `mac` and no plugin of this delegate declares
     /// the capability to receive it.
     pub fn check_capabilities(&self, ifname: &str) -> Result<()> {
@@ -225,6 +234,12 @@ struct CachedDelegate {
     filter_v6_gateway: bool,
     #[serde(rename = "deviceID", default, skip_serializing_if = "Option::is_none")]
     device_id: Option<String>,
+    #[serde(
+        rename = "resourceName",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    resource_name: Option<String>,
     /// Ours: upstream does not keep these, so its DEL cannot pass them on.
     #[serde(
         rename = "portMappings",
@@ -273,6 +288,7 @@ impl CachedDelegate {
             filter_v4_gateway: d.filter_v4_gateway,
             filter_v6_gateway: d.filter_v6_gateway,
             device_id: d.device_id.clone(),
+            resource_name: d.resource_name.clone(),
             port_mappings: d.port_mappings.clone(),
             bandwidth: d.bandwidth.clone(),
             bytes: d.network.bytes().to_vec(),
@@ -298,6 +314,7 @@ impl CachedDelegate {
             ips: self.ips,
             infiniband_guid: self.infiniband_guid.filter(|s| !s.is_empty()),
             device_id: self.device_id.filter(|s| !s.is_empty()),
+            resource_name: self.resource_name.filter(|s| !s.is_empty()),
             port_mappings: self.port_mappings,
             bandwidth: self.bandwidth,
             default_route: self.default_route,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod as KubePod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::api::{Api, EventKind, Pod};
+use crate::api::{Api, EventKind, Nad, Pod};
 use crate::config::MultusConf;
 use crate::error::{Error, Result};
 use crate::k8s::{ClientOptions, EventType, K8sError, KubeClient};
@@ -27,14 +27,18 @@ impl KubeApi {
     }
 }
 
-/// The API the configuration's `kubeconfig` names; `None` without one.
+/// The API the configuration's `kubeconfig` names; without one, the in-cluster credentials
+/// when the environment names an API server (multus running in a pod), as upstream does;
+/// `None` otherwise.
 pub fn connect(conf: &MultusConf) -> Result<Option<Box<dyn Api>>> {
-    let Some(kubeconfig) = &conf.kubeconfig else {
-        return Ok(None);
+    let kubeconfig = match &conf.kubeconfig {
+        Some(path) => Some(path.clone()),
+        None if crate::k8s::in_cluster_available() => None,
+        None => return Ok(None),
     };
     Ok(Some(Box::new(KubeApi {
         options: ClientOptions {
-            kubeconfig: Some(kubeconfig.clone()),
+            kubeconfig,
             timeout: conf.api_timeout,
             retries: conf.api_retries,
         },
@@ -61,8 +65,19 @@ impl Api for KubeApi {
     }
 
     fn nad_config(&self, namespace: &str, name: &str) -> Result<Option<String>> {
+        Ok(self.nad(namespace, name)?.map(|nad| nad.config))
+    }
+
+    fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>> {
         match self.client()?.get_nad(namespace, name) {
-            Ok(nad) => Ok(Some(nad.spec.config)),
+            Ok(nad) => Ok(Some(Nad {
+                resource_name: nad
+                    .metadata
+                    .annotations
+                    .and_then(|mut a| a.remove(crate::devinfo::RESOURCE_NAME_ANNOTATION))
+                    .filter(|r| !r.is_empty()),
+                config: nad.spec.config,
+            })),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(api_error(e)),
         }

@@ -10,6 +10,7 @@ pub mod api;
 pub mod cmd;
 pub mod config;
 pub mod delegate;
+pub mod devinfo;
 pub mod error;
 pub mod install;
 pub mod k8s;

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::api::{Api, EventKind, Pod};
+use crate::api::{Api, EventKind, Nad, Pod};
 use crate::config::MultusConf;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
@@ -87,13 +87,13 @@ impl Context<'_> {
         }
         let ns = &self.conf.multus_namespace;
         if let Some(api) = self.api {
-            if let Some(config) = api.nad_config(ns, reference)? {
+            if let Some(nad) = api.nad(ns, reference)? {
                 let sel = Selection {
                     name: reference.to_owned(),
                     namespace: ns.clone(),
                     ..Selection::default()
                 };
-                let mut d = self.delegate_from_nad_config(&config, &sel)?;
+                let mut d = self.delegate_from_nad(&nad, &sel)?;
                 // The cluster network is shown under the network's own name; defaultNetworks,
                 // like selected networks, as <namespace>/<nad> (as upstream shows them).
                 if key == "clusterNetwork" {
@@ -135,10 +135,10 @@ impl Context<'_> {
     /// event on the pod.
     fn nad_delegate(&self, sel: &Selection) -> Result<Delegate> {
         let found = match self.api {
-            Some(api) => api.nad_config(&sel.namespace, &sel.name)?,
+            Some(api) => api.nad(&sel.namespace, &sel.name)?,
             None => None,
         };
-        let Some(config) = found else {
+        let Some(nad) = found else {
             let msg = format!(
                 "cannot find a network-attachment-definition ({}) in namespace ({}){}",
                 sel.name,
@@ -156,10 +156,17 @@ impl Context<'_> {
             }
             return Err(Error::NetworkNotFound(msg));
         };
-        self.delegate_from_nad_config(&config, sel)
+        self.delegate_from_nad(&nad, sel)
     }
 
-    /// A NAD's config; an empty `spec.config` means the network of that name in `confDir`.
+    /// A NAD's delegate, with its resource name; an empty `spec.config` means the network of
+    /// that name in `confDir`.
+    fn delegate_from_nad(&self, nad: &Nad, sel: &Selection) -> Result<Delegate> {
+        let mut d = self.delegate_from_nad_config(&nad.config, sel)?;
+        d.resource_name.clone_from(&nad.resource_name);
+        Ok(d)
+    }
+
     fn delegate_from_nad_config(&self, config: &str, sel: &Selection) -> Result<Delegate> {
         if !config.trim().is_empty() {
             return Delegate::for_selection(config, sel);

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use multus::k8s::{Cause, ClientOptions, EventType, K8sError, KubeClient};
 use serde_json::json;
-use testkit::kube_api::{pod_manifest, Fault, KubeApiServer, KubeconfigAuth, LoggedRequest};
+use testkit::kube_api::{
+    pod_manifest, Fault, InCluster, KubeApiServer, KubeconfigAuth, LoggedRequest,
+};
 
 struct Setup {
     server: KubeApiServer,
@@ -525,7 +527,7 @@ fn setup_errors_name_the_kubeconfig() {
 
 /// The in-cluster path, as in a pod: the API server's address in the environment and the
 /// service account's token, CA and namespace under /var/run/secrets. This test runs itself
-/// again in a private mount namespace where /run is a fresh tmpfs holding those files.
+/// again through testkit's in-cluster wrapper (a private mount namespace holding those files).
 #[test]
 fn in_cluster_credentials() -> Result<()> {
     if std::env::var_os("IN_CLUSTER_CHILD").is_some() {
@@ -536,22 +538,16 @@ fn in_cluster_credentials() -> Result<()> {
     }
     let server = KubeApiServer::https()?;
     add_web_pod(&server);
-    let dir = tempfile::tempdir()?;
-    std::fs::write(dir.path().join("token"), server.token())?;
-    std::fs::write(dir.path().join("ca.crt"), server.ca_pem().unwrap())?;
-    std::fs::write(dir.path().join("namespace"), "ns1")?;
-    let script = r#"set -e
-mount -t tmpfs none /run
-mkdir -p /run/secrets/kubernetes.io/serviceaccount
-cp "$SA/token" "$SA/ca.crt" "$SA/namespace" /run/secrets/kubernetes.io/serviceaccount/
-exec "$SELF" in_cluster_credentials --exact --nocapture --test-threads 1"#;
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", script])
-        .env("SA", dir.path())
-        .env("SELF", std::env::current_exe()?)
+    let in_cluster = InCluster::new(&server, "ns1")?;
+    let out = std::process::Command::new(in_cluster.wrap(&std::env::current_exe()?)?)
+        .args([
+            "in_cluster_credentials",
+            "--exact",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
         .env("IN_CLUSTER_CHILD", "1")
-        .env("KUBERNETES_SERVICE_HOST", "127.0.0.1")
-        .env("KUBERNETES_SERVICE_PORT", server.addr().port().to_string())
         .output()?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(

@@ -10,8 +10,11 @@
 //! error replies, dropped connections, and the whole server going down and coming back.
 
 mod http;
+mod in_cluster;
 mod routes;
 mod tls;
+
+pub use in_cluster::InCluster;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -253,12 +256,26 @@ impl KubeApiServer {
 
     /// Stores a NetworkAttachmentDefinition with this spec (e.g. `{"config": "..."}` or `{}`).
     pub fn add_nad(&self, namespace: &str, name: &str, spec: Value) -> Value {
+        self.add_annotated_nad(namespace, name, json!({}), spec)
+    }
+
+    /// [`add_nad`](Self::add_nad) with these `metadata.annotations`.
+    pub fn add_annotated_nad(
+        &self,
+        namespace: &str,
+        name: &str,
+        annotations: Value,
+        spec: Value,
+    ) -> Value {
         let mut nad = json!({
             "apiVersion": format!("{}/v1", routes::NAD_GROUP),
             "kind": "NetworkAttachmentDefinition",
             "metadata": {},
             "spec": spec,
         });
+        if annotations.as_object().is_some_and(|a| !a.is_empty()) {
+            nad["metadata"]["annotations"] = annotations;
+        }
         let mut state = lock(&self.shared.state);
         state.admit(&mut nad, namespace, name);
         state
