@@ -4,6 +4,7 @@
 //! to a delegate means exactly what the user wrote.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -165,33 +166,60 @@ pub struct NetConfList {
     pub disable_gc: bool,
     #[serde(default)]
     pub plugins: Vec<Map<String, Value>>,
+    /// Only the `plugins` written in the list; none from its plugin subdirectory.
+    #[serde(
+        default,
+        skip_serializing_if = "std::ops::Not::not",
+        deserialize_with = "bool_or_string"
+    )]
+    pub load_only_inlined_plugins: bool,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
 
 impl NetConfList {
+    /// A list with its plugins written inline, as a runtime or a NAD hands it over.
     pub fn parse(bytes: &[u8]) -> Result<NetConfList, CniError> {
+        NetConfList::decode(bytes)?.checked()
+    }
+
+    /// A list that lives in the directory `conf_dir`: its inline plugins, then (CNI 1.1)
+    /// those of its plugin subdirectory `<conf_dir>/<name>/`, unless `loadOnlyInlinedPlugins`.
+    pub fn parse_in_dir(bytes: &[u8], conf_dir: &Path) -> Result<NetConfList, CniError> {
+        let mut list = NetConfList::decode(bytes)?;
+        if !list.load_only_inlined_plugins {
+            list.plugins
+                .extend(plugin_configs_in(&conf_dir.join(&list.name))?);
+        }
+        list.checked()
+    }
+
+    fn decode(bytes: &[u8]) -> Result<NetConfList, CniError> {
         let list: NetConfList = serde_json::from_slice(bytes)
             .map_err(|e| CniError::decoding(format!("error parsing configuration list: {e}")))?;
         validate_network_name(&list.name)?;
-        if list.plugins.is_empty() {
+        Ok(list)
+    }
+
+    fn checked(self) -> Result<NetConfList, CniError> {
+        if self.plugins.is_empty() {
             return Err(CniError::invalid_config(format!(
                 "configuration list {:?} has no plugins",
-                list.name
+                self.name
             )));
         }
-        for (i, plugin) in list.plugins.iter().enumerate() {
+        for (i, plugin) in self.plugins.iter().enumerate() {
             match plugin.get("type").and_then(Value::as_str) {
                 Some(t) if !t.is_empty() => {}
                 _ => {
                     return Err(CniError::invalid_config(format!(
                         "plugin {i} of configuration list {:?} has no type",
-                        list.name
+                        self.name
                     )))
                 }
             }
         }
-        Ok(list)
+        Ok(self)
     }
 
     /// The version the list speaks. With `cniVersions`, libcni takes the highest version it
@@ -230,6 +258,49 @@ impl NetConfList {
         }
         Ok(conf)
     }
+}
+
+/// The plugin configs of a plugin subdirectory: its `.conf` files in file-name order, each
+/// one plugin's config. A directory that does not exist holds none; a file that cannot be read
+/// or is not a plugin config is an error naming it.
+pub fn plugin_configs_in(dir: &Path) -> Result<Vec<Map<String, Value>>, CniError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(CniError::io(format!(
+                "cannot list plugin configs in {}: {e}",
+                dir.display()
+            )))
+        }
+    };
+    let mut files: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| !t.is_dir()))
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|ext| ext == "conf"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|file| {
+            let bytes = std::fs::read(file)
+                .map_err(|e| CniError::io(format!("cannot read {}: {e}", file.display())))?;
+            let plugin: Map<String, Value> = serde_json::from_slice(&bytes).map_err(|e| {
+                CniError::decoding(format!(
+                    "plugin config {} is not a JSON object: {e}",
+                    file.display()
+                ))
+            })?;
+            match plugin.get("type").and_then(Value::as_str) {
+                Some(t) if !t.is_empty() => Ok(plugin),
+                _ => Err(CniError::invalid_config(format!(
+                    "plugin config {} has no type",
+                    file.display()
+                ))),
+            }
+        })
+        .collect()
 }
 
 /// libcni reads `disableCheck` and `disableGC` as a bool or as "true"/"false" in any case.

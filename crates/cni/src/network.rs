@@ -78,16 +78,7 @@ impl Network {
             ));
         };
         if object.contains_key("plugins") {
-            let list = NetConfList::parse(bytes)?;
-            return Ok(Network {
-                name: list.name.clone(),
-                version: list.effective_version()?,
-                disable_check: list.disable_check,
-                disable_gc: list.disable_gc,
-                plugins: list.plugins,
-                is_list: true,
-                bytes: bytes.to_vec(),
-            });
+            return Network::from_list(NetConfList::parse(bytes)?, bytes.to_vec());
         }
         let name = object
             .get("name")
@@ -117,6 +108,27 @@ impl Network {
             plugins: vec![object],
             is_list: false,
             bytes: bytes.to_vec(),
+        })
+    }
+
+    /// A config list that lives in `conf_dir`, with the plugins of its plugin subdirectory
+    /// (see [`NetConfList::parse_in_dir`]). The config recorded (and cached) is the whole list.
+    pub fn parse_list_in_dir(bytes: &[u8], conf_dir: &Path) -> Result<Network, CniError> {
+        let list = NetConfList::parse_in_dir(bytes, conf_dir)?;
+        let whole = serde_json::to_vec(&list)
+            .map_err(|e| CniError::internal(format!("cannot encode configuration list: {e}")))?;
+        Network::from_list(list, whole)
+    }
+
+    fn from_list(list: NetConfList, bytes: Vec<u8>) -> Result<Network, CniError> {
+        Ok(Network {
+            name: list.name.clone(),
+            version: list.effective_version()?,
+            disable_check: list.disable_check,
+            disable_gc: list.disable_gc,
+            plugins: list.plugins,
+            is_list: true,
+            bytes,
         })
     }
 

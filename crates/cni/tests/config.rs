@@ -230,3 +230,108 @@ fn net_conf_accessors() {
     let err = parse_plugin_config::<NetConf>(b"[").unwrap_err();
     assert_eq!(err.code, Code::Decoding as u32);
 }
+
+/// A conf dir holding the chain `podnet`'s plugin subdirectory.
+fn plugin_subdir(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("podnet");
+    std::fs::create_dir(&sub).unwrap();
+    for (name, text) in files {
+        std::fs::write(sub.join(name), text).unwrap();
+    }
+    dir
+}
+
+fn types(plugins: &[Map<String, Value>]) -> Vec<&str> {
+    plugins
+        .iter()
+        .map(|p| p["type"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_list_in_a_conf_dir_gets_its_subdirectory_plugins_in_file_name_order() {
+    let dir = plugin_subdir(&[
+        ("20-second.conf", r#"{"type": "second", "keep": 1}"#),
+        ("10-first.conf", r#"{"type": "first"}"#),
+        // Only `.conf` files, and no directories, are plugin configs.
+        ("30-other.json", r#"{"type": "json"}"#),
+        ("40-other.conflist", r#"{"type": "conflist"}"#),
+    ]);
+    std::fs::create_dir(dir.path().join("podnet/50-dir.conf")).unwrap();
+    let list = NetConfList::parse_in_dir(LIST.as_bytes(), dir.path()).unwrap();
+    assert_eq!(
+        types(&list.plugins),
+        ["bridge", "tuning", "firewall", "first", "second"]
+    );
+    assert_eq!(list.plugins[4]["keep"], 1);
+    // The plain parse takes the inline plugins only.
+    let inline = NetConfList::parse(LIST.as_bytes()).unwrap();
+    assert_eq!(types(&inline.plugins), ["bridge", "tuning", "firewall"]);
+
+    // The network records the whole list, so the cache holds every plugin.
+    let network = cni::network::Network::parse_list_in_dir(LIST.as_bytes(), dir.path()).unwrap();
+    let again = cni::network::Network::parse(network.bytes()).unwrap();
+    assert_eq!(
+        types(again.plugins()),
+        ["bridge", "tuning", "firewall", "first", "second"]
+    );
+    assert_eq!(again.name, "podnet");
+    assert_eq!(again.version, Version::V1_0_0);
+
+    // A list may consist of its subdirectory alone.
+    let bare = r#"{"cniVersion": "1.1.0", "name": "podnet"}"#;
+    let list = NetConfList::parse_in_dir(bare.as_bytes(), dir.path()).unwrap();
+    assert_eq!(types(&list.plugins), ["first", "second"]);
+}
+
+#[test]
+fn load_only_inlined_plugins_skips_the_subdirectory() {
+    let dir = plugin_subdir(&[("10-first.conf", r#"{"type": "first"}"#)]);
+    for flag in [json!(true), json!("True")] {
+        let mut list = object(serde_json::from_str(LIST).unwrap());
+        list.insert("loadOnlyInlinedPlugins".into(), flag.clone());
+        let bytes = serde_json::to_vec(&list).unwrap();
+        let list = NetConfList::parse_in_dir(&bytes, dir.path()).unwrap();
+        assert_eq!(
+            types(&list.plugins),
+            ["bridge", "tuning", "firewall"],
+            "{flag}"
+        );
+        assert!(list.load_only_inlined_plugins);
+    }
+    let bare = r#"{"cniVersion": "1.1.0", "name": "podnet", "loadOnlyInlinedPlugins": true}"#;
+    let err = NetConfList::parse_in_dir(bare.as_bytes(), dir.path()).unwrap_err();
+    assert_eq!(err.code, Code::InvalidConfig as u32, "{err}");
+}
+
+#[test]
+fn subdirectory_plugin_errors_name_the_file() {
+    // No subdirectory: nothing added, and a list without plugins is still an error.
+    let empty = tempfile::tempdir().unwrap();
+    let list = NetConfList::parse_in_dir(LIST.as_bytes(), empty.path()).unwrap();
+    assert_eq!(list.plugins.len(), 3);
+    let bare = r#"{"cniVersion": "1.1.0", "name": "podnet"}"#;
+    let err = NetConfList::parse_in_dir(bare.as_bytes(), empty.path()).unwrap_err();
+    assert_eq!(err.code, Code::InvalidConfig as u32);
+
+    let cases: &[(&str, Code, &str)] = &[
+        ("{", Code::Decoding, "is not a JSON object"),
+        ("[1]", Code::Decoding, "is not a JSON object"),
+        (r#"{"name": "x"}"#, Code::InvalidConfig, "has no type"),
+        (r#"{"type": ""}"#, Code::InvalidConfig, "has no type"),
+    ];
+    for (text, code, msg) in cases {
+        let dir = plugin_subdir(&[
+            ("10-good.conf", r#"{"type": "first"}"#),
+            ("20-bad.conf", text),
+        ]);
+        let err = NetConfList::parse_in_dir(LIST.as_bytes(), dir.path()).unwrap_err();
+        assert_eq!(err.code, *code as u32, "{text}: {err}");
+        let file = dir.path().join("podnet/20-bad.conf");
+        assert!(
+            err.msg.contains(&file.display().to_string()) && err.msg.contains(msg),
+            "{text}: {err}"
+        );
+    }
+}

@@ -281,7 +281,12 @@ fn wait_ready(conf: &MultusConf) -> Result<()> {
 pub fn add(inv: &Invocation) -> Result<CniResult> {
     wait_ready(&inv.conf)?;
     let pod = inv.pod()?;
-    let delegates = inv.context(pod.as_ref()).delegates()?;
+    let ctx = inv.context(pod.as_ref());
+    let mut delegates = ctx.delegates()?;
+    // The auxiliary chain runs last. It makes no interface of its own: an empty result of it
+    // shows nothing in network-status (as upstream).
+    let auxiliary = delegates.len();
+    delegates.extend(ctx.auxiliary_chain()?);
     // Everything that can be refused is refused before anything runs.
     let mut ifnames: Vec<String> = Vec::with_capacity(delegates.len());
     for (index, d) in delegates.iter().enumerate() {
@@ -333,13 +338,15 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
         match attach(inv, &pod_ns, d, index, ifname) {
             Ok((result, entry)) => {
                 writers.spawn(inv.conf.cni_dir.clone(), entry);
-                let device_info = inv.device_info(pod.as_ref(), d, ifname);
-                let mut entries =
-                    status::entries(&result, &d.name, ifname, index == 0, &d.default_route);
-                for status_entry in &mut entries {
-                    status_entry.device_info.clone_from(&device_info);
+                if index < auxiliary || !(result.interfaces.is_empty() && result.ips.is_empty()) {
+                    let device_info = inv.device_info(pod.as_ref(), d, ifname);
+                    let mut entries =
+                        status::entries(&result, &d.name, ifname, index == 0, &d.default_route);
+                    for status_entry in &mut entries {
+                        status_entry.device_info.clone_from(&device_info);
+                    }
+                    statuses.extend(entries);
                 }
-                statuses.extend(entries);
                 results.push(result);
             }
             Err(e) => return fail(writers, &delegates[..=index], e),
@@ -511,7 +518,15 @@ fn rebuild(inv: &Invocation) -> Result<Vec<Delegate>> {
     let ctx = inv.context(pod);
     if pod.is_some() {
         match ctx.delegates() {
-            Ok(delegates) => return Ok(delegates),
+            Ok(mut delegates) => {
+                match ctx.auxiliary_chain() {
+                    Ok(chain) => delegates.extend(chain),
+                    Err(e) => tracing::error!(
+                        "no delegate cache, and the auxiliary chain cannot be loaded ({e}): it is not deleted"
+                    ),
+                }
+                return Ok(delegates);
+            }
             Err(e) => tracing::error!(
                 "no delegate cache, and the pod's networks cannot be resolved ({e}): only the cluster network and defaultNetworks are deleted"
             ),

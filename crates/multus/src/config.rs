@@ -57,6 +57,9 @@ pub struct MultusConf {
     pub delegates: Vec<Map<String, Value>>,
     pub cluster_network: String,
     pub default_networks: Vec<String>,
+    /// The network whose plugins, from `<dir of clusterNetwork>/<name>/`, run after every
+    /// other delegate behind `passthru`.
+    pub auxiliary_cni_chain_name: Option<String>,
     pub kubeconfig: Option<PathBuf>,
     pub log_file: Option<PathBuf>,
     pub log_level: LogLevel,
@@ -130,14 +133,13 @@ impl MultusConf {
                 .collect::<Result<_>>()?,
             Some(_) => return Err(Error::config("delegates", "must be a list of configs")),
         };
-        if keys
+        let auxiliary_cni_chain_name = keys
             .string("auxiliaryCNIChainName")?
-            .is_some_and(|s| !s.is_empty())
-        {
-            return Err(Error::config(
-                "auxiliaryCNIChainName",
-                "auxiliary CNI chains are not supported",
-            ));
+            .filter(|s| !s.is_empty());
+        if let Some(name) = &auxiliary_cni_chain_name {
+            // It names a directory: nothing that could step out of the conf dir.
+            cni::config::validate_network_name(name)
+                .map_err(|e| Error::config("auxiliaryCNIChainName", format!("{name:?}: {e}")))?;
         }
         let cluster_network = keys.string("clusterNetwork")?.unwrap_or_default();
         if delegates.is_empty() && cluster_network.is_empty() {
@@ -181,6 +183,7 @@ impl MultusConf {
             delegates,
             cluster_network,
             default_networks: keys.string_list("defaultNetworks")?,
+            auxiliary_cni_chain_name,
             kubeconfig: path("kubeconfig")?,
             log_file: path("logFile")?,
             log_level,

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use cni::network::Network;
 use serde_json::Value;
 
 use crate::api::{Api, EventKind, Nad, Pod};
@@ -48,6 +49,44 @@ impl Context<'_> {
         Ok(delegates)
     }
 
+    /// `auxiliaryCNIChainName`: a list named after the chain, `passthru` first, then the
+    /// plugins of the chain's directory next to `clusterNetwork` (upstream builds it the same
+    /// way). It runs after every other delegate; `None` when the directory holds no plugins.
+    pub fn auxiliary_chain(&self) -> Result<Option<Delegate>> {
+        let Some(chain) = &self.conf.auxiliary_cni_chain_name else {
+            return Ok(None);
+        };
+        let cluster = &self.conf.cluster_network;
+        // The directory part, as upstream takes it (a trailing `/` names the directory itself).
+        let dir = match cluster.rfind('/') {
+            Some(0) => "/",
+            Some(end) => &cluster[..end],
+            None => {
+                return Err(Error::config(
+                    "auxiliaryCNIChainName",
+                    format!(
+                        "the chain's directory is found next to clusterNetwork, so clusterNetwork must be a path, not {cluster:?}"
+                    ),
+                ))
+            }
+        };
+        let list = serde_json::json!({
+            "cniVersion": self.conf.cni_version,
+            "name": chain,
+            "plugins": [{"type": "passthru", "name": "passthru-cni"}],
+        });
+        let network = Network::parse_list_in_dir(list.to_string().as_bytes(), Path::new(dir))
+            .map_err(|source| Error::Network {
+                network: format!("auxiliaryCNIChainName {chain:?}"),
+                source: Box::new(source),
+            })?;
+        if network.plugins().len() < 2 {
+            tracing::debug!("auxiliary chain {chain:?}: no plugins in {dir}/{chain}");
+            return Ok(None);
+        }
+        Delegate::from_config(network.bytes(), chain).map(Some)
+    }
+
     fn annotation(&self, key: &str) -> Option<&str> {
         self.pod?.annotations.get(key).map(String::as_str)
     }
@@ -80,8 +119,21 @@ impl Context<'_> {
                     Error::config(key, format!("no .conf or .conflist file in {reference}"))
                 })?
             } else {
-                std::fs::read(path)
-                    .map_err(|e| Error::config(key, format!("cannot read {reference}: {e}")))?
+                let bytes = std::fs::read(path)
+                    .map_err(|e| Error::config(key, format!("cannot read {reference}: {e}")))?;
+                if reference.ends_with(".conflist") {
+                    // A conflist file gets the plugins of its plugin subdirectory (CNI 1.1),
+                    // as upstream loads it.
+                    let dir = path.parent().unwrap_or(Path::new("."));
+                    let network = Network::parse_list_in_dir(&bytes, dir).map_err(|source| {
+                        Error::Network {
+                            network: reference.to_owned(),
+                            source: Box::new(source),
+                        }
+                    })?;
+                    return Delegate::from_config(network.bytes(), reference);
+                }
+                bytes
             };
             return Delegate::from_config(&bytes, reference);
         }

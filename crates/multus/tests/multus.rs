@@ -6,6 +6,9 @@
 mod common;
 
 use std::fs;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use common::{Sandbox, CONTAINER_ID};
 use serde_json::{json, Value};
@@ -396,7 +399,7 @@ fn a_log_file_past_max_size_is_rotated() {
     let conf = sb.multus(
         "1.0.0",
         vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
-        json!({"logFile": log, "logOptions": {"maxSize": 1, "maxBackups": 2}}),
+        json!({"logFile": log, "logOptions": {"maxSize": 1, "maxBackups": 2, "compress": false}}),
     );
     sb.cmd("ADD", &conf).ok();
     assert_eq!(
@@ -414,4 +417,141 @@ fn a_log_file_past_max_size_is_rotated() {
         .contains("ADD network=cluster"));
     sb.cmd("DEL", &conf).ok();
     sb.assert_clean("after DEL");
+}
+
+fn gunzip(path: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(fs::File::open(path).unwrap())
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(data).unwrap();
+    enc.finish().unwrap()
+}
+
+/// The files next to the log, by name.
+fn log_files(sb: &Sandbox) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(sb.dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with("multus.log"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A `multus.log` of just over 1 MB whose lines can be recognised, and a multus config that
+/// logs there with `log_options` (`maxSize` 1). Returns the log, its content and the config.
+fn past_max_size(sb: &Sandbox, log_options: Value) -> (PathBuf, Vec<u8>, String) {
+    let log = sb.dir.path().join("multus.log");
+    let mut old = Vec::new();
+    let mut i = 0;
+    while old.len() <= 1 << 20 {
+        old.extend_from_slice(format!("old line {i}\n").as_bytes());
+        i += 1;
+    }
+    fs::write(&log, &old).unwrap();
+    let mut options = json!({"maxSize": 1});
+    if let (Value::Object(o), Value::Object(extra)) = (&mut options, log_options) {
+        o.extend(extra);
+    }
+    let conf = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
+        json!({"logFile": log, "logOptions": options}),
+    );
+    (log, old, conf)
+}
+
+#[test]
+fn with_compress_the_rotated_log_is_gzip_and_older_backups_of_either_form_count() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path();
+    // `compress` is on by default, as upstream's.
+    let (log, old, conf) = past_max_size(&sb, json!({"maxBackups": 3, "maxAge": 5}));
+    // Backups from earlier rotations: one compressed, one from a time without compression,
+    // one past maxAge.
+    fs::write(dir.join("multus.log.1.gz"), gzip(b"first")).unwrap();
+    fs::write(dir.join("multus.log.2"), b"second").unwrap();
+    let stale = fs::File::create(dir.join("multus.log.3.gz")).unwrap();
+    stale
+        .set_modified(SystemTime::now() - Duration::from_secs(7 * 86_400))
+        .unwrap();
+    sb.cmd("ADD", &conf).ok();
+    assert_eq!(
+        log_files(&sb),
+        [
+            "multus.log",
+            "multus.log.1.gz",
+            "multus.log.2.gz",
+            "multus.log.3.gz"
+        ]
+    );
+    assert_eq!(gunzip(&dir.join("multus.log.1.gz")), old);
+    assert_eq!(gunzip(&dir.join("multus.log.2.gz")), b"first");
+    // Left uncompressed by an earlier rotation, compressed by this one.
+    assert_eq!(gunzip(&dir.join("multus.log.3.gz")), b"second");
+    assert!(fs::read_to_string(&log)
+        .unwrap()
+        .contains("ADD network=cluster"));
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after DEL");
+}
+
+#[test]
+fn a_backup_that_cannot_be_compressed_is_kept_whole_and_the_call_succeeds() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path();
+    let (log, old, conf) = past_max_size(&sb, json!({"compress": true}));
+    // The compressed file's temporary name is taken by a directory.
+    fs::create_dir(dir.join("multus.log.1.gz.tmp")).unwrap();
+    sb.cmd("ADD", &conf).ok();
+    assert_eq!(log_files(&sb), ["multus.log", "multus.log.1"]);
+    assert_eq!(fs::read(dir.join("multus.log.1")).unwrap(), old);
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("cannot compress") && text.contains("kept uncompressed"),
+        "{text}"
+    );
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after DEL");
+}
+
+#[test]
+fn many_multus_processes_rotate_the_log_once_and_lose_no_line() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path();
+    let (log, old, conf) = past_max_size(&sb, json!({}));
+    // DELs of containers that were never added: each logs its delegate's DEL. They all find
+    // the log due for rotation and wait for the lock on its directory, held here until they
+    // have had time to get there.
+    let ids: Vec<String> = (0..8).map(|i| format!("rotate{i:02}")).collect();
+    let dir_lock = fs::File::open(dir).unwrap();
+    dir_lock.lock().unwrap();
+    std::thread::scope(|s| {
+        for id in &ids {
+            let mut call = sb.call("DEL", &conf);
+            call.container_id.clone_from(id);
+            let sb = &sb;
+            s.spawn(move || sb.run(&call).ok());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        dir_lock.unlock().unwrap();
+    });
+    assert_eq!(log_files(&sb), ["multus.log", "multus.log.1.gz"]);
+    assert_eq!(gunzip(&dir.join("multus.log.1.gz")), old);
+    let text = fs::read_to_string(&log).unwrap();
+    for id in &ids {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(&format!("container={id}")) && l.contains("DEL")),
+            "no DEL line of {id} in {text}"
+        );
+    }
 }

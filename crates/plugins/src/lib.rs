@@ -1,4 +1,4 @@
-//! Interface plugins (bridge, macvlan, ipvlan) and the table of plugins in the `cni-plugins`
+//! Interface plugins (bridge, macvlan, ipvlan), passthru, and the table of plugins in the `cni-plugins`
 //! multi-call binary.
 
 pub mod bridge;
@@ -9,6 +9,7 @@ pub mod ipvlan;
 mod mac;
 pub mod macvlan;
 mod master;
+pub mod passthru;
 mod sublink;
 mod sys;
 
@@ -64,6 +65,12 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Ipam,
         about: "dhcp IPAM: leases from a DHCP server, held by `dhcp daemon`",
         plugin: &ipam::dhcp::Dhcp,
+    },
+    Entry {
+        name: "passthru",
+        kind: Kind::Interface,
+        about: "passthru: returns an empty result; first in multus's auxiliary CNI chain",
+        plugin: &passthru::Passthru,
     },
 ];
 

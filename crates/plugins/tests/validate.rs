@@ -214,3 +214,10 @@ fn dhcp() {
         "no-such-option",
     );
 }
+
+#[test]
+fn passthru() {
+    passes("passthru", "");
+    // passthru has no options, so it minds none.
+    passes("passthru", r#","anything":{"at":"all"}"#);
+}

@@ -23,13 +23,14 @@ pub const LAN_BRIDGE: &str = "lan0";
 const LAN_GATEWAY: &str = "198.18.0.1/24";
 const NODE_UPLINK_ADDR: &str = "198.18.0.2/24";
 /// The plugin names the `cni-plugins` binary answers to.
-const PLUGINS: [&str; 6] = [
+const PLUGINS: [&str; 7] = [
     "bridge",
     "macvlan",
     "ipvlan",
     "host-local",
     "static",
     "dhcp",
+    "passthru",
 ];
 const ROLES: [&str; 3] = ["pod", "node", "lan"];
 
