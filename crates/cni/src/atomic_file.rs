@@ -1,6 +1,7 @@
-//! Replacing a file so that readers see the old content or the new, never a torn or empty file:
-//! a private temp file in the same directory, synced, renamed over the old one, and the
-//! directory synced so the rename survives a crash.
+//! Replacing a file so that every reader sees the old content or the new, never a torn file:
+//! a private temp file in the same directory, renamed over the old one. [`write`] also waits
+//! until the file and the rename are on disk; [`place`] leaves that to the caller, so the wait
+//! can overlap other work.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -8,23 +9,61 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Writes `bytes` to `path` atomically, the new file having permission bits `mode`.
+/// Writes `bytes` to `path` atomically, the new file having permission bits `mode`, and
+/// returns once it survives a machine crash.
 pub fn write(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    put(path, bytes, mode, true)?;
+    sync_dir(path)
+}
+
+/// Puts `bytes` at `path` atomically for every process at once, without waiting for the disk:
+/// until [`Placed::sync`] returns, a machine crash may lose the file or leave it empty.
+pub fn place(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<Placed> {
+    let file = put(path, bytes, mode, false)?;
+    Ok(Placed {
+        file,
+        path: path.to_owned(),
+    })
+}
+
+/// The temp file, written (and synced first when `sync` is set), renamed to `path`.
+fn put(path: &Path, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<File> {
     let tmp = temp_path(path);
-    let written = OpenOptions::new()
+    let put = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(bytes)?;
-            f.sync_all()
-        })
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = written {
+        .and_then(|mut file| {
+            file.write_all(bytes)?;
+            if sync {
+                file.sync_all()?;
+            }
+            std::fs::rename(&tmp, path)?;
+            Ok(file)
+        });
+    if put.is_err() {
         let _ = std::fs::remove_file(&tmp);
-        return Err(e);
     }
+    put
+}
+
+/// A file [`place`]d but maybe not yet on disk.
+#[derive(Debug)]
+pub struct Placed {
+    file: File,
+    path: PathBuf,
+}
+
+impl Placed {
+    /// Waits until the file's content and its name are on disk.
+    pub fn sync(self) -> std::io::Result<()> {
+        self.file.sync_all()?;
+        sync_dir(&self.path)
+    }
+}
+
+fn sync_dir(path: &Path) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -67,6 +106,19 @@ mod tests {
         assert_eq!(mode, 0o600);
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1);
+    }
+
+    #[test]
+    fn place_replaces_content_at_once_and_sync_completes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cache");
+        std::fs::write(&path, b"old").unwrap();
+        let placed = place(&path, b"new", 0o600).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        placed.sync().unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -76,8 +76,10 @@ fn results_dir(cache_dir: &Path) -> PathBuf {
     cache_dir.join("results")
 }
 
-/// Writes the attachment's file atomically: a private temp file in the same directory, synced,
-/// then renamed over the old one. Directories are created 0700 and the file 0600, as libcni does.
+/// Writes the attachment's file atomically: a private temp file in the same directory, renamed
+/// over the old one. It is not synced to disk (neither is libcni's): a machine crash that loses
+/// it only costs DEL its prevResult, and the interface is gone with the crash anyway.
+/// Directories are created 0700 and the file 0600, as libcni does.
 pub fn write(cache_dir: &Path, attachment: &CachedAttachment) -> Result<(), CniError> {
     let path = file_path(
         cache_dir,
@@ -105,10 +107,13 @@ pub fn write(cache_dir: &Path, attachment: &CachedAttachment) -> Result<(), CniE
         .mode(0o700)
         .create(&dir)
         .map_err(|e| io_err("create", &dir, e))?;
-    crate::atomic_file::write(&path, &bytes, 0o600).map_err(|e| io_err("write", &path, e))
+    crate::atomic_file::place(&path, &bytes, 0o600)
+        .map(drop)
+        .map_err(|e| io_err("write", &path, e))
 }
 
-/// Reads one attachment's file; `None` when there is none.
+/// Reads one attachment's file; `None` when there is none, or when it is empty: written but
+/// lost to a machine crash before it reached the disk.
 pub fn read(
     cache_dir: &Path,
     network: &str,
@@ -117,6 +122,7 @@ pub fn read(
 ) -> Result<Option<CachedAttachment>, CniError> {
     let path = file_path(cache_dir, network, container_id, ifname)?;
     match std::fs::read(&path) {
+        Ok(bytes) if bytes.is_empty() => Ok(None),
         Ok(bytes) => parse(&path, &bytes).map(Some),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(CniError::io(format!("cannot read {}: {e}", path.display()))),
@@ -127,6 +133,11 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<CachedAttachment, CniError> {
     let corrupt = |why: String| {
         CniError::decoding(format!("corrupt CNI cache file {}: {why}", path.display()))
     };
+    if bytes.is_empty() {
+        return Err(corrupt(
+            "empty: written, but lost to a machine crash before it reached the disk".to_owned(),
+        ));
+    }
     let file: CacheFile<CachedAttachment> =
         serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
     if file.kind != KIND {

@@ -126,8 +126,13 @@ pub fn validate_main(plugin: &dyn Plugin, stdin: &mut dyn Read, stdout: &mut dyn
     }
 }
 
+/// One write of the whole document: stdout is line-buffered, and a reader gets it at once.
 fn print_json(out: &mut dyn Write, value: &serde_json::Value) -> bool {
-    serde_json::to_writer_pretty(&mut *out, value).is_ok() && writeln!(out).is_ok()
+    let Ok(mut text) = serde_json::to_vec_pretty(value) else {
+        return false;
+    };
+    text.push(b'\n');
+    out.write_all(&text).and_then(|()| out.flush()).is_ok()
 }
 
 fn run(

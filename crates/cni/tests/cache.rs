@@ -156,6 +156,24 @@ fn a_missing_file_is_none_and_remove_is_idempotent() {
 }
 
 #[test]
+fn an_empty_file_left_by_a_machine_crash_reads_as_none_and_list_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results");
+    fs::create_dir(&results).unwrap();
+    let file = results.join("podnet-c0ffee-eth0");
+    fs::write(&file, b"").unwrap();
+    assert_eq!(
+        cache::read(dir.path(), "podnet", "c0ffee", "eth0").unwrap(),
+        None
+    );
+    let listed = cache::list(dir.path()).unwrap();
+    assert_eq!(listed.len(), 1);
+    let err = listed[0].as_ref().unwrap_err();
+    assert!(err.msg.contains(&file.display().to_string()), "{err}");
+    assert!(err.msg.contains("empty"), "{err}");
+}
+
+#[test]
 fn a_corrupt_file_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let results = dir.path().join("results");

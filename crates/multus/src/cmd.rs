@@ -310,15 +310,12 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
     for (d, ifname) in delegates.iter().zip(&ifnames) {
         free_ifname(&pod_ns, d, ifname)?;
     }
-    delegate::save_cache(&inv.conf.cni_dir, &inv.args.container_id, &delegates)?;
+    let cache_sync = delegate::save_cache(&inv.conf.cni_dir, &inv.args.container_id, &delegates)?;
 
     let mut results: Vec<CniResult> = Vec::with_capacity(delegates.len());
     let mut statuses: Vec<NetworkStatus> = Vec::new();
-    let mut writers = CacheWriters::default();
-    // On a failure: the cache writes finish (so none lands after the undo), every delegate
-    // that ran is deleted again, and the pod gets a warning.
-    let fail = |writers: CacheWriters, ran: &[Delegate], e: Error| {
-        let _ = writers.finish();
+    // On a failure: every delegate that ran is deleted again, and the pod gets a warning.
+    let fail = |ran: &[Delegate], e: Error| {
         undo(inv, ran);
         inv.event(
             pod.as_ref(),
@@ -332,12 +329,11 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
         // A name already taken is refused before the delegate runs: its DEL would remove the
         // interface that was there.
         if let Err(e) = free_ifname(&pod_ns, d, ifname) {
-            return fail(writers, &delegates[..index], e);
+            return fail(&delegates[..index], e);
         }
         inv.copy_device_info(pod.as_ref(), d, ifname);
         match attach(inv, &pod_ns, d, index, ifname) {
-            Ok((result, entry)) => {
-                writers.spawn(inv.conf.cni_dir.clone(), entry);
+            Ok(result) => {
                 if index < auxiliary || !(result.interfaces.is_empty() && result.ips.is_empty()) {
                     let device_info = inv.device_info(pod.as_ref(), d, ifname);
                     let mut entries =
@@ -349,10 +345,9 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
                 }
                 results.push(result);
             }
-            Err(e) => return fail(writers, &delegates[..=index], e),
+            Err(e) => return fail(&delegates[..=index], e),
         }
     }
-    // The status write overlaps the last cache writes; both must succeed.
     let written = match (inv.api, pod.as_ref()) {
         (Some(api), Some(pod)) if !inv.is_system_namespace() => {
             let annotations = BTreeMap::from([(
@@ -363,7 +358,8 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
         }
         _ => Ok(()),
     };
-    if let Err(e) = writers.finish().and(written) {
+    // Success is reported only once the delegate cache is on disk.
+    if let Err(e) = written.and_then(|()| cache_sync.wait()) {
         undo(inv, &delegates);
         return Err(e);
     }
@@ -391,15 +387,15 @@ fn free_ifname(pod_ns: &PodNetns, d: &Delegate, ifname: &str) -> Result<()> {
     Ok(())
 }
 
-/// ADD of one delegate, with its `default-route` applied; returns the result and its cache
-/// entry.
+/// ADD of one delegate, with its `default-route` applied; the result is cached as libcni
+/// caches it.
 fn attach(
     inv: &Invocation,
     pod_ns: &PodNetns,
     d: &Delegate,
     index: usize,
     ifname: &str,
-) -> Result<(CniResult, cni::cache::CachedAttachment)> {
+) -> Result<CniResult> {
     let cni_args = inv.k8s.for_delegate(d);
     let caps = inv.capability_args(d, index, ifname);
     let att = inv.attachment(ifname, &cni_args, &caps);
@@ -422,33 +418,8 @@ fn attach(
         // The cache holds the routes the interface really has, for DEL and CHECK.
         entry.result = Some(result.to_value(d.network.version)?);
     }
-    Ok((result, entry))
-}
-
-/// The delegates' result cache entries, each written (and synced) on its own thread while
-/// the next delegate runs: the syncs overlap instead of adding up.
-#[derive(Default)]
-struct CacheWriters(Vec<std::thread::JoinHandle<std::result::Result<(), CniError>>>);
-
-impl CacheWriters {
-    fn spawn(&mut self, dir: PathBuf, entry: cni::cache::CachedAttachment) {
-        self.0
-            .push(std::thread::spawn(move || cni::cache::write(&dir, &entry)));
-    }
-
-    /// Waits for every write; the first failure is returned.
-    fn finish(self) -> Result<()> {
-        let mut first = Ok(());
-        for handle in self.0 {
-            let outcome = handle
-                .join()
-                .unwrap_or_else(|_| Err(CniError::internal("a cache writer panicked")));
-            if let (Err(e), Ok(())) = (outcome, &first) {
-                first = Err(Error::from(e));
-            }
-        }
-        first
-    }
+    cni::cache::write(&inv.conf.cni_dir, &entry)?;
+    Ok(result)
 }
 
 /// Rolls back a failed ADD: DEL of `delegates` in reverse order, then the delegate cache.
@@ -473,9 +444,9 @@ pub fn del(inv: &Invocation) -> Result<()> {
     let dir = &inv.conf.cni_dir;
     let id = &inv.args.container_id;
     let mut errors = Vec::new();
-    let (delegates, cached) = match delegate::load_cache(dir, id, &inv.conf.cni_version) {
-        Ok(Some(delegates)) => (delegates, true),
-        Ok(None) => (rebuild(inv)?, false),
+    let delegates = match delegate::load_cache(dir, id, &inv.conf.cni_version) {
+        Ok(Some(delegates)) => delegates,
+        Ok(None) => rebuild(inv)?,
         Err(e) => {
             tracing::error!("{e}; deleting what can be known without it");
             errors.push(match (delegate::quarantine_cache(dir, id), e) {
@@ -488,11 +459,12 @@ pub fn del(inv: &Invocation) -> Result<()> {
                 },
                 (_, e) => e,
             });
-            (rebuild(inv)?, false)
+            rebuild(inv)?
         }
     };
     let failures = inv.del_each(&delegates);
-    if cached && (failures.is_empty() || !inv.conf.retry_delete_on_error) {
+    // Also removes an empty cache, which load_cache reads as none.
+    if failures.is_empty() || !inv.conf.retry_delete_on_error {
         delegate::remove_cache(dir, id)?;
     }
     errors.extend(failures);

@@ -355,8 +355,9 @@ fn cache_error(path: &Path, msg: impl std::fmt::Display) -> Error {
     }
 }
 
-/// Writes the delegate list atomically, so DEL never finds a torn file.
-pub fn save_cache(cni_dir: &Path, container_id: &str, delegates: &[Delegate]) -> Result<()> {
+/// Puts the delegate list in place atomically, so DEL never finds a torn file; it is synced to
+/// disk on a thread of its own while the delegates run, and [`CacheSync::wait`] waits for that.
+pub fn save_cache(cni_dir: &Path, container_id: &str, delegates: &[Delegate]) -> Result<CacheSync> {
     let path = cache_path(cni_dir, container_id);
     let entries: Vec<CachedDelegate> = delegates
         .iter()
@@ -368,12 +369,31 @@ pub fn save_cache(cni_dir: &Path, container_id: &str, delegates: &[Delegate]) ->
         .mode(0o700)
         .create(cni_dir)
         .map_err(|e| cache_error(cni_dir, format!("cannot create: {e}")))?;
-    cni::atomic_file::write(&path, &bytes, 0o600)
-        .map_err(|e| cache_error(&path, format!("cannot write: {e}")))
+    let placed = cni::atomic_file::place(&path, &bytes, 0o600)
+        .map_err(|e| cache_error(&path, format!("cannot write: {e}")))?;
+    let syncing = std::thread::spawn(move || {
+        placed
+            .sync()
+            .map_err(|e| cache_error(&path, format!("cannot sync to disk: {e}")))
+    });
+    Ok(CacheSync(syncing))
 }
 
-/// Reads the delegate list; `None` when there is no file. A file that cannot be read or
-/// decoded is an error naming it.
+/// A delegate cache on its way to disk.
+pub struct CacheSync(std::thread::JoinHandle<Result<()>>);
+
+impl CacheSync {
+    /// Returns once the cache survives a machine crash.
+    pub fn wait(self) -> Result<()> {
+        self.0.join().unwrap_or_else(|_| {
+            Err(cni::CniError::internal("the delegate cache sync panicked").into())
+        })
+    }
+}
+
+/// Reads the delegate list; `None` when there is no file, or an empty one (written, but lost
+/// to a machine crash before it reached the disk). A file that cannot be read or decoded is an
+/// error naming it.
 pub fn load_cache(
     cni_dir: &Path,
     container_id: &str,
@@ -385,6 +405,13 @@ pub fn load_cache(
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(cache_error(&path, format!("cannot read: {e}"))),
     };
+    if bytes.is_empty() {
+        tracing::warn!(
+            "delegate cache {} is empty: lost to a machine crash before it reached the disk",
+            path.display()
+        );
+        return Ok(None);
+    }
     let entries: Vec<CachedDelegate> =
         serde_json::from_slice(&bytes).map_err(|e| cache_error(&path, format!("corrupt: {e}")))?;
     if entries.is_empty() {

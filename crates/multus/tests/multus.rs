@@ -187,6 +187,21 @@ fn a_corrupt_cache_is_reported_and_moved_aside_and_the_next_del_succeeds() {
 }
 
 #[test]
+fn an_empty_cache_left_by_a_machine_crash_is_no_cache_and_del_says_so() {
+    let sb = Sandbox::new();
+    let conf = three_networks(&sb, "1.0.0", json!({}));
+    sb.cmd("ADD", &conf).ok();
+    let cache = sb.cni_dir().join(CONTAINER_ID);
+    fs::write(&cache, b"").unwrap();
+    let out = sb.cmd("DEL", &conf);
+    out.ok();
+    assert!(out.stderr.contains("is empty"), "{}", out.stderr);
+    assert!(out.stderr.contains("no delegate cache"), "{}", out.stderr);
+    assert!(!sb.cni_dir().join("corrupt").exists());
+    sb.assert_clean("after DEL with an empty cache");
+}
+
+#[test]
 fn del_works_from_a_cache_file_in_upstream_format() {
     let sb = Sandbox::new();
     let conf = three_networks(&sb, "1.0.0", json!({}));
