@@ -3,7 +3,6 @@
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod as KubePod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::{Api, EventKind, Nad, Pod};
@@ -90,14 +89,11 @@ impl Api for KubeApi {
     }
 
     fn event(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) -> Result<()> {
-        let object = KubePod {
-            metadata: ObjectMeta {
-                namespace: Some(pod.namespace.clone()),
-                name: Some(pod.name.clone()),
-                uid: Some(pod.uid.clone()),
-                ..ObjectMeta::default()
-            },
-            ..KubePod::default()
+        let object = ObjectMeta {
+            namespace: Some(pod.namespace.clone()),
+            name: Some(pod.name.clone()),
+            uid: Some(pod.uid.clone()),
+            ..ObjectMeta::default()
         };
         let kind = match kind {
             EventKind::Normal => EventType::Normal,

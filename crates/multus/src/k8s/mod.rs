@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::{ApiResource, GroupVersionKind, NotUsed, Object};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind, NotUsed, Object};
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use error::{Call, Cause, K8sError};
@@ -215,11 +215,22 @@ impl KubeClient {
         })
     }
 
-    pub fn get_pod(&self, namespace: &str, name: &str) -> Result<Pod, K8sError> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+    /// The pod: its metadata typed, the rest (`spec`, `status`) as JSON in `data`.
+    pub fn get_pod(&self, namespace: &str, name: &str) -> Result<DynamicObject, K8sError> {
+        let api = self.pods(namespace);
         self.run(call("get", "pods", namespace, Some(name)), false, || {
             api.get(name)
         })
+    }
+
+    /// Pods untyped: multus reads their metadata only, and typed pods would carry a decoder
+    /// for every field of a pod's spec and status into the binary.
+    fn pods(&self, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &ApiResource::erase::<Pod>(&()),
+        )
     }
 
     pub fn get_nad(
@@ -280,7 +291,7 @@ impl KubeClient {
         uid: Option<&str>,
         annotations: &BTreeMap<String, String>,
     ) -> Result<(), K8sError> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let api = self.pods(namespace);
         let mut metadata = serde_json::json!({ "annotations": annotations });
         if let Some(uid) = uid {
             // The API server takes a UID in a patch as a precondition.
@@ -298,13 +309,13 @@ impl KubeClient {
     /// Records an event on the pod. It has reached the API server when this returns `Ok`.
     pub fn record_event(
         &self,
-        pod: &Pod,
+        pod: &ObjectMeta,
         event_type: EventType,
         reason: &str,
         message: &str,
     ) -> Result<(), K8sError> {
-        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let namespace = pod.namespace.clone().unwrap_or_default();
+        let pod_name = pod.name.clone().unwrap_or_default();
         let now = k8s_openapi::jiff::Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
@@ -318,8 +329,8 @@ impl KubeClient {
                 kind: Some("Pod".into()),
                 namespace: Some(namespace.clone()),
                 name: Some(pod_name),
-                uid: pod.metadata.uid.clone(),
-                resource_version: pod.metadata.resource_version.clone(),
+                uid: pod.uid.clone(),
+                resource_version: pod.resource_version.clone(),
                 field_path: None,
             },
             reason: Some(reason.to_string()),
