@@ -330,7 +330,12 @@ fn event_whose_reply_was_lost_is_not_an_error() -> Result<()> {
     // The first create is stored but its reply is lost; the retry meets AlreadyExists, which
     // means the event is there.
     s.server.inject(Fault::LoseReply, 1);
-    client.record_event(&pod.metadata, EventType::Normal, "AddedInterface", "Add net1")?;
+    client.record_event(
+        &pod.metadata,
+        EventType::Normal,
+        "AddedInterface",
+        "Add net1",
+    )?;
     assert_eq!(s.server.events().len(), 1);
     let served: Vec<(u16, bool)> = s
         .requests_to("/api/v1/namespaces/ns1/events")

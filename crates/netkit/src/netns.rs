@@ -89,6 +89,26 @@ impl NetNs {
         })
     }
 
+    /// Makes `cmd`'s process join this namespace between fork and exec.
+    pub fn enter_on_exec(&self, cmd: &mut std::process::Command) -> Result<()> {
+        use std::os::unix::process::CommandExt;
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| Error::io(format!("duplicating {}", self.path.display()), e))?;
+        // SAFETY: the closure only calls setns(2), which is async-signal-safe; `file` is moved
+        // into it and stays open until exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Ok(())
+    }
+
     /// Whether both handles refer to the same namespace.
     pub fn is_same(&self, other: &NetNs) -> bool {
         match (fstat(&self.file), fstat(&other.file)) {

@@ -1,5 +1,3 @@
-use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -110,18 +108,9 @@ impl Netns {
 
     /// Makes `cmd` join this namespace between fork and exec.
     pub fn enter_on_exec(&self, cmd: &mut Command) {
-        use std::os::unix::process::CommandExt;
-        let file = File::open(self.path()).expect("open netns");
-        // SAFETY: the closure only calls setns(2), which is async-signal-safe; `file` is moved
-        // into the closure and stays open until exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        netkit::NetNs::open(self.path())
+            .and_then(|ns| ns.enter_on_exec(cmd))
+            .expect("open netns");
     }
 }
 

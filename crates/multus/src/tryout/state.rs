@@ -2,7 +2,6 @@
 //! compared before ADD and after DEL; and running commands inside a namespace.
 
 use std::collections::BTreeSet;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::Command;
 
@@ -13,20 +12,9 @@ use super::Error;
 
 /// A command whose process joins `ns` before it execs.
 pub fn command_in(ns: &NetNs, program: &str) -> Result<Command, Error> {
-    use std::os::unix::process::CommandExt;
-    let file = std::fs::File::open(ns.path())
-        .map_err(|e| Error::Sandbox(format!("opening {}: {e}", ns.path().display())))?;
     let mut cmd = Command::new(program);
-    // SAFETY: the closure only calls setns(2), which is async-signal-safe; `file` is moved
-    // into it and stays open until exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    ns.enter_on_exec(&mut cmd)
+        .map_err(|e| Error::Sandbox(e.to_string()))?;
     Ok(cmd)
 }
 
