@@ -509,6 +509,50 @@ fn token_file_wins_over_an_inline_token() -> Result<()> {
     Ok(())
 }
 
+/// A kubeconfig as people write them: YAML, two documents, and files named relative to it.
+#[test]
+fn yaml_kubeconfig_with_relative_files_and_two_documents() -> Result<()> {
+    let server = KubeApiServer::https()?;
+    add_web_pod(&server);
+    let dir = tempfile::tempdir()?;
+    std::fs::create_dir(dir.path().join("creds"))?;
+    std::fs::write(
+        dir.path().join("creds/ca.crt"),
+        server.ca_pem().unwrap_or_default(),
+    )?;
+    write_token(&dir.path().join("creds/token"), &server.token())?;
+    let kubeconfig = dir.path().join("multus.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority: creds/ca.crt\nusers:\n- name: multus\n  user:\n    tokenFile: creds/token\n---\ncontexts:\n- name: multus\n  context:\n    cluster: local\n    user: multus\ncurrent-context: multus\n",
+            server.url()
+        ),
+    )?;
+    let client = KubeClient::new(&ClientOptions {
+        kubeconfig: Some(kubeconfig.clone()),
+        ..ClientOptions::default()
+    })?;
+    assert_eq!(
+        client.get_pod("ns1", "web")?.metadata.name.as_deref(),
+        Some("web")
+    );
+
+    std::fs::write(&kubeconfig, "clusters: [unclosed")?;
+    let err = KubeClient::new(&ClientOptions {
+        kubeconfig: Some(kubeconfig.clone()),
+        ..ClientOptions::default()
+    })
+    .err()
+    .expect("setup fails");
+    assert!(
+        err.to_string()
+            .contains(&format!("{} is not a kubeconfig", kubeconfig.display())),
+        "{err}"
+    );
+    Ok(())
+}
+
 #[test]
 fn setup_errors_name_the_kubeconfig() {
     let err = KubeClient::new(&ClientOptions {

@@ -412,11 +412,61 @@ async fn load_config(
 ) -> Result<kube::Config, Box<dyn std::error::Error + Send + Sync>> {
     Ok(match kubeconfig {
         Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)?;
+            let kubeconfig = read_kubeconfig(path)?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
         }
         None => kube::Config::incluster()?,
     })
+}
+
+/// Reads a kubeconfig file: its YAML documents merged, and the files it names by relative
+/// paths taken relative to its directory, as client-go does. (Parsed here with the YAML
+/// library multus already carries, rather than kube's own, which would double the YAML code
+/// in the binary.)
+fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, Box<dyn std::error::Error + Send + Sync>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let absolute = |file: &mut Option<String>| {
+        if let Some(file) = file
+            .as_mut()
+            .filter(|f| Path::new(f.as_str()).is_relative())
+        {
+            *file = dir.join(file.as_str()).display().to_string();
+        }
+    };
+    let mut merged: Option<Kubeconfig> = None;
+    for document in serde_norway::Deserializer::from_str(&text) {
+        let mut config = Kubeconfig::deserialize(document)
+            .map_err(|e| format!("{} is not a kubeconfig: {e}", path.display()))?;
+        for cluster in config
+            .clusters
+            .iter_mut()
+            .filter_map(|c| c.cluster.as_mut())
+        {
+            absolute(&mut cluster.certificate_authority);
+        }
+        for auth in config
+            .auth_infos
+            .iter_mut()
+            .filter_map(|a| a.auth_info.as_mut())
+        {
+            absolute(&mut auth.client_certificate);
+            absolute(&mut auth.client_key);
+            absolute(&mut auth.token_file);
+            // A bare command name is looked up in PATH.
+            if let Some(exec) = auth.exec.as_mut() {
+                if exec.command.as_ref().is_some_and(|c| c.contains('/')) {
+                    absolute(&mut exec.command);
+                }
+            }
+        }
+        merged = Some(match merged {
+            Some(earlier) => earlier.merge(config)?,
+            None => config,
+        });
+    }
+    Ok(merged.unwrap_or_default())
 }
 
 fn truncate(s: &str, max: usize) -> &str {
