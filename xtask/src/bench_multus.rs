@@ -62,6 +62,15 @@ impl Bench {
         )
     }
 
+    /// The same three networks inline, without an API: what multus costs without Kubernetes.
+    fn inline_conf(&self) -> String {
+        let delegates: Vec<Value> = self.networks().into_iter().map(|(n, _)| n).collect();
+        json!({"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus",
+            "cniDir": self.dir.path().join("multus"), "binDir": self.plugins.path(),
+            "delegates": delegates})
+        .to_string()
+    }
+
     /// A call for container `id` of the API's pod `id`.
     fn call(&self, command: &str, conf: &str, id: &str, ifname: &str, pod: &Netns) -> CniCall {
         let mut call = CniCall::new(command, conf);
@@ -106,12 +115,14 @@ pub fn run(args: &[String]) -> Result<()> {
         .chain((0..(cycles / 20).max(3)).flat_map(|r| (0..50).map(move |i| format!("par{r}-{i}"))))
         .collect();
     let conf = bench.multus_conf(&api, &pod_names)?;
+    let inline_conf = bench.inline_conf();
     let bridge = bench.plugins.path().join("bridge");
     let pod = Netns::new("bench-mpod");
 
     let (mut via_multus, mut direct) = (Vec::new(), Vec::new());
     let (mut direct_add, mut direct_del) = (Vec::new(), Vec::new());
     let (mut multus_add, mut multus_del) = (Vec::new(), Vec::new());
+    let mut inline_add = Vec::new();
     let mut rss = 0i64;
     for i in 0..cycles {
         let id = format!("bm{i}");
@@ -121,6 +132,10 @@ pub fn run(args: &[String]) -> Result<()> {
             rss = rss.max(a.max_rss_kb).max(d.max_rss_kb);
             multus_add.push(a.elapsed);
             multus_del.push(d.elapsed);
+            let inline_id = format!("{id}-inline");
+            let call = |command| bench.call(command, &inline_conf, &inline_id, "eth0", &pod);
+            inline_add.push(bench.run(&bench.multus, &call("ADD"))?.elapsed);
+            bench.run(&bench.multus, &call("DEL"))?;
             Ok(a.elapsed + d.elapsed)
         };
         let mut one_direct = || -> Result<Duration> {
@@ -151,6 +166,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let (d, d90) = measure::percentiles(&mut direct);
     let (ma, ma90) = measure::percentiles(&mut multus_add);
     let (md, md90) = measure::percentiles(&mut multus_del);
+    let (ia, ia90) = measure::percentiles(&mut inline_add);
     let (da, da90) = measure::percentiles(&mut direct_add);
     let (dd, dd90) = measure::percentiles(&mut direct_del);
 
@@ -193,6 +209,11 @@ pub fn run(args: &[String]) -> Result<()> {
     println!(
         "| multus's own time per ADD (difference of medians) | {:.2} | |",
         ma - da
+    );
+    println!("| multus ADD without an API (the same networks inline) | {ia:.2} | {ia90:.2} |");
+    println!(
+        "| multus's own time per ADD without an API (difference of medians) | {:.2} | |",
+        ia - da
     );
     println!("| multus DEL | {md:.2} | {md90:.2} |");
     println!("| the 3 delegates' DELs called directly | {dd:.2} | {dd90:.2} |");
