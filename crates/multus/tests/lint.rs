@@ -410,7 +410,34 @@ fn ips_and_mac_need_the_capability() {
     files.write("pod.yaml", &pod("p", &json!([{"interface": "net1"}])));
     let run = lint(&["--output", "json", files.path()]);
     assert_eq!(run.status, 2);
-    says(&run.only("annotation"), "no \"name\"");
+    says(&run.only("annotation"), "element 0: missing field `name`");
+
+    // Judged as multus judges it: a MAC multus would refuse is an error here too, in both
+    // forms of the annotation.
+    let short_form = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: lab\n  annotations:\n    k8s.v1.cni.cncf.io/networks: lab/plain@eth0.too-long-for-an-ifname\nspec:\n  containers: []\n";
+    for bad in [
+        pod("p", &json!([{"name": "plain", "mac": "not-a-mac"}])),
+        short_form.to_owned(),
+    ] {
+        let files = Files::new();
+        files.write("pod.yaml", &bad);
+        let run = lint(&["--output", "json", files.path()]);
+        assert_eq!(run.status, 2, "{bad}: {}", run.stdout);
+        says(&run.only("annotation"), "element 0");
+    }
+
+    // An empty annotation selects no network, as in multus.
+    let files = Files::new();
+    files.write(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: lab\n  annotations:\n    k8s.v1.cni.cncf.io/networks: ''\nspec:\n  containers: []\n",
+    );
+    let run = lint(&["--output", "json", files.path()]);
+    assert!(
+        run.findings().iter().all(|f| f["check"] != "annotation"),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]

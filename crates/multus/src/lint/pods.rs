@@ -6,8 +6,7 @@ use serde_json::Value;
 
 use super::network::Network;
 use super::report::{Place, Report, Severity};
-
-pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
+use crate::selection::{self, NETWORKS_ANNOTATION};
 
 /// A pod's or a pod template's metadata, and the YAML key it sits under.
 pub struct PodMeta<'a> {
@@ -16,52 +15,6 @@ pub struct PodMeta<'a> {
     pub meta_path: &'static str,
     pub meta: &'a Value,
     pub namespace: String,
-}
-
-/// One element of the annotation's JSON form that asks for `ips` or `mac`.
-struct Request {
-    namespace: String,
-    name: String,
-    ips: bool,
-    mac: bool,
-}
-
-/// The elements that ask for `ips` or `mac`. Only the JSON form can ask for them; the short
-/// form (`ns/name@if, ...`) asks for nothing checked here.
-fn requests(text: &str, namespace: &str) -> Result<Vec<(usize, Request)>, String> {
-    if !text.trim_start().starts_with('[') {
-        return Ok(Vec::new());
-    }
-    let elements: Vec<Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    for (i, e) in elements.iter().enumerate() {
-        let name = e
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| format!("element {i} has no \"name\""))?;
-        let request = Request {
-            namespace: e
-                .get("namespace")
-                .and_then(Value::as_str)
-                .filter(|n| !n.is_empty())
-                .unwrap_or(namespace)
-                .to_owned(),
-            name: name.to_owned(),
-            ips: e
-                .get("ips")
-                .and_then(Value::as_array)
-                .is_some_and(|a| !a.is_empty()),
-            mac: e
-                .get("mac")
-                .and_then(Value::as_str)
-                .is_some_and(|m| !m.is_empty()),
-        };
-        if request.ips || request.mac {
-            out.push((i, request));
-        }
-    }
-    Ok(out)
 }
 
 /// A pod asking for `ips` or `mac` on a network none of whose plugins declares the capability
@@ -76,14 +29,22 @@ pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, repo
         return;
     };
     let key = format!("{}.annotations[\"{NETWORKS_ANNOTATION}\"]", pod.meta_path);
-    let requests = match requests(text, &pod.namespace) {
-        Ok(r) => r,
+    // Read as multus reads it: what multus would refuse is reported here. An empty
+    // annotation selects nothing.
+    if text.is_empty() {
+        return;
+    }
+    let selections = match selection::parse(NETWORKS_ANNOTATION, text, &pod.namespace) {
+        Ok(selections) => selections,
         Err(e) => {
             report.add(
                 Severity::Error,
                 "annotation",
                 pod.place.at(key),
-                format!("the networks annotation is not valid: {e}"),
+                format!(
+                    "multus refuses the networks annotation: {}",
+                    annotation_error(e)
+                ),
                 "write a JSON list of objects with at least \"name\" (and optionally \
                  \"namespace\", \"interface\", \"ips\", \"mac\"), or the short form \
                  \"ns/name@ifname, ...\"",
@@ -91,6 +52,10 @@ pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, repo
             return;
         }
     };
+    let requests = selections
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.ips.is_empty() || s.mac.is_some());
     for (i, r) in requests {
         let nad = format!("{}/{}", r.namespace, r.name);
         let Some(network) = networks.get(&(r.namespace.clone(), r.name.clone())) else {
@@ -106,7 +71,7 @@ pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, repo
             );
             continue;
         };
-        for (asked, capability) in [(r.ips, "ips"), (r.mac, "mac")] {
+        for (asked, capability) in [(!r.ips.is_empty(), "ips"), (r.mac.is_some(), "mac")] {
             if asked && !network.capabilities.contains(capability) {
                 report.add(
                     Severity::Error,
@@ -124,5 +89,13 @@ pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, repo
                 );
             }
         }
+    }
+}
+
+/// What is wrong with the annotation, without the annotation's name (the place names it).
+fn annotation_error(e: crate::Error) -> String {
+    match e {
+        crate::Error::Annotation { msg, .. } => msg,
+        other => other.to_string(),
     }
 }
