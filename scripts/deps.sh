@@ -11,6 +11,7 @@ packages=(
   systemd              # systemd-socket-activate: the dhcp daemon under socket activation
   podman runc busybox-static  # a real container runtime calling our plugins
   qemu-system-x86 cpio  # cargo xtask vm-test: a Debian kernel with VLAN filtering, ipvlan, 8021q
+  time                 # cargo xtask bench-multus: a call's own peak RSS
 )
 
 missing=()

@@ -110,7 +110,7 @@ pub fn run(args: &[String]) -> Result<()> {
     // The API server listens in the node namespace, where multus runs.
     let node_ns = netkit::NetNs::open(bench.node.path())?;
     let api = node_ns.run(KubeApiServer::https)??;
-    let pod_names: Vec<String> = (0..cycles)
+    let pod_names: Vec<String> = (0..=cycles)
         .map(|i| format!("bm{i}"))
         .chain((0..(cycles / 20).max(3)).flat_map(|r| (0..50).map(move |i| format!("par{r}-{i}"))))
         .collect();
@@ -225,7 +225,20 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("| the delegates directly, ADD + DEL | {d:.2} | {d90:.2} |");
     println!("| 50 pods in parallel, ADD (wall) | {pa:.2} | {pa90:.2} |");
     println!("| 50 pods in parallel, DEL (wall) | {pd:.2} | {pd90:.2} |");
-    println!("\npeak RSS of a multus call (multus or one of its delegates, whichever is larger): {rss} KB");
+    // One more pod, for multus's own peak RSS measured on its own.
+    let id = format!("bm{cycles}");
+    let own_rss = ["ADD", "DEL"]
+        .iter()
+        .map(|command| {
+            let call = bench.call(command, &conf, &id, "eth0", &pod);
+            measure::peak_rss_kb(&bench.multus, &call, &bench.node)
+        })
+        .collect::<Result<Vec<i64>>>()?;
+    println!(
+        "\npeak RSS of multus itself: ADD {} KB, DEL {} KB",
+        own_rss[0], own_rss[1]
+    );
+    println!("peak RSS of a multus call as wait4 reports it (multus, its delegates, and the pages of this benchmark process at fork; an upper bound): {rss} KB");
     println!(
         "multus binary: {} KB",
         std::fs::metadata(&bench.multus)

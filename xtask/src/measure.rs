@@ -16,9 +16,31 @@ pub struct Sample {
     pub stdout: String,
 }
 
-/// Runs `bin` with `call`'s environment inside `node`, timing fork to exit.
+/// Runs `bin` with `call`'s environment inside `node`, timing fork to exit. The sample's
+/// `max_rss_kb` is an upper bound: the kernel counts the pages this process has when it forks
+/// the child (see [`peak_rss_kb`]).
 pub fn run(bin: &Path, call: &CniCall, node: &Netns) -> Result<Sample> {
-    let mut cmd = Command::new(bin);
+    run_command(Command::new(bin), call, node)
+}
+
+/// The peak RSS of one call of `bin` alone, in KB. The call runs under `/usr/bin/time`, whose
+/// own pages are few, so the pages of this (large) process, which the kernel folds into a
+/// child's peak at fork and exec, do not count.
+pub fn peak_rss_kb(bin: &Path, call: &CniCall, node: &Netns) -> Result<i64> {
+    let report = tempfile::NamedTempFile::new()?;
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.arg("-f").arg("%M").arg("-o").arg(report.path()).arg(bin);
+    let sample = run_command(cmd, call, node)?;
+    if !sample.status.success() {
+        bail!("{} {} failed: {}", bin.display(), call.command, sample.stdout);
+    }
+    let text = std::fs::read_to_string(report.path())?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("/usr/bin/time printed {text:?}"))
+}
+
+fn run_command(mut cmd: Command, call: &CniCall, node: &Netns) -> Result<Sample> {
     cmd.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("CNI_COMMAND", &call.command)
@@ -34,7 +56,7 @@ pub fn run(bin: &Path, call: &CniCall, node: &Netns) -> Result<Sample> {
     let start = Instant::now();
     let mut child = cmd
         .spawn()
-        .with_context(|| format!("spawn {}", bin.display()))?;
+        .with_context(|| format!("spawn {:?}", cmd.get_program()))?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(call.stdin.as_bytes());
     }
