@@ -7,6 +7,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod api;
+pub mod checkpoint;
 pub mod cmd;
 pub mod config;
 pub mod delegate;

@@ -1,12 +1,15 @@
 //! Which delegates a pod gets, in order: the cluster network (or the pod's default-network
 //! annotation), the `defaultNetworks`, then the networks the pod's annotation selects.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cni::network::Network;
 use serde_json::Value;
 
 use crate::api::{Api, EventKind, Nad, Pod};
+use crate::checkpoint;
 use crate::config::MultusConf;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
@@ -19,6 +22,108 @@ pub struct Context<'a> {
     pub pod: Option<&'a Pod>,
     /// The pod's namespace from `K8S_POD_NAMESPACE` (known even without the API).
     pub pod_namespace: &'a str,
+    /// The pod's devices, for NADs naming a device plugin resource; `None` where the pod is
+    /// not known.
+    pub devices: Option<PodDevices>,
+}
+
+/// The devices the kubelet allocated to the pod, read from its device checkpoint at the first
+/// NAD that names a resource (only then: a node without device plugins needs no checkpoint),
+/// and handed out one per such network, in the order the pod's networks resolve.
+pub struct PodDevices {
+    checkpoint: PathBuf,
+    pod_uid: String,
+    /// On ADD a network that gets no device fails the pod; on DEL without a delegate cache it
+    /// goes without one.
+    required: bool,
+    /// Per resource, once read.
+    allocated: RefCell<Option<BTreeMap<String, Allocation>>>,
+}
+
+/// The pod's devices of one resource.
+struct Allocation {
+    ids: Vec<String>,
+    /// How many of `ids` networks have got.
+    handed_out: usize,
+}
+
+impl PodDevices {
+    pub fn new(checkpoint: PathBuf, pod_uid: String, required: bool) -> PodDevices {
+        PodDevices {
+            checkpoint,
+            pod_uid,
+            required,
+            allocated: RefCell::new(None),
+        }
+    }
+
+    /// The next device of `resource` for `network`. `None` when there is none left and the
+    /// selection gives its own `deviceID` (`selection_device`), or on DEL; otherwise that is an
+    /// error, where upstream runs the network without a device.
+    fn next(
+        &self,
+        resource: &str,
+        network: &str,
+        selection_device: bool,
+    ) -> Result<Option<String>> {
+        let mut allocated = self.allocated.borrow_mut();
+        if allocated.is_none() {
+            match checkpoint::pod_devices(&self.checkpoint, &self.pod_uid) {
+                Ok(devices) => {
+                    tracing::debug!("devices of pod UID {}: {devices:?}", self.pod_uid);
+                    *allocated = Some(
+                        devices
+                            .into_iter()
+                            .map(|(resource, ids)| (resource, Allocation { ids, handed_out: 0 }))
+                            .collect(),
+                    );
+                }
+                Err(source) if self.required => {
+                    return Err(Error::Checkpoint {
+                        network: network.to_owned(),
+                        source,
+                    })
+                }
+                Err(e) => {
+                    tracing::warn!("network {network}: {e}; it goes without a device");
+                    return Ok(None);
+                }
+            }
+        }
+        let mut count = 0;
+        if let Some(devices) = allocated.as_mut().and_then(|map| map.get_mut(resource)) {
+            count = devices.ids.len();
+            if let Some(id) = devices.ids.get(devices.handed_out) {
+                devices.handed_out += 1;
+                tracing::debug!("network {network}: device {id} of {resource}");
+                return Ok(Some(id.clone()));
+            }
+        }
+        let why = if count == 0 {
+            format!(
+                "the kubelet allocated the pod (UID {}) no device of it",
+                self.pod_uid
+            )
+        } else {
+            format!(
+                "the {count} device(s) of it the kubelet allocated the pod (UID {}) are taken by the pod's networks before this one",
+                self.pod_uid
+            )
+        };
+        let msg = format!(
+            "its NetworkAttachmentDefinition names the resource {resource:?} ({}), but {why} (per {}): request one {resource} per network that uses it in the resources of one of the pod's containers",
+            crate::devinfo::RESOURCE_NAME_ANNOTATION,
+            self.checkpoint.display()
+        );
+        if selection_device || !self.required {
+            tracing::info!("network {network}: {msg}; it goes without one from the kubelet");
+            return Ok(None);
+        }
+        Err(Error::NoDevice {
+            network: network.to_owned(),
+            msg,
+        })
+    }
 }
 
 impl Context<'_> {
@@ -213,15 +318,30 @@ impl Context<'_> {
 
     /// A NAD's delegate, with its resource name; an empty `spec.config` means the network of
     /// that name in `confDir`.
+    /// A NAD naming a resource gets the pod's next device of it (upstream's precedence: over
+    /// the selection's `deviceID`).
     fn delegate_from_nad(&self, nad: &Nad, sel: &Selection) -> Result<Delegate> {
-        let mut d = self.delegate_from_nad_config(&nad.config, sel)?;
+        let device = match (&nad.resource_name, &self.devices) {
+            (Some(resource), Some(devices)) => devices.next(
+                resource,
+                &format!("{}/{}", sel.namespace, sel.name),
+                sel.device_id.is_some(),
+            )?,
+            _ => None,
+        };
+        let mut d = self.delegate_from_nad_config(&nad.config, sel, device.as_deref())?;
         d.resource_name.clone_from(&nad.resource_name);
         Ok(d)
     }
 
-    fn delegate_from_nad_config(&self, config: &str, sel: &Selection) -> Result<Delegate> {
+    fn delegate_from_nad_config(
+        &self,
+        config: &str,
+        sel: &Selection,
+        device: Option<&str>,
+    ) -> Result<Delegate> {
         if !config.trim().is_empty() {
-            return Delegate::for_selection(config, sel);
+            return Delegate::for_selection(config, sel, device);
         }
         let bytes = first_config_in(&self.conf.conf_dir, Some(&sel.name))?.ok_or_else(|| {
             Error::NetworkNotFound(format!(
@@ -233,7 +353,7 @@ impl Context<'_> {
             ))
         })?;
         let text = String::from_utf8_lossy(&bytes);
-        Delegate::for_selection(&text, sel)
+        Delegate::for_selection(&text, sel, device)
     }
 }
 
