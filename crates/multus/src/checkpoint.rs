@@ -53,9 +53,7 @@ enum DeviceIds {
     Plain(Vec<String>),
 }
 
-/// The device IDs of every resource allocated to pod `pod_uid`, over all its containers,
-/// sorted (the order upstream hands them out in) and each once: the kubelet may list a device
-/// of an init container again for an app container, and one device is one network's.
+/// The device IDs of every resource allocated to pod `pod_uid`, over all its containers.
 pub fn pod_devices(
     path: &Path,
     pod_uid: &str,
@@ -79,10 +77,6 @@ pub fn pod_devices(
             None => {}
         }
     }
-    for ids in devices.values_mut() {
-        ids.sort();
-        ids.dedup();
-    }
     Ok(devices)
 }
 
@@ -100,7 +94,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pods_devices_by_resource_sorted_and_once_each() {
+    fn the_pods_devices_by_resource_over_its_containers() {
         let text = serde_json::json!({
             "Data": {
                 "PodDeviceEntries": [
@@ -122,13 +116,14 @@ mod tests {
         assert_eq!(
             devices,
             BTreeMap::from([
-                ("example.com/old".to_owned(), vec!["a".into(), "b".into()]),
+                ("example.com/old".to_owned(), vec!["b".into(), "a".into()]),
                 (
                     "example.com/vf".to_owned(),
                     vec![
                         "0000:03:02.1".into(),
-                        "0000:03:02.2".into(),
-                        "0000:03:02.3".into()
+                        "0000:03:02.3".into(),
+                        "0000:03:02.1".into(),
+                        "0000:03:02.2".into()
                     ]
                 ),
             ])

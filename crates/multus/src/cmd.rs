@@ -1,6 +1,7 @@
 //! The CNI commands. Kubernetes calls happen here and in [`crate::resolve`] only, through
 //! [`Api`]; everything else works on plain data.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -98,17 +99,20 @@ impl Invocation<'_> {
             pod,
             pod_namespace: &self.k8s.namespace,
             // The kubelet's UID: a static pod's differs from its mirror's in the API.
-            devices: pod.map(|pod| {
-                let uid = if self.k8s.uid.is_empty() {
-                    &pod.uid
+            devices: pod.map(|pod| PodDevices {
+                checkpoint: self.conf.kubelet_checkpoint_file.clone(),
+                socket: self.conf.pod_resources_socket.clone(),
+                timeout: self.conf.api_timeout,
+                pod_namespace: pod.namespace.clone(),
+                pod_name: pod.name.clone(),
+                // The kubelet's UID: a static pod's differs from its mirror's in the API.
+                pod_uid: if self.k8s.uid.is_empty() {
+                    pod.uid.clone()
                 } else {
-                    &self.k8s.uid
-                };
-                PodDevices::new(
-                    self.conf.kubelet_checkpoint_file.clone(),
-                    uid.clone(),
-                    devices_required,
-                )
+                    self.k8s.uid.clone()
+                },
+                required: devices_required,
+                allocated: RefCell::default(),
             }),
         }
     }

@@ -52,6 +52,13 @@ pub enum Error {
         #[source]
         source: crate::checkpoint::CheckpointError,
     },
+    /// The kubelet's pod-resources API, asked for a network whose NAD names a resource.
+    #[error("network {network}: {source}")]
+    PodResources {
+        network: String,
+        #[source]
+        source: crate::pod_resources::PodResourcesError,
+    },
     /// A network whose NAD names a device plugin resource, with no device of it for the pod.
     #[error("network {network}: {msg}")]
     NoDevice { network: String, msg: String },
@@ -102,7 +109,7 @@ impl Error {
                 source.code
             }
             Error::Cache { .. } | Error::Checkpoint { .. } => Code::Io as u32,
-            Error::Api(_) => Code::TryAgainLater as u32,
+            Error::Api(_) | Error::PodResources { .. } => Code::TryAgainLater as u32,
             Error::NotReady(_) => Code::PluginNotAvailable as u32,
             Error::UidMismatch { .. } => Code::UnknownContainer as u32,
             Error::Netlink(_) => Code::Io as u32,

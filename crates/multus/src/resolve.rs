@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use cni::network::Network;
 use serde_json::Value;
@@ -13,6 +14,7 @@ use crate::checkpoint;
 use crate::config::MultusConf;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
+use crate::pod_resources;
 use crate::selection::{self, Selection};
 
 /// Everything the resolution reads.
@@ -27,34 +29,70 @@ pub struct Context<'a> {
     pub devices: Option<PodDevices>,
 }
 
-/// The devices the kubelet allocated to the pod, read from its device checkpoint at the first
-/// NAD that names a resource (only then: a node without device plugins needs no checkpoint),
-/// and handed out one per such network, in the order the pod's networks resolve.
+/// The devices the kubelet allocated to the pod, asked of its pod-resources API when the
+/// socket is there (as upstream), else read from its device checkpoint; at the first NAD that
+/// names a resource only (a node without device plugins needs neither). They are handed out
+/// one per such network, in the order the pod's networks resolve.
 pub struct PodDevices {
-    checkpoint: PathBuf,
-    pod_uid: String,
+    pub checkpoint: PathBuf,
+    pub socket: PathBuf,
+    pub timeout: Duration,
+    pub pod_namespace: String,
+    pub pod_name: String,
+    /// The kubelet's UID of the pod (the checkpoint's key).
+    pub pod_uid: String,
     /// On ADD a network that gets no device fails the pod; on DEL without a delegate cache it
     /// goes without one.
-    required: bool,
-    /// Per resource, once read.
-    allocated: RefCell<Option<BTreeMap<String, Allocation>>>,
+    pub required: bool,
+    /// Per resource, once read, and what they were read from.
+    pub allocated: RefCell<Option<(BTreeMap<String, Allocation>, String)>>,
 }
 
 /// The pod's devices of one resource.
-struct Allocation {
+pub struct Allocation {
     ids: Vec<String>,
     /// How many of `ids` networks have got.
     handed_out: usize,
 }
 
 impl PodDevices {
-    pub fn new(checkpoint: PathBuf, pod_uid: String, required: bool) -> PodDevices {
-        PodDevices {
-            checkpoint,
-            pod_uid,
-            required,
-            allocated: RefCell::new(None),
-        }
+    /// The pod's devices by resource, sorted (the order upstream hands them out in) and each
+    /// once: the kubelet may list an init container's device again for an app container, and
+    /// one device is one network's. Also says where they came from.
+    fn read(&self, network: &str) -> Result<(BTreeMap<String, Allocation>, String)> {
+        let (devices, source) = if self.socket.exists() {
+            let devices = pod_resources::pod_devices(
+                &self.socket,
+                &self.pod_namespace,
+                &self.pod_name,
+                self.timeout,
+            )
+            .map_err(|source| Error::PodResources {
+                network: network.to_owned(),
+                source,
+            })?;
+            let source = format!("the kubelet's pod-resources API {}", self.socket.display());
+            (devices, source)
+        } else {
+            let devices =
+                checkpoint::pod_devices(&self.checkpoint, &self.pod_uid).map_err(|source| {
+                    Error::Checkpoint {
+                        network: network.to_owned(),
+                        source,
+                    }
+                })?;
+            (devices, self.checkpoint.display().to_string())
+        };
+        tracing::debug!("devices of the pod per {source}: {devices:?}");
+        let allocated = devices
+            .into_iter()
+            .map(|(resource, mut ids)| {
+                ids.sort();
+                ids.dedup();
+                (resource, Allocation { ids, handed_out: 0 })
+            })
+            .collect();
+        Ok((allocated, source))
     }
 
     /// The next device of `resource` for `network`. `None` when there is none left and the
@@ -68,30 +106,20 @@ impl PodDevices {
     ) -> Result<Option<String>> {
         let mut allocated = self.allocated.borrow_mut();
         if allocated.is_none() {
-            match checkpoint::pod_devices(&self.checkpoint, &self.pod_uid) {
-                Ok(devices) => {
-                    tracing::debug!("devices of pod UID {}: {devices:?}", self.pod_uid);
-                    *allocated = Some(
-                        devices
-                            .into_iter()
-                            .map(|(resource, ids)| (resource, Allocation { ids, handed_out: 0 }))
-                            .collect(),
-                    );
-                }
-                Err(source) if self.required => {
-                    return Err(Error::Checkpoint {
-                        network: network.to_owned(),
-                        source,
-                    })
-                }
+            match self.read(network) {
+                Ok(read) => *allocated = Some(read),
+                Err(e) if self.required => return Err(e),
                 Err(e) => {
-                    tracing::warn!("network {network}: {e}; it goes without a device");
+                    tracing::warn!("{e}; the network goes without a device");
                     return Ok(None);
                 }
             }
         }
+        let Some((allocated, source)) = allocated.as_mut() else {
+            return Ok(None);
+        };
         let mut count = 0;
-        if let Some(devices) = allocated.as_mut().and_then(|map| map.get_mut(resource)) {
+        if let Some(devices) = allocated.get_mut(resource) {
             count = devices.ids.len();
             if let Some(id) = devices.ids.get(devices.handed_out) {
                 devices.handed_out += 1;
@@ -111,9 +139,8 @@ impl PodDevices {
             )
         };
         let msg = format!(
-            "its NetworkAttachmentDefinition names the resource {resource:?} ({}), but {why} (per {}): request one {resource} per network that uses it in the resources of one of the pod's containers",
+            "its NetworkAttachmentDefinition names the resource {resource:?} ({}), but {why} (per {source}): request one {resource} per network that uses it in the resources of one of the pod's containers",
             crate::devinfo::RESOURCE_NAME_ANNOTATION,
-            self.checkpoint.display()
         );
         if selection_device || !self.required {
             tracing::info!("network {network}: {msg}; it goes without one from the kubelet");

@@ -2,7 +2,8 @@
 //! server, with small delegates that write the device-info file they are given (as SR-IOV or
 //! userspace CNI plugins do), a device plugin's file for the NAD's resource, and `deviceInfoDir`
 //! pointing into the test's own directory; and device IDs from the kubelet's device
-//! checkpoint (`kubeletCheckpointFile`, also in the test's directory) for NADs naming a resource.
+//! checkpoint (`kubeletCheckpointFile`, also in the test's directory) or its pod-resources API
+//! (testkit's fake on `podResourcesSocket`) for NADs naming a resource.
 
 #![allow(clippy::unwrap_used)]
 
@@ -14,6 +15,7 @@ use std::path::{Path, PathBuf};
 use common::{Sandbox, CONTAINER_ID, POD_NAME, POD_NS, POD_UID};
 use serde_json::{json, Value};
 use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth, Scheme};
+use testkit::pod_resources::{Allocation, Answer, PodResourcesServer};
 use testkit::CniOutput;
 
 const STATUS: &str = "k8s.v1.cni.cncf.io/network-status";
@@ -70,6 +72,8 @@ impl Setup {
                 "kubeconfig": kubeconfig,
                 "deviceInfoDir": sb.dir.path().join("devinfo"),
                 "kubeletCheckpointFile": sb.dir.path().join("kubelet_internal_checkpoint"),
+                // Not there unless a test starts the API: the checkpoint is read.
+                "podResourcesSocket": sb.dir.path().join("kubelet.sock"),
                 "apiTimeoutSeconds": 2,
                 "apiRetries": 1,
             }),
@@ -95,6 +99,11 @@ impl Setup {
                                    "RegisteredDevices": {RESOURCE: ["0000:03:02.0"]}},
                           "Checksum": 1_234_567});
         fs::write(self.checkpoint_path(), file.to_string()).unwrap();
+    }
+
+    /// The kubelet's pod-resources API on `podResourcesSocket`, answering `answer`.
+    fn pod_resources(&self, answer: Answer) -> PodResourcesServer {
+        PodResourcesServer::start(&self.sb.dir.path().join("kubelet.sock"), answer).unwrap()
     }
 
     /// The config a delegate got on stdin.
@@ -468,4 +477,69 @@ fn del_without_a_cache_deletes_a_network_whose_device_the_kubelet_forgot() {
     assert_eq!(s.calls()[2..], ["DEL net1 none", "DEL eth0 none"]);
     assert!(s.stdin("writer", "DEL", "net1").get("deviceID").is_none());
     s.sb.assert_clean("after DEL");
+}
+
+fn allocation(namespace: &str, pod: &str, container: &str, device_ids: &[&str]) -> Allocation {
+    Allocation {
+        namespace: namespace.to_owned(),
+        pod: pod.to_owned(),
+        container: container.to_owned(),
+        resource: RESOURCE.to_owned(),
+        device_ids: device_ids.iter().map(|id| (*id).to_owned()).collect(),
+    }
+}
+
+#[test]
+fn the_pod_resources_api_is_asked_when_its_socket_is_there() {
+    // The checkpoint would give one device; the API, which wins, two.
+    let s = sriov_pod("sriov, sriov2", &["sriov", "sriov2"], &["0000:03:02.1"]);
+    let api = s.pod_resources(Answer::Allocations(vec![
+        allocation(POD_NS, POD_NAME, "b", &["0000:03:02.6"]),
+        allocation("other", POD_NAME, "app", &["0000:03:02.3"]),
+        allocation(POD_NS, POD_NAME, "a", &["0000:03:02.5"]),
+    ]));
+    let first = s.dp_file("0000:03:02.5");
+    s.cmd("ADD").ok();
+    assert_eq!(api.calls(), ["/v1.PodResourcesLister/List"]);
+    assert_eq!(s.stdin("writer", "ADD", "net1")["deviceID"], "0000:03:02.5");
+    assert_eq!(s.stdin("writer", "ADD", "net2")["deviceID"], "0000:03:02.6");
+    assert_eq!(s.network_status()[1]["device-info"], first);
+    s.del_leaves_nothing();
+    // DEL works from the cache and asks nothing.
+    assert_eq!(api.calls().len(), 1);
+    assert_eq!(s.stdin("writer", "DEL", "net2")["deviceID"], "0000:03:02.6");
+}
+
+#[test]
+fn a_failing_pod_resources_api_fails_add_naming_it() {
+    let s = sriov_pod("sriov", &["sriov"], &["0000:03:02.1"]);
+    let socket = s.sb.dir.path().join("kubelet.sock");
+    let api = s.pod_resources(Answer::Error(14, "the kubelet is shutting down".into()));
+    let msg = assert_refused(
+        &s,
+        11,
+        &format!(
+            "network default/sriov: kubelet pod-resources API {}: ",
+            socket.display()
+        ),
+    );
+    assert!(
+        msg.ends_with("List failed with gRPC status 14: the kubelet is shutting down"),
+        "{msg}"
+    );
+    drop(api);
+
+    // A socket file nothing listens on.
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    drop(listener);
+    let msg = assert_refused(
+        &s,
+        11,
+        &format!(
+            "network default/sriov: kubelet pod-resources API {}: cannot connect: ",
+            socket.display()
+        ),
+    );
+    assert!(msg.contains("refused"), "{msg}");
+    fs::remove_file(&socket).unwrap();
 }
