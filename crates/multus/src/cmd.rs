@@ -1,6 +1,7 @@
 //! The CNI commands. Kubernetes calls happen here and in [`crate::resolve`] only, through
 //! [`Api`]; everything else works on plain data.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use crate::config::MultusConf;
 use crate::delegate::{self, Delegate};
 use crate::devinfo;
 use crate::error::{Error, Result};
-use crate::resolve::Context;
+use crate::resolve::{Context, PodDevices};
 use crate::route::{self, DefaultRouteChange, PodNetns};
 use crate::status::{self, NetworkStatus};
 
@@ -89,12 +90,30 @@ pub struct Invocation<'a> {
 }
 
 impl Invocation<'_> {
-    fn context<'b>(&'b self, pod: Option<&'b Pod>) -> Context<'b> {
+    /// What resolves the pod's delegates. With `devices_required`, a network whose NAD names
+    /// a resource and that gets no device of it fails (ADD); without, it goes without (DEL).
+    fn context<'b>(&'b self, pod: Option<&'b Pod>, devices_required: bool) -> Context<'b> {
         Context {
             conf: &self.conf,
             api: self.api,
             pod,
             pod_namespace: &self.k8s.namespace,
+            // The kubelet's UID: a static pod's differs from its mirror's in the API.
+            devices: pod.map(|pod| PodDevices {
+                checkpoint: self.conf.kubelet_checkpoint_file.clone(),
+                socket: self.conf.pod_resources_socket.clone(),
+                timeout: self.conf.api_timeout,
+                pod_namespace: pod.namespace.clone(),
+                pod_name: pod.name.clone(),
+                // The kubelet's UID: a static pod's differs from its mirror's in the API.
+                pod_uid: if self.k8s.uid.is_empty() {
+                    pod.uid.clone()
+                } else {
+                    self.k8s.uid.clone()
+                },
+                required: devices_required,
+                allocated: RefCell::default(),
+            }),
         }
     }
 
@@ -281,7 +300,7 @@ fn wait_ready(conf: &MultusConf) -> Result<()> {
 pub fn add(inv: &Invocation) -> Result<CniResult> {
     wait_ready(&inv.conf)?;
     let pod = inv.pod()?;
-    let ctx = inv.context(pod.as_ref());
+    let ctx = inv.context(pod.as_ref(), true);
     let mut delegates = ctx.delegates()?;
     // The auxiliary chain runs last. It makes no interface of its own: an empty result of it
     // shows nothing in network-status (as upstream).
@@ -487,7 +506,7 @@ fn rebuild(inv: &Invocation) -> Result<Vec<Delegate>> {
         }
     };
     let pod = pod.as_ref();
-    let ctx = inv.context(pod);
+    let ctx = inv.context(pod, false);
     if pod.is_some() {
         match ctx.delegates() {
             Ok(mut delegates) => {
@@ -557,7 +576,7 @@ pub fn status(inv: &Invocation) -> Result<()> {
             )));
         }
     }
-    let cluster = inv.context(None).cluster_networks()?;
+    let cluster = inv.context(None, false).cluster_networks()?;
     let d = cluster
         .first()
         .ok_or_else(|| Error::config("delegates", "no cluster network"))?;
@@ -581,7 +600,7 @@ pub fn gc(inv: &Invocation) -> Result<()> {
     let dir = &inv.conf.cni_dir;
     let mut errors = Vec::new();
     let mut expanded: Vec<GcAttachment> = valid.clone();
-    let mut networks: Vec<Delegate> = inv.context(None).cluster_networks()?;
+    let mut networks: Vec<Delegate> = inv.context(None, false).cluster_networks()?;
     let mut stale = Vec::new();
     for id in delegate::cached_containers(dir)? {
         let delegates = match delegate::load_cache(dir, &id, &inv.conf.cni_version) {

@@ -53,6 +53,12 @@ pub struct MultusConf {
     pub bin_dir: PathBuf,
     /// `deviceInfoDir` (ours): where device-info files live, `dp/` and `cni/`.
     pub device_info_dir: PathBuf,
+    /// `kubeletCheckpointFile` (ours): the kubelet device manager's checkpoint, read for NADs
+    /// that name a device plugin resource.
+    pub kubelet_checkpoint_file: PathBuf,
+    /// `podResourcesSocket` (ours): the kubelet's pod-resources API, preferred over the
+    /// checkpoint when it exists.
+    pub pod_resources_socket: PathBuf,
     /// Inline delegates: the first is the cluster network. Used when `clusterNetwork` is empty.
     pub delegates: Vec<Map<String, Value>>,
     pub cluster_network: String,
@@ -180,6 +186,10 @@ impl MultusConf {
             bin_dir: path("binDir")?.unwrap_or_else(|| DEFAULT_BIN_DIR.into()),
             device_info_dir: path("deviceInfoDir")?
                 .unwrap_or_else(|| crate::devinfo::DEFAULT_DIR.into()),
+            kubelet_checkpoint_file: path("kubeletCheckpointFile")?
+                .unwrap_or_else(|| crate::checkpoint::DEFAULT_PATH.into()),
+            pod_resources_socket: path("podResourcesSocket")?
+                .unwrap_or_else(|| crate::pod_resources::DEFAULT_SOCKET.into()),
             delegates,
             cluster_network,
             default_networks: keys.string_list("defaultNetworks")?,

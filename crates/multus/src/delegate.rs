@@ -61,8 +61,14 @@ impl Delegate {
     }
 
     /// The delegate for a selection whose NAD config is `config`: the NAD's name is injected
-    /// when the config has none, `cni-args` go to every plugin as `args.cni`.
-    pub fn for_selection(config: &str, selection: &Selection) -> Result<Delegate> {
+    /// when the config has none, `cni-args` go to every plugin as `args.cni`, and a device the
+    /// kubelet allocated for the NAD's resource to every plugin as `deviceID` and `pciBusID`
+    /// (upstream's keys); that device wins over the selection's `deviceID`, as upstream.
+    pub fn for_selection(
+        config: &str,
+        selection: &Selection,
+        allocated_device: Option<&str>,
+    ) -> Result<Delegate> {
         let origin = format!("{}/{}", selection.namespace, selection.name);
         let bad = |msg: String| Error::Network {
             network: origin.clone(),
@@ -80,18 +86,15 @@ impl Delegate {
         if !has_name {
             value.insert("name".into(), selection.name.clone().into());
         }
-        if let Some(args) = &selection.cni_args {
-            let is_list = value.contains_key("plugins");
-            match value.get_mut("plugins") {
-                Some(Value::Array(plugins)) => {
-                    for plugin in plugins.iter_mut().filter_map(Value::as_object_mut) {
-                        inject_cni_args(plugin, args);
-                    }
-                }
-                _ if !is_list => inject_cni_args(&mut value, args),
-                _ => {}
+        for_each_plugin(&mut value, |plugin| {
+            if let Some(args) = &selection.cni_args {
+                inject_cni_args(plugin, args);
             }
-        }
+            if let Some(id) = allocated_device {
+                plugin.insert("deviceID".into(), id.into());
+                plugin.insert("pciBusID".into(), id.into());
+            }
+        });
         let bytes = serde_json::to_vec(&value).map_err(|e| bad(e.to_string()))?;
         let mut delegate = Delegate::from_config(&bytes, &origin)?;
         delegate.name = origin;
@@ -99,7 +102,9 @@ impl Delegate {
         delegate.mac = selection.mac.clone();
         delegate.ips = selection.ips.clone();
         delegate.infiniband_guid = selection.infiniband_guid.clone();
-        delegate.device_id = selection.device_id.clone();
+        delegate.device_id = allocated_device
+            .map(str::to_owned)
+            .or_else(|| selection.device_id.clone());
         delegate.port_mappings = selection.port_mappings.clone();
         delegate.bandwidth = selection.bandwidth.clone();
         delegate.default_route = selection.default_route.clone();
@@ -170,6 +175,18 @@ impl Delegate {
             }
         }
         Ok(())
+    }
+}
+
+/// Runs `f` on a conf, or on every plugin of a conflist.
+fn for_each_plugin(config: &mut Map<String, Value>, mut f: impl FnMut(&mut Map<String, Value>)) {
+    match config.get_mut("plugins") {
+        Some(Value::Array(plugins)) => plugins
+            .iter_mut()
+            .filter_map(Value::as_object_mut)
+            .for_each(f),
+        Some(_) => {}
+        None => f(config),
     }
 }
 

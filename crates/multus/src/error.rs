@@ -45,6 +45,23 @@ pub enum Error {
         ifname: String,
         msg: String,
     },
+    /// The kubelet's device checkpoint, read for a network whose NAD names a resource.
+    #[error("network {network}: {source}")]
+    Checkpoint {
+        network: String,
+        #[source]
+        source: crate::checkpoint::CheckpointError,
+    },
+    /// The kubelet's pod-resources API, asked for a network whose NAD names a resource.
+    #[error("network {network}: {source}")]
+    PodResources {
+        network: String,
+        #[source]
+        source: crate::pod_resources::PodResourcesError,
+    },
+    /// A network whose NAD names a device plugin resource, with no device of it for the pod.
+    #[error("network {network}: {msg}")]
+    NoDevice { network: String, msg: String },
     /// The delegate cache in cniDir.
     #[error("delegate cache {path}: {msg}")]
     Cache { path: String, msg: String },
@@ -86,12 +103,13 @@ impl Error {
             | Error::Annotation { .. }
             | Error::NetworkNotFound(_)
             | Error::Isolation { .. }
-            | Error::Request { .. } => Code::InvalidConfig as u32,
+            | Error::Request { .. }
+            | Error::NoDevice { .. } => Code::InvalidConfig as u32,
             Error::Network { source, .. } | Error::Delegate { source, .. } | Error::Cni(source) => {
                 source.code
             }
-            Error::Cache { .. } => Code::Io as u32,
-            Error::Api(_) => Code::TryAgainLater as u32,
+            Error::Cache { .. } | Error::Checkpoint { .. } => Code::Io as u32,
+            Error::Api(_) | Error::PodResources { .. } => Code::TryAgainLater as u32,
             Error::NotReady(_) => Code::PluginNotAvailable as u32,
             Error::UidMismatch { .. } => Code::UnknownContainer as u32,
             Error::Netlink(_) => Code::Io as u32,

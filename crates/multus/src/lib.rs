@@ -7,6 +7,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod api;
+pub mod checkpoint;
 pub mod cmd;
 pub mod config;
 pub mod delegate;
@@ -17,6 +18,7 @@ pub mod k8s;
 mod kube_api;
 pub mod lint;
 pub mod log;
+pub mod pod_resources;
 pub mod resolve;
 pub mod route;
 pub mod selection;

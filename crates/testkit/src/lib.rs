@@ -1,6 +1,6 @@
 //! Test support: network namespaces owned by a test, running CNI plugin binaries exactly as a
-//! container runtime does (env, stdin, stdout, exit code), and a Kubernetes API test server
-//! ([`kube_api`]).
+//! container runtime does (env, stdin, stdout, exit code), a Kubernetes API test server
+//! ([`kube_api`]), and a fake kubelet pod-resources API ([`pod_resources`]).
 //!
 //! Nothing here touches the machine's root network namespace: plugins run with their process
 //! moved into a "node" namespace that the test created. DHCP servers and daemons run there too.
@@ -9,6 +9,7 @@ pub mod dhcp;
 pub mod kube_api;
 mod netns;
 mod plugin;
+pub mod pod_resources;
 pub mod podman;
 
 pub use netns::{delete_all_of_this_process, Netns};
