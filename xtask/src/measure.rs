@@ -29,10 +29,19 @@ pub fn run(bin: &Path, call: &CniCall, node: &Netns) -> Result<Sample> {
 pub fn peak_rss_kb(bin: &Path, call: &CniCall, node: &Netns) -> Result<i64> {
     let report = tempfile::NamedTempFile::new()?;
     let mut cmd = Command::new("/usr/bin/time");
-    cmd.arg("-f").arg("%M").arg("-o").arg(report.path()).arg(bin);
+    cmd.arg("-f")
+        .arg("%M")
+        .arg("-o")
+        .arg(report.path())
+        .arg(bin);
     let sample = run_command(cmd, call, node)?;
     if !sample.status.success() {
-        bail!("{} {} failed: {}", bin.display(), call.command, sample.stdout);
+        bail!(
+            "{} {} failed: {}",
+            bin.display(),
+            call.command,
+            sample.stdout
+        );
     }
     let text = std::fs::read_to_string(report.path())?;
     text.trim()
