@@ -164,22 +164,13 @@ pub fn run(args: &[String]) -> Result<()> {
     let rounds = (cycles / 20).max(3);
     for round in 0..rounds {
         for (s, side) in sides.iter().enumerate() {
-            let start = Instant::now();
-            std::thread::scope(|scope| -> Result<()> {
-                let handles: Vec<_> = pods
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        let call = side.call("ADD", BRIDGE_V4, &format!("par-{round}-{i}"), p);
-                        scope.spawn(move || side.run("bridge", &call))
-                    })
-                    .collect();
-                for h in handles {
-                    h.join().map_err(|_| anyhow::anyhow!("thread panicked"))??;
-                }
-                Ok(())
+            let (elapsed, _) = measure::at_once(&pods, |i, p| {
+                side.run(
+                    "bridge",
+                    &side.call("ADD", BRIDGE_V4, &format!("par-{round}-{i}"), p),
+                )
             })?;
-            wall[s].push(start.elapsed());
+            wall[s].push(elapsed);
             for (i, p) in pods.iter().enumerate() {
                 side.run(
                     "bridge",

@@ -5,7 +5,7 @@
 //! Then 50 pods at once, and peak RSS.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
@@ -175,25 +175,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let (mut wall_add, mut wall_del) = (Vec::new(), Vec::new());
     for round in 0..(cycles / 20).max(3) {
         for (command, wall) in [("ADD", &mut wall_add), ("DEL", &mut wall_del)] {
-            let start = Instant::now();
-            std::thread::scope(|scope| -> Result<()> {
-                let handles: Vec<_> = pods
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        let call =
-                            bench.call(command, &conf, &format!("par{round}-{i}"), "eth0", p);
-                        let bench = &bench;
-                        scope.spawn(move || bench.run(&bench.multus, &call))
-                    })
-                    .collect();
-                for h in handles {
-                    let sample = h.join().map_err(|_| anyhow::anyhow!("thread panicked"))??;
-                    rss = rss.max(sample.max_rss_kb);
-                }
-                Ok(())
+            let (elapsed, samples) = measure::at_once(&pods, |i, p| {
+                let call = bench.call(command, &conf, &format!("par{round}-{i}"), "eth0", p);
+                bench.run(&bench.multus, &call)
             })?;
-            wall.push(start.elapsed());
+            rss = samples.iter().fold(rss, |rss, s| rss.max(s.max_rss_kb));
+            wall.push(elapsed);
         }
     }
     let (pa, pa90) = measure::percentiles(&mut wall_add);

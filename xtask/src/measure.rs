@@ -93,6 +93,30 @@ fn run_command(mut cmd: Command, call: &CniCall, node: &Netns) -> Result<Sample>
     })
 }
 
+/// Runs `call(i, pod)` for every pod at once, each on its own thread; returns the wall time of
+/// them all and their samples.
+pub fn at_once<F>(pods: &[Netns], call: F) -> Result<(Duration, Vec<Sample>)>
+where
+    F: Fn(usize, &Netns) -> Result<Sample> + Sync,
+{
+    let start = Instant::now();
+    let samples = std::thread::scope(|scope| {
+        let handles: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, pod)| {
+                let call = &call;
+                scope.spawn(move || call(i, pod))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().map_err(|_| anyhow::anyhow!("thread panicked"))?)
+            .collect::<Result<Vec<Sample>>>()
+    })?;
+    Ok((start.elapsed(), samples))
+}
+
 /// Median and 90th percentile, in milliseconds.
 pub fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
     samples.sort();
