@@ -41,16 +41,9 @@ pub enum EventKind {
 pub trait Api {
     /// The pod, or `None` when the API says it does not exist.
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>>;
-    /// A NAD's `spec.config` (empty when the spec has none), or `None` when it does not exist.
-    fn nad_config(&self, namespace: &str, name: &str) -> Result<Option<String>>;
-    /// A NAD's config and resource name, or `None` when it does not exist. Sources that know
-    /// only configs keep this default: no resource name.
-    fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>> {
-        Ok(self.nad_config(namespace, name)?.map(|config| Nad {
-            config,
-            resource_name: None,
-        }))
-    }
+    /// A NAD's config (empty when the spec has none) and resource name, or `None` when it does
+    /// not exist.
+    fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>>;
     /// Merges `annotations` into the pod's annotations.
     fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>) -> Result<()>;
     /// Records an event on the pod; returns once the API has it.

@@ -63,10 +63,6 @@ impl Api for KubeApi {
         }
     }
 
-    fn nad_config(&self, namespace: &str, name: &str) -> Result<Option<String>> {
-        Ok(self.nad(namespace, name)?.map(|nad| nad.config))
-    }
-
     fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>> {
         match self.client()?.get_nad(namespace, name) {
             Ok(nad) => Ok(Some(Nad {

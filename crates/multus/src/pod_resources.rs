@@ -283,33 +283,16 @@ fn container_devices(
 mod tests {
     use super::*;
 
-    fn field(number: u64, bytes: &[u8]) -> Vec<u8> {
-        let mut out = vec![u8::try_from(number << 3 | 2).unwrap()];
-        let mut len = bytes.len();
-        while len >= 0x80 {
-            out.push(u8::try_from(len & 0x7f).unwrap() | 0x80);
-            len >>= 7;
-        }
-        out.push(u8::try_from(len).unwrap());
-        out.extend_from_slice(bytes);
-        out
-    }
+    use testkit::pod_resources::{list_response, Allocation};
 
     fn pod(namespace: &str, name: &str, resource: &str, ids: &[&str]) -> Vec<u8> {
-        let mut devices = field(1, resource.as_bytes());
-        for id in ids {
-            devices.extend(field(2, id.as_bytes()));
-        }
-        // A topology (field 3) this module skips.
-        devices.extend(field(3, &field(1, &[0x08, 0x01])));
-        let mut container = field(1, b"app");
-        container.extend(field(2, &devices));
-        // cpu_ids, packed: skipped.
-        container.extend(field(3, &[0x02, 0x03]));
-        let mut pod = field(1, name.as_bytes());
-        pod.extend(field(2, namespace.as_bytes()));
-        pod.extend(field(3, &container));
-        field(1, &pod)
+        list_response(&[Allocation {
+            namespace: namespace.to_owned(),
+            pod: name.to_owned(),
+            container: "app".to_owned(),
+            resource: resource.to_owned(),
+            device_ids: ids.iter().map(|id| (*id).to_owned()).collect(),
+        }])
     }
 
     #[test]

@@ -148,7 +148,7 @@ fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
 }
 
 /// `ListPodResourcesResponse`, with a topology and CPU IDs the client is to skip.
-fn list_response(allocations: &[Allocation]) -> Vec<u8> {
+pub fn list_response(allocations: &[Allocation]) -> Vec<u8> {
     let mut out = Vec::new();
     for a in allocations {
         let mut devices = field(1, a.resource.as_bytes());

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use serde::Deserialize;
 
 use super::Error;
-use crate::api::{Api, EventKind, Pod};
+use crate::api::{self, Api, EventKind, Pod};
 use crate::lint::input::Document;
 use crate::lint::{Report, Severity};
 
@@ -168,11 +168,14 @@ impl Api for FileApi {
         Ok((self.pod.namespace == namespace && self.pod.name == name).then(|| self.pod.clone()))
     }
 
-    fn nad_config(&self, namespace: &str, name: &str) -> crate::Result<Option<String>> {
+    fn nad(&self, namespace: &str, name: &str) -> crate::Result<Option<api::Nad>> {
         Ok(self
             .nads
             .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned())
+            .map(|config| api::Nad {
+                config: config.clone(),
+                resource_name: None,
+            }))
     }
 
     fn set_pod_annotations(
