@@ -1,7 +1,6 @@
 //! The CNI commands. Kubernetes calls happen here and in [`crate::resolve`] only, through
 //! [`Api`]; everything else works on plain data.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -15,7 +14,8 @@ use crate::config::MultusConf;
 use crate::delegate::{self, Delegate};
 use crate::devinfo;
 use crate::error::{Error, Result};
-use crate::resolve::{Context, PodDevices};
+use crate::pod_devices::PodDevices;
+use crate::resolve::Context;
 use crate::route::{self, DefaultRouteChange, PodNetns};
 use crate::status::{self, NetworkStatus};
 
@@ -98,21 +98,14 @@ impl Invocation<'_> {
             api: self.api,
             pod,
             pod_namespace: &self.k8s.namespace,
-            // The kubelet's UID: a static pod's differs from its mirror's in the API.
-            devices: pod.map(|pod| PodDevices {
-                checkpoint: self.conf.kubelet_checkpoint_file.clone(),
-                socket: self.conf.pod_resources_socket.clone(),
-                timeout: self.conf.api_timeout,
-                pod_namespace: pod.namespace.clone(),
-                pod_name: pod.name.clone(),
+            devices: pod.map(|pod| {
                 // The kubelet's UID: a static pod's differs from its mirror's in the API.
-                pod_uid: if self.k8s.uid.is_empty() {
-                    pod.uid.clone()
+                let uid = if self.k8s.uid.is_empty() {
+                    &pod.uid
                 } else {
-                    self.k8s.uid.clone()
-                },
-                required: devices_required,
-                allocated: RefCell::default(),
+                    &self.k8s.uid
+                };
+                PodDevices::new(&self.conf, pod, uid, devices_required)
             }),
         }
     }

@@ -18,6 +18,7 @@ pub mod k8s;
 mod kube_api;
 pub mod lint;
 pub mod log;
+pub mod pod_devices;
 pub mod pod_resources;
 pub mod resolve;
 pub mod route;

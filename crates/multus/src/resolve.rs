@@ -1,20 +1,16 @@
 //! Which delegates a pod gets, in order: the cluster network (or the pod's default-network
 //! annotation), the `defaultNetworks`, then the networks the pod's annotation selects.
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use cni::network::Network;
 use serde_json::Value;
 
 use crate::api::{Api, EventKind, Nad, Pod};
-use crate::checkpoint;
 use crate::config::MultusConf;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
-use crate::pod_resources;
+use crate::pod_devices::PodDevices;
 use crate::selection::{self, Selection};
 
 /// Everything the resolution reads.
@@ -27,130 +23,6 @@ pub struct Context<'a> {
     /// The pod's devices, for NADs naming a device plugin resource; `None` where the pod is
     /// not known.
     pub devices: Option<PodDevices>,
-}
-
-/// The devices the kubelet allocated to the pod, asked of its pod-resources API when the
-/// socket is there (as upstream), else read from its device checkpoint; at the first NAD that
-/// names a resource only (a node without device plugins needs neither). They are handed out
-/// one per such network, in the order the pod's networks resolve.
-pub struct PodDevices {
-    pub checkpoint: PathBuf,
-    pub socket: PathBuf,
-    pub timeout: Duration,
-    pub pod_namespace: String,
-    pub pod_name: String,
-    /// The kubelet's UID of the pod (the checkpoint's key).
-    pub pod_uid: String,
-    /// On ADD a network that gets no device fails the pod; on DEL without a delegate cache it
-    /// goes without one.
-    pub required: bool,
-    /// Per resource, once read, and what they were read from.
-    pub allocated: RefCell<Option<(BTreeMap<String, Allocation>, String)>>,
-}
-
-/// The pod's devices of one resource.
-pub struct Allocation {
-    ids: Vec<String>,
-    /// How many of `ids` networks have got.
-    handed_out: usize,
-}
-
-impl PodDevices {
-    /// The pod's devices by resource, sorted (the order upstream hands them out in) and each
-    /// once: the kubelet may list an init container's device again for an app container, and
-    /// one device is one network's. Also says where they came from.
-    fn read(&self, network: &str) -> Result<(BTreeMap<String, Allocation>, String)> {
-        let (devices, source) = if self.socket.exists() {
-            let devices = pod_resources::pod_devices(
-                &self.socket,
-                &self.pod_namespace,
-                &self.pod_name,
-                self.timeout,
-            )
-            .map_err(|source| Error::PodResources {
-                network: network.to_owned(),
-                source,
-            })?;
-            let source = format!("the kubelet's pod-resources API {}", self.socket.display());
-            (devices, source)
-        } else {
-            let devices =
-                checkpoint::pod_devices(&self.checkpoint, &self.pod_uid).map_err(|source| {
-                    Error::Checkpoint {
-                        network: network.to_owned(),
-                        source,
-                    }
-                })?;
-            (devices, self.checkpoint.display().to_string())
-        };
-        tracing::debug!("devices of the pod per {source}: {devices:?}");
-        let allocated = devices
-            .into_iter()
-            .map(|(resource, mut ids)| {
-                ids.sort();
-                ids.dedup();
-                (resource, Allocation { ids, handed_out: 0 })
-            })
-            .collect();
-        Ok((allocated, source))
-    }
-
-    /// The next device of `resource` for `network`. `None` when there is none left and the
-    /// selection gives its own `deviceID` (`selection_device`), or on DEL; otherwise that is an
-    /// error, where upstream runs the network without a device.
-    fn next(
-        &self,
-        resource: &str,
-        network: &str,
-        selection_device: bool,
-    ) -> Result<Option<String>> {
-        let mut allocated = self.allocated.borrow_mut();
-        if allocated.is_none() {
-            match self.read(network) {
-                Ok(read) => *allocated = Some(read),
-                Err(e) if self.required => return Err(e),
-                Err(e) => {
-                    tracing::warn!("{e}; the network goes without a device");
-                    return Ok(None);
-                }
-            }
-        }
-        let Some((allocated, source)) = allocated.as_mut() else {
-            return Ok(None);
-        };
-        let mut count = 0;
-        if let Some(devices) = allocated.get_mut(resource) {
-            count = devices.ids.len();
-            if let Some(id) = devices.ids.get(devices.handed_out) {
-                devices.handed_out += 1;
-                tracing::debug!("network {network}: device {id} of {resource}");
-                return Ok(Some(id.clone()));
-            }
-        }
-        let why = if count == 0 {
-            format!(
-                "the kubelet allocated the pod (UID {}) no device of it",
-                self.pod_uid
-            )
-        } else {
-            format!(
-                "the {count} device(s) of it the kubelet allocated the pod (UID {}) are taken by the pod's networks before this one",
-                self.pod_uid
-            )
-        };
-        let msg = format!(
-            "its NetworkAttachmentDefinition names the resource {resource:?} ({}), but {why} (per {source}): request one {resource} per network that uses it in the resources of one of the pod's containers",
-            crate::devinfo::RESOURCE_NAME_ANNOTATION,
-        );
-        if selection_device || !self.required {
-            tracing::info!("network {network}: {msg}; it goes without one from the kubelet");
-            return Ok(None);
-        }
-        Err(Error::NoDevice {
-            network: network.to_owned(),
-            msg,
-        })
-    }
 }
 
 impl Context<'_> {
