@@ -560,6 +560,91 @@ fn routes_with_metric_table_scope_mtu_advmss() -> Result<()> {
     Ok(())
 }
 
+/// A second default route through another interface: `add_route` refuses it, `add_route_beside`
+/// puts it first (IPv4) or makes a multipath route (IPv6), which is listed once per next hop and
+/// whose next hops are deleted one by one.
+#[test]
+fn a_route_beside_another_to_the_same_destination() -> Result<()> {
+    let node = Ns::new("beside")?;
+    let mut index = Vec::new();
+    for (n, (v4, v6)) in [("10.1.0.2/24", "fd01::2/64"), ("10.2.0.2/24", "fd02::2/64")]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("b{n}");
+        node.nl
+            .add_veth(&name, &format!("{name}p"), None, None, None)?;
+        let i = node.index(&name)?;
+        node.nl.set_up(i)?;
+        node.nl.set_up(node.index(&format!("{name}p"))?)?;
+        node.nl.add_addr(i, net(v4), AddrOpts::default())?;
+        let nodad = AddrOpts {
+            nodad: true,
+            ..Default::default()
+        };
+        node.nl.add_addr(i, net(v6), nodad)?;
+        index.push(i);
+    }
+    let first4 = Route::new(net("0.0.0.0/0"))
+        .via(ip("10.1.0.1"))
+        .dev(index[0]);
+    let second4 = Route::new(net("0.0.0.0/0"))
+        .via(ip("10.2.0.1"))
+        .dev(index[1]);
+    let first6 = Route::new(net("::/0")).via(ip("fd01::1")).dev(index[0]);
+    let second6 = Route::new(net("::/0")).via(ip("fd02::1")).dev(index[1]);
+    node.nl.add_route(&first4)?;
+    node.nl.add_route(&first6)?;
+    let err = node.nl.add_route(&second4).expect_err("exclusive");
+    assert_eq!(err.errno(), Some(libc::EEXIST), "{err}");
+
+    node.nl.add_route_beside(&second4)?;
+    node.nl.add_route_beside(&second6)?;
+    let err = node.nl.add_route_beside(&second4).expect_err("identical");
+    assert_eq!(err.errno(), Some(libc::EEXIST), "{err}");
+    // The kernel lists the newer IPv4 default first: it carries the traffic.
+    let shown = node.sandbox.ip_json(&["-4", "route", "show", "default"]);
+    assert_eq!(shown[0]["gateway"], "10.2.0.1", "{shown}");
+    assert_eq!(
+        node.nl.default_route_iface(Some(Family::V4))?,
+        Some(index[1])
+    );
+    let shown = node.sandbox.ip_json(&["-6", "route", "show", "default"]);
+    assert_eq!(
+        shown[0]["nexthops"].as_array().map(Vec::len),
+        Some(2),
+        "{shown}"
+    );
+
+    let defaults6: Vec<(Option<IpAddr>, Option<u32>)> = node
+        .nl
+        .routes(Family::V6, Some(254))?
+        .into_iter()
+        .filter(|r| r.is_default())
+        .map(|r| (r.gateway, r.oif))
+        .collect();
+    assert_eq!(
+        defaults6,
+        vec![
+            (Some(ip("fd01::1")), Some(index[0])),
+            (Some(ip("fd02::1")), Some(index[1]))
+        ]
+    );
+    node.nl.del_route(&second6)?;
+    node.nl.del_route(&second4)?;
+    let left: Vec<Route> = [Family::V4, Family::V6]
+        .into_iter()
+        .map(|f| node.nl.routes(f, Some(254)))
+        .collect::<netkit::Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+        .filter(|r| r.is_default())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(left.iter().all(|r| r.oif == Some(index[0])), "{left:?}");
+    Ok(())
+}
+
 #[test]
 fn macvlan_is_created_straight_in_the_pod() -> Result<()> {
     let node = Ns::new("mvlnode")?;

@@ -84,7 +84,9 @@ impl ContainerIface<'_> {
 
     /// Adds the result's addresses, brings the link up, and adds the routes. Routes without a
     /// gateway go through the first gateway of their family among the addresses, else straight
-    /// out of the interface.
+    /// out of the interface. A route may sit beside the pod's own to the same destination (a
+    /// second default route, say), as the reference adds it; which one leads is the caller's
+    /// call (multus demotes a secondary network's default).
     fn configure(&self, result: &CniResult, enable_dad: bool) -> Result<(), CniError> {
         let (mut v4gw, mut v6gw) = (None, None);
         for ip in &result.ips {
@@ -128,7 +130,9 @@ impl ContainerIface<'_> {
             if let Some(m) = r.advmss {
                 route = route.advmss(m);
             }
-            self.nl.add_route(&route).map_err(sys_ctx(self.ctx()))?;
+            self.nl
+                .add_route_beside(&route)
+                .map_err(sys_ctx(self.ctx()))?;
         }
         Ok(())
     }

@@ -47,6 +47,8 @@ struct Case {
     name: &'static str,
     conf: String,
     cni_args: &'static str,
+    /// CNI_IFNAME; `eth0` unless the pod has one already.
+    ifname: &'static str,
     before: fn(&Sandbox),
     steps: &'static [Step],
     /// Our CNI error code for a step that fails (the reference answers 999 for most).
@@ -61,6 +63,7 @@ fn case(name: &'static str, conf: String) -> Case {
         name,
         conf,
         cni_args: "",
+        ifname: "eth0",
         before: |_| {},
         steps: &[Step::Add],
         our_code: None,
@@ -76,6 +79,11 @@ impl Case {
     }
     fn args(mut self, args: &'static str) -> Case {
         self.cni_args = args;
+        self
+    }
+    /// As a secondary network: `net1` in a pod whose eth0 holds its default routes.
+    fn secondary(mut self) -> Case {
+        self.ifname = "net1";
         self
     }
     fn before(mut self, f: fn(&Sandbox)) -> Case {
@@ -130,6 +138,13 @@ fn cases() -> Vec<Case> {
         case("L3 IPv4", conf(&format!(",{v4}"))),
         case("isGateway", conf(&format!(r#","isGateway":true,{v4}"#))),
         case("isDefaultGateway", conf(&format!(r#","isDefaultGateway":true,{v4}"#))),
+        case(
+            "isDefaultGateway beside the pod's default routes",
+            conf(&format!(r#","isDefaultGateway":true,{}"#, hl(DUAL))),
+        )
+        .secondary()
+        .before(pod_eth0)
+        .steps(&[Step::Add, Step::Check, Step::Del]),
         case(
             "forceAddress replaces the bridge address",
             conf(&format!(r#","isGateway":true,"forceAddress":true,{v4}"#)),
@@ -343,6 +358,14 @@ fn ipv(body: &str) -> String {
 
 const STATIC: &str = r#""ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24","gateway":"10.20.0.1"},{"address":"fd20::5/64"}],"routes":[{"dst":"0.0.0.0/0"},{"dst":"fd21::/64","gw":"fd20::1"}]}"#;
 
+const STATIC_DEFAULTS: &str = r#""ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24","gateway":"10.20.0.1"},{"address":"fd20::5/64","gateway":"fd20::1"}],"routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"},{"dst":"10.88.0.0/16"}]}"#;
+
+/// The pod's eth0 as the cluster network leaves it: 10.88.0.5/16 and fd88::5/64, with the
+/// default routes of both families through it.
+fn pod_eth0(sb: &Sandbox) {
+    common::pod_eth0(&sb.pod);
+}
+
 /// The master `up0`: a veth end whose peer is up, with a default route (see
 /// [`common::veth_master`]).
 fn veth_master(sb: &Sandbox) {
@@ -379,7 +402,31 @@ const DNS_BOTH: &str = r#","dns":{"nameservers":["10.20.0.53"],"search":["cluste
 fn macvlan_cases() -> Vec<Case> {
     let hl4 = hl(V4);
     let m = |name: &'static str, conf: String| case(name, conf).before(veth_master);
+    let beside = |name: &'static str, ipam: &str| {
+        case(name, mv(&format!(",{ipam}")))
+            .secondary()
+            .before(|sb| {
+                veth_master(sb);
+                pod_eth0(sb);
+            })
+            .steps(&[Step::Add, Step::Check, Step::Del])
+    };
     vec![
+        beside(
+            "macvlan host-local default route beside the pod's",
+            &host_local(
+                r#"[[{"subnet":"10.20.0.0/24","gateway":""}]]"#,
+                r#","routes":[{"dst":"0.0.0.0/0"}]"#,
+            ),
+        ),
+        beside(
+            "macvlan host-local IPv6 default route beside the pod's",
+            &host_local(V6, r#","routes":[{"dst":"::/0"}]"#),
+        ),
+        beside(
+            "macvlan static default routes beside the pod's",
+            STATIC_DEFAULTS,
+        ),
         m(
             "macvlan static dual-stack with routes",
             mv(&format!(",{STATIC}")),
@@ -681,6 +728,7 @@ fn run_case(plugins: &Plugins, side: Side, c: &Case) -> (Sandbox, Run) {
         let call = |command: &str, conf: &str| {
             let mut call = sb.call(command, conf);
             call.args = c.cni_args.into();
+            call.ifname = c.ifname.into();
             call
         };
         let out = match *step {

@@ -137,7 +137,36 @@ impl Route {
         msg
     }
 
-    fn from_message(msg: RouteMessage) -> Option<Route> {
+    /// The routes a dumped message stands for: one, or one per next hop of a multipath route,
+    /// the way IPv6 keeps them (each can be deleted by its gateway and interface).
+    fn from_message(mut msg: RouteMessage) -> Vec<Route> {
+        let mut hops = Vec::new();
+        msg.attributes.retain_mut(|a| match a {
+            RouteAttribute::MultiPath(h) => {
+                hops.append(h);
+                false
+            }
+            _ => true,
+        });
+        let Some(route) = Route::from_single(msg) else {
+            return Vec::new();
+        };
+        if hops.is_empty() {
+            return vec![route];
+        }
+        hops.into_iter()
+            .map(|hop| Route {
+                oif: Some(hop.interface_index),
+                gateway: hop.attributes.into_iter().find_map(|a| match a {
+                    RouteAttribute::Gateway(g) => route_ip(g),
+                    _ => None,
+                }),
+                ..route.clone()
+            })
+            .collect()
+    }
+
+    fn from_single(msg: RouteMessage) -> Option<Route> {
         let h = &msg.header;
         let unspecified = match h.address_family {
             AddressFamily::Inet => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -210,11 +239,23 @@ fn route_ip(addr: RouteAddress) -> Option<IpAddr> {
 }
 
 impl Netlink {
-    /// Adds a route; fails with EEXIST when an identical one exists.
+    /// Adds a route; fails with EEXIST when one to the same destination with the same metric
+    /// exists (IPv4), or an identical one (IPv6).
     pub fn add_route(&self, route: &Route) -> Result<()> {
         self.ack(
             RouteNetlinkMessage::NewRoute(route.to_message()),
             NLM_F_CREATE | NLM_F_EXCL,
+            || format!("adding {}", route.describe()),
+        )
+    }
+
+    /// Adds a route beside those to the same destination and metric through other next hops,
+    /// as `ip route prepend` and the reference plugins do: IPv4 lists it first, IPv6 makes them
+    /// one multipath route. EEXIST only when an identical route exists.
+    pub fn add_route_beside(&self, route: &Route) -> Result<()> {
+        self.ack(
+            RouteNetlinkMessage::NewRoute(route.to_message()),
+            NLM_F_CREATE,
             || format!("adding {}", route.describe()),
         )
     }
@@ -239,7 +280,8 @@ impl Netlink {
         })
     }
 
-    /// Routes of one family, in one table or (with `None`) in all tables.
+    /// Routes of one family, in one table or (with `None`) in all tables; a multipath route
+    /// once per next hop.
     pub fn routes(&self, family: Family, table: Option<u32>) -> Result<Vec<Route>> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = family.address_family();
@@ -248,15 +290,15 @@ impl Netlink {
         })?;
         Ok(replies
             .into_iter()
-            .filter_map(|r| match r {
+            .flat_map(|r| match r {
                 RouteNetlinkMessage::NewRoute(m) => Route::from_message(m),
-                _ => None,
+                _ => Vec::new(),
             })
             .filter(|r| table.is_none_or(|t| r.table == t))
             .collect())
     }
 
-    /// The link that carries the main table's default route (lowest metric first), IPv4 before
+    /// The link that carries the main table's default route (lowest metric, first listed), IPv4 before
     /// IPv6 when `family` is `None`.
     pub fn default_route_iface(&self, family: Option<Family>) -> Result<Option<u32>> {
         let families = match family {
@@ -269,7 +311,8 @@ impl Netlink {
                 .into_iter()
                 .filter(|r| r.is_default() && r.kind == RTN_UNICAST)
                 .filter_map(|r| Some((r.metric.unwrap_or(0), r.oif?)))
-                .min();
+                // Of equal metrics the first listed, the one the kernel uses.
+                .min_by_key(|&(metric, _)| metric);
             if let Some((_, oif)) = found {
                 return Ok(Some(oif));
             }

@@ -251,6 +251,7 @@ pub fn routes(ns: &Netns) -> Vec<Value> {
                 "dst": dst,
                 "gateway": r["gateway"],
                 "dev": r["dev"],
+                "nexthops": r["nexthops"],
                 "scope": r["scope"],
                 "protocol": r["protocol"],
                 "metric": r["metric"],
@@ -381,6 +382,23 @@ fn uplink_addressing(node: &Netns) {
         "192.0.2.254",
         "dev",
         "up0",
+    ]);
+}
+
+/// Gives `pod` an eth0 as a cluster network leaves it: a veth (its peer `eth0p` stays in the
+/// pod, up) with 10.88.0.5/16 and fd88::5/64 and the default routes of both families through it.
+pub fn pod_eth0(pod: &Netns) {
+    pod.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
+    ]);
+    for l in ["eth0", "eth0p"] {
+        pod.ip(&["link", "set", l, "up"]);
+    }
+    pod.ip(&["addr", "add", "10.88.0.5/16", "dev", "eth0"]);
+    pod.ip(&["-6", "addr", "add", "fd88::5/64", "dev", "eth0", "nodad"]);
+    pod.ip(&["route", "add", "default", "via", "10.88.0.1", "dev", "eth0"]);
+    pod.ip(&[
+        "-6", "route", "add", "default", "via", "fd88::1", "dev", "eth0",
     ]);
 }
 
