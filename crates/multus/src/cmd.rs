@@ -18,9 +18,12 @@ use crate::pod_devices::PodDevices;
 use crate::resolve::Context;
 use crate::route::{self, DefaultRouteChange, PodNetns};
 use crate::status::{self, NetworkStatus};
+use netkit::Family;
 
 /// The reason of the event a device-info file that cannot be used leaves on the pod.
 const DEVICE_INFO_EVENT: &str = "DeviceInfoUnusable";
+/// The reason of the event a secondary network's default route, kept behind the pod's, leaves.
+const SECONDARY_DEFAULT_ROUTE_EVENT: &str = "SecondaryDefaultRoute";
 
 /// The pod, as the runtime names it in `CNI_ARGS`.
 #[derive(Clone, Debug, Default)]
@@ -326,6 +329,8 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
 
     let mut results: Vec<CniResult> = Vec::with_capacity(delegates.len());
     let mut statuses: Vec<NetworkStatus> = Vec::new();
+    // Default routes of secondary networks kept behind the pod's own, told once all attached.
+    let mut notes: Vec<String> = Vec::new();
     // On a failure: every delegate that ran is deleted again, and the pod gets a warning.
     let fail = |ran: &[Delegate], e: Error| {
         undo(inv, ran);
@@ -344,8 +349,22 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
             return fail(&delegates[..index], e);
         }
         inv.copy_device_info(pod.as_ref(), d, ifname);
-        match attach(inv, &pod_ns, d, index, ifname) {
-            Ok(result) => {
+        let demote = if index == 0 || index >= auxiliary {
+            Vec::new()
+        } else {
+            families_to_keep_behind(d)
+        };
+        match attach(inv, &pod_ns, d, index, ifname, &demote) {
+            Ok((result, demoted)) => {
+                for moved in demoted {
+                    let msg = format!(
+                        "{ifname} from {}: {moved}; name this network with \"default-route\" \
+                         in the pod's networks annotation to route the pod through it",
+                        d.name
+                    );
+                    tracing::warn!("{msg}");
+                    notes.push(msg);
+                }
                 if index < auxiliary || !(result.interfaces.is_empty() && result.ips.is_empty()) {
                     let device_info = inv.device_info(pod.as_ref(), d, ifname);
                     let mut entries =
@@ -381,6 +400,14 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
         tracing::info!("{msg}");
         inv.event(pod.as_ref(), EventKind::Normal, "AddedInterface", &msg);
     }
+    for msg in &notes {
+        inv.event(
+            pod.as_ref(),
+            EventKind::Warning,
+            SECONDARY_DEFAULT_ROUTE_EVENT,
+            msg,
+        );
+    }
     results
         .into_iter()
         .next()
@@ -399,7 +426,18 @@ fn free_ifname(pod_ns: &PodNetns, d: &Delegate, ifname: &str) -> Result<()> {
     Ok(())
 }
 
-/// ADD of one delegate, with its `default-route` applied; the result is cached as libcni
+/// The families whose default route secondary network `d` must not lead: those it does not ask
+/// `default-route` for. (When another network asks, `filter_v4_gateway`/`filter_v6_gateway`
+/// remove them, as upstream does.)
+fn families_to_keep_behind(d: &Delegate) -> Vec<Family> {
+    [Family::V4, Family::V6]
+        .into_iter()
+        .filter(|&f| !d.default_route.iter().any(|gw| Family::of(gw) == f))
+        .collect()
+}
+
+/// ADD of one delegate, with its `default-route` applied and the default routes of `demote`
+/// put behind the pod's (see [`route::demote_defaults`]); the result is cached as libcni
 /// caches it.
 fn attach(
     inv: &Invocation,
@@ -407,7 +445,8 @@ fn attach(
     d: &Delegate,
     index: usize,
     ifname: &str,
-) -> Result<CniResult> {
+    demote: &[Family],
+) -> Result<(CniResult, Vec<route::Demoted>)> {
     let cni_args = inv.k8s.for_delegate(d);
     let caps = inv.capability_args(d, index, ifname);
     let att = inv.attachment(ifname, &cni_args, &caps);
@@ -427,11 +466,14 @@ fn attach(
     };
     if !change.is_empty() {
         route::apply(pod_ns, ifname, &change, &mut result)?;
+    }
+    let demoted = route::demote_defaults(pod_ns, ifname, demote, &mut result)?;
+    if !change.is_empty() || !demoted.is_empty() {
         // The cache holds the routes the interface really has, for DEL and CHECK.
         entry.result = Some(result.to_value(d.network.version)?);
     }
     cni::cache::write(&inv.conf.cni_dir, &entry)?;
-    Ok(result)
+    Ok((result, demoted))
 }
 
 /// Rolls back a failed ADD: DEL of `delegates` in reverse order, then the delegate cache.

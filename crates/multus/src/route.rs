@@ -1,4 +1,5 @@
-//! The pod's interfaces: whether a name is taken, and the default routes `default-route` moves.
+//! The pod's interfaces: whether a name is taken, the default routes `default-route` moves, and
+//! the secondary networks' default routes kept behind the pod's own.
 
 use std::net::IpAddr;
 
@@ -38,6 +39,111 @@ impl PodNetns {
             .map(|l| l.is_some())
             .map_err(|e| Error::Netlink(e.to_string()))
     }
+}
+
+/// A secondary network's default route, given a metric behind the one leading the pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Demoted {
+    pub gateway: Option<IpAddr>,
+    pub metric: u32,
+    /// The interface whose default route leads.
+    pub leader: String,
+}
+
+impl std::fmt::Display for Demoted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "its default route")?;
+        if let Some(gw) = self.gateway {
+            write!(f, " via {gw}")?;
+        }
+        write!(
+            f,
+            " got metric {}, behind the pod's default route on {}",
+            self.metric, self.leader
+        )
+    }
+}
+
+/// Puts interface `ifname`'s default routes of each of `families` behind every other default
+/// route of that family in the pod's main table, so that a secondary network never takes the
+/// pod's traffic unless the pod asks for it. A family with no other default route keeps its
+/// route as it is. `result` gets the new metrics, so that the cache and CHECK match the kernel.
+pub fn demote_defaults(
+    pod: &PodNetns,
+    ifname: &str,
+    families: &[Family],
+    result: &mut CniResult,
+) -> Result<Vec<Demoted>> {
+    let (nl, netns) = (&pod.nl, &pod.path);
+    let fail = |what: &str, e: netkit::Error| {
+        Error::Netlink(format!("{what} on interface {ifname} in {netns}: {e}"))
+    };
+    let mut demoted = Vec::new();
+    for &family in families {
+        if !result
+            .routes
+            .iter()
+            .any(|r| r.dst.prefix_len() == 0 && Family::of_net(&r.dst) == family)
+        {
+            continue;
+        }
+        let link = nl
+            .link_by_name(ifname)
+            .map_err(|e| fail("looking up the interface", e))?
+            .ok_or_else(|| Error::Netlink(format!("interface {ifname} is not in {netns}")))?;
+        let defaults: Vec<Route> = nl
+            .routes(family, Some(RT_TABLE_MAIN))
+            .map_err(|e| fail("listing routes", e))?
+            .into_iter()
+            .filter(Route::is_default)
+            .collect();
+        let metric = |r: &Route| r.metric.unwrap_or(0);
+        // Of equal metrics the first listed leads, as the kernel picks it.
+        let Some((lead_metric, lead_oif)) = defaults
+            .iter()
+            .filter(|r| r.oif != Some(link.index))
+            .map(|r| (metric(r), r.oif))
+            .min_by_key(|&(m, _)| m)
+        else {
+            continue;
+        };
+        let leader = match lead_oif {
+            Some(oif) => nl
+                .link_by_index(oif)
+                .map_err(|e| fail("looking up the leading interface", e))?
+                .map_or_else(|| format!("interface {oif}"), |l| l.name),
+            None => "no interface".to_owned(),
+        };
+        for ours in defaults.iter().filter(|r| r.oif == Some(link.index)) {
+            if metric(ours) > lead_metric {
+                continue;
+            }
+            let new_metric = lead_metric.saturating_add(1);
+            // Deleted first: a delete without a metric would match the new route too.
+            nl.del_route(ours)
+                .map_err(|e| fail("removing a default route", e))?;
+            let moved = Route {
+                metric: Some(new_metric),
+                ..ours.clone()
+            };
+            nl.add_route_beside(&moved)
+                .map_err(|e| fail("adding the default route back behind the pod's", e))?;
+            for r in result.routes.iter_mut().filter(|r| {
+                r.dst.prefix_len() == 0
+                    && Family::of_net(&r.dst) == family
+                    && r.table.is_none_or(|t| t == RT_TABLE_MAIN)
+                    && (r.gw.is_none() || r.gw == ours.gateway)
+            }) {
+                r.priority = Some(new_metric);
+            }
+            demoted.push(Demoted {
+                gateway: ours.gateway,
+                metric: new_metric,
+                leader: leader.clone(),
+            });
+        }
+    }
+    Ok(demoted)
 }
 
 /// What to do with one interface's default routes.

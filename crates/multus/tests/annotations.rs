@@ -266,6 +266,129 @@ fn default_route_moves_the_default_route_to_the_requested_network() {
     c.sb.assert_clean("after DEL");
 }
 
+/// The field report's static macvlan NAD: host-local with a default route and `"gateway": ""`,
+/// dual-stack here, on a master in the node.
+fn lan_nad(c: &Cluster) {
+    c.sb.node
+        .ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up0p"]);
+    for l in ["up0", "up0p"] {
+        c.sb.node.ip(&["link", "set", l, "up"]);
+    }
+    let conf = json!({"cniVersion": "1.1.0", "name": "lan", "type": "macvlan", "master": "up0",
+        "ipam": {"type": "host-local", "dataDir": c.sb.ipam_dir(),
+            "ranges": [[{"subnet": "10.10.20.0/24", "gateway": ""}], [{"subnet": "fd10:20::/64"}]],
+            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}});
+    c.nad("default", "lan", conf);
+}
+
+/// The cluster network's IPv6 default route, as a dual-stack cluster network leaves it.
+fn cluster_ipv6_default(c: &Cluster) -> Value {
+    let mut conf = c.sb.cluster("cluster", "cni0", "10.88.0.0/24", "1.0.0");
+    conf["ipam"]["ranges"] = json!([[{"subnet": "10.88.0.0/24"}], [{"subnet": "fd88::/64"}]]);
+    conf["ipam"]["routes"] = json!([{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]);
+    conf["ipam"].as_object_mut().unwrap().remove("subnet");
+    conf
+}
+
+#[test]
+fn a_secondary_networks_default_route_stays_behind_the_cluster_networks() {
+    let mut c = Cluster::new(json!({NETWORKS: "lan"}), json!({}));
+    let mut conf: Value = serde_json::from_str(&c.conf).unwrap();
+    conf["delegates"] = json!([cluster_ipv6_default(&c)]);
+    c.conf = conf.to_string();
+    lan_nad(&c);
+    c.cmd("ADD").ok();
+    // net1 attached with its default routes, one metric behind eth0's.
+    assert_eq!(
+        c.sb.pod_default_route_metrics("-4"),
+        [
+            "eth0 via 10.88.0.1 metric 0",
+            "net1 via 10.10.20.1 metric 1"
+        ]
+    );
+    assert_eq!(
+        c.sb.pod_default_route_metrics("-6"),
+        [
+            "eth0 via fd88::1 metric 1024",
+            "net1 via fd10:20::1 metric 1025"
+        ]
+    );
+    let warnings = c.events("SecondaryDefaultRoute");
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("net1 from default/lan: its default route via 10.10.20.1 got metric 1, behind the pod's default route on eth0;"),
+        "{warnings:?}"
+    );
+    assert!(warnings[0].contains("\"default-route\""), "{warnings:?}");
+    assert!(
+        warnings[1].contains("via fd10:20::1 got metric 1025"),
+        "{warnings:?}"
+    );
+    // What is cached, and so what CHECK and DEL see, matches the kernel.
+    let cached: Value = serde_json::from_slice(
+        &std::fs::read(
+            c.sb.cni_dir()
+                .join(format!("results/lan-{CONTAINER_ID}-net1")),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        cached["result"]["routes"],
+        json!([{"dst": "0.0.0.0/0", "priority": 1}, {"dst": "::/0", "priority": 1025}]),
+        "{cached}"
+    );
+    c.cmd("CHECK").ok();
+    c.cmd("DEL").ok();
+    c.sb.assert_pod_clean("after DEL");
+}
+
+#[test]
+fn default_route_on_a_secondary_network_hands_it_the_pods_traffic() {
+    let c = Cluster::new(
+        json!({NETWORKS: r#"[{"name":"lan","default-route":["10.10.20.1"]}]"#}),
+        json!({}),
+    );
+    lan_nad(&c);
+    c.cmd("ADD").ok();
+    assert_eq!(
+        c.sb.pod_default_route_metrics("-4"),
+        ["net1 via 10.10.20.1 metric 0"]
+    );
+    // No other IPv6 default: net1's stays as the plugin made it.
+    assert_eq!(
+        c.sb.pod_default_route_metrics("-6"),
+        ["net1 via fd10:20::1 metric 1024"]
+    );
+    assert_eq!(c.events("SecondaryDefaultRoute"), Vec::<String>::new());
+    c.cmd("DEL").ok();
+    c.sb.assert_pod_clean("after DEL");
+}
+
+/// As upstream: when one network asks for `default-route`, the others lose their default
+/// routes of that family; their other family stays.
+#[test]
+fn a_network_beside_the_one_asking_for_the_default_route_loses_its_own() {
+    let c = Cluster::new(
+        json!({NETWORKS: r#"[{"name":"lan"},{"name":"gw","default-route":["10.20.0.1"]}]"#}),
+        json!({}),
+    );
+    lan_nad(&c);
+    c.bridge_nad("default", "gw", "10.20.0.0/24");
+    c.cmd("ADD").ok();
+    assert_eq!(
+        c.sb.pod_default_route_metrics("-4"),
+        ["net2 via 10.20.0.1 metric 0"]
+    );
+    assert_eq!(
+        c.sb.pod_default_route_metrics("-6"),
+        ["net1 via fd10:20::1 metric 1024"]
+    );
+    assert_eq!(c.events("SecondaryDefaultRoute"), Vec::<String>::new());
+    c.cmd("DEL").ok();
+    c.sb.assert_pod_clean("after DEL");
+}
+
 #[test]
 fn an_ipv6_default_route_leaves_the_ipv4_one_alone() {
     let c = Cluster::new(

@@ -343,6 +343,19 @@ fn ipvlan_with_dhcp_needs_broadcast() {
 }
 
 #[test]
+fn routes_under_dhcp_are_said_to_be_unused() {
+    let ipam = json!({"type": "dhcp", "routes": [{"dst": "0.0.0.0/0"}]});
+    let run = lint_config(&macvlan("eth1", ipam), &[]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    let f = run.only("dhcp-ipam-routes");
+    assert_eq!(f["path"], "spec.config.ipam.routes");
+    says(&f, "is not installed");
+    assert!(lint_config(&macvlan("eth1", json!({"type": "dhcp"})), &[])
+        .checks()
+        .is_empty());
+}
+
+#[test]
 fn ips_and_mac_need_the_capability() {
     let files = Files::new();
     let without = macvlan(

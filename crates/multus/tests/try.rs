@@ -145,8 +145,15 @@ fn bundled_examples_pass_and_leave_nothing() {
         assert!(
             stdout.contains("dhcp0 (default/dhcp-net): ping gateway 192.168.99.1 (on the lan): ok")
         );
+        // The server's router gives a default route, kept behind the cluster network's.
         assert!(
-            stdout.contains("198.51.100.0/24 via 192.168.99.1 dev dhcp0"),
+            stdout.contains(
+                "default via 10.42.0.1 dev eth0\ndefault via 192.168.99.1 dev dhcp0 metric 1\n"
+            ),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains("Warning  SecondaryDefaultRoute dhcp0 from default/dhcp-net: its default route via 192.168.99.1 got metric 1, behind the pod's default route on eth0"),
             "{stdout}"
         );
     } else {
@@ -163,7 +170,9 @@ fn bundled_examples_pass_and_leave_nothing() {
     );
     assert!(stdout.contains(r#""interface": "lan0","#), "{stdout}");
     assert!(stdout.contains("192.168.30.10/24"), "{stdout}");
-    assert!(stdout.contains("AddedInterface       Add net1 [10.10.0.2/24] from default/bridge-net"));
+    assert!(
+        stdout.contains("AddedInterface        Add net1 [10.10.0.2/24] from default/bridge-net")
+    );
     assert!(
         stdout.contains("lan0 (default/macvlan-net): ping gateway 192.168.10.1 (on the lan): ok")
     );

@@ -31,6 +31,76 @@ fn macvlan_lease_and_release_seen_by_the_server() {
     assert!(s.pod.links().iter().all(|l| l == "lo"));
 }
 
+/// The pod's IPv4 default routes in the kernel's order, as `dev via`.
+fn default_routes(pod: &Netns) -> Vec<String> {
+    pod.ip_json(&["-4", "route", "show", "default"])
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            format!(
+                "{} via {}",
+                r["dev"].as_str().unwrap_or_default(),
+                r["gateway"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// A server that sends a router, as every LAN's does, to a pod whose eth0 already has the
+/// default route: the reference (Go plugin and daemon) attaches net1 and adds its default route
+/// first; ours does the same (multus then puts it behind eth0's, see the multus tests).
+#[test]
+fn macvlan_dhcp_router_beside_the_pods_default_route_as_the_reference() {
+    let mut s = Setup::on_master(Server::Dnsmasq(DNSMASQ), "macvlan", r#","mode":"bridge""#);
+    common::pod_eth0(&s.pod);
+    let conf = s.conf("");
+    let mut add = s.call("ADD", &conf);
+    add.ifname = "net1".into();
+    let ip = leased_ip(&s.run(&add).ok());
+    assert_eq!(
+        default_routes(&s.pod),
+        ["net1 via 10.97.0.1", "eth0 via 10.88.0.1"]
+    );
+    let mut del = add.clone();
+    del.command = "DEL".into();
+    s.run(&del).ok();
+    s.assert_released(&ip);
+    assert_eq!(default_routes(&s.pod), ["eth0 via 10.88.0.1"]);
+
+    // The reference, on the same server, in a pod of its own.
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    let go = testkit::dhcp::DhcpDaemon::start(
+        &s.net.node,
+        &testkit::reference_dir().join("dhcp"),
+        &[
+            "daemon".to_owned(),
+            "-socketpath".to_owned(),
+            s.socket().display().to_string(),
+        ],
+        &s.socket(),
+        &s.work.path().join("go-daemon.log"),
+    );
+    let pod = Netns::new("refpod");
+    common::pod_eth0(&pod);
+    let mut add = s.call("ADD", &conf);
+    add.ifname = "net1".into();
+    add.netns = pod.path().display().to_string();
+    add.path = testkit::reference_dir().display().to_string();
+    let out = add.run(&testkit::reference_dir().join("macvlan"), Some(&s.net.node));
+    let ip = leased_ip(&out.ok());
+    assert_eq!(
+        default_routes(&pod),
+        ["net1 via 10.97.0.1", "eth0 via 10.88.0.1"]
+    );
+    let mut del = add.clone();
+    del.command = "DEL".into();
+    del.run(&testkit::reference_dir().join("macvlan"), Some(&s.net.node))
+        .ok();
+    s.assert_released(&ip);
+    drop(go);
+}
+
 #[test]
 fn ipvlan_pods_sharing_a_mac_get_their_own_leases_with_broadcast() {
     if !common::kernel_has_ipvlan() {

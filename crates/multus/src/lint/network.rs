@@ -427,10 +427,33 @@ impl Ipam<'_> {
         match ipam_type {
             "host-local" => self.check_host_local(ctx, report),
             "static" => self.check_static(ctx, network, report),
-            "dhcp" if plugin_type == "ipvlan" => self.check_ipvlan_dhcp(ctx, report),
+            "dhcp" => {
+                if plugin_type == "ipvlan" {
+                    self.check_ipvlan_dhcp(ctx, report);
+                }
+                // The routes come from the server; the keys below would mislead.
+                return self.check_dhcp_routes(report);
+            }
             _ => {}
         }
         self.check_routes(ctx, report);
+    }
+
+    fn check_dhcp_routes(&self, report: &mut Report) {
+        if self.conf.get("routes").is_none() {
+            return;
+        }
+        report.add(
+            Severity::Warning,
+            "dhcp-ipam-routes",
+            self.at("routes"),
+            "dhcp takes its routes from the server's lease (router, static and classless \
+             static routes): \"routes\" here is not installed, by this dhcp plugin or the \
+             reference's"
+                .to_owned(),
+            "remove it, and have the DHCP server send the routes (option 121), or add them \
+             with another plugin in a conflist",
+        );
     }
 
     fn check_host_local(&self, ctx: &Context, report: &mut Report) {
@@ -522,8 +545,10 @@ impl Ipam<'_> {
                     self.at(&key),
                     format!(
                         "a default route ({dst}) in the IPAM config: it competes with the \
-                         cluster network's default route in the pod, and traffic to the \
-                         internet and other nodes may leave through this interface"
+                         cluster network's default route in the pod. This multus puts it \
+                         behind the cluster network's (a higher metric, with a \
+                         SecondaryDefaultRoute event); under the reference multus it takes \
+                         the pod's traffic to the internet and other nodes"
                     ),
                     "remove it, and list only the subnets this network reaches; if the pod \
                      really should use this network by default, ask for it in the pod's \

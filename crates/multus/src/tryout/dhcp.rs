@@ -17,10 +17,6 @@ use super::Error;
 pub const SUBNET: &str = "192.168.99.0/24";
 const ROUTER: &str = "192.168.99.1";
 const RANGE: &str = "192.168.99.100,192.168.99.199,255.255.255.0,1h";
-/// A classless static route (option 121) to a site network: with it the router gives no
-/// default route (RFC 3442), so the pod's default stays on the cluster network, as a site's
-/// DHCP server for secondary networks is usually set up.
-const SITE_ROUTE: &str = "198.51.100.0/24,192.168.99.1";
 
 /// Whether any of the networks takes its addresses from dhcp.
 pub fn wanted(configs: &[&str]) -> bool {
@@ -102,10 +98,9 @@ pub fn start(sb: &Sandbox) -> Result<Vec<Child>, Error> {
     dnsmasq
         .arg(format!("--interface={}", sandbox::LAN_BRIDGE))
         .arg(format!("--dhcp-range={RANGE}"))
+        // A router, as every LAN's server sends: the pod's default route stays on eth0 all
+        // the same (multus puts the lease's behind it).
         .arg(format!("--dhcp-option=option:router,{ROUTER}"))
-        .arg(format!(
-            "--dhcp-option=option:classless-static-route,{SITE_ROUTE}"
-        ))
         .arg(format!(
             "--dhcp-leasefile={}",
             dir.join("dnsmasq.leases").display()

@@ -453,7 +453,7 @@ fn trial(
             EventKind::Normal => "Normal",
             EventKind::Warning => "Warning",
         };
-        println!("{kind:<8} {:<20} {}", e.reason, e.message);
+        println!("{kind:<8} {:<21} {}", e.reason, e.message);
     }
     if added.is_ok() {
         println!("\n--- connectivity");

@@ -51,6 +51,10 @@ pub fn route_line(links: &[Link], r: &Route) -> String {
     if r.table != netkit::netlink::RT_TABLE_MAIN {
         line.push_str(&format!(" table {}", r.table));
     }
+    // Which default route leads is down to the metric.
+    if let (true, Some(metric)) = (r.is_default(), r.metric) {
+        line.push_str(&format!(" metric {metric}"));
+    }
     line
 }
 

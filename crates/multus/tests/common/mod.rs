@@ -38,7 +38,10 @@ impl Sandbox {
             node: Netns::new("node"),
             pod: Netns::new("pod"),
             dir: tempfile::tempdir().expect("tempdir"),
-            plugins: PluginDir::new(&plugins_bin(), &["bridge", "host-local", "static"]),
+            plugins: PluginDir::new(
+                &plugins_bin(),
+                &["bridge", "macvlan", "host-local", "static"],
+            ),
         };
         for d in ["net.d", "cni", "ipam"] {
             fs::create_dir_all(sb.dir.path().join(d)).expect("mkdir");
@@ -177,6 +180,28 @@ exit 0"#,
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The pod's default routes of `family` (`-4`, `-6`) in the kernel's order, each as
+    /// `dev via metric`.
+    pub fn pod_default_route_metrics(&self, family: &str) -> Vec<String> {
+        let v = self.pod.ip_json(&[family, "route", "show", "default"]);
+        let mut out = Vec::new();
+        for r in v.as_array().into_iter().flatten() {
+            let hops = match r["nexthops"].as_array() {
+                Some(hops) => hops.clone(),
+                None => vec![r.clone()],
+            };
+            for h in hops {
+                out.push(format!(
+                    "{} via {} metric {}",
+                    h["dev"].as_str().unwrap_or_default(),
+                    h["gateway"].as_str().unwrap_or_default(),
+                    r["metric"].as_u64().unwrap_or(0)
+                ));
+            }
+        }
+        out
     }
 
     /// Files in cniDir (the delegate cache) and cniDir/results (the libcni cache).
