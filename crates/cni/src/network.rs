@@ -252,15 +252,23 @@ impl Network {
 
     /// DEL: every plugin in reverse order (with the cached result as `prevResult` from 0.4.0
     /// on), then the cache entry goes. Every plugin is called even when one fails; the errors
-    /// are joined.
-    pub fn del(&self, att: &Attachment) -> Result<(), CniError> {
+    /// are joined. A plugin whose type cannot be found in the path (or is no file name) is
+    /// skipped: the returned list says why, for the caller's log.
+    pub fn del(&self, att: &Attachment) -> Result<Vec<String>, CniError> {
         let prev = if self.version >= Version::V0_4_0 {
             self.cached_result(att)?
         } else {
             None
         };
         let mut errors: Vec<CniError> = Vec::new();
+        let mut skipped = Vec::new();
         for index in (0..self.plugins.len()).rev() {
+            // A plugin that cannot be run made nothing that it could delete now: DEL must
+            // not be stuck on it (a NAD naming no real plugin, a binary since removed).
+            if let Err(e) = invoke::find_in_path(self.plugin_type(index), att.path) {
+                skipped.push(e.msg);
+                continue;
+            }
             let outcome = self
                 .plugin_config(index, att.capability_args, prev.as_ref())
                 .and_then(|stdin| self.exec(index, Command::Del, att, &stdin));
@@ -269,7 +277,8 @@ impl Network {
             }
         }
         if errors.is_empty() {
-            return cache::remove(att.cache_dir, &self.name, att.container_id, att.ifname);
+            cache::remove(att.cache_dir, &self.name, att.container_id, att.ifname)?;
+            return Ok(skipped);
         }
         Err(join_errors(errors))
     }

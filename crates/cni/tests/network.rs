@@ -241,3 +241,21 @@ fn bad_networks_are_refused_with_their_reason() {
         assert!(e.to_string().contains(expected), "{conf}: {e}");
     }
 }
+
+#[test]
+fn del_skips_plugins_that_cannot_be_run_and_says_why() {
+    let s = Setup::new();
+    let conf = r#"{"cniVersion":"1.1.0","name":"gone","plugins":[
+        {"type":"first"},{"type":"removed-since"},{"type":"../first"}]}"#;
+    let net = Network::parse(conf.as_bytes()).unwrap();
+    let cache_dir = s.cache_dir();
+    let caps = Map::new();
+    let skipped = net.del(&attachment(&s, &cache_dir, &[], &caps)).unwrap();
+    assert_eq!(s.calls(), "DEL first net1\n");
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(skipped[0].contains("\"../first\""), "{skipped:?}");
+    assert!(
+        skipped[1].contains("failed to find plugin \"removed-since\""),
+        "{skipped:?}"
+    );
+}

@@ -253,7 +253,11 @@ impl Invocation<'_> {
             let caps = self.capability_args(d, index, &ifname);
             let att = self.attachment(&ifname, &cni_args, &caps);
             tracing::debug!(network = %d.name, %ifname, "DEL");
-            let deleted = d.network.del(&att);
+            let deleted = d.network.del(&att).map(|skipped| {
+                for why in skipped {
+                    tracing::warn!(network = %d.name, %ifname, "DEL skips a plugin that cannot be run, so it made nothing to delete: {why}");
+                }
+            });
             if let Some(file) = self.device_info_file(d, &ifname) {
                 if let Err(e) = devinfo::remove(&file) {
                     tracing::warn!(network = %d.name, %ifname, "{e}");

@@ -496,6 +496,16 @@ fn bad_annotations_fail_with_a_clear_error_and_leave_nothing() {
         "bridge": c.bridge_name(), "ipam": {"type": "host-local", "subnet": "10.70.0.0/33",
         "dataDir": c.sb.ipam_dir()}});
     c.nad("default", "badipam", bad_ipam);
+    c.nad(
+        "default",
+        "badbridge",
+        json!({"cniVersion": "1.0.0", "name": "badbridge", "type": "bridge", "vlan": 5000}),
+    );
+    c.nad(
+        "default",
+        "badmtu",
+        json!({"cniVersion": "1.0.0", "name": "badmtu", "type": "macvlan", "master": "lo", "mtu": "x"}),
+    );
     static_nad(&c, json!({}));
     let dns = "is not a DNS-1123 label";
     #[rustfmt::skip]
@@ -564,6 +574,8 @@ fn bad_annotations_fail_with_a_clear_error_and_leave_nothing() {
         (NETWORKS, "emptylist", 7, &["default/emptylist", "has no plugins"]),
         (NETWORKS, "listnotype", 7, &["default/listnotype", "plugin 1 ", "has no type"]),
         (NETWORKS, "a,badipam", 6, &["default/badipam", "net2", "10.70.0.0/33"]),
+        (NETWORKS, "badbridge", 7, &["default/badbridge", "net1", "5000"]),
+        (NETWORKS, "badmtu", 6, &["default/badmtu", "net1", "mtu"]),
     ];
     assert!(cases.len() >= 50, "{}", cases.len());
     let mut failures = Vec::new();
@@ -581,6 +593,15 @@ fn bad_annotations_fail_with_a_clear_error_and_leave_nothing() {
             failures.push(format!("{annotation}={text}: code {got}: {msg}"));
         }
         c.assert_add_left_nothing(&format!("{annotation}={text}"));
+        // The runtime always DELs a sandbox whose ADD failed; there is nothing to delete.
+        let del = c.cmd("DEL");
+        if del.code != 0 {
+            failures.push(format!(
+                "{annotation}={text}: DEL after the failed ADD: {}",
+                del.stdout.trim()
+            ));
+        }
+        c.assert_add_left_nothing(&format!("{annotation}={text}, after DEL"));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -52,8 +52,16 @@ impl<'a> Ipam<'a> {
         Ok(result)
     }
 
+    /// DEL. An IPAM plugin that cannot be run (not installed, a path, an interface plugin)
+    /// reserved nothing at ADD: DEL goes on without it, and says so on stderr.
     pub fn del(&self) -> Result<(), CniError> {
-        self.run(Command::Del)
+        match self.target() {
+            Ok(target) => self.run_on(target, Command::Del),
+            Err(e) => {
+                eprintln!("DEL skips ipam {:?}: {}", self.plugin_type, e.msg);
+                Ok(())
+            }
+        }
     }
 
     pub fn check(&self) -> Result<(), CniError> {
@@ -70,7 +78,11 @@ impl<'a> Ipam<'a> {
 
     /// A command without a result.
     fn run(&self, command: Command) -> Result<(), CniError> {
-        match self.target()? {
+        self.run_on(self.target()?, command)
+    }
+
+    fn run_on(&self, target: Target, command: Command) -> Result<(), CniError> {
+        match target {
             Target::InProcess(plugin) => {
                 let args = self.call(command);
                 match command {

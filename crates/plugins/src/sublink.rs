@@ -242,7 +242,9 @@ fn configure(
     Ok(result)
 }
 
-pub fn del(args: &CmdArgs) -> Result<(), CniError> {
+/// DEL of a link of `kind`. An interface of that name but another kind was not made here (the
+/// pod had it before a refused ADD): it stays.
+pub fn del(args: &CmdArgs, kind: &str) -> Result<(), CniError> {
     // Only what DEL needs: a config whose other keys no longer validate must still let the
     // attachment go.
     let net: NetConf = decode(&args.stdin, "network")?;
@@ -252,6 +254,7 @@ pub fn del(args: &CmdArgs) -> Result<(), CniError> {
             let nl = Netlink::in_ns(ns).map_err(sys)?;
             nl.link_by_name(&args.ifname)
                 .map_err(sys)?
+                .filter(|link| link.kind.as_deref() == Some(kind))
                 .map(|link| (nl, link.index))
         }
         None => None,

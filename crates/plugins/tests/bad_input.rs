@@ -241,9 +241,10 @@ fn corpus() -> Vec<Case> {
         let stdin = good_bridge.replace(r#""bridge":"bad0""#, &format!(r#""bridge":"{name}""#));
         cases.push(case(format!("bridge: {what}"), "bridge", stdin, CONFIG));
     }
-    // The ipam block and CNI_ARGS of the interface plugins that read them.
+    // The ipam block and CNI_ARGS of the interface plugins that read them. (DEL of such a
+    // config succeeds: the ADD that failed reserved nothing; see the DEL after every ADD below.)
     for (plugin, good) in [("bridge", &good_bridge), ("macvlan", &good_macvlan)] {
-        for command in ["ADD", "DEL", "CHECK"] {
+        for command in ["ADD", "CHECK"] {
             let mut c = case(
                 format!("{plugin}: {command} with an interface plugin as ipam"),
                 plugin,
@@ -499,6 +500,18 @@ fn corpus() -> Vec<Case> {
     cases
 }
 
+/// A JSON object naming a network and a version every command accepts: then DEL has what it
+/// needs. (Without them every command is refused, DEL too.)
+fn is_network_config(stdin: &str) -> bool {
+    let Ok(serde_json::Value::Object(o)) = serde_json::from_str(stdin) else {
+        return false;
+    };
+    let text = |k: &str| o.get(k).and_then(serde_json::Value::as_str);
+    let named = text("name").is_some_and(|n| !matches!(n, "" | "." | "..") && !n.contains('/'));
+    let versioned = text("cniVersion").is_some_and(|v| v.parse::<cni::Version>().is_ok());
+    named && versioned && serde_json::from_str::<cni::NetConf>(stdin).is_ok()
+}
+
 #[test]
 fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
     let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
@@ -540,6 +553,19 @@ fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
                 out.code,
                 out.stdout.trim()
             )),
+        }
+        // The runtime DELs what failed to ADD: with nothing made, DEL succeeds, unless the
+        // config cannot even be read as a network config.
+        if c.command == "ADD" && c.env.is_empty() && is_network_config(&call.stdin) {
+            call.command = "DEL".into();
+            let del = call.run(&plugins.path().join(c.plugin), Some(&node));
+            if del.code != 0 {
+                failures.push(format!(
+                    "{}: DEL after the failed ADD: {}",
+                    c.what,
+                    del.stdout.trim()
+                ));
+            }
         }
         let left_node: Vec<String> = node
             .links()

@@ -504,3 +504,24 @@ fn with_prev(conf: &str, result: &Value) -> String {
     v["prevResult"] = result.clone();
     v.to_string()
 }
+
+/// A refused ADD (the pod had an interface of that name) is followed by the runtime's DEL: the
+/// interface that was there is not ours, and DEL leaves it, for macvlan and bridge alike.
+#[test]
+fn del_leaves_an_interface_of_that_name_it_did_not_make() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    sb.pod.ip(&["link", "add", "eth0", "type", "bridge"]);
+    let mv = conf(&format!(",{STATIC_V4}"));
+    let bridge = r#"{"cniVersion":"1.0.0","name":"brnet","type":"bridge","bridge":"cni9","ipam":{"type":"static","addresses":[{"address":"10.61.0.5/24"}]}}"#;
+    for c in [mv.as_str(), bridge] {
+        let out = sb.add(c);
+        assert_ne!(out.code, 0, "{out:?}");
+        sb.del(c).ok();
+        assert_eq!(
+            eth0(&sb)["linkinfo"]["info_kind"],
+            "bridge",
+            "DEL of {c} removed the pod's own eth0"
+        );
+    }
+}

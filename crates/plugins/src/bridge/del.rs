@@ -6,14 +6,40 @@ use cni::{CmdArgs, CniError};
 use ipnet::IpNet;
 use netkit::{NetNs, Netlink};
 
+use cni::NetConf;
+use serde::Deserialize;
+use serde_json::Value;
+
 use super::add::unique_id;
-use super::config::BridgeConf;
 use crate::ipam_call::Ipam;
+use crate::sublink::decode;
 use crate::sys::{open_netns_for_del, sys};
 
+/// What DEL needs of the config, read leniently: a config that no longer validates (or never
+/// did, so ADD made nothing) must still let the attachment go.
+struct DelConf {
+    net: NetConf,
+    mac_spoof_check: bool,
+    ip_masq: bool,
+}
+
+impl DelConf {
+    fn parse(stdin: &[u8]) -> Result<DelConf, CniError> {
+        let raw: Value = decode(stdin, "bridge")?;
+        let net = NetConf::deserialize(&raw)
+            .map_err(|e| CniError::decoding(format!("cannot decode the bridge config: {e}")))?;
+        let flag = |key: &str| raw.get(key).and_then(Value::as_bool).unwrap_or(false);
+        Ok(DelConf {
+            mac_spoof_check: flag("macspoofchk"),
+            ip_masq: flag("ipMasq"),
+            net,
+        })
+    }
+}
+
 pub fn del(args: &CmdArgs) -> Result<(), CniError> {
-    let conf = BridgeConf::parse(&args.stdin, &args.args)?;
-    let ipam = conf.ipam_type().map(|t| Ipam::new(t, args));
+    let conf = DelConf::parse(&args.stdin)?;
+    let ipam = conf.net.ipam_type().map(|t| Ipam::new(t, args));
     // A pod namespace that is gone took the veth with it.
     let pod = open_netns_for_del(&args.netns)?;
     let found = match &pod {
@@ -57,13 +83,18 @@ pub fn del(args: &CmdArgs) -> Result<(), CniError> {
 }
 
 /// The container interface (a socket in its namespace, its index, and its global unicast
-/// addresses for the masquerade teardown), if it still exists.
+/// addresses for the masquerade teardown), if it still exists. Only a veth is ours: another
+/// interface of that name was in the pod before a refused ADD, and stays.
 fn find_container_iface(
     ns: &NetNs,
     ifname: &str,
 ) -> Result<Option<(Netlink, u32, Vec<IpNet>)>, CniError> {
     let nl = Netlink::in_ns(ns).map_err(sys)?;
-    let Some(link) = nl.link_by_name(ifname).map_err(sys)? else {
+    let Some(link) = nl
+        .link_by_name(ifname)
+        .map_err(sys)?
+        .filter(|link| link.kind.as_deref() == Some("veth"))
+    else {
         return Ok(None);
     };
     let addrs = nl

@@ -27,7 +27,7 @@ impl cni::Plugin for Ipvlan {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        sublink::del(args)
+        sublink::del(args, IpvlanConf::KIND)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {

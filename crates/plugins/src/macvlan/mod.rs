@@ -24,7 +24,7 @@ impl cni::Plugin for Macvlan {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        sublink::del(args)
+        sublink::del(args, MacvlanConf::KIND)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
