@@ -42,6 +42,16 @@ impl<'a> From<&'a CmdArgs> for DelegateEnv<'a> {
     }
 }
 
+/// Whether `bin` (symlinks followed) is the file this process runs: a multi-call binary
+/// runs its own plugins in-process, and a meta-plugin refuses to delegate to itself.
+pub fn is_this_executable(bin: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(bin), std::fs::metadata("/proc/self/exe")) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 /// Finds the executable for `plugin_type` in `path`, first match wins.
 ///
 /// A type is a bare file name: anything that could point outside `CNI_PATH` is refused. Both

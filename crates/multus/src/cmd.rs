@@ -249,6 +249,11 @@ impl Invocation<'_> {
         let mut errors = Vec::new();
         for (index, d) in delegates.iter().enumerate().rev() {
             let ifname = d.ifname(&self.args.ifname, index);
+            // Never run multus as a delegate, even from an old cache: it made nothing.
+            if let Err(e) = d.refuse_this_binary(&self.path) {
+                tracing::error!(network = %d.name, %ifname, "DEL skips it: {e}");
+                continue;
+            }
             let cni_args = self.k8s.for_delegate(d);
             let caps = self.capability_args(d, index, &ifname);
             let att = self.attachment(&ifname, &cni_args, &caps);
@@ -310,6 +315,7 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
     let mut ifnames: Vec<String> = Vec::with_capacity(delegates.len());
     for (index, d) in delegates.iter().enumerate() {
         let ifname = d.ifname(&inv.args.ifname, index);
+        d.refuse_this_binary(&inv.path)?;
         d.check_capabilities(&ifname)?;
         if let Some(other) = ifnames.iter().position(|i| *i == ifname) {
             return Err(Error::Request {
@@ -585,6 +591,10 @@ pub fn check(inv: &Invocation) -> Result<()> {
     let mut errors = Vec::new();
     for (index, d) in delegates.iter().enumerate() {
         let ifname = d.ifname(&inv.args.ifname, index);
+        if let Err(e) = d.refuse_this_binary(&inv.path) {
+            errors.push(e);
+            continue;
+        }
         if !d.network.version.has_check() {
             tracing::info!(network = %d.name, "CHECK skipped: version {}", d.network.version);
             continue;
@@ -668,6 +678,10 @@ pub fn gc(inv: &Invocation) -> Result<()> {
         .iter()
         .filter(|d| seen.insert(d.network.name.clone()))
     {
+        if let Err(e) = d.refuse_this_binary(&inv.path) {
+            tracing::error!(network = %d.name, "GC skips it: {e}");
+            continue;
+        }
         if let Err(source) = d.network.gc(&inv.path, dir, &expanded) {
             errors.push(Error::Network {
                 network: d.name.clone(),

@@ -36,6 +36,32 @@ pub struct Delegate {
     pub filter_v6_gateway: bool,
 }
 
+/// multus under its upstream binary names: never a delegate.
+const MULTUS_TYPES: &[&str] = &["multus", "multus-shim"];
+
+/// Refuses a network one of whose plugins is multus: its own multus settings (`logFile`,
+/// `cniDir`, `kubeconfig`, ...) would run with the node's privileges, and it could select
+/// itself again without end. `is_multus` tells a type that is multus under another name.
+fn refuse_multus(network: &Network, origin: &str, is_multus: impl Fn(&str) -> bool) -> Result<()> {
+    for (index, plugin) in network.plugins().iter().enumerate() {
+        let plugin_type = plugin
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if MULTUS_TYPES.contains(&plugin_type) || is_multus(plugin_type) {
+            return Err(Error::Network {
+                network: origin.to_owned(),
+                source: Box::new(cni::CniError::invalid_config(format!(
+                    "plugin {index} is {plugin_type:?}, which runs multus itself: a network \
+                     cannot delegate to multus (its multus settings would apply on the node, \
+                     and it could call itself without end)"
+                ))),
+            });
+        }
+    }
+    Ok(())
+}
+
 impl Delegate {
     /// A delegate from a config (conf or conflist). `origin` says where it came from, for errors.
     pub fn from_config(bytes: &[u8], origin: &str) -> Result<Delegate> {
@@ -43,6 +69,7 @@ impl Delegate {
             network: origin.to_owned(),
             source: Box::new(source),
         })?;
+        refuse_multus(&network, origin, |_| false)?;
         Ok(Delegate {
             name: network.name.clone(),
             network,
@@ -109,6 +136,15 @@ impl Delegate {
         delegate.bandwidth = selection.bandwidth.clone();
         delegate.default_route = selection.default_route.clone();
         Ok(delegate)
+    }
+
+    /// Fails when a plugin of this delegate, looked up in `path`, is this very binary (multus
+    /// linked or copied under another name).
+    pub fn refuse_this_binary(&self, path: &[PathBuf]) -> Result<()> {
+        refuse_multus(&self.network, &self.name, |plugin_type| {
+            cni::invoke::find_in_path(plugin_type, path)
+                .is_ok_and(|bin| cni::invoke::is_this_executable(&bin))
+        })
     }
 
     /// The interface this delegate gets: its request, the runtime's for the cluster network

@@ -5,8 +5,7 @@
 //! plugin runs in-process with the same arguments and config: same behaviour, one exec less.
 //! Any other binary is executed like a runtime does.
 
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use cni::invoke::{self, DelegateEnv};
 use cni::{CmdArgs, CniError, CniResult, Command, Dns, NetConf, Version};
@@ -118,7 +117,7 @@ impl<'a> Ipam<'a> {
     /// in-process. Only an IPAM plugin may: an interface plugin as `ipam` would call itself.
     fn target(&self) -> Result<Target, CniError> {
         let bin = invoke::find_in_path(self.plugin_type, &self.args.path)?;
-        if !is_this_executable(&bin) {
+        if !invoke::is_this_executable(&bin) {
             return Ok(Target::Exec(bin));
         }
         match crate::find(self.plugin_type) {
@@ -152,14 +151,6 @@ fn not_ipam(plugin_type: &str) -> CniError {
         "ipam type {plugin_type:?} is not an IPAM plugin: use one of {}",
         ipam.join(", ")
     ))
-}
-
-/// Whether `bin` (symlinks followed) is the file this process runs.
-fn is_this_executable(bin: &Path) -> bool {
-    match (std::fs::metadata(bin), std::fs::metadata("/proc/self/exe")) {
-        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
-        _ => false,
-    }
 }
 
 /// The DNS settings of a result: the config's `dns`, completed with what the IPAM plugin
