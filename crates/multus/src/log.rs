@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -46,10 +46,24 @@ struct LogFile {
 }
 
 impl LogFile {
+    /// Opens `path` for appending, creating its directory (0755) first if it is missing, as
+    /// upstream does.
     fn open(path: &Path) -> std::io::Result<LogFile> {
+        let file = match open_append(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o755)
+                        .create(dir)?;
+                }
+                open_append(path)?
+            }
+            other => other?,
+        };
         Ok(LogFile {
             path: path.to_owned(),
-            file: open_append(path)?,
+            file,
         })
     }
 
@@ -69,8 +83,14 @@ impl LogFile {
     }
 }
 
+/// The log may sit in a directory others can write (`/tmp`): a symlink planted at its name is
+/// never followed.
 fn open_append(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 /// Installs the logger for this process. A log file that cannot be opened is reported on
@@ -249,17 +269,21 @@ impl Rotation<'_> {
 /// absent) and removes `plain`. The exclusive lock waits for processes still appending to
 /// `plain` and holds off new appends until it is gone (see [`LogFile::append`]).
 fn compress(plain: &Path, gz: &Path) -> std::io::Result<()> {
-    let mut source = File::open(plain)?;
+    let mut source = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(plain)?;
     source.lock()?;
     let mut tmp = gz.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
+    // A stale (or planted) temporary file goes first; the new one is made, never opened.
+    let _ = std::fs::remove_file(&tmp);
     let written = (|| {
         let mode = source.metadata()?.permissions().mode();
         let out = OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(mode)
             .open(&tmp)?;
         let mut encoder = GzEncoder::new(BufWriter::new(out), Compression::default());

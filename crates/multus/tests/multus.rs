@@ -7,6 +7,7 @@ mod common;
 
 use std::fs;
 use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -364,6 +365,45 @@ fn logs_go_to_the_log_file_with_the_pod_container_and_interface_and_stdout_stays
     out.ok();
     assert_eq!(out.stdout, "");
     assert_eq!(out.stderr, "", "nothing at error level on success");
+    sb.assert_clean("after DEL");
+}
+
+/// A logFile in a directory that does not exist yet gets the directory, as upstream makes it;
+/// a symlink planted at the log's name (or its rotation's temporary file) is not followed.
+#[test]
+fn the_log_directory_is_made_and_symlinks_at_the_log_are_not_followed() {
+    let sb = Sandbox::new();
+    let log = sb.dir.path().join("new/dir/multus.log");
+    let conf = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
+        json!({"logFile": log, "logLevel": "verbose", "logToStderr": false}),
+    );
+    sb.cmd("ADD", &conf).ok();
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(text.contains("Add eth0"), "{text}");
+    let mode = fs::metadata(log.parent().unwrap())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o755);
+    sb.cmd("DEL", &conf).ok();
+
+    let victim = sb.dir.path().join("victim");
+    fs::write(&victim, "precious\n").unwrap();
+    let planted = sb.dir.path().join("planted.log");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    let conf = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
+        json!({"logFile": planted, "logLevel": "debug", "logToStderr": true}),
+    );
+    let out = sb.cmd("ADD", &conf);
+    out.ok();
+    assert!(out.stderr.contains("cannot open logFile"), "{}", out.stderr);
+    sb.cmd("DEL", &conf).ok();
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
     sb.assert_clean("after DEL");
 }
 
