@@ -38,6 +38,41 @@ pub enum EventKind {
     Warning,
 }
 
+/// An event multus records on a pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub pod: Pod,
+    pub kind: EventKind,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The events of one command, recorded together at its end (see [`Api::record_events`]).
+#[derive(Default)]
+pub struct Events(std::cell::RefCell<Vec<Event>>);
+
+impl Events {
+    pub fn push(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) {
+        self.0.borrow_mut().push(Event {
+            pod: pod.clone(),
+            kind,
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        });
+    }
+
+    /// Sends what was pushed, and logs what could not be recorded.
+    pub fn send(&self, api: &dyn Api) {
+        let events = self.0.take();
+        if events.is_empty() {
+            return;
+        }
+        for (event, e) in api.record_events(&events) {
+            tracing::error!("cannot record event {} on the pod: {e}", event.reason);
+        }
+    }
+}
+
 pub trait Api {
     /// The pod, or `None` when the API says it does not exist.
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>>;
@@ -46,8 +81,9 @@ pub trait Api {
     fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>>;
     /// Merges `annotations` into the pod's annotations.
     fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>) -> Result<()>;
-    /// Records an event on the pod; returns once the API has it.
-    fn event(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) -> Result<()>;
+    /// Records events, all at once and within a short deadline of their own: events are best
+    /// effort, and must not hold up the CNI result. Returns those that were not recorded.
+    fn record_events<'a>(&self, events: &'a [Event]) -> Vec<(&'a Event, crate::error::Error)>;
 }
 
 /// Opens the API for a configuration; `None` means multus runs without one.

@@ -9,7 +9,7 @@ use cni::network::Attachment;
 use cni::{CmdArgs, CniError, CniResult, GcAttachment};
 use serde_json::Value;
 
-use crate::api::{Api, EventKind, Pod};
+use crate::api::{Api, EventKind, Events, Pod};
 use crate::config::MultusConf;
 use crate::delegate::{self, Delegate};
 use crate::devinfo;
@@ -90,6 +90,8 @@ pub struct Invocation<'a> {
     /// `binDir`, then `CNI_PATH`.
     pub path: Vec<PathBuf>,
     pub api: Option<&'a dyn Api>,
+    /// The command's events, recorded together at its end.
+    pub events: Events,
 }
 
 impl Invocation<'_> {
@@ -99,6 +101,7 @@ impl Invocation<'_> {
         Context {
             conf: &self.conf,
             api: self.api,
+            events: &self.events,
             pod,
             pod_namespace: &self.k8s.namespace,
             devices: pod.map(|pod| {
@@ -237,10 +240,15 @@ impl Invocation<'_> {
     }
 
     fn event(&self, pod: Option<&Pod>, kind: EventKind, reason: &str, message: &str) {
-        if let (Some(api), Some(pod)) = (self.api, pod) {
-            if let Err(e) = api.event(pod, kind, reason, message) {
-                tracing::error!("cannot record event {reason} on the pod: {e}");
-            }
+        if let (Some(_), Some(pod)) = (self.api, pod) {
+            self.events.push(pod, kind, reason, message);
+        }
+    }
+
+    /// Records the command's events, once its work is done.
+    fn send_events(&self) {
+        if let Some(api) = self.api {
+            self.events.send(api);
         }
     }
 
@@ -302,7 +310,14 @@ fn wait_ready(conf: &MultusConf) -> Result<()> {
     }
 }
 
+/// ADD; its events are recorded once everything else is done, success or not.
 pub fn add(inv: &Invocation) -> Result<CniResult> {
+    let added = attach_all(inv);
+    inv.send_events();
+    added
+}
+
+fn attach_all(inv: &Invocation) -> Result<CniResult> {
     wait_ready(&inv.conf)?;
     let pod = inv.pod()?;
     let ctx = inv.context(pod.as_ref(), true);
@@ -496,7 +511,14 @@ fn undo(inv: &Invocation, delegates: &[Delegate]) {
     }
 }
 
+/// DEL; its events (a missing NAD, when it has no cache) are recorded at its end.
 pub fn del(inv: &Invocation) -> Result<()> {
+    let deleted = detach_all(inv);
+    inv.send_events();
+    deleted
+}
+
+fn detach_all(inv: &Invocation) -> Result<()> {
     if let Some(file) = &inv.conf.readiness_indicator_file {
         if !file.exists() {
             tracing::info!(
@@ -732,6 +754,7 @@ impl Multus {
             k8s,
             args,
             api: api.as_deref(),
+            events: Events::default(),
         };
         f(&inv).map_err(|e| {
             tracing::error!("{e}");

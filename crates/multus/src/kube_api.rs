@@ -5,10 +5,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::api::{Api, EventKind, Nad, Pod};
+use crate::api::{Api, Event, EventKind, Nad, Pod};
 use crate::config::MultusConf;
 use crate::error::{Error, Result};
-use crate::k8s::{ClientOptions, EventType, K8sError, KubeClient};
+use crate::k8s::{ClientOptions, EventType, K8sError, KubeClient, PodEvent};
+
+/// All the events of one command share this deadline (or the API timeout, when shorter).
+const EVENTS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The client is made on first use: a DEL that has its cache never needs one.
 struct KubeApi {
@@ -84,19 +87,46 @@ impl Api for KubeApi {
             .map_err(api_error)
     }
 
-    fn event(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) -> Result<()> {
-        let object = ObjectMeta {
-            namespace: Some(pod.namespace.clone()),
-            name: Some(pod.name.clone()),
-            uid: Some(pod.uid.clone()),
-            ..ObjectMeta::default()
+    fn record_events<'a>(&self, events: &'a [Event]) -> Vec<(&'a Event, Error)> {
+        let client = match self.client() {
+            Ok(client) => client,
+            Err(e) => {
+                return events
+                    .iter()
+                    .map(|ev| (ev, Error::Api(e.to_string())))
+                    .collect()
+            }
         };
-        let kind = match kind {
-            EventKind::Normal => EventType::Normal,
-            EventKind::Warning => EventType::Warning,
-        };
-        self.client()?
-            .record_event(&object, kind, reason, message)
-            .map_err(api_error)
+        let objects: Vec<ObjectMeta> = events
+            .iter()
+            .map(|e| ObjectMeta {
+                namespace: Some(e.pod.namespace.clone()),
+                name: Some(e.pod.name.clone()),
+                uid: Some(e.pod.uid.clone()),
+                ..ObjectMeta::default()
+            })
+            .collect();
+        let sends: Vec<PodEvent> = events
+            .iter()
+            .zip(&objects)
+            .enumerate()
+            .map(|(seq, (e, pod))| PodEvent {
+                pod,
+                event_type: match e.kind {
+                    EventKind::Normal => EventType::Normal,
+                    EventKind::Warning => EventType::Warning,
+                },
+                reason: &e.reason,
+                message: &e.message,
+                seq,
+            })
+            .collect();
+        let deadline = EVENTS_DEADLINE.min(self.options.timeout);
+        client
+            .record_events(&sends, deadline)
+            .into_iter()
+            .zip(events)
+            .filter_map(|(sent, e)| sent.err().map(|err| (e, api_error(err))))
+            .collect()
     }
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use cni::network::Network;
 use serde_json::Value;
 
-use crate::api::{Api, EventKind, Nad, Pod};
+use crate::api::{Api, EventKind, Events, Nad, Pod};
 use crate::config::MultusConf;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
@@ -17,6 +17,8 @@ use crate::selection::{self, Selection};
 pub struct Context<'a> {
     pub conf: &'a MultusConf,
     pub api: Option<&'a dyn Api>,
+    /// Where the events of the resolution go.
+    pub events: &'a Events,
     pub pod: Option<&'a Pod>,
     /// The pod's namespace from `K8S_POD_NAMESPACE` (known even without the API).
     pub pod_namespace: &'a str,
@@ -205,10 +207,9 @@ impl Context<'_> {
                     ""
                 }
             );
-            if let (Some(api), Some(pod)) = (self.api, self.pod) {
-                if let Err(e) = api.event(pod, EventKind::Warning, "NoNetworkFound", &msg) {
-                    tracing::error!("cannot record the NoNetworkFound event: {e}");
-                }
+            if let (Some(_), Some(pod)) = (self.api, self.pod) {
+                self.events
+                    .push(pod, EventKind::Warning, "NoNetworkFound", &msg);
             }
             return Err(Error::NetworkNotFound(msg));
         };

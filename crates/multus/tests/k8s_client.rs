@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use multus::k8s::{Cause, ClientOptions, EventType, K8sError, KubeClient};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use multus::k8s::{Cause, ClientOptions, EventType, K8sError, KubeClient, PodEvent};
 use serde_json::json;
 use testkit::kube_api::{
     pod_manifest, Fault, InCluster, KubeApiServer, KubeconfigAuth, LoggedRequest,
@@ -280,20 +281,82 @@ fn patch_of_a_missing_pod_is_not_found() -> Result<()> {
     Ok(())
 }
 
+/// One event through [`KubeClient::record_events`], with a deadline it never meets here.
+fn record_event(
+    client: &KubeClient,
+    pod: &ObjectMeta,
+    event_type: EventType,
+    reason: &str,
+    message: &str,
+) -> std::result::Result<(), K8sError> {
+    let event = PodEvent {
+        pod,
+        event_type,
+        reason,
+        message,
+        seq: 0,
+    };
+    client
+        .record_events(&[event], Duration::from_secs(60))
+        .remove(0)
+}
+
+#[test]
+fn events_sent_together_are_all_stored() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let client = s.client(5000, 0)?;
+    let pod = client.get_pod("ns1", "web")?;
+    let events: Vec<PodEvent> = ["AddedInterface", "AddedInterface", "SecondaryDefaultRoute"]
+        .iter()
+        .enumerate()
+        .map(|(seq, reason)| PodEvent {
+            pod: &pod.metadata,
+            event_type: EventType::Normal,
+            reason,
+            message: "m",
+            seq,
+        })
+        .collect();
+    let results = client.record_events(&events, Duration::from_secs(60));
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let mut names: Vec<String> = s
+        .server
+        .events()
+        .iter()
+        .map(|e| {
+            e["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    names.dedup();
+    assert_eq!(names.len(), 3, "{names:?}");
+    Ok(())
+}
+
 #[test]
 fn event_is_stored_when_the_call_returns() -> Result<()> {
     let s = Setup::https(KubeconfigAuth::Token)?;
     let stored = add_web_pod(&s.server);
     let client = s.client(5000, 0)?;
     let pod = client.get_pod("ns1", "web")?;
-    client.record_event(
+    record_event(
+        &client,
         &pod.metadata,
         EventType::Normal,
         "AddedInterface",
         "Add net1 [10.10.0.2/24] from ns1/bridge-conf",
     )?;
     let long = "é".repeat(1000);
-    client.record_event(&pod.metadata, EventType::Warning, "NoNetworkFound", &long)?;
+    record_event(
+        &client,
+        &pod.metadata,
+        EventType::Warning,
+        "NoNetworkFound",
+        &long,
+    )?;
 
     let events = s.server.events();
     assert_eq!(events.len(), 2);
@@ -330,7 +393,8 @@ fn event_whose_reply_was_lost_is_not_an_error() -> Result<()> {
     // The first create is stored but its reply is lost; the retry meets AlreadyExists, which
     // means the event is there.
     s.server.inject(Fault::LoseReply, 1);
-    client.record_event(
+    record_event(
+        &client,
         &pod.metadata,
         EventType::Normal,
         "AddedInterface",

@@ -264,3 +264,27 @@ fn a_nad_the_api_refuses_to_serve_fails_the_add_naming_it() {
     assert!(msg.contains("403") && msg.contains("default/a"), "{msg}");
     c.assert_add_left_nothing("NAD forbidden");
 }
+
+/// Events are best effort: an events endpoint that hangs holds up ADD by one short deadline
+/// for all its events together (2 s, the API timeout here), not a request budget per event.
+#[test]
+fn a_hanging_events_endpoint_holds_up_add_by_one_short_deadline() {
+    let c = Cluster::new(json!({NETWORKS: "a,b"}), json!({}));
+    c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.bridge_nad("default", "b", "10.30.0.0/24");
+    c.server.inject_on(
+        "POST",
+        "/api/v1/namespaces/default/events",
+        Fault::Delay(Duration::from_secs(10)),
+        10,
+    );
+    let started = Instant::now();
+    c.cmd("ADD").ok();
+    let took = started.elapsed();
+    // Three events one after another, each with a retry, took over 12 s before.
+    assert!(took < Duration::from_secs(5), "ADD took {took:?}");
+    assert_eq!(c.sb.pod_links(), ["eth0", "net1", "net2"]);
+    assert!(c.network_status().is_some());
+    c.cmd("DEL").ok();
+    c.sb.assert_clean("after DEL");
+}

@@ -306,21 +306,44 @@ impl KubeClient {
         )
     }
 
-    /// Records an event on the pod. It has reached the API server when this returns `Ok`.
-    pub fn record_event(
+    /// Records events on pods, all at once and all within `deadline`: each is tried (and
+    /// retried) like any call, but one that has not reached the API server by then is given
+    /// up. Events are best effort, and a hanging API must not hold up the CNI result. One
+    /// result per event, in order.
+    pub fn record_events(
         &self,
-        pod: &ObjectMeta,
-        event_type: EventType,
-        reason: &str,
-        message: &str,
-    ) -> Result<(), K8sError> {
+        events: &[PodEvent<'_>],
+        deadline: Duration,
+    ) -> Vec<Result<(), K8sError>> {
+        let sends = events.iter().map(|e| self.record_event(e));
+        self.runtime.block_on(async {
+            let all = futures_util::future::join_all(sends);
+            match tokio::time::timeout(deadline, all).await {
+                Ok(results) => results,
+                Err(_) => events
+                    .iter()
+                    .map(|e| {
+                        Err(K8sError::Request {
+                            call: Box::new(event_call(e)),
+                            attempts: 1,
+                            cause: Cause::Timeout(deadline),
+                        })
+                    })
+                    .collect(),
+            }
+        })
+    }
+
+    async fn record_event(&self, e: &PodEvent<'_>) -> Result<(), K8sError> {
+        let pod = e.pod;
         let namespace = pod.namespace.clone().unwrap_or_default();
         let pod_name = pod.name.clone().unwrap_or_default();
         let now = k8s_openapi::jiff::Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
-                // client-go's naming: unique per pod and moment.
-                name: Some(format!("{pod_name}.{:x}", now.as_nanosecond())),
+                // client-go's naming: unique per pod and moment; events sent together differ
+                // in their reason.
+                name: Some(format!("{pod_name}.{:x}{:x}", now.as_nanosecond(), e.seq)),
                 namespace: Some(namespace.clone()),
                 ..ObjectMeta::default()
             },
@@ -333,9 +356,9 @@ impl KubeClient {
                 resource_version: pod.resource_version.clone(),
                 field_path: None,
             },
-            reason: Some(reason.to_string()),
-            message: Some(truncate(message, EVENT_MESSAGE_MAX).to_string()),
-            type_: Some(event_type.as_str().to_string()),
+            reason: Some(e.reason.to_string()),
+            message: Some(truncate(e.message, EVENT_MESSAGE_MAX).to_string()),
+            type_: Some(e.event_type.as_str().to_string()),
             source: Some(EventSource {
                 component: Some(EVENT_COMPONENT.into()),
                 host: None,
@@ -347,55 +370,84 @@ impl KubeClient {
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let params = PostParams::default();
-        self.run(
-            call("create", "events", &namespace, None),
-            false,
-            || async {
-                match api.create(&params, &event).await {
-                    // Our own earlier attempt got through but its reply was lost.
-                    Err(kube::Error::Api(status))
-                        if status.code == 409 && status.reason == "AlreadyExists" =>
-                    {
-                        Ok(())
-                    }
-                    other => other.map(drop),
+        self.attempts(event_call(e), false, || async {
+            match api.create(&params, &event).await {
+                // Our own earlier attempt got through but its reply was lost.
+                Err(kube::Error::Api(status))
+                    if status.code == 409 && status.reason == "AlreadyExists" =>
+                {
+                    Ok(())
                 }
-            },
-        )
+                other => other.map(drop),
+            }
+        })
+        .await
     }
 
-    /// Runs one call: attempts (each within `timeout`) until success, a final error, or
-    /// `retries` retries, with exponential backoff between attempts.
+    /// Runs one call to the end (see [`KubeClient::attempts`]).
     fn run<T, F, Fut>(&self, call: Call, retry_conflict: bool, attempt: F) -> Result<T, K8sError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, kube::Error>>,
     {
-        self.runtime.block_on(async {
-            let mut backoff = BACKOFF_FIRST;
-            let mut attempts = 0;
-            loop {
-                attempts += 1;
-                let cause = match self.token_file.as_ref().map(TokenFile::refresh) {
-                    Some(Err(cause)) => cause,
-                    _ => match tokio::time::timeout(self.timeout, attempt()).await {
-                        Ok(Ok(value)) => return Ok(value),
-                        Ok(Err(err)) => Cause::from_kube(err),
-                        Err(_) => Cause::Timeout(self.timeout),
-                    },
-                };
-                if !cause.retryable(retry_conflict) || attempts > self.retries {
-                    return Err(K8sError::Request {
-                        call: Box::new(call),
-                        attempts,
-                        cause,
-                    });
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF_MAX);
-            }
-        })
+        self.runtime
+            .block_on(self.attempts(call, retry_conflict, attempt))
     }
+
+    /// Attempts (each within `timeout`) until success, a final error, or `retries` retries,
+    /// with exponential backoff between attempts.
+    async fn attempts<T, F, Fut>(
+        &self,
+        call: Call,
+        retry_conflict: bool,
+        attempt: F,
+    ) -> Result<T, K8sError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let mut backoff = BACKOFF_FIRST;
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let cause = match self.token_file.as_ref().map(TokenFile::refresh) {
+                Some(Err(cause)) => cause,
+                _ => match tokio::time::timeout(self.timeout, attempt()).await {
+                    Ok(Ok(value)) => return Ok(value),
+                    Ok(Err(err)) => Cause::from_kube(err),
+                    Err(_) => Cause::Timeout(self.timeout),
+                },
+            };
+            if !cause.retryable(retry_conflict) || attempts > self.retries {
+                return Err(K8sError::Request {
+                    call: Box::new(call),
+                    attempts,
+                    cause,
+                });
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+}
+
+/// One event to record on a pod.
+pub struct PodEvent<'a> {
+    pub pod: &'a ObjectMeta,
+    pub event_type: EventType,
+    pub reason: &'a str,
+    pub message: &'a str,
+    /// Its place among the events sent together (part of its name).
+    pub seq: usize,
+}
+
+fn event_call(e: &PodEvent<'_>) -> Call {
+    call(
+        "create",
+        "events",
+        e.pod.namespace.as_deref().unwrap_or_default(),
+        None,
+    )
 }
 
 fn call(verb: &'static str, resource: &'static str, namespace: &str, name: Option<&str>) -> Call {

@@ -189,14 +189,14 @@ impl Api for FileApi {
         Ok(())
     }
 
-    fn event(&self, _pod: &Pod, kind: EventKind, reason: &str, message: &str) -> crate::Result<()> {
-        if let Ok(mut events) = self.events.lock() {
-            events.push(Event {
-                kind,
-                reason: reason.to_owned(),
-                message: message.to_owned(),
-            });
+    fn record_events<'a>(&self, events: &'a [api::Event]) -> Vec<(&'a api::Event, crate::Error)> {
+        if let Ok(mut held) = self.events.lock() {
+            held.extend(events.iter().map(|e| Event {
+                kind: e.kind,
+                reason: e.reason.clone(),
+                message: e.message.clone(),
+            }));
         }
-        Ok(())
+        Vec::new()
     }
 }

@@ -416,6 +416,7 @@ fn trial(
                 k8s,
                 args: &args,
                 api: Some(api),
+                events: crate::api::Events::default(),
             };
             f(&inv)
         })
