@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::api::{Api, EventKind, Events, Pod};
 use crate::config::MultusConf;
+use crate::container_lock::{self, ContainerLock};
 use crate::delegate::{self, Delegate};
 use crate::devinfo;
 use crate::error::{Error, Result};
@@ -245,6 +246,15 @@ impl Invocation<'_> {
         }
     }
 
+    /// The container's lock: one ADD, DEL or CHECK at a time.
+    fn lock(&self) -> Result<ContainerLock> {
+        container_lock::acquire(
+            &self.conf.cni_dir,
+            &self.args.container_id,
+            container_lock::WAIT,
+        )
+    }
+
     /// Records the command's events, once its work is done.
     fn send_events(&self) {
         if let Some(api) = self.api {
@@ -310,9 +320,17 @@ fn wait_ready(conf: &MultusConf) -> Result<()> {
     }
 }
 
-/// ADD; its events are recorded once everything else is done, success or not.
+/// ADD, alone on its container; its events are recorded once everything else is done,
+/// success or not.
 pub fn add(inv: &Invocation) -> Result<CniResult> {
+    let lock = inv.lock()?;
     let added = attach_all(inv);
+    // A failed ADD left nothing, so nothing is left for a DEL to find either.
+    if added.is_err() && !delegate::cache_path(&inv.conf.cni_dir, &inv.args.container_id).exists() {
+        lock.remove();
+    } else {
+        drop(lock);
+    }
     inv.send_events();
     added
 }
@@ -511,9 +529,16 @@ fn undo(inv: &Invocation, delegates: &[Delegate]) {
     }
 }
 
-/// DEL; its events (a missing NAD, when it has no cache) are recorded at its end.
+/// DEL, alone on its container; its events (a missing NAD, when it has no cache) are
+/// recorded at its end.
 pub fn del(inv: &Invocation) -> Result<()> {
+    let lock = inv.lock()?;
     let deleted = detach_all(inv);
+    if deleted.is_ok() {
+        lock.remove();
+    } else {
+        drop(lock);
+    }
     inv.send_events();
     deleted
 }
@@ -599,6 +624,7 @@ fn rebuild(inv: &Invocation) -> Result<Vec<Delegate>> {
 }
 
 pub fn check(inv: &Invocation) -> Result<()> {
+    let _lock = inv.lock()?;
     let delegates = delegate::load_cache(
         &inv.conf.cni_dir,
         &inv.args.container_id,
@@ -713,7 +739,14 @@ pub fn gc(inv: &Invocation) -> Result<()> {
     }
     if errors.is_empty() {
         for id in stale {
-            delegate::remove_cache(dir, &id)?;
+            // A container some call is busy with is left for the next GC.
+            match container_lock::acquire(dir, &id, Duration::ZERO) {
+                Ok(lock) => {
+                    delegate::remove_cache(dir, &id)?;
+                    lock.remove();
+                }
+                Err(e) => tracing::info!("GC leaves container {id}: {e}"),
+            }
         }
         return Ok(());
     }

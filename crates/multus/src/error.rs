@@ -75,6 +75,9 @@ pub enum Error {
         expected: String,
         actual: String,
     },
+    /// Another multus call on the same container did not finish in time.
+    #[error("{0}")]
+    Busy(String),
     /// The readiness indicator file did not appear in time.
     #[error("the cluster network is not ready: {0}")]
     NotReady(String),
@@ -109,7 +112,9 @@ impl Error {
                 source.code
             }
             Error::Cache { .. } | Error::Checkpoint { .. } => Code::Io as u32,
-            Error::Api(_) | Error::PodResources { .. } => Code::TryAgainLater as u32,
+            Error::Api(_) | Error::PodResources { .. } | Error::Busy(_) => {
+                Code::TryAgainLater as u32
+            }
             Error::NotReady(_) => Code::PluginNotAvailable as u32,
             Error::UidMismatch { .. } => Code::UnknownContainer as u32,
             Error::Netlink(_) => Code::Io as u32,

@@ -10,6 +10,7 @@ pub mod api;
 pub mod checkpoint;
 pub mod cmd;
 pub mod config;
+pub mod container_lock;
 pub mod delegate;
 pub mod devinfo;
 pub mod error;

@@ -288,3 +288,40 @@ fn a_hanging_events_endpoint_holds_up_add_by_one_short_deadline() {
     c.cmd("DEL").ok();
     c.sb.assert_clean("after DEL");
 }
+
+/// Two ADDs of one container at once (a runtime retrying): one attaches, the other waits for it
+/// and is refused, and its failure undoes nothing of the first's. DEL then cleans everything.
+#[test]
+fn concurrent_adds_of_one_container_never_undo_each_other() {
+    let c = Cluster::new(json!({NETWORKS: "a,b"}), json!({}));
+    c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.bridge_nad("default", "b", "10.30.0.0/24");
+    for round in 0..5 {
+        let call = c.call("ADD");
+        let node = &c.sb.node;
+        let multus = common::multus_bin();
+        let outs: Vec<testkit::CniOutput> = std::thread::scope(|s| {
+            let runs: Vec<_> = (0..2)
+                .map(|_| s.spawn(|| call.run(&multus, Some(node))))
+                .collect();
+            runs.into_iter().map(|r| r.join().unwrap()).collect()
+        });
+        let ok: Vec<&testkit::CniOutput> = outs.iter().filter(|o| o.code == 0).collect();
+        assert_eq!(ok.len(), 1, "round {round}: {outs:?}");
+        let refused = outs.iter().find(|o| o.code != 0).unwrap();
+        let (_, msg) = cni_error(refused);
+        assert!(
+            msg.contains("already has an interface"),
+            "round {round}: {msg}"
+        );
+        // The winner's attachment is whole: interfaces, addresses, reservations, caches.
+        assert_eq!(c.sb.pod_links(), ["eth0", "net1", "net2"], "round {round}");
+        for ifname in ["eth0", "net1", "net2"] {
+            assert_eq!(c.sb.pod_addrs(ifname).len(), 1, "round {round}: {ifname}");
+        }
+        assert_eq!(c.sb.reservations().len(), 3, "round {round}");
+        assert!(c.sb.cni_dir().join(CONTAINER_ID).exists(), "round {round}");
+        c.cmd("DEL").ok();
+        c.sb.assert_clean(&format!("round {round}, after DEL"));
+    }
+}

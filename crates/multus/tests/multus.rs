@@ -57,6 +57,7 @@ fn add_attaches_cluster_and_default_networks_and_del_removes_everything() {
         sb.cache_files(),
         [
             CONTAINER_ID.to_owned(),
+            format!("locks/{CONTAINER_ID}"),
             format!("results/cluster-{CONTAINER_ID}-eth0"),
             format!("results/extra1-{CONTAINER_ID}-net1"),
             format!("results/extra2-{CONTAINER_ID}-net2"),

@@ -204,10 +204,15 @@ exit 0"#,
         out
     }
 
-    /// Files in cniDir (the delegate cache) and cniDir/results (the libcni cache).
+    /// Files in cniDir (the delegate cache), cniDir/results (the libcni cache) and
+    /// cniDir/locks (a container's lock, until its DEL).
     pub fn cache_files(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for dir in [self.cni_dir(), self.cni_dir().join("results")] {
+        for dir in [
+            self.cni_dir(),
+            self.cni_dir().join("results"),
+            self.cni_dir().join("locks"),
+        ] {
             if let Ok(entries) = fs::read_dir(&dir) {
                 for e in entries.flatten() {
                     if e.path().is_file() {
