@@ -91,6 +91,31 @@ pub fn exec_plugin(
     env: &DelegateEnv,
     stdin: &[u8],
 ) -> Result<Option<Value>, CniError> {
+    let stdout = exec_output(bin, command, env, stdin)?;
+    if !matches!(command, Command::Add | Command::Version) {
+        return Ok(None);
+    }
+    parse_printed(bin, command, &stdout).map(Some)
+}
+
+fn parse_printed(bin: &Path, command: Command, stdout: &[u8]) -> Result<Value, CniError> {
+    serde_json::from_slice(stdout).map_err(|e| {
+        CniError::decoding(format!(
+            "plugin {} printed an invalid {} result: {e}",
+            bin.display(),
+            command.as_str()
+        ))
+        .with_details(excerpt(stdout))
+    })
+}
+
+/// Runs the plugin as [`exec_plugin`] does; on success, what it printed, undecoded.
+pub fn exec_output(
+    bin: &Path,
+    command: Command,
+    env: &DelegateEnv,
+    stdin: &[u8],
+) -> Result<Vec<u8>, CniError> {
     let cni_path = std::env::join_paths(env.path).map_err(|e| {
         CniError::new(
             Code::InvalidEnvironment,
@@ -115,19 +140,7 @@ pub fn exec_plugin(
         return Err(plugin_failure(bin, &output));
     }
     forward_stderr(&output.stderr);
-    if !matches!(command, Command::Add | Command::Version) {
-        return Ok(None);
-    }
-    serde_json::from_slice(&output.stdout)
-        .map(Some)
-        .map_err(|e| {
-            CniError::decoding(format!(
-                "plugin {} printed an invalid {} result: {e}",
-                bin.display(),
-                command.as_str()
-            ))
-            .with_details(excerpt(&output.stdout))
-        })
+    Ok(output.stdout)
 }
 
 /// [`find_in_path`] then [`exec_plugin`].
@@ -153,7 +166,13 @@ pub fn delegate_add(
 
 /// [`delegate_add`] for a binary already found.
 pub fn exec_add(bin: &Path, env: &DelegateEnv, stdin: &[u8]) -> Result<CniResult, CniError> {
-    let mut value = exec_plugin(bin, Command::Add, env, stdin)?.unwrap_or(Value::Null);
+    let printed = exec_output(bin, Command::Add, env, stdin)?;
+    add_result(bin, &printed, stdin)
+}
+
+/// Decodes what plugin `bin` printed for a successful ADD of config `stdin`.
+pub fn add_result(bin: &Path, printed: &[u8], stdin: &[u8]) -> Result<CniResult, CniError> {
+    let mut value = parse_printed(bin, Command::Add, printed)?;
     let Value::Object(result) = &mut value else {
         return Err(CniError::decoding(format!(
             "plugin {} returned {value} instead of a result object",

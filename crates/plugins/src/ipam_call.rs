@@ -29,19 +29,31 @@ impl<'a> Ipam<'a> {
         Ipam { plugin_type, args }
     }
 
-    /// ADD; the result comes back in the 1.x model, read as the config's version.
-    pub fn add(&self, version: Version) -> Result<CniResult, CniError> {
-        match self.target()? {
-            // A round trip through the config's version, so the answer is exactly what the
-            // executed plugin would have printed.
-            Target::InProcess(plugin) => plugin.add(&self.call(Command::Add))?.convert(version),
-            Target::Exec(bin) => invoke::exec_add(&bin, &self.env(), &self.args.stdin),
-        }
-    }
-
-    /// ADD for an interface plugin: the result must carry at least one address to configure.
-    pub fn add_addresses(&self, version: Version) -> Result<CniResult, CniError> {
-        let result = self.add(version)?;
+    /// ADD for an interface plugin: the result, in the 1.x model read as the config's version,
+    /// must carry at least one address to configure. `reserved` is set once the IPAM plugin
+    /// has succeeded: from then on a failure (an unusable result, a later step) must release.
+    /// A failed IPAM ADD reserved nothing (it cleans up after itself), and releasing then would
+    /// free what an earlier ADD of the same attachment holds.
+    pub fn add_addresses(
+        &self,
+        version: Version,
+        reserved: &mut bool,
+    ) -> Result<CniResult, CniError> {
+        let result = match self.target()? {
+            Target::InProcess(plugin) => {
+                let result = plugin.add(&self.call(Command::Add))?;
+                *reserved = true;
+                // A round trip through the config's version, so the answer is exactly what
+                // the executed plugin would have printed.
+                result.convert(version)?
+            }
+            Target::Exec(bin) => {
+                let printed =
+                    invoke::exec_output(&bin, Command::Add, &self.env(), &self.args.stdin)?;
+                *reserved = true;
+                invoke::add_result(&bin, &printed, &self.args.stdin)?
+            }
+        };
         if result.ips.is_empty() {
             return Err(CniError::internal(format!(
                 "the IPAM plugin {:?} returned no IP address to configure",

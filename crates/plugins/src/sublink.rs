@@ -183,8 +183,8 @@ pub fn add(args: &CmdArgs, f: &impl Flavor) -> Result<CniResult, CniError> {
         name: &args.ifname,
         index: link.index,
     };
-    let mut ipam_called = false;
-    match configure(args, conf, &iface, ipam.as_ref(), given, &mut ipam_called) {
+    let mut ipam_reserved = false;
+    match configure(args, conf, &iface, ipam.as_ref(), given, &mut ipam_reserved) {
         Ok(mut result) => {
             result.cni_version = version.to_string();
             Ok(result)
@@ -192,7 +192,7 @@ pub fn add(args: &CmdArgs, f: &impl Flavor) -> Result<CniResult, CniError> {
         Err(err) => {
             let mut failures = Vec::new();
             // IPAM first, while the interface still exists (a DHCP release can go out).
-            if let (true, Some(ipam)) = (ipam_called, &ipam) {
+            if let (true, Some(ipam)) = (ipam_reserved, &ipam) {
                 if let Err(e) = ipam.del() {
                     failures.push(format!("releasing the IPAM reservation: {e}"));
                 }
@@ -212,15 +212,10 @@ fn configure(
     iface: &ContainerIface,
     ipam: Option<&Ipam>,
     given: Option<CniResult>,
-    ipam_called: &mut bool,
+    ipam_reserved: &mut bool,
 ) -> Result<CniResult, CniError> {
     let mut result = match (ipam, given) {
-        (Some(ipam), _) => {
-            // Marked first: the plugin may have reserved an address even when its result turns
-            // out unusable, and releasing is idempotent.
-            *ipam_called = true;
-            ipam.add_addresses(conf.net.version()?)?
-        }
+        (Some(ipam), _) => ipam.add_addresses(conf.net.version()?, ipam_reserved)?,
         (None, given) => given.unwrap_or_default(),
     };
     let ctx = || format!("interface {:?} in netns {}", args.ifname, args.netns);

@@ -525,3 +525,69 @@ fn del_leaves_an_interface_of_that_name_it_did_not_make() {
         );
     }
 }
+
+/// Two ADDs of one attachment at once (macvlan and bridge, host-local): one wins, and the
+/// loser's failure releases nothing of the winner's (its reservation, its interface).
+#[test]
+fn concurrent_adds_of_one_attachment_keep_the_winners_reservation() {
+    let plugins = Plugins::new();
+    let hl = host_local(r#"[[{"subnet":"10.62.0.0/24"}]]"#, "");
+    let mv = conf(&format!(",{hl}"));
+    let br =
+        format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"bridge","bridge":"cni9",{hl}}}"#);
+    for c in [mv.as_str(), br.as_str()] {
+        for round in 0..10 {
+            let sb = sandbox(&plugins);
+            let call = sb.call("ADD", c);
+            let outs: Vec<testkit::CniOutput> = std::thread::scope(|s| {
+                let runs: Vec<_> = (0..2).map(|_| s.spawn(|| sb.run(&call))).collect();
+                runs.into_iter().map(|r| r.join().unwrap()).collect()
+            });
+            let won: Vec<_> = outs.iter().filter(|o| o.code == 0).collect();
+            assert_eq!(won.len(), 1, "{c} round {round}: {outs:?}");
+            let ip = won[0].json()["ips"][0]["address"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            assert_eq!(sb.reservations().len(), 1, "{c} round {round}: {outs:?}");
+            let addrs = eth0(&sb)["addr_info"].to_string();
+            assert!(
+                addrs.contains(ip.split('/').next().unwrap()),
+                "{c} round {round}: {addrs}"
+            );
+            sb.del(c).ok();
+            assert!(sb.reservations().is_empty(), "{c} round {round}");
+        }
+    }
+}
+
+/// A repeated ADD of an attachment (same container and interface) that host-local refuses as
+/// a duplicate reserved nothing: its failure must not release the first ADD's address.
+#[test]
+fn a_refused_repeated_add_keeps_the_first_reservation() {
+    let plugins = Plugins::new();
+    let hl = host_local(r#"[[{"subnet":"10.63.0.0/24"}]]"#, "");
+    let mv = conf(&format!(",{hl}"));
+    let br =
+        format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"bridge","bridge":"cni9",{hl}}}"#);
+    for c in [mv.as_str(), br.as_str()] {
+        let sb = sandbox(&plugins);
+        sb.add(c).ok();
+        let first = sb.reservations();
+        assert_eq!(first.len(), 1, "{c}");
+        let other_pod = Netns::new("pod2");
+        let mut again = sb.call("ADD", c);
+        again.netns = other_pod.path().display().to_string();
+        let out = sb.run(&again);
+        assert_ne!(out.code, 0, "{c}: {out:?}");
+        assert!(out.stdout.contains("10.63.0.2"), "{c}: {}", out.stdout);
+        assert_eq!(
+            sb.reservations(),
+            first,
+            "{c}: the first ADD's address was released"
+        );
+        assert!(other_pod.links().iter().all(|l| l == "lo"), "{c}");
+        sb.del(c).ok();
+        assert!(sb.reservations().is_empty(), "{c}");
+    }
+}

@@ -60,10 +60,6 @@ fn attach(
     ipam: Option<&Ipam>,
     done: &mut Done,
 ) -> Result<CniResult, CniError> {
-    let (bridge, created) = port::ensure_bridge(node, conf)?;
-    if created {
-        done.bridge = Some(bridge.index);
-    }
     let pod_nl = Netlink::in_ns(pod).map_err(sys)?;
     let opts = PortOpts {
         mtu: conf.mtu,
@@ -75,7 +71,23 @@ fn attach(
             preserve_default: conf.preserve_default_vlan,
         },
     };
-    let host = port::create_port(node, &bridge, &args.ifname, Some(pod), &opts)?;
+    // A bridge removed by another pod's failed ADD just as this one joins it is made again.
+    let mut attempt = 1;
+    let (bridge, host) = loop {
+        let (bridge, created) = port::ensure_bridge(node, conf)?;
+        if created {
+            done.bridge = Some(bridge.index);
+        }
+        match port::create_port(node, &bridge, &args.ifname, Some(pod), &opts) {
+            Err(_)
+                if attempt < port::BRIDGE_ATTEMPTS
+                    && node.link_by_index(bridge.index).map_err(sys)?.is_none() =>
+            {
+                attempt += 1;
+            }
+            port => break (bridge, port?),
+        }
+    };
     done.host_veth = Some(host.index);
 
     let cont_ctx = || format!("interface {:?} in netns {}", args.ifname, args.netns);
@@ -105,10 +117,7 @@ fn attach(
     let mut vlan_iface = None;
     if let Some(ipam) = ipam {
         let version = conf.net.version()?;
-        // Marked first: the plugin may have reserved an address even when its result turns out
-        // unusable, and releasing is idempotent.
-        done.ipam = true;
-        result = ipam.add_addresses(version)?;
+        result = ipam.add_addresses(version, &mut done.ipam)?;
         let gws = gateway::calc(&mut result, conf);
         container.apply(&result, conf.enable_dad, false)?;
         if conf.is_gateway {

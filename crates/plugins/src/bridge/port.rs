@@ -17,26 +17,36 @@ const NATIVE_VLAN: u16 = 1;
 
 /// Finds or creates the bridge, makes sure it is a bridge, and brings it up. Also says whether
 /// this call created it.
+/// How often ADD looks for (or makes) its bridge, or joins it, before giving up.
+pub const BRIDGE_ATTEMPTS: usize = 3;
+
 pub fn ensure_bridge(nl: &Netlink, conf: &BridgeConf) -> Result<(Link, bool), CniError> {
     let name = conf.bridge.as_str();
     let mut created = false;
-    let mut br = match nl.link_by_name(name).map_err(sys)? {
-        Some(link) => link,
-        None => {
-            let opts = BridgeOpts {
-                mtu: conf.mtu,
-                vlan_filtering: conf.vlan_filtering(),
-                mac: None,
-            };
-            match nl.add_bridge(name, &opts) {
-                Ok(()) => created = true,
-                // Another ADD may have created it meanwhile.
-                Err(e) if e.errno() == Some(libc::EEXIST) => {}
-                Err(e) => return Err(sys(e)),
-            }
-            nl.link(name).map_err(sys)?
+    let mut found = None;
+    // Other ADDs create it, or remove the one they created when they fail, meanwhile.
+    for _ in 0..BRIDGE_ATTEMPTS {
+        if let Some(link) = nl.link_by_name(name).map_err(sys)? {
+            found = Some(link);
+            break;
         }
-    };
+        let opts = BridgeOpts {
+            mtu: conf.mtu,
+            vlan_filtering: conf.vlan_filtering(),
+            mac: None,
+        };
+        match nl.add_bridge(name, &opts) {
+            Ok(()) => created = true,
+            Err(e) if e.errno() == Some(libc::EEXIST) => {}
+            Err(e) => return Err(sys(e)),
+        }
+    }
+    let mut br = found.ok_or_else(|| {
+        CniError::internal(format!(
+            "bridge {name:?} kept disappearing while this ADD created it: other ADDs on it fail \
+             and remove it"
+        ))
+    })?;
     if br.kind.as_deref() != Some("bridge") {
         return Err(CniError::invalid_config(format!(
             "{name:?} already exists but is not a bridge (it is a {}): set \"bridge\" to \
