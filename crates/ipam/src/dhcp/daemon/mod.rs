@@ -10,6 +10,7 @@
 mod exchange;
 mod flags;
 mod listener;
+mod schedule;
 mod store;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use tokio::task::AbortHandle;
 use super::wire::{Key, Op, Request, Response, MAX_LINE};
 use exchange::{Failure, Iface, Timing};
 pub use flags::{Flags, USAGE};
+use schedule::Step;
 use store::{now_ms, who, Record, Store};
 
 /// Runs the daemon with `args` (the words after `daemon`); returns the exit status.
@@ -437,30 +439,32 @@ impl Daemon {
     /// Keeps one lease: renew from T1 (unicast to its server), rebind from T2 (broadcast),
     /// and at expiry remove the address. Ends when the lease ends.
     async fn maintain(self: Arc<Self>, key: Key, slot: SlotRef) {
+        // After a failed attempt, no new one before this (ms since the epoch).
+        let mut not_before = 0;
         loop {
             let Some(rec) = slot.lock().await.record.clone() else {
                 return;
             };
-            let (t1, t2, expiry) = rec.deadlines();
-            let now = SystemTime::now();
-            if let Ok(wait) = t1.duration_since(now) {
-                tokio::time::sleep(wait).await;
+            let now = now_ms();
+            let step = schedule::next_step(&rec.times(), now, not_before);
+            if step.at() > now {
+                tokio::time::sleep(Duration::from_millis(step.at() - now)).await;
                 continue;
             }
             let mut held = slot.lock().await;
             let Some(rec) = held.record.clone() else {
                 return;
             };
-            let now = SystemTime::now();
-            let Ok(left) = expiry.duration_since(now) else {
-                self.expire(&mut held, &rec);
-                drop(held);
-                self.forget_slot(&key, &slot);
-                return;
+            let (until, rebinding) = match step {
+                Step::Renew { until, .. } => (until, false),
+                Step::Rebind { until, .. } => (until, true),
+                Step::Expire { .. } => {
+                    self.expire(&mut held, &rec);
+                    drop(held);
+                    self.forget_slot(&key, &slot);
+                    return;
+                }
             };
-            let rebinding = now >= t2;
-            let phase_end = if rebinding { expiry } else { t2 };
-            let phase_left = phase_end.duration_since(now).unwrap_or_default().min(left);
             let iface = match Iface::open(&rec.netns, &rec.ifname) {
                 Ok(i) => i,
                 Err(f @ (Failure::Gone(_) | Failure::NoNetns(_))) => {
@@ -478,14 +482,16 @@ impl Daemon {
                 Err(f) => {
                     log("failed", &rec.who(), &f);
                     drop(held);
-                    tokio::time::sleep(retry_pause(phase_end)).await;
+                    not_before = schedule::retry_at(until, now_ms());
                     continue;
                 }
             };
-            let deadline = tokio::time::Instant::now() + phase_left.min(self.flags.resend_timeout);
+            let timeout = Duration::from_millis(until.saturating_sub(now_ms()))
+                .min(self.flags.resend_timeout);
+            let deadline = tokio::time::Instant::now() + timeout;
             let server_mac = (!rebinding).then_some(rec.server_mac);
             let timing = Timing {
-                timeout: phase_left.min(self.flags.resend_timeout),
+                timeout,
                 ..self.timing()
             };
             match exchange::extend(
@@ -518,6 +524,7 @@ impl Daemon {
                         ),
                     );
                     held.record = Some(new);
+                    not_before = 0;
                 }
                 Err(f @ Failure::Refused(_)) => {
                     // The server took the address back: it may not stay on the interface.
@@ -531,7 +538,7 @@ impl Daemon {
                     let what = if rebinding { "rebinding" } else { "renewing" };
                     log("failed", &rec.who(), format_args!("{what}: {f}"));
                     drop(held);
-                    tokio::time::sleep(retry_pause(phase_end)).await;
+                    not_before = schedule::retry_at(until, now_ms());
                 }
             }
         }
@@ -598,16 +605,6 @@ impl Daemon {
             }
         }
     }
-}
-
-/// The pause before the next attempt of a renewal phase that ends at `phase_end`: half the
-/// time left, at least a second, never past the phase's end (RFC 2131 4.4.5 asks for half, down
-/// to 60 s; we allow short leases).
-fn retry_pause(phase_end: SystemTime) -> Duration {
-    let left = phase_end
-        .duration_since(SystemTime::now())
-        .unwrap_or_default();
-    (left / 2).max(Duration::from_secs(1)).min(left)
 }
 
 fn failure_error(f: &Failure) -> CniError {
