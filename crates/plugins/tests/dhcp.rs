@@ -243,6 +243,52 @@ fn an_expired_lease_loses_its_address() {
 }
 
 #[test]
+fn del_does_not_wait_for_a_renewal_that_gets_no_answer() {
+    // dnsmasq's shortest lease (2 min), renewed from 3 s on and rebound from 30 s: a renewal
+    // that gets no answer goes on resending until T2.
+    let mut s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-range=10.97.0.100,10.97.0.199,255.255.255.0,2m",
+        "--dhcp-option=option:T1,3",
+        "--dhcp-option=option:T2,30",
+    ]));
+    let conf = s.conf("");
+    let ip = s.lease(&conf);
+    s.net.stop_server();
+    wait_until("a renewal on the wire", Duration::from_secs(10), || {
+        s.pod_packet_sockets() > 0
+    });
+    // The IPAM DEL that bridge makes, alone, so the interface stays for the checks below.
+    let started = Instant::now();
+    s.call("DEL", &conf)
+        .run(&s.plugins.path().join("dhcp"), Some(&s.net.node))
+        .ok();
+    let took = started.elapsed();
+    // An upper bound, far below the renewal's remaining ~27 s.
+    assert!(
+        took < Duration::from_secs(2),
+        "DEL waited {took:?} for the renewal: {}",
+        s.daemon_log()
+    );
+    assert!(s.lease_files().is_empty(), "{:?}", s.lease_files());
+    let log = s.daemon_log();
+    assert!(
+        log.contains(&format!(
+            "released container=c0ffee network=dnet interface=eth0 address={ip}/24"
+        )),
+        "{log}"
+    );
+    // The renewal stopped (its socket is closed) with the interface still there, and it does
+    // not bring the lease back.
+    wait_until("the renewal's end", Duration::from_secs(5), || {
+        s.pod_packet_sockets() == 0
+    });
+    assert!(s.lease_files().is_empty(), "{:?}", s.lease_files());
+    assert!(!s.daemon_log().contains("renewed"), "{}", s.daemon_log());
+    s.del(&conf).ok();
+    assert_eq!(s.node_links(), ["dbr0"]);
+}
+
+#[test]
 fn a_silent_server_fails_within_the_timeout_and_leaves_nothing() {
     let s = Setup::with_daemon_args(Server::Silent, &["-timeout", "1500ms"]);
     let conf = s.conf("");
