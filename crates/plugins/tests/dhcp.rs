@@ -243,6 +243,98 @@ fn an_expired_lease_loses_its_address() {
 }
 
 #[test]
+fn del_does_not_wait_for_a_renewal_that_gets_no_answer() {
+    // dnsmasq's shortest lease (2 min), renewed from 3 s on and rebound from 30 s: a renewal
+    // that gets no answer goes on resending until T2.
+    let mut s = Setup::new(Server::Dnsmasq(&[
+        "--dhcp-range=10.97.0.100,10.97.0.199,255.255.255.0,2m",
+        "--dhcp-option=option:T1,3",
+        "--dhcp-option=option:T2,30",
+    ]));
+    let conf = s.conf("");
+    let ip = s.lease(&conf);
+    s.net.stop_server();
+    wait_until("a renewal on the wire", Duration::from_secs(10), || {
+        s.pod_packet_sockets() > 0
+    });
+    // The IPAM DEL that bridge makes, alone, so the interface stays for the checks below.
+    let started = Instant::now();
+    s.call("DEL", &conf)
+        .run(&s.plugins.path().join("dhcp"), Some(&s.net.node))
+        .ok();
+    let took = started.elapsed();
+    // An upper bound, far below the renewal's remaining ~27 s.
+    assert!(
+        took < Duration::from_secs(2),
+        "DEL waited {took:?} for the renewal: {}",
+        s.daemon_log()
+    );
+    assert!(s.lease_files().is_empty(), "{:?}", s.lease_files());
+    let log = s.daemon_log();
+    assert!(
+        log.contains(&format!(
+            "released container=c0ffee network=dnet interface=eth0 address={ip}/24"
+        )),
+        "{log}"
+    );
+    // The renewal stopped (its socket is closed) with the interface still there, and it does
+    // not bring the lease back.
+    wait_until("the renewal's end", Duration::from_secs(5), || {
+        s.pod_packet_sockets() == 0
+    });
+    assert!(s.lease_files().is_empty(), "{:?}", s.lease_files());
+    assert!(!s.daemon_log().contains("renewed"), "{}", s.daemon_log());
+    s.del(&conf).ok();
+    assert_eq!(s.node_links(), ["dbr0"]);
+}
+
+#[test]
+fn a_del_during_an_add_waits_for_it_and_releases_its_lease() {
+    // The pod's interface on the server's bridge, and the dhcp plugin called directly: the two
+    // calls meet only in the daemon.
+    let mut s = Setup::new(Server::Silent);
+    s.net.node.ip(&[
+        "link",
+        "add",
+        "dv0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        s.pod.name(),
+    ]);
+    s.net
+        .node
+        .ip(&["link", "set", "dv0", "master", "dbr0", "up"]);
+    let conf = s.conf("");
+    let (add, del) = (s.call("ADD", &conf), s.call("DEL", &conf));
+    let dhcp = s.plugins.path().join("dhcp");
+    let run = |call: &CniCall| {
+        let out = call.run(&dhcp, None);
+        (out, Instant::now())
+    };
+    let ((added, _), (deleted, del_done), server_up) = std::thread::scope(|scope| {
+        let add = scope.spawn(|| run(&add));
+        wait_until("ADD on the wire", Duration::from_secs(10), || {
+            s.pod_packet_sockets() > 0
+        });
+        let del = scope.spawn(|| run(&del));
+        // Time for DEL to reach the daemon; then ADD's next DISCOVER gets an answer.
+        std::thread::sleep(Duration::from_millis(300));
+        s.net.start_server(Server::Dnsmasq(&[]));
+        let server_up = Instant::now();
+        (add.join().unwrap(), del.join().unwrap(), server_up)
+    });
+    let ip = leased_ip(&added.ok());
+    deleted.ok();
+    assert!(del_done > server_up, "DEL did not wait for the ADD");
+    s.assert_released(&ip);
+    assert!(s.lease_files().is_empty(), "{:?}", s.lease_files());
+}
+
+#[test]
 fn a_silent_server_fails_within_the_timeout_and_leaves_nothing() {
     let s = Setup::with_daemon_args(Server::Silent, &["-timeout", "1500ms"]);
     let conf = s.conf("");

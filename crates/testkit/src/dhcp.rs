@@ -105,12 +105,18 @@ impl DhcpNet {
             dir,
             server: None,
         };
-        net.server = match server {
-            Server::Dnsmasq(opts) => Some(net.start_dnsmasq(opts)),
-            Server::Udhcpd(conf) => Some(net.start_udhcpd(conf)),
+        net.start_server(server);
+        net
+    }
+
+    /// Starts `server`, in place of the one running, if any.
+    pub fn start_server(&mut self, server: Server) {
+        self.stop_server();
+        self.server = match server {
+            Server::Dnsmasq(opts) => Some(self.start_dnsmasq(opts)),
+            Server::Udhcpd(conf) => Some(self.start_udhcpd(conf)),
             Server::Silent => None,
         };
-        net
     }
 
     pub fn log_path(&self) -> PathBuf {

@@ -2,7 +2,6 @@
 //! state, and the lease an ACK describes, with its routes chosen as RFC 3442 says.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::time::Duration;
 
 use cni::{CniResult, Dns, IpConfig, Route};
 use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode, OptionCode, UnknownOption};
@@ -180,9 +179,8 @@ impl Reply {
             address,
             server,
             lease_secs,
-            t1_secs: u32_opt(OptionCode::Renewal).unwrap_or(lease_secs / 2),
-            t2_secs: u32_opt(OptionCode::Rebinding)
-                .unwrap_or((u64::from(lease_secs) * 7 / 8) as u32),
+            t1_secs: u32_opt(OptionCode::Renewal),
+            t2_secs: u32_opt(OptionCode::Rebinding),
             routers,
             dns,
             domain,
@@ -259,8 +257,10 @@ pub struct Lease {
     pub address: Ipv4Net,
     pub server: Ipv4Addr,
     pub lease_secs: u32,
-    pub t1_secs: u32,
-    pub t2_secs: u32,
+    /// T1 and T2 (options 58 and 59) as the server sent them; the daemon's schedule applies
+    /// the defaults. Older lease files hold numbers here, which read as `Some`.
+    pub t1_secs: Option<u32>,
+    pub t2_secs: Option<u32>,
     pub routers: Vec<Ipv4Addr>,
     pub dns: Vec<Ipv4Addr>,
     pub domain: Option<String>,
@@ -269,20 +269,6 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub fn lease_time(&self) -> Duration {
-        Duration::from_secs(self.lease_secs.into())
-    }
-
-    /// Renewal and rebinding times, kept in order (T1 <= T2 <= lease) whatever the server said.
-    pub fn t1_t2(&self) -> (Duration, Duration) {
-        let t2 = self.t2_secs.min(self.lease_secs);
-        let t1 = self.t1_secs.min(t2);
-        (
-            Duration::from_secs(t1.into()),
-            Duration::from_secs(t2.into()),
-        )
-    }
-
     /// The CNI result: the address with the first router as gateway, the routes, and the DNS
     /// servers and domain.
     pub fn to_result(&self, priority: Option<u32>) -> CniResult {
@@ -436,8 +422,8 @@ mod tests {
         let lease = Reply::parse(&bytes, 9, &MAC).unwrap().lease().unwrap();
         assert_eq!(lease.address, net("10.0.0.5/24"));
         assert_eq!(
-            lease.t1_t2(),
-            (Duration::from_secs(300), Duration::from_secs(525))
+            (lease.lease_secs, lease.t1_secs, lease.t2_secs),
+            (600, None, None)
         );
         let r = serde_json::to_value(lease.to_result(Some(5))).unwrap();
         assert_eq!(
@@ -470,6 +456,20 @@ mod tests {
             ["172.16.0.0/16", "10.0.0.0/8", "192.168.7.0/24", "0.0.0.0/0"]
         );
         assert!(choose_routes(&[], &[], &None).is_empty());
+    }
+
+    #[test]
+    fn timers_as_the_server_sent_them() {
+        let bytes = ack(vec![
+            DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)),
+            DhcpOption::Renewal(100),
+            DhcpOption::Rebinding(200),
+        ]);
+        let lease = Reply::parse(&bytes, 9, &MAC).unwrap().lease().unwrap();
+        assert_eq!(
+            (lease.lease_secs, lease.t1_secs, lease.t2_secs),
+            (DEFAULT_LEASE_SECS, Some(100), Some(200))
+        );
     }
 
     #[test]

@@ -168,6 +168,19 @@ impl Setup {
         }
     }
 
+    /// Packet sockets open in the pod's namespace: the daemon holds one only while a DHCP
+    /// exchange on the pod's interface is under way.
+    pub fn pod_packet_sockets(&self) -> usize {
+        let out = self
+            .pod
+            .command("cat")
+            .arg("/proc/net/packet")
+            .output()
+            .expect("read /proc/net/packet in the pod");
+        // A header line, then one line per socket.
+        String::from_utf8_lossy(&out.stdout).lines().skip(1).count()
+    }
+
     pub fn lease_files(&self) -> Vec<PathBuf> {
         std::fs::read_dir(self.state_dir())
             .map(|d| d.flatten().map(|e| e.path()).collect())
@@ -198,6 +211,15 @@ impl Setup {
             .collect();
         out.sort();
         out
+    }
+}
+
+/// Waits until `done` holds, panicking with `what` after `limit`.
+pub fn wait_until(what: &str, limit: Duration, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

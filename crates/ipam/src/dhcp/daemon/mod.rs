@@ -5,15 +5,17 @@
 //! interface.
 //!
 //! A single-threaded tokio runtime drives every exchange (tasks are local to it, as netlink
-//! sockets are not shared between threads); a lease costs a small task and no thread.
+//! sockets are not shared between threads); a lease costs a small task and no thread. No lock
+//! is held while a renewal is on the wire: DEL stops the renewal and releases the lease at once.
 
 mod exchange;
 mod flags;
 mod listener;
+mod schedule;
+mod slots;
 mod store;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use cni::{CniError, CniResult, Code};
@@ -23,9 +25,11 @@ use tokio::net::UnixStream;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::AbortHandle;
 
-use super::wire::{Key, Op, Request, Response, MAX_LINE};
+use super::wire::{Op, Request, Response, MAX_LINE};
 use exchange::{Failure, Iface, Timing};
 pub use flags::{Flags, USAGE};
+use schedule::Step;
+use slots::{Slot, SlotHandle, Table};
 use store::{now_ms, who, Record, Store};
 
 /// Runs the daemon with `args` (the words after `daemon`); returns the exit status.
@@ -75,10 +79,10 @@ fn run(flags: Flags) -> Result<(), String> {
         let daemon = Arc::new(Daemon {
             flags: flags.clone(),
             store,
-            slots: Mutex::new(HashMap::new()),
+            slots: Table::default(),
         });
         // Leases first: the socket appears once the daemon is ready.
-        daemon.restore();
+        daemon.restore().await;
         // Signals before the socket: a client may stop the daemon as soon as it answers.
         let stops = [SignalKind::terminate(), SignalKind::interrupt()]
             .map(|kind| signal(kind).map_err(|e| format!("handling signals: {e}")));
@@ -134,28 +138,10 @@ async fn serve(
     Ok(())
 }
 
-/// One attachment's lease, and the task that keeps it alive. Locked for the length of any
-/// exchange, so ADD, DEL and renewals of one attachment never overlap.
-#[derive(Default)]
-struct Slot {
-    record: Option<Record>,
-    maintainer: Option<AbortHandle>,
-}
-
-impl Slot {
-    /// The lease is over (its file is handled by the caller).
-    fn clear(&mut self) {
-        self.record = None;
-        self.maintainer = None;
-    }
-}
-
-type SlotRef = Arc<tokio::sync::Mutex<Slot>>;
-
 struct Daemon {
     flags: Flags,
     store: Store,
-    slots: Mutex<HashMap<Key, SlotRef>>,
+    slots: Table,
 }
 
 /// One line per lease event.
@@ -201,24 +187,6 @@ impl Daemon {
         }
     }
 
-    fn slot(&self, key: &Key) -> SlotRef {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(slots.entry(key.clone()).or_default())
-    }
-
-    fn existing_slot(&self, key: &Key) -> Option<SlotRef> {
-        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        slots.get(key).cloned()
-    }
-
-    /// Drops `slot` from the table, unless another one has taken its key meanwhile.
-    fn forget_slot(&self, key: &Key, slot: &SlotRef) {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        if slots.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
-            slots.remove(key);
-        }
-    }
-
     async fn serve_connection(self: Arc<Self>, stream: UnixStream) {
         let (read, mut write) = stream.into_split();
         let mut line = Vec::new();
@@ -261,10 +229,9 @@ impl Daemon {
     }
 
     async fn add(self: &Arc<Self>, req: &Request) -> Result<CniResult, CniError> {
-        let key = req.key();
         let who = who(&req.container_id, &req.network, &req.ifname);
-        let slot = self.slot(&key);
-        let mut held = slot.lock().await;
+        // Held until the lease is stored: a DEL of this attachment waits for the ADD.
+        let mut held = self.slots.lock(&req.key()).await;
         if let Some(rec) = &held.record {
             if rec.netns == req.netns {
                 return Ok(rec.lease.to_result(rec.params.priority));
@@ -277,8 +244,6 @@ impl Daemon {
             Ok(a) => a,
             Err(f) => {
                 log("failed", &who, &f);
-                drop(held);
-                self.forget_slot(&key, &slot);
                 return Err(failure_error(&f));
             }
         };
@@ -295,8 +260,6 @@ impl Daemon {
         if let Err(e) = self.store.save(&record) {
             held.record = Some(record);
             self.end(&mut held, "released").await;
-            drop(held);
-            self.forget_slot(&key, &slot);
             return Err(CniError::io(format!(
                 "cannot keep the lease in {}: {e}",
                 self.store.dir().display()
@@ -312,7 +275,7 @@ impl Daemon {
         );
         let result = record.lease.to_result(record.params.priority);
         held.record = Some(record);
-        held.maintainer = Some(self.spawn_maintainer(key, &slot));
+        held.maintainer = Some(self.spawn_maintainer(held.handle()));
         Ok(result)
     }
 
@@ -327,50 +290,32 @@ impl Daemon {
         exchange::acquire(&iface, &req.params, self.timing()).await
     }
 
+    /// Releases the attachment's lease, if any. A renewal under way holds no lock, so this
+    /// never waits for one: `end` stops it.
     async fn del(self: &Arc<Self>, req: &Request) -> Result<(), CniError> {
-        let key = req.key();
-        if let Some(slot) = self.existing_slot(&key) {
-            self.release(&key, &slot).await;
-        }
-        Ok(())
-    }
-
-    /// Ends the slot's lease with a DHCPRELEASE and drops the slot.
-    async fn release(&self, key: &Key, slot: &SlotRef) {
-        let mut held = slot.lock().await;
+        let mut held = self.slots.lock(&req.key()).await;
         self.end(&mut held, "released").await;
-        drop(held);
-        self.forget_slot(key, slot);
+        Ok(())
     }
 
     /// Releases the leases of `req`'s network whose attachment is not in `req.valid`.
     async fn gc(&self, req: &Request) {
-        let stale: Vec<(Key, SlotRef)> = {
-            let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots
-                .iter()
-                .filter(|((container_id, network, ifname), _)| {
-                    *network == req.network
-                        && !req
-                            .valid
-                            .iter()
-                            .any(|v| v.container_id == *container_id && v.ifname == *ifname)
-                })
-                .map(|(k, s)| (k.clone(), Arc::clone(s)))
-                .collect()
-        };
-        for (key, slot) in stale {
-            self.release(&key, &slot).await;
+        let stale = self.slots.keys(|(container_id, network, ifname)| {
+            *network == req.network
+                && !req
+                    .valid
+                    .iter()
+                    .any(|v| v.container_id == *container_id && v.ifname == *ifname)
+        });
+        for key in stale {
+            let mut held = self.slots.lock(&key).await;
+            self.end(&mut held, "released").await;
         }
     }
 
     async fn check(&self, req: &Request) -> Result<(), CniError> {
         let who = who(&req.container_id, &req.network, &req.ifname);
-        let slot = self.existing_slot(&req.key());
-        let record = match &slot {
-            Some(s) => s.lock().await.record.clone(),
-            None => None,
-        };
+        let record = self.slots.lock(&req.key()).await.record.clone();
         let Some(rec) = record else {
             return Err(CniError::new(
                 Code::UnknownContainer,
@@ -396,6 +341,8 @@ impl Daemon {
     /// forgets it. `event` names what happened, for the log.
     async fn end(&self, slot: &mut Slot, event: &str) {
         if let Some(task) = slot.maintainer.take() {
+            // On this single-threaded runtime the task is dropped before it runs again, so a
+            // renewal on the wire stops here.
             task.abort();
         }
         let Some(rec) = slot.record.take() else {
@@ -430,82 +377,46 @@ impl Daemon {
         }
     }
 
-    fn spawn_maintainer(self: &Arc<Self>, key: Key, slot: &SlotRef) -> AbortHandle {
-        tokio::task::spawn_local(Arc::clone(self).maintain(key, Arc::clone(slot))).abort_handle()
+    fn spawn_maintainer(self: &Arc<Self>, slot: SlotHandle) -> AbortHandle {
+        tokio::task::spawn_local(Arc::clone(self).maintain(slot)).abort_handle()
     }
 
     /// Keeps one lease: renew from T1 (unicast to its server), rebind from T2 (broadcast),
-    /// and at expiry remove the address. Ends when the lease ends.
-    async fn maintain(self: Arc<Self>, key: Key, slot: SlotRef) {
+    /// and at expiry remove the address. Ends when the lease ends. The slot is locked only
+    /// between exchanges; DEL, or an ADD in another namespace, aborts this task instead.
+    async fn maintain(self: Arc<Self>, slot: SlotHandle) {
+        // After a failed attempt, no new one before this (ms since the epoch).
+        let mut not_before = 0;
         loop {
             let Some(rec) = slot.lock().await.record.clone() else {
                 return;
             };
-            let (t1, t2, expiry) = rec.deadlines();
-            let now = SystemTime::now();
-            if let Ok(wait) = t1.duration_since(now) {
-                tokio::time::sleep(wait).await;
+            let now = now_ms();
+            let step = schedule::next_step(&rec.times(), now, not_before);
+            if step.at() > now {
+                tokio::time::sleep(Duration::from_millis(step.at() - now)).await;
                 continue;
             }
-            let mut held = slot.lock().await;
-            let Some(rec) = held.record.clone() else {
-                return;
-            };
-            let now = SystemTime::now();
-            let Ok(left) = expiry.duration_since(now) else {
-                self.expire(&mut held, &rec);
-                drop(held);
-                self.forget_slot(&key, &slot);
-                return;
-            };
-            let rebinding = now >= t2;
-            let phase_end = if rebinding { expiry } else { t2 };
-            let phase_left = phase_end.duration_since(now).unwrap_or_default().min(left);
-            let iface = match Iface::open(&rec.netns, &rec.ifname) {
-                Ok(i) => i,
-                Err(f @ (Failure::Gone(_) | Failure::NoNetns(_))) => {
-                    log(
-                        "forgotten",
-                        &rec.who(),
-                        format_args!("address={}: {f}", rec.lease.address),
-                    );
-                    self.remove_file(&rec);
-                    held.clear();
-                    drop(held);
-                    self.forget_slot(&key, &slot);
+            let (until, rebinding) = match step {
+                Step::Renew { until, .. } => (until, false),
+                Step::Rebind { until, .. } => (until, true),
+                Step::Expire { .. } => {
+                    let mut held = slot.lock().await;
+                    if held.record.as_ref() == Some(&rec) {
+                        self.expire(&mut held, &rec);
+                    }
                     return;
                 }
-                Err(f) => {
-                    log("failed", &rec.who(), &f);
-                    drop(held);
-                    tokio::time::sleep(retry_pause(phase_end)).await;
-                    continue;
-                }
             };
-            let deadline = tokio::time::Instant::now() + phase_left.min(self.flags.resend_timeout);
-            let server_mac = (!rebinding).then_some(rec.server_mac);
-            let timing = Timing {
-                timeout: phase_left.min(self.flags.resend_timeout),
-                ..self.timing()
-            };
-            match exchange::extend(
-                &iface,
-                &rec.params,
-                &rec.lease,
-                server_mac,
-                deadline,
-                timing,
-            )
-            .await
-            {
-                Ok((lease, mac)) => {
+            let extended = self.extend(&rec, rebinding, until).await;
+            let mut held = slot.lock().await;
+            if held.record.as_ref() != Some(&rec) {
+                // Ended meanwhile: what the exchange brought must not bring the lease back.
+                return;
+            }
+            match extended {
+                Ok(new) => {
                     let event = if rebinding { "rebound" } else { "renewed" };
-                    let new = Record {
-                        lease,
-                        server_mac: mac,
-                        bound_at_ms: now_ms(),
-                        ..rec
-                    };
                     if let Err(e) = self.store.save(&new) {
                         log("failed", &new.who(), format_args!("saving the lease: {e}"));
                     }
@@ -518,23 +429,61 @@ impl Daemon {
                         ),
                     );
                     held.record = Some(new);
+                    not_before = 0;
+                }
+                Err(f @ (Failure::Gone(_) | Failure::NoNetns(_))) => {
+                    log(
+                        "forgotten",
+                        &rec.who(),
+                        format_args!("address={}: {f}", rec.lease.address),
+                    );
+                    self.remove_file(&rec);
+                    held.clear();
+                    return;
                 }
                 Err(f @ Failure::Refused(_)) => {
                     // The server took the address back: it may not stay on the interface.
                     self.expire(&mut held, &rec);
                     log("failed", &rec.who(), &f);
-                    drop(held);
-                    self.forget_slot(&key, &slot);
                     return;
                 }
                 Err(f) => {
                     let what = if rebinding { "rebinding" } else { "renewing" };
                     log("failed", &rec.who(), format_args!("{what}: {f}"));
-                    drop(held);
-                    tokio::time::sleep(retry_pause(phase_end)).await;
+                    not_before = schedule::retry_at(until, now_ms());
                 }
             }
         }
+    }
+
+    /// One attempt to extend `rec`'s lease, given up at `until` (ms since the epoch) or after
+    /// `-resendtimeout`: the lease as the server's ACK renewed it.
+    async fn extend(&self, rec: &Record, rebinding: bool, until: u64) -> Result<Record, Failure> {
+        let iface = Iface::open(&rec.netns, &rec.ifname)?;
+        let left = Duration::from_millis(until.saturating_sub(now_ms()));
+        let timeout = left.min(self.flags.resend_timeout);
+        let timing = Timing {
+            timeout,
+            ..self.timing()
+        };
+        // Renewing asks the server that granted the lease; rebinding asks any.
+        let server_mac = (!rebinding).then_some(rec.server_mac);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let (lease, server_mac) = exchange::extend(
+            &iface,
+            &rec.params,
+            &rec.lease,
+            server_mac,
+            deadline,
+            timing,
+        )
+        .await?;
+        Ok(Record {
+            lease,
+            server_mac,
+            bound_at_ms: now_ms(),
+            ..rec.clone()
+        })
     }
 
     /// The lease is over: its address comes off the interface, and the record goes.
@@ -562,7 +511,7 @@ impl Daemon {
     /// Picks up the leases a previous daemon kept: those whose interface still exists are
     /// renewed as due; the others are forgotten (their interface, and the address with it, is
     /// gone, so there is nothing to release from).
-    fn restore(self: &Arc<Self>) {
+    async fn restore(self: &Arc<Self>) {
         let (records, unreadable) = self.store.load_all();
         for (path, why) in unreadable {
             eprintln!(
@@ -578,14 +527,9 @@ impl Daemon {
                         &rec.who(),
                         format_args!("address={}", rec.lease.address),
                     );
-                    let key = rec.key();
-                    let slot = self.slot(&key);
-                    let maintainer = self.spawn_maintainer(key, &slot);
-                    // Nothing else can hold the lock yet: the socket is not served yet.
-                    if let Ok(mut held) = slot.try_lock() {
-                        held.record = Some(rec);
-                        held.maintainer = Some(maintainer);
-                    };
+                    let mut held = self.slots.lock(&rec.key()).await;
+                    held.maintainer = Some(self.spawn_maintainer(held.handle()));
+                    held.record = Some(rec);
                 }
                 Err(f) => {
                     log(
@@ -598,16 +542,6 @@ impl Daemon {
             }
         }
     }
-}
-
-/// The pause before the next attempt of a renewal phase that ends at `phase_end`: half the
-/// time left, at least a second, never past the phase's end (RFC 2131 4.4.5 asks for half, down
-/// to 60 s; we allow short leases).
-fn retry_pause(phase_end: SystemTime) -> Duration {
-    let left = phase_end
-        .duration_since(SystemTime::now())
-        .unwrap_or_default();
-    (left / 2).max(Duration::from_secs(1)).min(left)
 }
 
 fn failure_error(f: &Failure) -> CniError {

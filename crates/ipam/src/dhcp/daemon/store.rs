@@ -2,10 +2,11 @@
 //! daemon resumes renewing them and can still release them on DEL.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use super::schedule::LeaseTimes;
 use crate::dhcp::config::LeaseParams;
 use crate::dhcp::message::Lease;
 use crate::dhcp::wire::{key, Key};
@@ -34,11 +35,9 @@ impl Record {
         key(&self.container_id, &self.network, &self.ifname)
     }
 
-    /// Renewal, rebinding and expiry times.
-    pub fn deadlines(&self) -> (SystemTime, SystemTime, SystemTime) {
-        let bound = UNIX_EPOCH + Duration::from_millis(self.bound_at_ms);
-        let (t1, t2) = self.lease.t1_t2();
-        (bound + t1, bound + t2, bound + self.lease.lease_time())
+    /// What the lease's renewal, rebinding and expiry times depend on.
+    pub fn times(&self) -> LeaseTimes {
+        LeaseTimes::new(self.bound_at_ms, &self.lease)
     }
 
     /// `container=... network=... interface=...` for log lines.
@@ -133,8 +132,33 @@ fn escape(part: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// A lease file as an earlier daemon wrote it: T1 and T2 always numbers.
+    pub const OLDER_FILE: &str = r#"{
+        "containerId": "c", "network": "n", "ifname": "eth0", "netns": "/run/netns/p",
+        "params": {"clientId": [0, 99], "request": [1, 3], "provide": [], "broadcast": false,
+                   "priority": null},
+        "lease": {"address": "10.0.0.5/24", "server": "10.0.0.1", "leaseSecs": 60,
+                  "t1Secs": 30, "t2Secs": 52, "routers": [], "dns": [], "domain": null,
+                  "mtu": null, "routes": []},
+        "serverMac": [2, 0, 0, 0, 0, 1], "boundAtMs": 1000
+    }"#;
+
+    #[test]
+    fn older_files_are_read() {
+        let rec: Record = serde_json::from_str(OLDER_FILE).unwrap();
+        assert_eq!(
+            rec.times(),
+            LeaseTimes {
+                bound_ms: 1000,
+                lease_secs: 60,
+                t1_secs: Some(30),
+                t2_secs: Some(52),
+            }
+        );
+    }
 
     #[test]
     fn names_do_not_collide() {
