@@ -65,7 +65,10 @@ pub enum Error {
     /// The delegate cache in cniDir.
     #[error("delegate cache {path}: {msg}")]
     Cache { path: String, msg: String },
-    /// Kubernetes API calls.
+    /// Kubernetes API calls, as the client reported them.
+    #[error("kubernetes: {0}")]
+    Kube(Box<crate::k8s::K8sError>),
+    /// Kubernetes API calls: what the answer meant for multus.
     #[error("kubernetes: {0}")]
     Api(String),
     /// The pod the runtime names is not the one the API has.
@@ -81,9 +84,16 @@ pub enum Error {
     /// The readiness indicator file did not appear in time.
     #[error("the cluster network is not ready: {0}")]
     NotReady(String),
-    /// Kernel state in the pod's namespace (interfaces, default routes).
+    /// Kernel state in the pod's namespace (interfaces, default routes); the errno is kept.
+    #[error("{context}: {source}")]
+    Netlink {
+        context: String,
+        #[source]
+        source: netkit::Error,
+    },
+    /// The pod's namespace is not as multus left it.
     #[error("{0}")]
-    Netlink(String),
+    PodState(String),
     /// Several failures of one command (DEL, GC), all reported.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(" / "))]
     Many(Vec<Error>),
@@ -92,7 +102,33 @@ pub enum Error {
     Cni(Box<CniError>),
 }
 
+/// What a failed API call means for the runtime: credentials or RBAC that are wrong do not
+/// get better by trying again (7, the node's multus configuration), a token file that cannot
+/// be read is I/O (5), and the rest may pass later (11).
+fn kube_code(e: &crate::k8s::K8sError) -> u32 {
+    use crate::k8s::Cause;
+    match e.cause() {
+        None | Some(Cause::Unauthorized(_) | Cause::Forbidden(_)) => Code::InvalidConfig as u32,
+        Some(Cause::Token { .. }) => Code::Io as u32,
+        Some(_) => Code::TryAgainLater as u32,
+    }
+}
+
+impl From<crate::k8s::K8sError> for Error {
+    fn from(e: crate::k8s::K8sError) -> Error {
+        Error::Kube(Box::new(e))
+    }
+}
+
 impl Error {
+    /// A netlink failure in the pod, with what was being done.
+    pub fn netlink(context: impl Into<String>, source: netkit::Error) -> Error {
+        Error::Netlink {
+            context: context.into(),
+            source,
+        }
+    }
+
     pub fn config(key: &str, msg: impl Into<String>) -> Error {
         Error::Config {
             key: key.to_owned(),
@@ -117,7 +153,8 @@ impl Error {
             }
             Error::NotReady(_) => Code::PluginNotAvailable as u32,
             Error::UidMismatch { .. } => Code::UnknownContainer as u32,
-            Error::Netlink(_) => Code::Io as u32,
+            Error::Kube(e) => kube_code(e),
+            Error::Netlink { .. } | Error::PodState(_) => Code::Io as u32,
             Error::Many(errors) => errors.first().map_or(Code::Internal as u32, Error::code),
         }
     }

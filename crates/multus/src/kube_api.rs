@@ -49,7 +49,7 @@ pub fn connect(conf: &MultusConf) -> Result<Option<Box<dyn Api>>> {
 }
 
 fn api_error(e: K8sError) -> Error {
-    Error::Api(e.to_string())
+    Error::from(e)
 }
 
 impl Api for KubeApi {

@@ -25,7 +25,8 @@ impl PodNetns {
                 format!("CNI_NETNS {netns}: {e}"),
             ))
         })?;
-        let nl = Netlink::in_ns(&ns).map_err(|e| Error::Netlink(e.to_string()))?;
+        let nl = Netlink::in_ns(&ns)
+            .map_err(|e| Error::netlink(format!("opening netlink in {netns}"), e))?;
         Ok(PodNetns {
             path: netns.to_owned(),
             nl,
@@ -37,7 +38,7 @@ impl PodNetns {
         self.nl
             .link_by_name(ifname)
             .map(|l| l.is_some())
-            .map_err(|e| Error::Netlink(e.to_string()))
+            .map_err(|e| Error::netlink(format!("looking up {ifname} in {}", self.path), e))
     }
 }
 
@@ -76,7 +77,7 @@ pub fn demote_defaults(
 ) -> Result<Vec<Demoted>> {
     let (nl, netns) = (&pod.nl, &pod.path);
     let fail = |what: &str, e: netkit::Error| {
-        Error::Netlink(format!("{what} on interface {ifname} in {netns}: {e}"))
+        Error::netlink(format!("{what} on interface {ifname} in {netns}"), e)
     };
     let mut demoted = Vec::new();
     for &family in families {
@@ -90,7 +91,7 @@ pub fn demote_defaults(
         let link = nl
             .link_by_name(ifname)
             .map_err(|e| fail("looking up the interface", e))?
-            .ok_or_else(|| Error::Netlink(format!("interface {ifname} is not in {netns}")))?;
+            .ok_or_else(|| Error::PodState(format!("interface {ifname} is not in {netns}")))?;
         let defaults: Vec<Route> = nl
             .routes(family, Some(RT_TABLE_MAIN))
             .map_err(|e| fail("listing routes", e))?
@@ -177,12 +178,12 @@ pub fn apply(
 ) -> Result<()> {
     let (nl, netns) = (&pod.nl, &pod.path);
     let fail = |what: &str, e: netkit::Error| {
-        Error::Netlink(format!("{what} on interface {ifname} in {netns}: {e}"))
+        Error::netlink(format!("{what} on interface {ifname} in {netns}"), e)
     };
     let link = nl
         .link_by_name(ifname)
         .map_err(|e| fail("looking up the interface", e))?
-        .ok_or_else(|| Error::Netlink(format!("interface {ifname} is not in {netns}")))?;
+        .ok_or_else(|| Error::PodState(format!("interface {ifname} is not in {netns}")))?;
     for family in [Family::V4, Family::V6] {
         if !change.removes(family) {
             continue;
@@ -210,7 +211,10 @@ pub fn apply(
             IpAddr::V4(_) => IpNet::new(IpAddr::from([0u8; 4]), 0),
             IpAddr::V6(_) => IpNet::new(IpAddr::from([0u16; 8]), 0),
         }
-        .map_err(|e| Error::Netlink(e.to_string()))?;
+        .map_err(|e| Error::Config {
+            key: "default-route".to_owned(),
+            msg: e.to_string(),
+        })?;
         let route = Route::new(dst).via(*gw).dev(link.index);
         match nl.add_route(&route) {
             Err(e) if e.errno() != Some(libc::EEXIST) => {

@@ -260,9 +260,20 @@ fn a_nad_the_api_refuses_to_serve_fails_the_add_naming_it() {
         403,
         1,
     );
-    assert_eq!(code, 11, "{msg}");
-    assert!(msg.contains("403") && msg.contains("default/a"), "{msg}");
+    // Trying again will not help: the code says the configuration (RBAC) is what to fix.
+    assert_eq!(code, 7, "{msg}");
+    assert!(
+        msg.contains("get network-attachment-definitions.k8s.cni.cncf.io default/a: forbidden (check the RBAC rules of multus's service account)"),
+        "{msg}"
+    );
     c.assert_add_left_nothing("NAD forbidden");
+
+    // Credentials the server refuses: code 7 too, naming the call.
+    c.server.set_token("another-token");
+    let (code, msg) = c.add_err();
+    assert_eq!(code, 7, "{msg}");
+    assert!(msg.contains("get pods default/web: unauthorized"), "{msg}");
+    c.assert_add_left_nothing("unauthorized");
 }
 
 /// Events are best effort: an events endpoint that hangs holds up ADD by one short deadline
