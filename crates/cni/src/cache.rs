@@ -121,7 +121,7 @@ pub fn read(
     ifname: &str,
 ) -> Result<Option<CachedAttachment>, CniError> {
     let path = file_path(cache_dir, network, container_id, ifname)?;
-    match std::fs::read(&path) {
+    match crate::input::read_file(&path) {
         Ok(bytes) if bytes.is_empty() => Ok(None),
         Ok(bytes) => parse(&path, &bytes).map(Some),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
@@ -195,7 +195,7 @@ pub fn list(cache_dir: &Path) -> Result<Vec<Result<CachedAttachment, CniError>>,
     Ok(paths
         .iter()
         .map(|p| {
-            std::fs::read(p)
+            crate::input::read_file(p)
                 .map_err(|e| CniError::io(format!("cannot read {}: {e}", p.display())))
                 .and_then(|bytes| parse(p, &bytes))
         })

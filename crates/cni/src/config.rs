@@ -284,7 +284,7 @@ pub fn plugin_configs_in(dir: &Path) -> Result<Vec<Map<String, Value>>, CniError
     files
         .iter()
         .map(|file| {
-            let bytes = std::fs::read(file)
+            let bytes = crate::input::read_file(file)
                 .map_err(|e| CniError::io(format!("cannot read {}: {e}", file.display())))?;
             let plugin: Map<String, Value> = serde_json::from_slice(&bytes).map_err(|e| {
                 CniError::decoding(format!(

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod config;
 pub mod env;
 pub mod error;
+pub mod input;
 pub mod invoke;
 pub mod network;
 pub mod result;

@@ -111,11 +111,8 @@ pub fn dispatch(
 /// `<plugin> validate`: reads a config on stdin and checks it with [`validate`]. Prints nothing
 /// and returns 0 when it passes; prints the CNI error object and returns 1 when it does not.
 pub fn validate_main(plugin: &dyn Plugin, stdin: &mut dyn Read, stdout: &mut dyn Write) -> i32 {
-    let mut config = Vec::new();
-    let outcome = stdin
-        .read_to_end(&mut config)
-        .map_err(|e| CniError::io(format!("error reading from stdin: {e}")))
-        .and_then(|_| validate(plugin, &config));
+    let outcome =
+        crate::input::read_capped(stdin, "stdin").and_then(|config| validate(plugin, &config));
     match outcome {
         Ok(()) => 0,
         Err(e) => {
@@ -146,9 +143,7 @@ fn run(
     if args.command == Command::Version {
         return Ok(Some(Version::plugin_info()));
     }
-    stdin
-        .read_to_end(&mut args.stdin)
-        .map_err(|e| CniError::io(format!("error reading from stdin: {e}")))?;
+    args.stdin = crate::input::read_capped(stdin, "stdin")?;
     let version = common_checks(&args.stdin, config_version)?;
     let needed = match args.command {
         Command::Check => Some(Version::V0_4_0),

@@ -62,7 +62,7 @@ pub fn pod_devices(
         path: path.to_owned(),
         msg,
     };
-    let bytes = std::fs::read(path).map_err(|e| error(format!("cannot read: {e}")))?;
+    let bytes = cni::input::read_file(path).map_err(|e| error(format!("cannot read: {e}")))?;
     let file: File = serde_json::from_slice(&bytes)
         .map_err(|e| error(format!("is not a kubelet device checkpoint: {e}")))?;
     let mut devices: BTreeMap<String, Vec<String>> = BTreeMap::new();

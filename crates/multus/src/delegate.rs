@@ -453,7 +453,7 @@ pub fn load_cache(
     cni_version: &str,
 ) -> Result<Option<Vec<Delegate>>> {
     let path = cache_path(cni_dir, container_id);
-    let bytes = match std::fs::read(&path) {
+    let bytes = match cni::input::read_file(&path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(cache_error(&path, format!("cannot read: {e}"))),

@@ -62,7 +62,7 @@ pub fn dp_path(dir: &Path, resource_name: &str, device_id: &str) -> PathBuf {
 /// Reads a device-info file: `None` when there is none; an error when it cannot be read or
 /// is not a JSON object.
 pub fn load(path: &Path) -> Result<Option<Value>, DeviceInfoError> {
-    let bytes = match std::fs::read(path) {
+    let bytes = match cni::input::read_file(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(error(path, format!("cannot read: {e}"))),

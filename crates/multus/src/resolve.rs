@@ -125,7 +125,7 @@ impl Context<'_> {
                     Error::config(key, format!("no .conf or .conflist file in {reference}"))
                 })?
             } else {
-                let bytes = std::fs::read(path)
+                let bytes = cni::input::read_file(path)
                     .map_err(|e| Error::config(key, format!("cannot read {reference}: {e}")))?;
                 if reference.ends_with(".conflist") {
                     // A conflist file gets the plugins of its plugin subdirectory (CNI 1.1),
@@ -300,7 +300,7 @@ pub fn first_config_in(dir: &Path, name: Option<&str>) -> Result<Option<Vec<u8>>
     };
     files.sort();
     for file in files {
-        let bytes = std::fs::read(&file).map_err(|e| {
+        let bytes = cni::input::read_file(&file).map_err(|e| {
             Error::config("confDir", format!("cannot read {}: {e}", file.display()))
         })?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| {

@@ -275,3 +275,16 @@ fn gc_without_valid_attachments_is_refused_rather_than_deleting_everything() {
     sb.cmd("DEL", &conf).ok();
     sb.assert_clean("after DEL");
 }
+
+/// A config past the 2 MiB cap (a 50 MB one took multus to 1.77 GB) is refused before it is
+/// parsed.
+#[test]
+fn a_config_past_the_cap_is_refused_before_it_is_parsed() {
+    let sb = Sandbox::new();
+    let huge = patched(&sb, json!({"junk": vec![0; 2 << 20]}));
+    let out = sb.cmd("ADD", &huge);
+    assert_eq!(out.err_code(), 6, "{out:?}");
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(msg.contains("larger than 2 MiB"), "{msg}");
+    sb.assert_clean("refused");
+}

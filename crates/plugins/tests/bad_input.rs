@@ -605,3 +605,39 @@ fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
         failures.join("\n")
     );
 }
+
+/// A config past the 2 MiB cap (a 50 MB one took bridge to 813 MB) is refused before it is
+/// parsed, by every plugin, for every command.
+#[test]
+fn stdin_past_the_cap_is_refused_before_it_is_parsed() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
+    let plugins = [
+        "bridge",
+        "macvlan",
+        "ipvlan",
+        "host-local",
+        "static",
+        "dhcp",
+        "passthru",
+    ];
+    let dir = PluginDir::new(bin, &plugins);
+    let huge = format!(
+        r#"{{"cniVersion":"1.0.0","name":"big","type":"bridge","junk":[{}0]}}"#,
+        "0,".repeat(3 << 20)
+    );
+    for plugin in plugins {
+        for command in ["ADD", "DEL", "CHECK"] {
+            let mut call = CniCall::new(command, &huge);
+            call.netns = "/nonexistent".into();
+            call.path = dir.path().display().to_string();
+            let out = call.run(&dir.path().join(plugin), None);
+            assert_eq!(out.code, 1, "{plugin} {command}: {out:?}");
+            let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+            assert_eq!(out.json()["code"], 6, "{plugin} {command}: {msg}");
+            assert!(
+                msg.contains("larger than 2 MiB"),
+                "{plugin} {command}: {msg}"
+            );
+        }
+    }
+}

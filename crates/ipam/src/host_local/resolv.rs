@@ -7,7 +7,7 @@ use cni::Dns;
 use crate::error::{Error, Result};
 
 pub fn load(path: &Path) -> Result<Dns> {
-    let text = std::fs::read_to_string(path)
+    let text = cni::input::read_file_to_string(path)
         .map_err(|e| Error::io(format!("cannot read resolvConf {}", path.display()), e))?;
     Ok(parse(&text))
 }

@@ -118,7 +118,7 @@ impl<'a> Generator<'a> {
         let read_from = self
             .renamed(&path)
             .filter(|old| !path.exists() && old.exists());
-        let bytes = std::fs::read(read_from.as_deref().unwrap_or(&path)).map_err(|e| {
+        let bytes = cni::input::read_file(read_from.as_deref().unwrap_or(&path)).map_err(|e| {
             Wait::NotYet(format!(
                 "the primary network's config {}: {e}",
                 path.display()

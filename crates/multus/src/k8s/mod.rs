@@ -122,7 +122,7 @@ impl TokenFile {
             path: self.path.clone(),
             error,
         };
-        let token = std::fs::read_to_string(&self.path).map_err(|e| fail(e.to_string()))?;
+        let token = cni::input::read_file_to_string(&self.path).map_err(|e| fail(e.to_string()))?;
         let token = token.trim();
         if token.is_empty() {
             return Err(fail("is empty".into()));
@@ -476,7 +476,7 @@ async fn load_config(
 /// library multus already carries, rather than kube's own, which would double the YAML code
 /// in the binary.)
 fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, Box<dyn std::error::Error + Send + Sync>> {
-    let text = std::fs::read_to_string(path)
+    let text = cni::input::read_file_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let absolute = |file: &mut Option<String>| {

@@ -1,0 +1,73 @@
+//! Bounded reads of outside input: stdin and the files a plugin or multus reads (configs,
+//! caches, kubeconfigs, checkpoints). A Kubernetes object is at most about 1.5 MB, so no
+//! legitimate input comes near the cap; a larger one is refused before it is held in memory.
+
+use std::io::Read;
+use std::path::Path;
+
+use crate::CniError;
+
+/// The largest stdin or file read: 2 MiB.
+pub const MAX_INPUT: u64 = 2 << 20;
+
+/// Reads all of `reader`, refusing more than `MAX_INPUT` bytes; `what` names it in errors.
+pub fn read_capped(reader: &mut dyn Read, what: &str) -> Result<Vec<u8>, CniError> {
+    let mut bytes = Vec::new();
+    reader
+        .take(MAX_INPUT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| CniError::io(format!("error reading {what}: {e}")))?;
+    if bytes.len() as u64 > MAX_INPUT {
+        return Err(too_large(what));
+    }
+    Ok(bytes)
+}
+
+/// Reads the file at `path` as [`read_capped`] does.
+pub fn read_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    (&mut file).take(MAX_INPUT + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_INPUT {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "larger than {} MiB, the most read of any input",
+                MAX_INPUT >> 20
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// [`read_file`] as UTF-8 text.
+pub fn read_file_to_string(path: &Path) -> std::io::Result<String> {
+    String::from_utf8(read_file(path)?)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+fn too_large(what: &str) -> CniError {
+    CniError::decoding(format!(
+        "{what} is larger than {} MiB, the most a CNI call reads: no network config or \
+         Kubernetes object is that large",
+        MAX_INPUT >> 20
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_up_to_the_cap_is_read_and_more_is_refused() {
+        let at_cap = vec![b' '; MAX_INPUT as usize];
+        assert_eq!(
+            read_capped(&mut at_cap.as_slice(), "stdin").map(|b| b.len()),
+            Ok(at_cap.len())
+        );
+        let over = vec![b' '; MAX_INPUT as usize + 1];
+        let e = read_capped(&mut over.as_slice(), "stdin").unwrap_err();
+        assert_eq!(e.code, crate::Code::Decoding as u32);
+        assert!(e.msg.starts_with("stdin is larger than 2 MiB"), "{}", e.msg);
+    }
+}
