@@ -199,7 +199,8 @@ fn run(process: &mut Process, stdin: &[u8]) -> std::io::Result<Output> {
 fn plugin_failure(bin: &Path, output: &Output) -> CniError {
     if let Ok(e) = serde_json::from_slice::<CniError>(&output.stdout) {
         forward_stderr(&output.stderr);
-        return e;
+        // A delegate's error goes on into our own error, events and logs.
+        return e.bounded();
     }
     let mut details = Vec::new();
     if !output.stdout.is_empty() {

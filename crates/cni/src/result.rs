@@ -58,10 +58,17 @@ pub struct IpConfig {
     pub interface: Option<usize>,
 }
 
+/// A route, in results and in configs (`ipam.routes`): decode errors say what `dst` and `gw`
+/// take.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Route {
+    #[serde(deserialize_with = "crate::decode::destination")]
     pub dst: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::gateway"
+    )]
     pub gw: Option<IpAddr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
