@@ -228,11 +228,25 @@ fn in_words(expected: &str) -> String {
 
 /// Decodes a config from its bytes. A config is always a JSON object.
 pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| DecodeError::syntax(&e, bytes))?;
-    if !value.is_object() {
-        return Err(DecodeError::expected(&value, "an object"));
+    from_value(&read(bytes)?)
+}
+
+/// Reads a config's bytes as a JSON object, for decoding it as more than one type.
+pub fn read(bytes: &[u8]) -> Result<Value, DecodeError> {
+    read_object(bytes).map(Value::Object)
+}
+
+/// [`read`], for a caller that goes through the keys itself.
+pub fn read_object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, DecodeError> {
+    match read_any(bytes)? {
+        Value::Object(map) => Ok(map),
+        other => Err(DecodeError::expected(&other, "an object")),
     }
-    from_value(&value)
+}
+
+/// Reads JSON of any shape; a syntax error shows the text before it, not a line and column.
+pub fn read_any(bytes: &[u8]) -> Result<Value, DecodeError> {
+    serde_json::from_slice(bytes).map_err(|e| DecodeError::syntax(&e, bytes))
 }
 
 /// Decodes `T` from a value already read; paths start at `value`.

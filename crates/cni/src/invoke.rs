@@ -54,7 +54,8 @@ pub fn find_in_path(plugin_type: &str, path: &[PathBuf]) -> Result<PathBuf, CniE
         || plugin_type.contains(['/', '\0'])
     {
         return Err(CniError::invalid_config(format!(
-            "invalid plugin type {plugin_type:?}: a type is a binary's file name, looked up in CNI_PATH"
+            "invalid plugin type {}: a type is a binary's file name, looked up in CNI_PATH",
+            crate::quote::quote(plugin_type)
         )));
     }
     path.iter()
@@ -63,7 +64,8 @@ pub fn find_in_path(plugin_type: &str, path: &[PathBuf]) -> Result<PathBuf, CniE
         .ok_or_else(|| {
             let dirs: Vec<String> = path.iter().map(|d| d.display().to_string()).collect();
             CniError::invalid_config(format!(
-                "failed to find plugin {plugin_type:?} in path [{}]",
+                "failed to find plugin {} in path [{}]",
+                crate::quote::quote(plugin_type),
                 dirs.join(" ")
             ))
         })
