@@ -148,8 +148,9 @@ pub fn exec_add(bin: &Path, env: &DelegateEnv, stdin: &[u8]) -> Result<CniResult
     let mut value = exec_plugin(bin, Command::Add, env, stdin)?.unwrap_or(Value::Null);
     let Value::Object(result) = &mut value else {
         return Err(CniError::decoding(format!(
-            "plugin {} returned {value} instead of a result object",
-            bin.display()
+            "plugin {} returned {} instead of a result object",
+            bin.display(),
+            crate::quote::quote_value(&value)
         )));
     };
     let has_version = result
