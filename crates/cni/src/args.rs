@@ -1,5 +1,6 @@
 //! `CNI_ARGS`: `KEY=VALUE` pairs separated by `;`.
 
+use crate::quote::quote;
 use crate::CniError;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -20,7 +21,8 @@ impl CniArgs {
                 (Some(k), Some(v), None) => pairs.push((k.to_owned(), v.to_owned())),
                 _ => {
                     return Err(CniError::invalid_config(format!(
-                        "CNI_ARGS: invalid pair {pair:?}: want KEY=VALUE"
+                        "CNI_ARGS: invalid pair {}: want KEY=VALUE",
+                        quote(pair)
                     )))
                 }
             }
@@ -51,7 +53,8 @@ impl CniArgs {
             None | Some("0") | Some("false") => Ok(false),
             Some("1") | Some("true") => Ok(true),
             Some(other) => Err(CniError::invalid_config(format!(
-                "CNI_ARGS: IgnoreUnknown must be 1, true, 0 or false, not {other:?}"
+                "CNI_ARGS: IgnoreUnknown must be 1, true, 0 or false, not {}",
+                quote(other)
             ))),
         }
     }
@@ -68,11 +71,17 @@ impl CniArgs {
             .filter(|k| *k != "IgnoreUnknown" && !known.contains(k))
             .collect();
         if unknown.is_empty() {
-            Ok(())
-        } else {
-            Err(CniError::invalid_config(format!(
-                "CNI_ARGS: unknown args {unknown:?}; set IgnoreUnknown=1 to allow them"
-            )))
+            return Ok(());
         }
+        // A few names are enough to see the mistake; the list itself is input.
+        const SHOWN: usize = 5;
+        let mut names: Vec<String> = unknown.iter().take(SHOWN).map(|k| quote(k)).collect();
+        if unknown.len() > SHOWN {
+            names.push(format!("and {} more", unknown.len() - SHOWN));
+        }
+        Err(CniError::invalid_config(format!(
+            "CNI_ARGS: unknown args [{}]; set IgnoreUnknown=1 to allow them",
+            names.join(", ")
+        )))
     }
 }

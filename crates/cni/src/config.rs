@@ -70,28 +70,31 @@ impl NetConf {
     }
 }
 
-/// Decodes a plugin's config from stdin bytes: JSON errors are code 6, a bad name is code 7.
+/// Decodes a plugin's config from stdin bytes. Every error is code 6 and names the key, as
+/// [`crate::decode`] writes it.
 pub fn parse_plugin_config<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, CniError> {
-    // serde would read a struct from a JSON array too; a config is always an object.
-    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return Err(CniError::decoding(
-            "error parsing network config: expected a JSON object",
-        ));
+    crate::decode::from_slice(bytes).map_err(CniError::from)
+}
+
+impl From<crate::decode::DecodeError> for CniError {
+    fn from(e: crate::decode::DecodeError) -> CniError {
+        CniError::decoding(e.to_string())
     }
-    serde_json::from_slice(bytes)
-        .map_err(|e| CniError::decoding(format!("error parsing network config: {e}")))
 }
 
 /// Checks a network name like libcni does.
 pub fn validate_network_name(name: &str) -> Result<(), CniError> {
     if name.is_empty() {
-        return Err(CniError::invalid_config("missing network name"));
+        return Err(CniError::invalid_config(
+            "name: required, but missing (a network config needs a name)",
+        ));
     }
     if !crate::env::is_valid_name(name) {
-        return Err(
-            CniError::invalid_config("invalid characters found in network name")
-                .with_details(name.to_owned()),
-        );
+        return Err(CniError::invalid_config(format!(
+            "name: {} has invalid characters for a network name: use letters, digits, '_', '.' \
+             and '-', starting with a letter or digit",
+            crate::quote::quote(name)
+        )));
     }
     Ok(())
 }
@@ -195,8 +198,7 @@ impl NetConfList {
     }
 
     fn decode(bytes: &[u8]) -> Result<NetConfList, CniError> {
-        let list: NetConfList = serde_json::from_slice(bytes)
-            .map_err(|e| CniError::decoding(format!("error parsing configuration list: {e}")))?;
+        let list: NetConfList = crate::decode::from_slice(bytes)?;
         validate_network_name(&list.name)?;
         Ok(list)
     }
@@ -204,8 +206,8 @@ impl NetConfList {
     fn checked(self) -> Result<NetConfList, CniError> {
         if self.plugins.is_empty() {
             return Err(CniError::invalid_config(format!(
-                "configuration list {:?} has no plugins",
-                self.name
+                "plugins: configuration list {} has no plugins",
+                crate::quote::quote(&self.name)
             )));
         }
         for (i, plugin) in self.plugins.iter().enumerate() {
@@ -213,8 +215,8 @@ impl NetConfList {
                 Some(t) if !t.is_empty() => {}
                 _ => {
                     return Err(CniError::invalid_config(format!(
-                        "plugin {i} of configuration list {:?} has no type",
-                        self.name
+                        "plugins[{i}].type: plugin {i} of configuration list {} has no type",
+                        crate::quote::quote(&self.name)
                     )))
                 }
             }
@@ -286,11 +288,8 @@ pub fn plugin_configs_in(dir: &Path) -> Result<Vec<Map<String, Value>>, CniError
         .map(|file| {
             let bytes = crate::input::read_file(file)
                 .map_err(|e| CniError::io(format!("cannot read {}: {e}", file.display())))?;
-            let plugin: Map<String, Value> = serde_json::from_slice(&bytes).map_err(|e| {
-                CniError::decoding(format!(
-                    "plugin config {} is not a JSON object: {e}",
-                    file.display()
-                ))
+            let plugin: Map<String, Value> = crate::decode::from_slice(&bytes).map_err(|e| {
+                CniError::decoding(format!("plugin config {}: {e}", file.display()))
             })?;
             match plugin.get("type").and_then(Value::as_str) {
                 Some(t) if !t.is_empty() => Ok(plugin),
@@ -315,9 +314,10 @@ fn bool_or_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Err
         Flag::Bool(b) => Ok(b),
         Flag::Text(s) if s.eq_ignore_ascii_case("true") => Ok(true),
         Flag::Text(s) if s.eq_ignore_ascii_case("false") => Ok(false),
-        Flag::Text(s) => Err(serde::de::Error::custom(format!(
-            "invalid value {s:?}: want true or false"
-        ))),
+        Flag::Text(s) => Err(serde::de::Error::invalid_value(
+            serde::de::Unexpected::Str(&s),
+            &"true or false",
+        )),
     }
 }
 

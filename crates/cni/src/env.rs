@@ -107,7 +107,7 @@ impl CmdArgs {
         let command = command.ok_or_else(|| {
             CniError::new(
                 Code::InvalidEnvironment,
-                format!("unknown CNI_COMMAND: {raw_command}"),
+                format!("unknown CNI_COMMAND: {}", crate::quote::quote(&raw_command)),
             )
         })?;
         Ok(CmdArgs {
@@ -140,7 +140,7 @@ pub fn validate_container_id(id: &str) -> Result<(), CniError> {
             Code::InvalidEnvironment,
             "invalid characters in containerID",
         )
-        .with_details(id.to_owned()));
+        .with_details(crate::quote::quote(id)));
     }
     Ok(())
 }
@@ -149,7 +149,7 @@ pub fn validate_container_id(id: &str) -> Result<(), CniError> {
 pub fn validate_ifname(name: &str) -> Result<(), CniError> {
     let bad = |msg: &str| {
         Err(CniError::new(Code::InvalidEnvironment, msg.to_owned())
-            .with_details(format!("interface name {name:?}")))
+            .with_details(format!("interface name {}", crate::quote::quote(name))))
     };
     if name.is_empty() {
         return bad("interface name is empty");

@@ -70,4 +70,64 @@ impl CniError {
     pub fn internal(msg: impl Into<String>) -> CniError {
         CniError::new(Code::Internal, msg)
     }
+
+    /// The error cut to fit in [`MAX_ENCODED`] bytes of JSON, for the runtime's log, events and
+    /// the kubelet's: every message ought to quote its input short already, and this holds for
+    /// the ones that do not (a third-party delegate's).
+    pub fn bounded(mut self) -> CniError {
+        cut_encoded(&mut self.cni_version, 64);
+        cut_encoded(&mut self.msg, 2560);
+        cut_encoded(&mut self.details, 1024);
+        self
+    }
+}
+
+/// The most bytes a [`CniError::bounded`] error takes as pretty-printed JSON.
+pub const MAX_ENCODED: usize = 4096;
+
+/// Cuts `text` at a character so that its JSON encoding takes at most `budget` bytes, noting
+/// how much was cut.
+fn cut_encoded(text: &mut String, budget: usize) {
+    let encoded = |c: char| match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    };
+    if text.chars().map(encoded).sum::<usize>() <= budget {
+        return;
+    }
+    // Room for the note.
+    let keep = budget.saturating_sub(40);
+    let mut used = 0;
+    let end = text
+        .char_indices()
+        .find(|(_, c)| {
+            used += encoded(*c);
+            used > keep
+        })
+        .map_or(text.len(), |(i, _)| i);
+    let note = format!("… ({} bytes cut)", text.len() - end);
+    text.truncate(end);
+    text.push_str(&note);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_fits_in_the_limit() {
+        for filler in ["x", "\u{1}", "\"", "é"] {
+            let big = filler.repeat(1 << 20);
+            let e = CniError::invalid_config(big.clone())
+                .with_details(big.clone())
+                .bounded();
+            let mut e = e;
+            e.cni_version = big;
+            let json = serde_json::to_vec_pretty(&e.bounded()).unwrap();
+            assert!(json.len() < MAX_ENCODED, "{filler:?}: {} bytes", json.len());
+        }
+        let small = CniError::invalid_config("mtu: -5 is not a whole number");
+        assert_eq!(small.clone().bounded(), small);
+    }
 }

@@ -64,7 +64,8 @@ pub fn find_in_path(plugin_type: &str, path: &[PathBuf]) -> Result<PathBuf, CniE
         || plugin_type.contains(['/', '\0'])
     {
         return Err(CniError::invalid_config(format!(
-            "invalid plugin type {plugin_type:?}: a type is a binary's file name, looked up in CNI_PATH"
+            "invalid plugin type {}: a type is a binary's file name, looked up in CNI_PATH",
+            crate::quote::quote(plugin_type)
         )));
     }
     path.iter()
@@ -73,7 +74,8 @@ pub fn find_in_path(plugin_type: &str, path: &[PathBuf]) -> Result<PathBuf, CniE
         .ok_or_else(|| {
             let dirs: Vec<String> = path.iter().map(|d| d.display().to_string()).collect();
             CniError::invalid_config(format!(
-                "failed to find plugin {plugin_type:?} in path [{}]",
+                "failed to find plugin {} in path [{}]",
+                crate::quote::quote(plugin_type),
                 dirs.join(" ")
             ))
         })
@@ -175,8 +177,9 @@ pub fn add_result(bin: &Path, printed: &[u8], stdin: &[u8]) -> Result<CniResult,
     let mut value = parse_printed(bin, Command::Add, printed)?;
     let Value::Object(result) = &mut value else {
         return Err(CniError::decoding(format!(
-            "plugin {} returned {value} instead of a result object",
-            bin.display()
+            "plugin {} returned {} instead of a result object",
+            bin.display(),
+            crate::quote::quote_value(&value)
         )));
     };
     let has_version = result
@@ -228,7 +231,8 @@ fn run(process: &mut Process, stdin: &[u8]) -> std::io::Result<Output> {
 fn plugin_failure(bin: &Path, output: &Output) -> CniError {
     if let Ok(e) = serde_json::from_slice::<CniError>(&output.stdout) {
         forward_stderr(&output.stderr);
-        return e;
+        // A delegate's error goes on into our own error, events and logs.
+        return e.bounded();
     }
     let mut details = Vec::new();
     if !output.stdout.is_empty() {

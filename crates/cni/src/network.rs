@@ -70,13 +70,8 @@ impl<'a> Attachment<'a> {
 impl Network {
     /// Reads a config or a config list (a JSON object with `plugins`).
     pub fn parse(bytes: &[u8]) -> Result<Network, CniError> {
-        let value: Value = serde_json::from_slice(bytes)
+        let object = crate::decode::read_object(bytes)
             .map_err(|e| CniError::decoding(format!("error parsing network config: {e}")))?;
-        let Value::Object(object) = value else {
-            return Err(CniError::decoding(
-                "error parsing network config: expected a JSON object",
-            ));
-        };
         if object.contains_key("plugins") {
             return Network::from_list(NetConfList::parse(bytes)?, bytes.to_vec());
         }
@@ -90,7 +85,8 @@ impl Network {
             Some(t) if !t.is_empty() => {}
             _ => {
                 return Err(CniError::invalid_config(format!(
-                    "network {name:?} has no plugin type"
+                    "type: network {} has no plugin type",
+                    crate::quote::quote(&name)
                 )))
             }
         }

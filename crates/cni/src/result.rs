@@ -58,10 +58,17 @@ pub struct IpConfig {
     pub interface: Option<usize>,
 }
 
+/// A route, in results and in configs (`ipam.routes`): decode errors say what `dst` and `gw`
+/// take.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Route {
+    #[serde(deserialize_with = "crate::decode::destination")]
     pub dst: IpNet,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::decode::gateway"
+    )]
     pub gw: Option<IpAddr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
@@ -115,6 +122,12 @@ impl CniResult {
     /// Reads a result of any version. The version comes from `cniVersion`; a result without
     /// one is read in the shape it has.
     pub fn from_value(value: &Value) -> Result<CniResult, CniError> {
+        CniResult::from_value_at(value, None)
+    }
+
+    /// [`CniResult::from_value`] for a result inside a config, at `key` (`prevResult`), which
+    /// errors name.
+    pub fn from_value_at(value: &Value, key: Option<&str>) -> Result<CniResult, CniError> {
         let version = value
             .get("cniVersion")
             .and_then(Value::as_str)
@@ -123,14 +136,21 @@ impl CniResult {
             "" => value.get("ip4").is_some() || value.get("ip6").is_some(),
             v => v.parse::<Version>()?.is_legacy_result(),
         };
-        let decode_err = |e: serde_json::Error| {
-            CniError::decoding(format!("cannot decode a {version} result: {e}"))
+        let decode_err = |e: crate::decode::DecodeError| {
+            let e = match key {
+                Some(key) => e.under_key(key),
+                None => e,
+            };
+            CniError::decoding(format!(
+                "cannot decode a {} result: {e}",
+                crate::quote::quote(version)
+            ))
         };
         if legacy {
-            let old: LegacyResult = serde_json::from_value(value.clone()).map_err(decode_err)?;
+            let old: LegacyResult = crate::decode::from_value(value).map_err(decode_err)?;
             return Ok(CniResult::from_legacy(old));
         }
-        serde_json::from_value(value.clone()).map_err(decode_err)
+        crate::decode::from_value(value).map_err(decode_err)
     }
 
     pub fn from_slice(bytes: &[u8]) -> Result<CniResult, CniError> {

@@ -101,8 +101,7 @@ pub fn dispatch(
             if e.cni_version.is_empty() {
                 e.cni_version = config_version;
             }
-            let value = serde_json::to_value(&e).unwrap_or_default();
-            print_json(stdout, &value);
+            print_error(stdout, e);
             1
         }
     }
@@ -116,11 +115,16 @@ pub fn validate_main(plugin: &dyn Plugin, stdin: &mut dyn Read, stdout: &mut dyn
     match outcome {
         Ok(()) => 0,
         Err(e) => {
-            let value = serde_json::to_value(&e).unwrap_or_default();
-            print_json(stdout, &value);
+            print_error(stdout, e);
             1
         }
     }
+}
+
+/// The error object, bounded: it goes into the runtime's log and, through multus, into events.
+fn print_error(out: &mut dyn Write, e: CniError) {
+    let value = serde_json::to_value(e.bounded()).unwrap_or_default();
+    print_json(out, &value);
 }
 
 /// One write of the whole document: stdout is line-buffered, and a reader gets it at once.

@@ -83,7 +83,8 @@ impl FromStr for Version {
             .ok_or_else(|| {
                 CniError::new(Code::IncompatibleVersion, "incompatible CNI versions").with_details(
                     format!(
-                        "config is {s:?}, plugin supports [{}]",
+                        "config is {}, plugin supports [{}]",
+                        crate::quote::quote(s),
                         Version::ALL.map(|v| v.as_str()).join(" ")
                     ),
                 )

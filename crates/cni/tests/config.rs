@@ -316,8 +316,12 @@ fn subdirectory_plugin_errors_name_the_file() {
     assert_eq!(err.code, Code::InvalidConfig as u32);
 
     let cases: &[(&str, Code, &str)] = &[
-        ("{", Code::Decoding, "is not a JSON object"),
-        ("[1]", Code::Decoding, "is not a JSON object"),
+        (
+            "{",
+            Code::Decoding,
+            "not valid JSON: EOF while parsing an object",
+        ),
+        ("[1]", Code::Decoding, "the config: [1] is not an object"),
         (r#"{"name": "x"}"#, Code::InvalidConfig, "has no type"),
         (r#"{"type": ""}"#, Code::InvalidConfig, "has no type"),
     ];

@@ -111,7 +111,7 @@ fn cni_path_is_split_on_colons_skipping_empty_entries() {
 fn an_unknown_command_is_code_4() {
     let err = check(&env_without("FROB", &[])).unwrap_err();
     assert_eq!(err.code, Code::InvalidEnvironment as u32);
-    assert_eq!(err.msg, "unknown CNI_COMMAND: FROB");
+    assert_eq!(err.msg, r#"unknown CNI_COMMAND: "FROB""#);
     // Commands are case-sensitive, as in the reference.
     assert!(check(&env_without("add", &[])).is_err());
 }
@@ -124,7 +124,7 @@ fn container_id_rules() {
         let err = check(&vars).unwrap_err();
         assert_eq!(err.code, Code::InvalidEnvironment as u32, "{bad:?}");
         assert_eq!(err.msg, "invalid characters in containerID", "{bad:?}");
-        assert_eq!(err.details, bad);
+        assert_eq!(err.details, cni::quote::quote(bad));
     }
     for good in ["a", "0", "abc-DEF_1.2", "f00d"] {
         assert!(validate_container_id(good).is_ok(), "{good:?}");

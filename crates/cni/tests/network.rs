@@ -221,8 +221,14 @@ fn gc_deletes_cached_attachments_not_in_use_and_passes_the_valid_ones() {
 #[test]
 fn bad_networks_are_refused_with_their_reason() {
     for (conf, expected) in [
-        ("[]", "expected a JSON object"),
-        ("{", "error parsing network config"),
+        (
+            "[]",
+            "error parsing network config: the config: [] is not an object",
+        ),
+        (
+            "{",
+            "error parsing network config: not valid JSON: EOF while parsing an object",
+        ),
         (r#"{"cniVersion":"1.0.0","name":"n"}"#, "no plugin type"),
         (
             r#"{"cniVersion":"1.0.0","name":"bad name","type":"x"}"#,

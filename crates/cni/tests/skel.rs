@@ -191,10 +191,17 @@ fn config_errors_have_their_codes_and_the_plugin_is_not_called() {
     }
     let err =
         run(&fake, "ADD", r#"{"cniVersion":"1.0.0","type":"fake"}"#).error(Code::InvalidConfig);
-    assert_eq!(err["msg"], "missing network name");
+    assert_eq!(
+        err["msg"],
+        "name: required, but missing (a network config needs a name)"
+    );
     let err =
         run(&fake, "ADD", &conf("1.0.0").replace("\"net\"", "\"a b\"")).error(Code::InvalidConfig);
-    assert_eq!(err["details"], "a b");
+    let msg = err["msg"].as_str().unwrap();
+    assert!(
+        msg.starts_with(r#"name: "a b" has invalid characters"#),
+        "{msg}"
+    );
     assert!(fake.calls.borrow().is_empty());
 }
 
@@ -296,7 +303,7 @@ fn environment_errors_are_printed_as_error_objects() {
         "required env variables [CNI_CONTAINERID,CNI_NETNS,CNI_IFNAME,CNI_PATH] missing"
     );
     let err = run(&fake, "FROB", &conf("1.0.0")).error(Code::InvalidEnvironment);
-    assert_eq!(err["msg"], "unknown CNI_COMMAND: FROB");
+    assert_eq!(err["msg"], r#"unknown CNI_COMMAND: "FROB""#);
 }
 
 #[test]
@@ -396,4 +403,26 @@ fn validate_runs_the_shared_checks_then_the_plugin() {
     );
     // validate never runs a command.
     assert!(fake.calls.borrow().is_empty());
+}
+
+#[test]
+fn an_error_object_stays_under_4_kb_whatever_the_input() {
+    let big = "x".repeat(1 << 20);
+    // A plugin's own message that quotes its input whole, and a huge cniVersion and name.
+    let fake = Fake {
+        fail: Some(CniError::invalid_config(format!("bad: {big}")).with_details(big.clone())),
+        ..Fake::default()
+    };
+    let out = run(&fake, "ADD", &conf("1.0.0"));
+    assert!(out.stdout.len() < 4096, "{} bytes", out.stdout.len());
+    assert!(out.error(Code::InvalidConfig)["msg"]
+        .as_str()
+        .unwrap()
+        .ends_with("bytes cut)"));
+    let bad_name = format!("\"{big} \"");
+    for stdin in [conf(&big), conf("1.0.0").replace("\"net\"", &bad_name)] {
+        let out = run(&Fake::default(), "ADD", &stdin);
+        assert_eq!(out.status, 1);
+        assert!(out.stdout.len() < 4096, "{} bytes", out.stdout.len());
+    }
 }

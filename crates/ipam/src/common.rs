@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 
 /// The `ipam` object, which every command of both plugins needs.
 pub fn require_ipam<T>(ipam: Option<T>) -> Result<T> {
-    ipam.ok_or_else(|| Error::config("IPAM config missing 'ipam' key"))
+    ipam.ok_or_else(|| {
+        Error::config("ipam: required, but missing (IPAM config missing 'ipam' key)")
+    })
 }
 
 /// Results before 0.3.0 have one `ip4` and one `ip6` slot, so a config may not yield more than
@@ -41,7 +43,7 @@ pub fn check_gateway_family(gateway: IpAddr, subnet: &IpNet) -> Result<(), Strin
         Ok(())
     } else {
         Err(format!(
-            "gateway {gateway} and subnet {subnet} are of different address families"
+            "{gateway} and {subnet} are of different address families"
         ))
     }
 }
@@ -72,7 +74,7 @@ mod tests {
         assert!(check_gateway_family("10.9.9.9".parse().unwrap(), &net).is_ok());
         assert_eq!(
             check_gateway_family("fd00::1".parse().unwrap(), &net).unwrap_err(),
-            "gateway fd00::1 and subnet 10.1.2.0/24 are of different address families"
+            "fd00::1 and 10.1.2.0/24 are of different address families"
         );
         let net6: IpNet = "fd00::/64".parse().unwrap();
         assert!(check_gateway_family("10.1.2.1".parse().unwrap(), &net6).is_err());
@@ -82,7 +84,10 @@ mod tests {
     fn missing_ipam_is_code_7() {
         assert_eq!(require_ipam(Some(1)).unwrap(), 1);
         let e = require_ipam::<()>(None).unwrap_err();
-        assert_eq!(e.to_string(), "IPAM config missing 'ipam' key");
+        assert_eq!(
+            e.to_string(),
+            "ipam: required, but missing (IPAM config missing 'ipam' key)"
+        );
         assert_eq!(cni::CniError::from(e).code, 7);
     }
 }

@@ -10,9 +10,9 @@ pub enum Error {
     #[error("{0}")]
     Config(String),
 
-    /// The configuration is not the JSON we expect (code 6).
-    #[error("error parsing IPAM config: {0}")]
-    Decode(#[from] serde_json::Error),
+    /// The configuration is not the JSON we expect (code 6); the error names the key.
+    #[error("{0}")]
+    Decode(#[from] cni::decode::DecodeError),
 
     /// A file or directory could not be read or written (code 5).
     #[error("{what}: {source}")]

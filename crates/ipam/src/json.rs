@@ -1,11 +1,13 @@
 //! serde helpers that read config values the way the reference's Go decoder does: `null` means
 //! "not set", an empty IP string means "no IP", and IPs are kept in canonical form (an
-//! IPv4-mapped IPv6 address is IPv4).
+//! IPv4-mapped IPv6 address is IPv4). Their errors say what the key takes, for
+//! [`cni::decode`] to show with the key path and the value.
 
 use std::net::IpAddr;
 
+use cni::decode::{parse_cidr, parse_ip};
 use ipnet::IpNet;
-use serde::de::Error as _;
+use serde::de::{Error as _, Unexpected};
 use serde::{Deserialize, Deserializer};
 
 /// A missing or `null` value is the type's default.
@@ -17,49 +19,54 @@ where
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
-/// An optional IP address; `""` and `null` are none.
+/// An optional IP address of a range's bounds; `""` and `null` are none.
 pub fn opt_ip<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpAddr>, D::Error> {
     match Option::<String>::deserialize(d)?.as_deref() {
         None | Some("") => Ok(None),
-        Some(s) => parse_ip(s).map(Some).map_err(D::Error::custom),
+        Some(s) => parse_ip(s, "a range bound")
+            .map(Some)
+            .map_err(|want| D::Error::invalid_value(Unexpected::Str(s), &want.as_str())),
     }
 }
 
-/// An optional CIDR (`10.1.2.0/24`); the address keeps any host bits, for the caller to judge.
-pub fn opt_net<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpNet>, D::Error> {
+/// An optional subnet (`10.1.2.0/24`); the address keeps any host bits, for the caller to
+/// judge.
+pub fn opt_subnet<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpNet>, D::Error> {
     match Option::<String>::deserialize(d)? {
         None => Ok(None),
-        Some(s) => parse_cidr(&s).map(Some).map_err(D::Error::custom),
+        Some(s) => parse_cidr(&s, "a subnet")
+            .map(Some)
+            .map_err(|want| D::Error::invalid_value(Unexpected::Str(&s), &want.as_str())),
     }
 }
 
-/// A list of addresses, each `10.1.2.3` or `10.1.2.3/24` (the prefix is ignored).
+/// A requested address in a list: `10.1.2.3` or `10.1.2.3/24` (the prefix is ignored).
+pub struct RequestedIp(pub IpAddr);
+
+impl<'de> Deserialize<'de> for RequestedIp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<RequestedIp, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_ip_maybe_prefixed(&s)
+            .map(RequestedIp)
+            .map_err(|want| D::Error::invalid_value(Unexpected::Str(&s), &want.as_str()))
+    }
+}
+
+/// A list of requested addresses; `null` is none.
 pub fn ip_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<IpAddr>, D::Error> {
-    let items: Vec<String> = null_default(d)?;
-    items
-        .iter()
-        .map(|s| parse_ip_maybe_prefixed(s))
-        .collect::<Result<_, _>>()
-        .map_err(D::Error::custom)
+    let items: Vec<RequestedIp> = null_default(d)?;
+    Ok(items.into_iter().map(|ip| ip.0).collect())
 }
 
-pub fn parse_ip(s: &str) -> Result<IpAddr, String> {
-    s.parse::<IpAddr>()
-        .map(|ip| ip.to_canonical())
-        .map_err(|_| format!("invalid IP address: {s}"))
-}
-
-pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
-    s.parse::<IpNet>()
-        .map_err(|_| format!("invalid CIDR address: {s}"))
-}
-
-/// `10.1.2.3` or `10.1.2.3/24`: a requested address, as the reference's `ip.IP` reads it.
+/// `10.1.2.3` or `10.1.2.3/24`: a requested address, as the reference's `ip.IP` reads it. The
+/// error is what was expected.
 pub fn parse_ip_maybe_prefixed(s: &str) -> Result<IpAddr, String> {
     if s.contains('/') {
-        parse_cidr(s).map(|n| n.addr().to_canonical())
+        parse_cidr(s, "an address")
+            .map(|n| n.addr().to_canonical())
+            .map_err(|_| "an IP address, with or without a prefix length".to_owned())
     } else {
-        parse_ip(s)
+        parse_ip(s, "an address")
     }
 }
 
@@ -78,10 +85,30 @@ mod tests {
         assert!(parse_ip_maybe_prefixed("").is_err());
     }
 
+    #[derive(Deserialize)]
+    #[allow(dead_code)]
+    struct Conf {
+        #[serde(default, deserialize_with = "opt_subnet")]
+        subnet: Option<IpNet>,
+        #[serde(default, deserialize_with = "ip_list")]
+        ips: Vec<IpAddr>,
+    }
+
     #[test]
-    fn cidr_keeps_host_bits() {
-        let n = parse_cidr("10.1.2.3/24").unwrap();
-        assert_eq!(n.addr().to_string(), "10.1.2.3");
-        assert_eq!(n.prefix_len(), 24);
+    fn errors_say_what_the_key_takes() {
+        let err = |json: &str| {
+            cni::decode::from_slice::<Conf>(json.as_bytes())
+                .err()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(
+            err(r#"{"subnet":"10.1.2.0"}"#),
+            r#"subnet: "10.1.2.0" is not a CIDR like 10.1.2.0/24 (a subnet needs a prefix length)"#
+        );
+        assert_eq!(
+            err(r#"{"ips":["10.1.2.3","nope"]}"#),
+            r#"ips[1]: "nope" is not an IP address"#
+        );
     }
 }

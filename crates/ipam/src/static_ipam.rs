@@ -10,7 +10,10 @@ use serde::Deserialize;
 
 use crate::common::{check_addresses_per_family, check_gateway_family, require_ipam};
 use crate::error::{Error, Result};
-use crate::json::{null_default, opt_ip, parse_cidr, parse_ip};
+use cni::decode::{parse_cidr, parse_ip};
+use cni::quote::quote;
+
+use crate::json::null_default;
 
 /// The static IPAM plugin.
 pub struct StaticIpam;
@@ -78,7 +81,7 @@ struct RawIpam {
 struct RawAddress {
     #[serde(default)]
     address: String,
-    #[serde(default, deserialize_with = "opt_ip")]
+    #[serde(default, deserialize_with = "cni::decode::gateway")]
     gateway: Option<IpAddr>,
 }
 
@@ -102,13 +105,15 @@ struct Config {
     prev_result: Option<serde_json::Value>,
 }
 
-/// An address with its prefix, host bits kept (`10.10.0.1/24`), IPv4-mapped made IPv4.
-fn parse_address(s: &str) -> Result<IpNet, String> {
-    let net = parse_cidr(s)?;
+/// An address with its prefix, host bits kept (`10.10.0.1/24`), IPv4-mapped made IPv4. The
+/// error is `<key>: <value> is not <what it takes>`.
+fn parse_address(key: &str, s: &str) -> Result<IpNet> {
+    let bad = |want: String| Error::config(format!("{key}: {} is not {want}", quote(s)));
+    let net = parse_cidr(s, "an address").map_err(bad)?;
     match net {
         IpNet::V6(n) => match n.addr().to_ipv4_mapped() {
             Some(v4) if n.prefix_len() >= 96 => IpNet::new(v4.into(), n.prefix_len() - 96)
-                .map_err(|_| format!("invalid CIDR address: {s}")),
+                .map_err(|_| bad("a CIDR like 10.1.2.0/24".to_owned())),
             _ => Ok(net),
         },
         IpNet::V4(_) => Ok(net),
@@ -123,16 +128,11 @@ fn address(net: IpNet, gateway: Option<IpAddr>) -> IpConfig {
     }
 }
 
-/// `ips` from `args.cni` or `runtimeConfig`, which replace every other address.
-fn parse_ips(ips: &[String]) -> Result<Vec<IpConfig>> {
+/// `ips` from `args.cni` or `runtimeConfig` (`key`), which replace every other address.
+fn parse_ips(key: &str, ips: &[String]) -> Result<Vec<IpConfig>> {
     ips.iter()
-        .map(|s| {
-            parse_address(s).map(|n| address(n, None)).map_err(|_| {
-                Error::config(format!(
-                    "an entry in the 'ips' field is NOT in CIDR notation, got: '{s}'"
-                ))
-            })
-        })
+        .enumerate()
+        .map(|(i, s)| parse_address(&format!("{key}[{i}]"), s).map(|n| address(n, None)))
         .collect()
 }
 
@@ -141,27 +141,28 @@ impl Config {
     /// applied to those), all replaced by `args.cni.ips` if given, all replaced by
     /// `runtimeConfig.ips` if given (the runtime passes that only with the `ips` capability).
     fn load(stdin: &[u8], cni_args: &str) -> Result<Config> {
-        let net: RawNet = serde_json::from_slice(stdin)?;
+        let net: RawNet = cni::decode::from_slice(stdin)?;
         let ipam = require_ipam(net.ipam)?;
         let mut configured = ipam.addresses;
         let mut extra = cni_args_addresses(cni_args)?;
-        for replacement in [&net.args.cni.ips, &net.runtime_config.ips] {
+        for (key, replacement) in [
+            ("args.cni.ips", &net.args.cni.ips),
+            ("runtimeConfig.ips", &net.runtime_config.ips),
+        ] {
             if !replacement.is_empty() {
                 configured.clear();
-                extra = parse_ips(replacement)?;
+                extra = parse_ips(key, replacement)?;
             }
         }
         let mut addresses = configured
             .into_iter()
-            .map(|a| {
-                let net = parse_address(&a.address).map_err(|_| {
-                    Error::config(format!(
-                        "the 'address' field is expected to be in CIDR notation, got: '{}'",
-                        a.address
-                    ))
-                })?;
+            .enumerate()
+            .map(|(i, a)| {
+                let key = format!("ipam.addresses[{i}]");
+                let net = parse_address(&format!("{key}.address"), &a.address)?;
                 if let Some(gw) = a.gateway {
-                    check_gateway_family(gw, &net).map_err(Error::Config)?;
+                    check_gateway_family(gw, &net)
+                        .map_err(|e| Error::config(format!("{key}.gateway: {e}")))?;
                 }
                 Ok(address(net, a.gateway))
             })
@@ -193,12 +194,7 @@ fn cni_args_addresses(raw: &str) -> Result<Vec<IpConfig>> {
         .into_iter()
         .flat_map(|v| v.split(','))
     {
-        let item = item.trim();
-        let net = parse_address(item).map_err(|_| {
-            Error::config(format!(
-                "the 'ip' field is expected to be in CIDR notation, got: '{item}'"
-            ))
-        })?;
+        let net = parse_address("CNI_ARGS IP", item.trim())?;
         out.push(address(net, None));
     }
     for item in args
@@ -207,8 +203,10 @@ fn cni_args_addresses(raw: &str) -> Result<Vec<IpConfig>> {
         .into_iter()
         .flat_map(|v| v.split(','))
     {
-        let gw = parse_ip(item.trim())
-            .map_err(|_| Error::config(format!("invalid gateway address: {item}")))?;
+        let item = item.trim();
+        let gw = parse_ip(item, "a gateway").map_err(|want| {
+            Error::config(format!("CNI_ARGS GATEWAY: {} is not {want}", quote(item)))
+        })?;
         for a in out.iter_mut().filter(|a| a.address.contains(&gw)) {
             a.gateway = Some(gw);
         }
@@ -320,28 +318,31 @@ mod tests {
         let e = |json: &str, args: &str| load(json, args).unwrap_err().to_string();
         assert_eq!(
             e(CONF, "IP=10.20.0.5"),
-            "the 'ip' field is expected to be in CIDR notation, got: '10.20.0.5'"
+            r#"CNI_ARGS IP: "10.20.0.5" is not a CIDR like 10.1.2.0/24 (an address needs a prefix length)"#
         );
         assert_eq!(
             e(CONF, "IP=10.20.0.5/24;GATEWAY=x"),
-            "invalid gateway address: x"
+            r#"CNI_ARGS GATEWAY: "x" is not an IP address"#
         );
         assert!(e(CONF, "FOO=1").contains("unknown args"));
         assert!(load(CONF, "FOO=1;IgnoreUnknown=1").is_ok());
-        assert_eq!(e(r#"{"name":"n"}"#, ""), "IPAM config missing 'ipam' key");
+        assert_eq!(
+            e(r#"{"name":"n"}"#, ""),
+            "ipam: required, but missing (IPAM config missing 'ipam' key)"
+        );
         assert_eq!(
             e(
                 r#"{"name":"n","ipam":{"addresses":[{"address":"10.1.1.1"}]}}"#,
                 ""
             ),
-            "the 'address' field is expected to be in CIDR notation, got: '10.1.1.1'"
+            r#"ipam.addresses[0].address: "10.1.1.1" is not a CIDR like 10.1.2.0/24 (an address needs a prefix length)"#
         );
         assert_eq!(
             e(
                 r#"{"name":"n","runtimeConfig":{"ips":["x"]},"ipam":{}}"#,
                 ""
             ),
-            "an entry in the 'ips' field is NOT in CIDR notation, got: 'x'"
+            r#"runtimeConfig.ips[0]: "x" is not a CIDR like 10.1.2.0/24"#
         );
         assert_eq!(
             e(
@@ -362,7 +363,7 @@ mod tests {
         let e = Config::load(conf("fd00::1").as_bytes(), "").err().unwrap();
         assert_eq!(
             e.to_string(),
-            "gateway fd00::1 and subnet 10.1.1.5/24 are of different address families"
+            "ipam.addresses[0].gateway: fd00::1 and 10.1.1.5/24 are of different address families"
         );
         assert_eq!(CniError::from(e).code, 7);
         // A gateway outside the subnet is accepted, as by the reference.
@@ -382,7 +383,9 @@ mod tests {
     #[test]
     fn mapped_v4_is_v4() {
         assert_eq!(
-            parse_address("::ffff:10.1.1.1/120").unwrap().to_string(),
+            parse_address("x", "::ffff:10.1.1.1/120")
+                .unwrap()
+                .to_string(),
             "10.1.1.1/24"
         );
     }

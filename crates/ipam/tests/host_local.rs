@@ -135,8 +135,11 @@ fn cni_args_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let stdin = small(tmp.path());
     for (args, want) in [
-        ("IP=10.1.2.300", "invalid IP address"),
-        ("IP=10.1.2.3,10.1.2.4", "invalid IP address"),
+        (
+            "IP=10.1.2.300",
+            r#"CNI_ARGS IP: "10.1.2.300" is not an IP address"#,
+        ),
+        ("IP=10.1.2.3,10.1.2.4", "is not an IP address"),
         ("IP", "invalid pair"),
         ("K8S_POD_NAME=p", "unknown args"),
     ] {
@@ -170,7 +173,7 @@ fn validation_errors_are_code_7() {
         ),
         (
             json!({"ranges": [[{"subnet": "10.1.0.0/16"}], [{"subnet": "10.1.2.0/24"}]]}),
-            "range set 0 overlaps with 1",
+            "ipam.ranges[1]: overlaps ipam.ranges[0]",
         ),
         (
             json!({"ranges": [[{"subnet": "10.1.2.0/24"}, {"subnet": "fd00::/64"}]]}),
@@ -178,14 +181,14 @@ fn validation_errors_are_code_7() {
         ),
         (
             json!({"ranges": [[{"subnet": "10.1.2.0/24", "rangeStart": "10.1.3.2"}]]}),
-            "RangeStart 10.1.3.2 not in network",
+            "ipam.ranges[0][0].rangeStart: 10.1.3.2 is not in the subnet",
         ),
         (
             json!({"ranges": [[{"subnet": "10.1.2.0/24", "rangeEnd": "10.1.1.2"}]]}),
-            "RangeEnd 10.1.1.2 not in network",
+            "ipam.ranges[0][0].rangeEnd: 10.1.1.2 is not in the subnet",
         ),
         (json!({"ranges": []}), "no IP ranges specified"),
-        (json!({"ranges": [[]]}), "empty range set"),
+        (json!({"ranges": [[]]}), "ipam.ranges[0]: empty range set"),
     ];
     for (ipam, want) in cases {
         let out = add("c", &conf(dir, "1.0.0", ipam.clone()));
@@ -195,7 +198,12 @@ fn validation_errors_are_code_7() {
     let no_ipam = json!({"cniVersion": "1.0.0", "name": "net1", "type": "x"}).to_string();
     assert_eq!(add("c", &no_ipam).code(), 7);
     let bad_cidr = conf(dir, "1.0.0", json!({"ranges": [[{"subnet": "10.1.2.0"}]]}));
-    assert_eq!(add("c", &bad_cidr).code(), 6);
+    let out = add("c", &bad_cidr);
+    assert_eq!(out.code(), 6);
+    assert_eq!(
+        out.msg(),
+        r#"ipam.ranges[0][0].subnet: "10.1.2.0" is not a CIDR like 10.1.2.0/24 (a subnet needs a prefix length)"#
+    );
     assert!(
         std::fs::read_dir(dir).unwrap().next().is_none(),
         "nothing written"

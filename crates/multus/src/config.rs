@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use cni::quote::{quote, quote_value};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -91,16 +92,11 @@ pub struct MultusConf {
 
 impl MultusConf {
     pub fn parse(bytes: &[u8]) -> Result<MultusConf> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        let map = cni::decode::read_object(bytes).map_err(|e| {
             Error::from(cni::CniError::decoding(format!(
                 "error parsing multus config: {e}"
             )))
         })?;
-        let Value::Object(map) = value else {
-            return Err(Error::from(cni::CniError::decoding(
-                "error parsing multus config: expected a JSON object",
-            )));
-        };
         let keys = Keys(&map);
         let log_level = match keys.string("logLevel")? {
             None => LogLevel::Panic,
@@ -108,7 +104,10 @@ impl MultusConf {
             Some(s) => LogLevel::parse(&s).ok_or_else(|| {
                 Error::config(
                     "logLevel",
-                    format!("unknown level {s:?}: use panic, error, verbose or debug"),
+                    format!(
+                        "{} is not a level: use panic, error, verbose or debug",
+                        quote(&s)
+                    ),
                 )
             })?,
         };
@@ -131,21 +130,34 @@ impl MultusConf {
                 .enumerate()
                 .map(|(i, d)| match d {
                     Value::Object(o) => Ok(o.clone()),
-                    _ => Err(Error::config(
+                    other => Err(Error::config(
                         &format!("delegates[{i}]"),
-                        "a delegate must be a network config object",
+                        format!("{} is not a network config object", quote_value(other)),
                     )),
                 })
                 .collect::<Result<_>>()?,
-            Some(_) => return Err(Error::config("delegates", "must be a list of configs")),
+            Some(other) => {
+                return Err(Error::config(
+                    "delegates",
+                    format!("{} is not a list of configs", quote_value(other)),
+                ))
+            }
         };
         let auxiliary_cni_chain_name = keys
             .string("auxiliaryCNIChainName")?
             .filter(|s| !s.is_empty());
         if let Some(name) = &auxiliary_cni_chain_name {
             // It names a directory: nothing that could step out of the conf dir.
-            cni::config::validate_network_name(name)
-                .map_err(|e| Error::config("auxiliaryCNIChainName", format!("{name:?}: {e}")))?;
+            if !cni::env::is_valid_name(name) {
+                return Err(Error::config(
+                    "auxiliaryCNIChainName",
+                    format!(
+                        "{} is not a network name: use letters, digits, '_', '.' and '-', \
+                         starting with a letter or digit",
+                        quote(name)
+                    ),
+                ));
+            }
         }
         let cluster_network = keys.string("clusterNetwork")?.unwrap_or_default();
         if delegates.is_empty() && cluster_network.is_empty() {
@@ -165,9 +177,10 @@ impl MultusConf {
         let runtime_config = keys.object("runtimeConfig")?.cloned().unwrap_or_default();
         let valid_attachments = match keys.get("cni.dev/valid-attachments") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| {
-                Error::config("cni.dev/valid-attachments", format!("invalid: {e}"))
-            })?),
+            Some(v) => Some(
+                cni::decode::from_value(v)
+                    .map_err(|e| Error::config("cni.dev/valid-attachments", e.to_string()))?,
+            ),
         };
         let path = |key: &str| -> Result<Option<PathBuf>> {
             Ok(keys
@@ -214,10 +227,15 @@ impl MultusConf {
             retry_delete_on_error: keys.bool("retryDeleteOnError")?.unwrap_or(false),
             readiness_timeout: seconds("readinessTimeoutSeconds", 45)?,
             api_timeout: seconds("apiTimeoutSeconds", 10)?,
-            api_retries: keys
-                .uint("apiRetries", "apiRetries")?
-                .map_or(Ok(3), u32::try_from)
-                .map_err(|_| Error::config("apiRetries", "too large"))?,
+            api_retries: match keys.uint("apiRetries", "apiRetries")? {
+                None => 3,
+                Some(n) => u32::try_from(n).map_err(|_| {
+                    Error::config(
+                        "apiRetries",
+                        format!("{n} is too large: at most {}", u32::MAX),
+                    )
+                })?,
+            },
             valid_attachments,
         }
         .checked()
@@ -229,16 +247,25 @@ impl MultusConf {
                 .parse::<cni::Version>()
                 .map_err(|e| Error::config("cniVersion", e.to_string()))?;
         }
-        for ns in self
-            .global_namespaces
-            .iter()
-            .chain(&self.system_namespaces)
-            .chain(std::iter::once(&self.multus_namespace))
-        {
-            if !crate::selection::is_dns1123_label(ns) {
+        let lists = [
+            ("globalNamespaces", &self.global_namespaces[..]),
+            ("systemNamespaces", &self.system_namespaces[..]),
+            (
+                "multusNamespace",
+                std::slice::from_ref(&self.multus_namespace),
+            ),
+        ];
+        for (key, names) in lists {
+            if let Some(ns) = names
+                .iter()
+                .find(|ns| !crate::selection::is_dns1123_label(ns))
+            {
                 return Err(Error::config(
-                    "globalNamespaces/systemNamespaces/multusNamespace",
-                    format!("{ns:?} is not a valid namespace name"),
+                    key,
+                    format!(
+                        "{} is not a valid namespace name (a DNS-1123 label)",
+                        quote(ns)
+                    ),
                 ));
             }
         }
@@ -265,7 +292,10 @@ impl<'a> Keys<'a> {
         match self.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(Error::config(key, format!("must be a string, not {other}"))),
+            Some(other) => Err(Error::config(
+                key,
+                format!("{} is not a string", quote_value(other)),
+            )),
         }
     }
 
@@ -279,7 +309,7 @@ impl<'a> Keys<'a> {
             Some(Value::Bool(b)) => Ok(Some(*b)),
             Some(other) => Err(Error::config(
                 name,
-                format!("must be true or false, not {other}"),
+                format!("{} is not true or false", quote_value(other)),
             )),
         }
     }
@@ -290,7 +320,7 @@ impl<'a> Keys<'a> {
             Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
             Some(other) => Err(Error::config(
                 name,
-                format!("must be a whole number of 0 or more, not {other}"),
+                format!("{} is not a whole number of 0 or more", quote_value(other)),
             )),
         }
     }
@@ -301,7 +331,7 @@ impl<'a> Keys<'a> {
             Some(Value::Object(o)) => Ok(Some(o)),
             Some(other) => Err(Error::config(
                 key,
-                format!("must be an object, not {other}"),
+                format!("{} is not an object", quote_value(other)),
             )),
         }
     }
@@ -311,17 +341,18 @@ impl<'a> Keys<'a> {
             None | Some(Value::Null) => Ok(Vec::new()),
             Some(Value::Array(items)) => items
                 .iter()
-                .map(|v| match v {
+                .enumerate()
+                .map(|(i, v)| match v {
                     Value::String(s) if !s.is_empty() => Ok(s.clone()),
                     other => Err(Error::config(
-                        key,
-                        format!("entries must be non-empty strings, not {other}"),
+                        &format!("{key}[{i}]"),
+                        format!("{} is not a non-empty string", quote_value(other)),
                     )),
                 })
                 .collect(),
             Some(other) => Err(Error::config(
                 key,
-                format!("must be a list of strings, not {other}"),
+                format!("{} is not a list of strings", quote_value(other)),
             )),
         }
     }

@@ -5,6 +5,7 @@
 
 use std::net::IpAddr;
 
+use cni::quote::quote;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -56,7 +57,21 @@ struct Element {
     #[serde(rename = "cni-args", default)]
     cni_args: Option<Map<String, Value>>,
     #[serde(rename = "default-route", default)]
-    default_route: Vec<IpAddr>,
+    default_route: Vec<Gateway>,
+}
+
+/// A `default-route` entry: an address, whose error says what is wrong with it.
+struct Gateway(IpAddr);
+
+impl<'de> Deserialize<'de> for Gateway {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Gateway, D::Error> {
+        let text = String::deserialize(d)?;
+        cni::decode::parse_ip(&text, "a gateway")
+            .map(Gateway)
+            .map_err(|want| {
+                serde::de::Error::invalid_value(serde::de::Unexpected::Str(&text), &want.as_str())
+            })
+    }
 }
 
 #[derive(Deserialize, serde::Serialize)]
@@ -108,6 +123,14 @@ pub fn parse(annotation: &str, text: &str, default_namespace: &str) -> Result<Ve
         if s.namespace.is_empty() {
             s.namespace = default_namespace.to_owned();
         }
+        // Each message quotes the one value that is wrong, once; the name, once valid, is short.
+        if !is_dns1123_label(&s.name) {
+            return Err(bad(format!(
+                "element {i}: network name {} is not a DNS-1123 label (lower case letters, \
+                 digits and '-', starting and ending with a letter or digit, at most 63)",
+                quote(&s.name)
+            )));
+        }
         validate(s).map_err(|m| bad(format!("element {i} ({}): {m}", s.name)))?;
     }
     let mut seen: Vec<&str> = Vec::new();
@@ -115,7 +138,8 @@ pub fn parse(annotation: &str, text: &str, default_namespace: &str) -> Result<Ve
         if let Some(ifname) = s.interface.as_deref() {
             if seen.contains(&ifname) {
                 return Err(bad(format!(
-                    "interface {ifname:?} is requested more than once"
+                    "interface {} is requested more than once",
+                    quote(ifname)
                 )));
             }
             seen.push(ifname);
@@ -125,19 +149,23 @@ pub fn parse(annotation: &str, text: &str, default_namespace: &str) -> Result<Ve
 }
 
 fn parse_json(text: &str) -> std::result::Result<Vec<Selection>, String> {
-    let items: Vec<Value> = match serde_json::from_str::<Value>(text) {
+    let items: Vec<Value> = match cni::decode::read_any(text.as_bytes()) {
         Ok(Value::Array(items)) => items,
         Ok(_) => return Err("the JSON form must be a list of selection objects".to_owned()),
         Err(e) => return Err(format!("invalid JSON: {e}")),
     };
     items
-        .into_iter()
+        .iter()
         .enumerate()
         .map(|(i, item)| {
-            let e = Element::deserialize(&item).map_err(|e| match bad_key(&item) {
-                Some(key) => format!("element {i}: {key}: {e}"),
-                None => format!("element {i}: {e}"),
-            })?;
+            if !item.is_object() {
+                return Err(format!(
+                    "element {i}: {} is not a selection object",
+                    cni::quote::quote_value(item)
+                ));
+            }
+            let e: Element =
+                cni::decode::from_value(item).map_err(|e| format!("element {i}: {e}"))?;
             Ok(Selection {
                 name: e.name,
                 namespace: e.namespace,
@@ -151,24 +179,10 @@ fn parse_json(text: &str) -> std::result::Result<Vec<Selection>, String> {
                 bandwidth: e.bandwidth.as_ref().map(to_json),
                 device_id: Some(e.device_id).filter(|s| !s.is_empty()),
                 cni_args: e.cni_args,
-                default_route: e.default_route,
+                default_route: e.default_route.into_iter().map(|g| g.0).collect(),
             })
         })
         .collect()
-}
-
-/// The key of a selection object whose value cannot be read (serde's error does not say).
-fn bad_key(item: &Value) -> Option<&str> {
-    let Value::Object(map) = item else {
-        return None;
-    };
-    map.iter().find_map(|(key, value)| {
-        let mut alone = Map::from_iter([("name".to_owned(), Value::String(String::new()))]);
-        alone.insert(key.clone(), value.clone());
-        Element::deserialize(&Value::Object(alone))
-            .is_err()
-            .then_some(key.as_str())
-    })
 }
 
 /// The typed port mappings and bandwidth, back in JSON for the delegate.
@@ -186,20 +200,23 @@ fn parse_text_item(item: &str) -> std::result::Result<Selection, String> {
         None => ("", item),
     };
     if rest.contains('/') {
-        return Err(format!("{item:?} has more than one '/'"));
+        return Err(format!("{} has more than one '/'", quote(item)));
     }
     let (name, ifname) = match rest.split_once('@') {
         Some((name, ifname)) => (name.trim(), Some(ifname.trim())),
         None => (rest.trim(), None),
     };
     if ifname.is_some_and(|i| i.contains('@')) {
-        return Err(format!("{item:?} has more than one '@'"));
+        return Err(format!("{} has more than one '@'", quote(item)));
     }
     if item.contains('/') && namespace.is_empty() {
-        return Err(format!("{item:?} has an empty namespace before '/'"));
+        return Err(format!("{} has an empty namespace before '/'", quote(item)));
     }
     if ifname == Some("") {
-        return Err(format!("{item:?} has an empty interface name after '@'"));
+        return Err(format!(
+            "{} has an empty interface name after '@'",
+            quote(item)
+        ));
     }
     Ok(Selection {
         name: name.to_owned(),
@@ -209,40 +226,39 @@ fn parse_text_item(item: &str) -> std::result::Result<Selection, String> {
     })
 }
 
+/// The rest of a selection whose name is valid.
 fn validate(s: &Selection) -> std::result::Result<(), String> {
-    if !is_dns1123_label(&s.name) {
-        return Err(format!(
-            "network name {:?} is not a DNS-1123 label (lower case letters, digits and '-', starting and ending with a letter or digit, at most 63)",
-            s.name
-        ));
-    }
     if !is_dns1123_label(&s.namespace) {
         return Err(format!(
-            "namespace {:?} is not a DNS-1123 label",
-            s.namespace
+            "namespace {} is not a DNS-1123 label",
+            quote(&s.namespace)
         ));
     }
     if let Some(ifname) = &s.interface {
         cni::env::validate_ifname(ifname).map_err(|e| e.to_string())?;
     }
     if let Some(mac) = &s.mac {
-        netkit::parse_mac(mac).map_err(|_| format!("mac {mac:?} is not a MAC address"))?;
+        netkit::parse_mac(mac).map_err(|_| format!("mac {} is not a MAC address", quote(mac)))?;
     }
     if let Some(guid) = &s.infiniband_guid {
         if !is_hex_address(guid, &[8, 20]) {
             return Err(format!(
-                "infiniband-guid {guid:?} is not 8 or 20 colon-separated hex bytes"
+                "infiniband-guid {} is not 8 or 20 colon-separated hex bytes",
+                quote(guid)
             ));
         }
     }
-    for ip in &s.ips {
+    for (i, ip) in s.ips.iter().enumerate() {
         let ok = if ip.contains('/') {
             ip.parse::<ipnet::IpNet>().is_ok()
         } else {
             ip.parse::<IpAddr>().is_ok()
         };
         if !ok {
-            return Err(format!("ips: {ip:?} is not an IP address or CIDR"));
+            return Err(format!(
+                "ips[{i}]: {} is not an IP address or CIDR",
+                quote(ip)
+            ));
         }
     }
     let v4 = s.default_route.iter().filter(|g| g.is_ipv4()).count();

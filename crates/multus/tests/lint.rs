@@ -423,7 +423,10 @@ fn ips_and_mac_need_the_capability() {
     files.write("pod.yaml", &pod("p", &json!([{"interface": "net1"}])));
     let run = lint(&["--output", "json", files.path()]);
     assert_eq!(run.status, 2);
-    says(&run.only("annotation"), "element 0: missing field `name`");
+    says(
+        &run.only("annotation"),
+        "element 0: name: required, but missing",
+    );
 
     // Judged as multus judges it: a MAC multus would refuse is an error here too, in both
     // forms of the annotation.
@@ -569,7 +572,7 @@ fn every_plugins_option_errors_carry_the_plugins_own_message() {
         {"type": "bridge"}, {"type": "macvlan", "master": "eth1", "mode": "nope", "ipam": host_local("192.168.50.0/24")}]});
     let f = lint_config(&list, &[]).only("plugin-options");
     assert_eq!(f["path"], "spec.config.plugins[1]");
-    says(&f, "unknown macvlan mode \"nope\"");
+    says(&f, r#"mode: "nope" is not a mode of macvlan"#);
 }
 
 #[test]
@@ -809,7 +812,7 @@ fn cni_plugins_is_found_beside_multus_or_in_the_bin_dir() {
     std::fs::copy(cni_plugins(), bin.path().join("cni-plugins")).unwrap();
     let run = run_with(bin.path());
     assert_eq!(run.status, 2, "{}", run.stdout);
-    says(&run.only("plugin-options"), "vlan 5000");
+    says(&run.only("plugin-options"), "vlan: 5000");
 }
 
 #[test]

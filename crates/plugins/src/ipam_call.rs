@@ -160,7 +160,8 @@ fn not_ipam(plugin_type: &str) -> CniError {
         .map(|e| e.name)
         .collect();
     CniError::invalid_config(format!(
-        "ipam type {plugin_type:?} is not an IPAM plugin: use one of {}",
+        "ipam.type: {} is not an IPAM plugin: use one of {}",
+        cni::quote::quote(plugin_type),
         ipam.join(", ")
     ))
 }

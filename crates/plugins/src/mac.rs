@@ -40,7 +40,8 @@ pub fn resolve(
             Some(Value::String(s)) => chosen = Some((s.clone(), source)),
             Some(other) => {
                 return Err(CniError::invalid_config(format!(
-                    "{source} must be a string like \"0a:58:0a:f4:00:01\", not {other}"
+                    "{source}: {} is not a string like \"0a:58:0a:f4:00:01\"",
+                    cni::quote::quote_value(other)
                 )))
             }
         }
@@ -49,8 +50,9 @@ pub fn resolve(
         .map(|(text, source)| {
             netkit::parse_mac(&text.replace('-', ":")).map_err(|_| {
                 CniError::invalid_config(format!(
-                    "{source} {text:?} is not a MAC address: write six hex bytes like \
-                     0a:58:0a:f4:00:01"
+                    "{source}: {} is not a MAC address: write six hex bytes like \
+                     0a:58:0a:f4:00:01",
+                    cni::quote::quote(&text)
                 ))
             })
         })
@@ -109,6 +111,9 @@ mod tests {
         let e = resolve(None, &net(r#","runtimeConfig":{"mac":5}"#), "", true).unwrap_err();
         assert!(e.msg.contains("runtimeConfig.mac"), "{e}");
         let e = resolve(Some("01:02"), &net(""), "", false).unwrap_err();
-        assert!(e.msg.starts_with("mac \"01:02\""), "{e}");
+        assert!(
+            e.msg.starts_with("mac: \"01:02\" is not a MAC address"),
+            "{e}"
+        );
     }
 }

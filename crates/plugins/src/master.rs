@@ -1,6 +1,7 @@
 //! The master (parent) interface of a macvlan or ipvlan: named in the config, or the one that
 //! carries the default route, in the node's namespace or, with `linkInContainer`, in the pod's.
 
+use cni::quote::quote;
 use cni::CniError;
 use netkit::netlink::Link;
 use netkit::{NetNs, Netlink};
@@ -31,12 +32,17 @@ pub fn resolve(name: Option<&str>, pod: &NetNs, in_pod: bool) -> Result<Master, 
     };
     let link = match name {
         Some(name) => {
-            netkit::netlink::validate_ifname(name).map_err(|e| {
-                CniError::invalid_config(format!("invalid \"master\" {name:?}: {e}"))
+            // netkit's own message quotes the name whole.
+            netkit::netlink::validate_ifname(name).map_err(|_| {
+                CniError::invalid_config(format!(
+                    "master: {} is not an interface name: 1 to 15 bytes, no '/', ':' or spaces",
+                    quote(name)
+                ))
             })?;
             nl.link_by_name(name).map_err(sys)?.ok_or_else(|| {
                 CniError::invalid_config(format!(
-                    "master {name:?} not found in {}: set \"master\" to an existing interface",
+                    "master: {} is not found in {}: set \"master\" to an existing interface",
+                    quote(name),
                     place(in_pod)
                 ))
             })?
@@ -44,7 +50,7 @@ pub fn resolve(name: Option<&str>, pod: &NetNs, in_pod: bool) -> Result<Master, 
         None => {
             let index = nl.default_route_iface(None).map_err(sys)?.ok_or_else(|| {
                 CniError::invalid_config(format!(
-                    "no \"master\" given and {} has no default route to take it from: set \
+                    "master: not given, and {} has no default route to take it from: set \
                      \"master\"",
                     place(in_pod)
                 ))
@@ -64,9 +70,11 @@ pub fn resolve(name: Option<&str>, pod: &NetNs, in_pod: bool) -> Result<Master, 
 pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<(), CniError> {
     match mtu {
         Some(mtu) if mtu > master.mtu => Err(CniError::invalid_config(format!(
-            "mtu {mtu} is larger than the MTU {} of master {:?}: use at most {}, or 0 for the \
+            "mtu: {mtu} is larger than the MTU {} of master {}: use at most {}, or 0 for the \
              master's",
-            master.mtu, master.name, master.mtu
+            master.mtu,
+            quote(&master.name),
+            master.mtu
         ))),
         _ => Ok(()),
     }
@@ -78,7 +86,7 @@ pub fn parse_mtu(raw: i64) -> Result<Option<u32>, CniError> {
         Ok(0) => Ok(None),
         Ok(mtu) => Ok(Some(mtu)),
         Err(_) => Err(CniError::invalid_config(format!(
-            "mtu {raw} is out of range: use 0 (the master's MTU) up to the master's MTU"
+            "mtu: {raw} is out of range: use 0 (the master's MTU) up to the master's MTU"
         ))),
     }
 }

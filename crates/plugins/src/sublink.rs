@@ -16,16 +16,14 @@ use crate::ipam_call::{self, Ipam};
 use crate::master;
 use crate::sys::{open_netns, open_netns_for_del, sys, sys_ctx, with_cleanup_failures};
 
-/// The keys macvlan and ipvlan share, as written.
+/// The keys macvlan and ipvlan share, as written (the common ones are a [`NetConf`]).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RawConf {
-    #[serde(flatten)]
-    pub net: NetConf,
+struct RawConf {
     #[serde(default)]
     master: String,
     #[serde(default)]
-    pub mode: String,
+    mode: String,
     #[serde(default)]
     mtu: i64,
     #[serde(default)]
@@ -49,20 +47,33 @@ pub struct SubConf {
 }
 
 impl SubConf {
-    pub fn check(raw: RawConf) -> Result<SubConf, CniError> {
-        Ok(SubConf {
+    /// Decodes `config` (a JSON object), then checks the shared keys and picks the mode from
+    /// the plugin's table. `own` is the plugin's own keys, decoded first so that every value of
+    /// the wrong type is reported before any other problem.
+    pub fn parse<M: Copy, Own: serde::de::DeserializeOwned>(
+        config: &[u8],
+        kind: &str,
+        modes: &[(&str, M)],
+    ) -> Result<(SubConf, M, Own), CniError> {
+        let config = cni::decode::read(config)?;
+        let net: NetConf = cni::decode::from_value(&config)?;
+        let raw: RawConf = cni::decode::from_value(&config)?;
+        let own: Own = cni::decode::from_value(&config)?;
+        let mode = parse_mode(kind, modes, &raw.mode)?;
+        let conf = SubConf {
             master: Some(raw.master).filter(|m| !m.is_empty()),
             mtu: master::parse_mtu(raw.mtu)?,
             link_in_container: raw.link_in_container,
             enable_dad: raw.enable_dad,
-            net: raw.net,
-        })
+            net,
+        };
+        Ok((conf, mode, own))
     }
 }
 
 /// Picks a mode from a plugin's table (names and values, the default first); `""` is the
 /// default.
-pub fn parse_mode<M: Copy>(kind: &str, modes: &[(&str, M)], name: &str) -> Result<M, CniError> {
+fn parse_mode<M: Copy>(kind: &str, modes: &[(&str, M)], name: &str) -> Result<M, CniError> {
     if name.is_empty() {
         if let Some((_, default)) = modes.first() {
             return Ok(*default);
@@ -83,7 +94,8 @@ pub fn parse_mode<M: Copy>(kind: &str, modes: &[(&str, M)], name: &str) -> Resul
         })
         .collect();
     Err(CniError::invalid_config(format!(
-        "unknown {kind} mode {name:?}: use one of {}",
+        "mode: {} is not a mode of {kind}: use one of {}",
+        cni::quote::quote(name),
         names.join(", ")
     )))
 }
@@ -112,12 +124,6 @@ pub fn check_mode<M: Copy>(
         name(actual),
         name(Some(value(wanted)))
     )))
-}
-
-/// Decodes a plugin's config (code 6 for a value of the wrong type).
-pub fn decode<T: serde::de::DeserializeOwned>(stdin: &[u8], kind: &str) -> Result<T, CniError> {
-    serde_json::from_slice(stdin)
-        .map_err(|e| CniError::decoding(format!("cannot decode the {kind} config: {e}")))
 }
 
 /// What differs between macvlan and ipvlan.
@@ -242,7 +248,7 @@ fn configure(
 pub fn del(args: &CmdArgs, kind: &str) -> Result<(), CniError> {
     // Only what DEL needs: a config whose other keys no longer validate must still let the
     // attachment go.
-    let net: NetConf = decode(&args.stdin, "network")?;
+    let net: NetConf = cni::config::parse_plugin_config(&args.stdin)?;
     let pod = open_netns_for_del(&args.netns)?;
     let found = match &pod {
         Some(ns) => {
@@ -293,7 +299,7 @@ pub fn with_ipam(
     args: &CmdArgs,
     f: impl FnOnce(&Ipam) -> Result<(), CniError>,
 ) -> Result<(), CniError> {
-    let net: NetConf = decode(&args.stdin, "network")?;
+    let net: NetConf = cni::config::parse_plugin_config(&args.stdin)?;
     match net.ipam_type() {
         Some(t) => f(&Ipam::new(t, args)),
         None => Ok(()),

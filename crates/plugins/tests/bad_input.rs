@@ -52,6 +52,20 @@ fn static_ipam(ipam: &str) -> String {
     )
 }
 
+/// dhcp with a daemon that is not there: every case fails before the plugin would call it.
+fn dhcp(ipam: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"dhcp","ipam":{{"type":"dhcp","daemonSocketPath":"/nonexistent/dhcp.sock"{ipam}}}}}"#
+    )
+}
+
+const PASSTHRU: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"passthru"}"#;
+
+/// A bad value of a megabyte: its error must quote it short.
+fn huge() -> String {
+    "x".repeat(1 << 20)
+}
+
 /// Environment overrides; `None` removes the variable.
 type EnvOverrides = Vec<(&'static str, Option<String>)>;
 
@@ -63,6 +77,8 @@ struct Case {
     /// Environment overrides; `None` removes the variable.
     env: Vec<(&'static str, Option<String>)>,
     code: u64,
+    /// What the message must contain: for a config error, the key path and the value.
+    says: Vec<String>,
 }
 
 fn case(what: impl Into<String>, plugin: &'static str, stdin: String, code: u64) -> Case {
@@ -73,6 +89,14 @@ fn case(what: impl Into<String>, plugin: &'static str, stdin: String, code: u64)
         stdin,
         env: Vec::new(),
         code,
+        says: Vec::new(),
+    }
+}
+
+impl Case {
+    fn says(mut self, parts: &[&str]) -> Case {
+        self.says = parts.iter().map(|p| p.to_string()).collect();
+        self
     }
 }
 
@@ -80,7 +104,7 @@ fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
     let good_macvlan = macvlan("", RANGES);
-    let plugins: [(&'static str, String); 5] = [
+    let plugins: [(&'static str, String); 7] = [
         ("bridge", good_bridge.clone()),
         ("macvlan", good_macvlan.clone()),
         ("ipvlan", ipvlan("")),
@@ -89,6 +113,8 @@ fn corpus() -> Vec<Case> {
             "static",
             static_ipam(r#","addresses":[{"address":"10.66.0.5/24"}]"#),
         ),
+        ("dhcp", dhcp("")),
+        ("passthru", PASSTHRU.to_owned()),
     ];
 
     // The environment, for every plugin.
@@ -133,35 +159,92 @@ fn corpus() -> Vec<Case> {
             cases.push(c);
         }
         // Decoding and the common config keys.
-        for (what, stdin, code) in [
-            ("empty stdin", String::new(), DECODE),
-            ("truncated JSON", good[..good.len() / 2].to_owned(), DECODE),
-            ("a JSON array", "[]".to_owned(), DECODE),
-            ("a JSON number", "42".to_owned(), DECODE),
+        let huge_name = format!("{} y", huge());
+        for (what, stdin, code, says) in [
+            (
+                "empty stdin",
+                String::new(),
+                DECODE,
+                &["not valid JSON"][..],
+            ),
+            (
+                "truncated JSON",
+                good[..good.len() / 2].to_owned(),
+                DECODE,
+                &["not valid JSON", "after"],
+            ),
+            (
+                "a JSON array",
+                "[]".to_owned(),
+                DECODE,
+                &["[] is not an object"],
+            ),
+            (
+                "a JSON number",
+                "42".to_owned(),
+                DECODE,
+                &["42 is not an object"],
+            ),
             (
                 "name is a number",
                 good.replace(r#""name":"badnet""#, r#""name":5"#),
                 DECODE,
+                &["name: 5 is not a string"],
             ),
-            ("no name", good.replace(r#""name":"badnet","#, ""), CONFIG),
+            (
+                "no name",
+                good.replace(r#""name":"badnet","#, ""),
+                CONFIG,
+                &["name: required"],
+            ),
             (
                 "name with a slash",
                 good.replace("badnet", "bad/net"),
                 CONFIG,
+                &[r#"name: "bad/net" has invalid characters"#],
             ),
-            ("name ..", good.replace("badnet", ".."), CONFIG),
+            (
+                "name ..",
+                good.replace("badnet", ".."),
+                CONFIG,
+                &[r#"name: "..""#],
+            ),
+            (
+                "a megabyte name",
+                good.replace("badnet", &huge_name),
+                CONFIG,
+                &["name: \"xxx", "(1048578 bytes)"],
+            ),
+            (
+                "capabilities of the wrong type",
+                good.replacen(
+                    r#""name":"badnet","#,
+                    r#""name":"badnet","capabilities":{"ips":"yes"},"#,
+                    1,
+                ),
+                DECODE,
+                &[r#"capabilities.ips: "yes" is not true or false"#],
+            ),
             (
                 "unknown cniVersion",
                 good.replace("1.0.0", "9.9.9"),
                 VERSION,
+                &["\"9.9.9\""],
             ),
             (
                 "cniVersion not a version",
                 good.replace("1.0.0", "one"),
                 VERSION,
+                &[],
+            ),
+            (
+                "a megabyte cniVersion",
+                good.replace("1.0.0", &huge()),
+                VERSION,
+                &[],
             ),
         ] {
-            cases.push(case(format!("{plugin}: {what}"), plugin, stdin, code));
+            cases.push(case(format!("{plugin}: {what}"), plugin, stdin, code).says(says));
         }
         for (command, version) in [("CHECK", "0.3.1"), ("STATUS", "1.0.0"), ("GC", "0.4.0")] {
             let mut c = case(
@@ -176,70 +259,137 @@ fn corpus() -> Vec<Case> {
     }
 
     // bridge options.
-    for (what, extra, code) in [
-        ("vlan -1", r#","vlan":-1"#, CONFIG),
-        ("vlan 4095", r#","vlan":4095"#, CONFIG),
-        ("vlan is a string", r#","vlan":"10""#, DECODE),
+    let huge_mtu = format!(r#","mtu":"{}""#, huge());
+    for (what, extra, code, says) in [
+        (
+            "vlan -1",
+            r#","vlan":-1"#,
+            CONFIG,
+            &["vlan: -1 is out of range"][..],
+        ),
+        ("vlan 4095", r#","vlan":4095"#, CONFIG, &["vlan: 4095"]),
+        (
+            "vlan is a string",
+            r#","vlan":"10""#,
+            DECODE,
+            &[r#"vlan: "10" is not a whole number"#],
+        ),
         (
             "trunk minID 0",
             r#","vlanTrunk":[{"minID":0,"maxID":10}]"#,
             CONFIG,
+            &["vlanTrunk[0].minID: 0 is out of range"],
         ),
         (
             "trunk maxID 4095",
             r#","vlanTrunk":[{"minID":1,"maxID":4095}]"#,
             CONFIG,
+            &["vlanTrunk[0].maxID: 4095"],
         ),
         (
             "trunk minID above maxID",
             r#","vlanTrunk":[{"minID":20,"maxID":10}]"#,
             CONFIG,
+            &["vlanTrunk[0].minID: 20"],
         ),
         (
             "trunk minID alone",
             r#","vlanTrunk":[{"minID":20}]"#,
             CONFIG,
+            &["vlanTrunk[0].maxID"],
         ),
         (
             "trunk maxID alone",
             r#","vlanTrunk":[{"maxID":20}]"#,
             CONFIG,
+            &["vlanTrunk[0].minID"],
         ),
-        ("trunk id 0", r#","vlanTrunk":[{"id":0}]"#, CONFIG),
-        ("trunk id 4095", r#","vlanTrunk":[{"id":4095}]"#, CONFIG),
+        (
+            "trunk id 0",
+            r#","vlanTrunk":[{"id":0}]"#,
+            CONFIG,
+            &["vlanTrunk[0].id: 0"],
+        ),
+        (
+            "trunk id 4095",
+            r#","vlanTrunk":[{"id":1},{"id":4095}]"#,
+            CONFIG,
+            &["vlanTrunk[1].id: 4095"],
+        ),
+        (
+            "trunk id a string",
+            r#","vlanTrunk":[{"id":"1"}]"#,
+            DECODE,
+            &[r#"vlanTrunk[0].id: "1" is not a whole number"#],
+        ),
         (
             "hairpin and promiscuous together",
             r#","hairpinMode":true,"promiscMode":true"#,
             CONFIG,
+            &["hairpinMode and promiscMode"],
         ),
         (
             "disableContainerInterface with ipam",
             r#","disableContainerInterface":true"#,
             CONFIG,
+            &["disableContainerInterface"],
         ),
-        ("isGateway is a string", r#","isGateway":"yes""#, DECODE),
-        ("mtu is negative", r#","mtu":-5"#, DECODE),
-        ("unknown ipMasq backend", r#","ipMasqBackend":"pf""#, CONFIG),
+        (
+            "isGateway is a string",
+            r#","isGateway":"yes""#,
+            DECODE,
+            &[r#"isGateway: "yes" is not true or false"#],
+        ),
+        (
+            "mtu is negative",
+            r#","mtu":-5"#,
+            DECODE,
+            &["mtu: -5 is not a whole number from 0 to 4294967295"],
+        ),
+        (
+            "mtu is a megabyte string",
+            &huge_mtu,
+            DECODE,
+            &["mtu: \"xxx", "(1048576 bytes) is not a whole number"],
+        ),
+        (
+            "unknown ipMasq backend",
+            r#","ipMasqBackend":"pf""#,
+            CONFIG,
+            &[r#"ipMasqBackend: "pf" is not"#],
+        ),
         (
             "bad runtimeConfig mac",
             r#","runtimeConfig":{"mac":"zz:zz:zz:zz:zz:zz"}"#,
             CONFIG,
+            &[r#"runtimeConfig.mac: "zz:zz:zz:zz:zz:zz" is not a MAC address"#],
         ),
-        ("bad args mac", r#","args":{"cni":{"mac":"01:02"}}"#, CONFIG),
+        (
+            "bad args mac",
+            r#","args":{"cni":{"mac":"01:02"}}"#,
+            CONFIG,
+            &[r#"args.cni.mac: "01:02""#],
+        ),
     ] {
-        cases.push(case(
-            format!("bridge: {what}"),
-            "bridge",
-            bridge(extra, RANGES),
-            code,
-        ));
+        cases.push(
+            case(
+                format!("bridge: {what}"),
+                "bridge",
+                bridge(extra, RANGES),
+                code,
+            )
+            .says(says),
+        );
     }
     for (what, name) in [
-        ("bridge name too long", "abcdefghijklmnopq"),
-        ("bridge name with a slash", "br/0"),
+        ("bridge name too long", "abcdefghijklmnopq".to_owned()),
+        ("bridge name with a slash", "br/0".to_owned()),
+        ("bridge name of a megabyte", huge()),
     ] {
         let stdin = good_bridge.replace(r#""bridge":"bad0""#, &format!(r#""bridge":"{name}""#));
-        cases.push(case(format!("bridge: {what}"), "bridge", stdin, CONFIG));
+        let quoted = format!("{:?}", &name[..name.len().min(10)]);
+        let says = ["bridge: ", quoted.trim_end_matches('"')];
+        cases.push(case(format!("bridge: {what}"), "bridge", stdin, CONFIG).says(&says));
     }
     // The ipam block and CNI_ARGS of the interface plugins that read them. (DEL of such a
     // config succeeds: the ADD that failed reserved nothing; see the DEL after every ADD below.)
@@ -263,7 +413,8 @@ fn corpus() -> Vec<Case> {
                 r#""type":"host-local""#,
                 &format!(r#""type":"{ipam_type}""#),
             );
-            cases.push(case(format!("{plugin}: {what}"), plugin, stdin, CONFIG));
+            let quoted = format!("{ipam_type:?}");
+            cases.push(case(format!("{plugin}: {what}"), plugin, stdin, CONFIG).says(&[&quoted]));
         }
         let mut c = case(
             format!("{plugin}: bad MAC in CNI_ARGS"),
@@ -272,85 +423,151 @@ fn corpus() -> Vec<Case> {
             CONFIG,
         );
         c.env = vec![("CNI_ARGS", Some("MAC=nope".into()))];
-        cases.push(c);
+        cases.push(c.says(&[r#"CNI_ARGS MAC: "nope""#]));
     }
 
     // macvlan and ipvlan options.
-    for (what, extra, code) in [
-        ("unknown mode", r#","mode":"l2""#, CONFIG),
-        ("mode is a number", r#","mode":4"#, DECODE),
-        ("mtu is negative", r#","mtu":-5"#, CONFIG),
-        ("mtu is a string", r#","mtu":"1400""#, DECODE),
-        ("mtu above the master's", r#","mtu":1501"#, CONFIG),
-        ("mac garbage", r#","mac":"02:00:00""#, CONFIG),
-        ("mac is a number", r#","mac":2"#, DECODE),
+    for (what, extra, code, says) in [
+        (
+            "unknown mode",
+            r#","mode":"l2""#,
+            CONFIG,
+            &[r#"mode: "l2" is not a mode of macvlan"#][..],
+        ),
+        (
+            "mode is a number",
+            r#","mode":4"#,
+            DECODE,
+            &["mode: 4 is not a string"],
+        ),
+        (
+            "mtu is negative",
+            r#","mtu":-5"#,
+            CONFIG,
+            &["mtu: -5 is out of range"],
+        ),
+        (
+            "mtu is a string",
+            r#","mtu":"1400""#,
+            DECODE,
+            &[r#"mtu: "1400" is not a whole number"#],
+        ),
+        (
+            "mtu above the master's",
+            r#","mtu":1501"#,
+            CONFIG,
+            &["mtu: 1501 is larger than the MTU 1500"],
+        ),
+        (
+            "mac garbage",
+            r#","mac":"02:00:00""#,
+            CONFIG,
+            &[r#"mac: "02:00:00" is not a MAC"#],
+        ),
+        (
+            "mac is a number",
+            r#","mac":2"#,
+            DECODE,
+            &["mac: 2 is not a string"],
+        ),
         (
             "runtimeConfig mac garbage",
             r#","runtimeConfig":{"mac":"zz"}"#,
             CONFIG,
+            &[r#"runtimeConfig.mac: "zz""#],
         ),
-        ("bcqueuelen negative", r#","bcqueuelen":-1"#, DECODE),
+        (
+            "bcqueuelen negative",
+            r#","bcqueuelen":-1"#,
+            DECODE,
+            &["bcqueuelen: -1 is not a whole number"],
+        ),
         (
             "linkInContainer is a string",
             r#","linkInContainer":"yes""#,
             DECODE,
+            &[r#"linkInContainer: "yes" is not true or false"#],
         ),
         (
             "master not in the pod with linkInContainer",
             r#","linkInContainer":true"#,
             CONFIG,
+            &[r#"master: "up0" is not found in the pod's netns"#],
         ),
-        ("multicast mac", r#","mac":"01:00:5e:00:00:01""#, 999),
+        ("multicast mac", r#","mac":"01:00:5e:00:00:01""#, 999, &[]),
     ] {
-        cases.push(case(
-            format!("macvlan: {what}"),
-            "macvlan",
-            macvlan(extra, RANGES),
-            code,
-        ));
+        cases.push(
+            case(
+                format!("macvlan: {what}"),
+                "macvlan",
+                macvlan(extra, RANGES),
+                code,
+            )
+            .says(says),
+        );
     }
-    for (what, extra, code) in [
-        ("unknown mode", r#","mode":"bridge""#, CONFIG),
-        ("mtu is negative", r#","mtu":-5"#, CONFIG),
-        ("mtu above the master's", r#","mtu":9000"#, CONFIG),
-        ("prevResult garbage", r#","prevResult":{"ips":"x"}"#, DECODE),
+    let huge_mode = format!(r#","mode":"{}""#, huge());
+    for (what, extra, code, says) in [
+        (
+            "unknown mode",
+            r#","mode":"bridge""#,
+            CONFIG,
+            &[r#"mode: "bridge" is not a mode of ipvlan"#][..],
+        ),
+        (
+            "a megabyte mode",
+            &huge_mode,
+            CONFIG,
+            &["mode: \"xxx", "(1048576 bytes)"],
+        ),
+        ("mtu is negative", r#","mtu":-5"#, CONFIG, &["mtu: -5"]),
+        (
+            "mtu above the master's",
+            r#","mtu":9000"#,
+            CONFIG,
+            &["mtu: 9000"],
+        ),
+        (
+            "prevResult garbage",
+            r#","prevResult":{"ips":"x"}"#,
+            DECODE,
+            &[r#"prevResult.ips: "x" is not a list"#],
+        ),
+        (
+            "prevResult address without a prefix",
+            r#","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.66.0.9"}]}"#,
+            DECODE,
+            &[r#"prevResult.ips[0].address: "10.66.0.9""#],
+        ),
         (
             "master not in the pod with linkInContainer",
             r#","linkInContainer":true"#,
             CONFIG,
+            &["master: \"up0\""],
         ),
     ] {
-        cases.push(case(
-            format!("ipvlan: {what}"),
-            "ipvlan",
-            ipvlan(extra),
-            code,
-        ));
+        cases.push(case(format!("ipvlan: {what}"), "ipvlan", ipvlan(extra), code).says(says));
     }
     for (plugin, good) in [("macvlan", good_macvlan.clone()), ("ipvlan", ipvlan(""))] {
-        for (what, from, to) in [
+        for (what, to, says) in [
             (
                 "master missing",
-                r#""master":"up0""#,
-                r#""master":"nosuch0""#,
+                "nosuch0",
+                r#"master: "nosuch0" is not found"#,
             ),
             (
                 "master name with a slash",
-                r#""master":"up0""#,
-                r#""master":"a/b""#,
+                "a/b",
+                r#"master: "a/b" is not an interface name"#,
             ),
             (
                 "master name too long",
-                r#""master":"up0""#,
-                r#""master":"abcdefghijklmnopq""#,
+                "abcdefghijklmnopq",
+                r#"master: "abcdefghijklmnopq""#,
             ),
         ] {
-            cases.push(case(
-                format!("{plugin}: {what}"),
-                plugin,
-                good.replace(from, to),
-                CONFIG,
-            ));
+            let stdin = good.replace(r#""master":"up0""#, &format!(r#""master":"{to}""#));
+            cases.push(case(format!("{plugin}: {what}"), plugin, stdin, CONFIG).says(&[says]));
         }
     }
     cases.push(case(
@@ -366,50 +583,76 @@ fn corpus() -> Vec<Case> {
         CONFIG,
     ));
     // host-local, alone and under bridge (both must fail the same way, leaving nothing).
-    let ipam_cases: Vec<(&str, String, u64)> = vec![
-        ("no ranges", String::new(), CONFIG),
-        ("empty ranges", r#","ranges":[]"#.into(), CONFIG),
-        ("empty range set", r#","ranges":[[]]"#.into(), CONFIG),
-        ("subnet without prefix", r#","ranges":[[{"subnet":"10.66.0.0"}]]"#.into(), DECODE),
-        ("subnet garbage", r#","ranges":[[{"subnet":"ten.sixty-six"}]]"#.into(), DECODE),
-        ("subnet /31", r#","ranges":[[{"subnet":"10.66.0.0/31"}]]"#.into(), CONFIG),
-        ("subnet /32", r#","ranges":[[{"subnet":"10.66.0.0/32"}]]"#.into(), CONFIG),
-        ("IPv6 subnet /127", r#","ranges":[[{"subnet":"fd00::/127"}]]"#.into(), CONFIG),
-        ("overlapping ranges in a set", r#","ranges":[[{"subnet":"10.66.0.0/24"},{"subnet":"10.66.0.0/25"}]]"#.into(), CONFIG),
-        ("overlapping range sets", r#","ranges":[[{"subnet":"10.66.0.0/24"}],[{"subnet":"10.66.0.128/25"}]]"#.into(), CONFIG),
-        ("mixed families in a set", r#","ranges":[[{"subnet":"10.66.0.0/24"},{"subnet":"fd00::/64"}]]"#.into(), CONFIG),
-        ("rangeStart outside the subnet", r#","ranges":[[{"subnet":"10.66.0.0/24","rangeStart":"10.67.0.10"}]]"#.into(), CONFIG),
-        ("rangeEnd outside the subnet", r#","ranges":[[{"subnet":"10.66.0.0/24","rangeEnd":"10.67.0.10"}]]"#.into(), CONFIG),
-        ("rangeStart after rangeEnd", r#","ranges":[[{"subnet":"10.66.0.0/24","rangeStart":"10.66.0.50","rangeEnd":"10.66.0.10"}]]"#.into(), CONFIG),
-        ("rangeStart garbage", r#","ranges":[[{"subnet":"10.66.0.0/24","rangeStart":"x"}]]"#.into(), DECODE),
-        ("gateway garbage", r#","ranges":[[{"subnet":"10.66.0.0/24","gateway":"x"}]]"#.into(), DECODE),
-        ("route dst garbage", format!(r#"{RANGES},"routes":[{{"dst":"x"}}]"#), DECODE),
-        ("route gw garbage", format!(r#"{RANGES},"routes":[{{"dst":"0.0.0.0/0","gw":"x"}}]"#), DECODE),
-        ("legacy subnet garbage", r#","subnet":"10.66.0.0/99""#.into(), DECODE),
-        ("ranges is an object", r#","ranges":{"subnet":"10.66.0.0/24"}"#.into(), DECODE),
-        ("requested IP outside every range", format!(r#"{RANGES},"ips":["10.9.9.9"]"#), CONFIG),
-        ("runtimeConfig IP garbage", RANGES.to_owned(), DECODE),
-        ("resolvConf missing", format!(r#"{RANGES},"resolvConf":"/nonexistent/resolv.conf""#), 5),
+    let huge_gw = format!(
+        r#"{RANGES},"routes":[{{"dst":"0.0.0.0/0","gw":"{}"}}]"#,
+        huge()
+    );
+    #[rustfmt::skip]
+    let ipam_cases: Vec<(&str, String, u64, &[&str])> = vec![
+        ("no ranges", String::new(), CONFIG, &["ipam.ranges: no IP ranges specified"]),
+        ("empty ranges", r#","ranges":[]"#.into(), CONFIG, &["ipam.ranges: no IP ranges"]),
+        ("empty range set", r#","ranges":[[]]"#.into(), CONFIG, &["ipam.ranges[0]: empty range set"]),
+        ("subnet without prefix", r#","ranges":[[{"subnet":"10.66.0.0"}]]"#.into(), DECODE,
+            &["ipam.ranges[0][0].subnet", r#""10.66.0.0""#, "a subnet needs a prefix length"]),
+        ("subnet garbage", r#","ranges":[[{"subnet":"ten.sixty-six"}]]"#.into(), DECODE,
+            &[r#"ipam.ranges[0][0].subnet: "ten.sixty-six" is not a CIDR"#]),
+        ("subnet /31", r#","ranges":[[{"subnet":"10.66.0.0/31"}]]"#.into(), CONFIG,
+            &["ipam.ranges[0][0].subnet: 10.66.0.0/31 is too small"]),
+        ("subnet /32", r#","ranges":[[{"subnet":"10.66.0.0/32"}]]"#.into(), CONFIG, &["ipam.ranges[0][0].subnet"]),
+        ("IPv6 subnet /127", r#","ranges":[[{"subnet":"fd00::/127"}]]"#.into(), CONFIG, &["ipam.ranges[0][0].subnet"]),
+        ("overlapping ranges in a set", r#","ranges":[[{"subnet":"10.66.0.0/24"},{"subnet":"10.66.0.0/25"}]]"#.into(), CONFIG,
+            &["ipam.ranges[0]: ranges"]),
+        ("overlapping range sets", r#","ranges":[[{"subnet":"10.66.0.0/24"}],[{"subnet":"10.66.0.128/25"}]]"#.into(), CONFIG,
+            &["ipam.ranges[1]: overlaps ipam.ranges[0]"]),
+        ("mixed families in a set", r#","ranges":[[{"subnet":"10.66.0.0/24"},{"subnet":"fd00::/64"}]]"#.into(), CONFIG,
+            &["ipam.ranges[0]: mixed address families"]),
+        ("rangeStart outside the subnet", r#","ranges":[[{"subnet":"10.66.0.0/24","rangeStart":"10.67.0.10"}]]"#.into(), CONFIG,
+            &["ipam.ranges[0][0].rangeStart: 10.67.0.10 is not in the subnet 10.66.0.0/24"]),
+        ("rangeEnd outside the subnet", r#","ranges":[[{"subnet":"10.66.0.0/24","rangeEnd":"10.67.0.10"}]]"#.into(), CONFIG,
+            &["ipam.ranges[0][0].rangeEnd: 10.67.0.10"]),
+        ("rangeStart after rangeEnd", r#","ranges":[[{"subnet":"10.66.0.0/24","rangeStart":"10.66.0.50","rangeEnd":"10.66.0.10"}]]"#.into(), CONFIG,
+            &["ipam.ranges[0][0].rangeStart: 10.66.0.50 is after rangeEnd 10.66.0.10"]),
+        ("rangeStart garbage", r#","ranges":[[{"subnet":"10.66.0.0/24","rangeStart":"x"}]]"#.into(), DECODE,
+            &[r#"ipam.ranges[0][0].rangeStart: "x" is not an IP address"#]),
+        ("gateway garbage", r#","ranges":[[{"subnet":"10.66.0.0/24","gateway":"x"}]]"#.into(), DECODE,
+            &[r#"ipam.ranges[0][0].gateway: "x" is not an IP address"#]),
+        ("gateway with a prefix length", r#","ranges":[[{"subnet":"10.66.0.0/24","gateway":"10.66.0.1/24"}]]"#.into(), DECODE,
+            &["ipam.ranges[0][0].gateway", r#""10.66.0.1/24""#, "no prefix length"]),
+        ("gateway of the other family", r#","ranges":[[{"subnet":"10.66.0.0/24","gateway":"fd00::1"}]]"#.into(), CONFIG,
+            &["ipam.ranges[0][0].gateway: fd00::1 and 10.66.0.0/24 are of different address families"]),
+        ("route dst garbage", format!(r#"{RANGES},"routes":[{{"dst":"x"}}]"#), DECODE,
+            &[r#"ipam.routes[0].dst: "x" is not a CIDR"#]),
+        ("route dst without a prefix", format!(r#"{RANGES},"routes":[{{"dst":"0.0.0.0"}}]"#), DECODE,
+            &["ipam.routes[0].dst", "a destination needs a prefix length"]),
+        ("route without dst", format!(r#"{RANGES},"routes":[{{"gw":"10.66.0.1"}}]"#), DECODE,
+            &["ipam.routes[0].dst: required, but missing"]),
+        ("route gw garbage", format!(r#"{RANGES},"routes":[{{"dst":"0.0.0.0/0","gw":"x"}}]"#), DECODE,
+            &[r#"ipam.routes[0].gw: "x" is not an IP address"#]),
+        // The troublemaker NAD of the field report: a gateway written with its prefix length.
+        ("route gw with a prefix length", format!(r#"{RANGES},"routes":[{{"dst":"0.0.0.0/0","gw":"10.42.0.100/24"}}]"#), DECODE,
+            &["ipam.routes[0].gw", r#""10.42.0.100/24""#, "no prefix length"]),
+        ("route gw of a megabyte", huge_gw, DECODE, &["ipam.routes[0].gw: \"xxx", "(1048576 bytes)"]),
+        ("legacy subnet garbage", r#","subnet":"10.66.0.0/99""#.into(), DECODE,
+            &[r#"ipam.subnet: "10.66.0.0/99""#, "a prefix length is at most 32"]),
+        ("ranges is an object", r#","ranges":{"subnet":"10.66.0.0/24"}"#.into(), DECODE,
+            &[r#"ipam.ranges: {"subnet":"10.66.0.0/24"} is not a list"#]),
+        ("dataDir is a number", format!(r#"{RANGES},"dataDir":5"#), DECODE, &["ipam.dataDir: 5 is not a string"]),
+        ("requested IP outside every range", format!(r#"{RANGES},"ips":["10.9.9.9"]"#), CONFIG, &["10.9.9.9"]),
+        ("runtimeConfig IP garbage", RANGES.to_owned(), DECODE, &[r#"runtimeConfig.ips[0]: "not-an-ip" is not an IP address"#]),
+        ("resolvConf missing", format!(r#"{RANGES},"resolvConf":"/nonexistent/resolv.conf""#), 5, &[]),
     ];
-    for (what, ipam, code) in &ipam_cases {
-        cases.push(case(
-            format!("host-local: {what}"),
-            "host-local",
-            host_local(ipam),
-            *code,
-        ));
-        cases.push(case(
-            format!("bridge+host-local: {what}"),
-            "bridge",
-            bridge("", ipam),
-            *code,
-        ));
-        cases.push(case(
-            format!("macvlan+host-local: {what}"),
-            "macvlan",
-            macvlan("", ipam),
-            *code,
-        ));
+    for (what, ipam, code, says) in &ipam_cases {
+        for (plugin, stdin) in [
+            ("host-local", host_local(ipam)),
+            ("bridge", bridge("", ipam)),
+            ("macvlan", macvlan("", ipam)),
+        ] {
+            let what = match plugin {
+                "host-local" => format!("host-local: {what}"),
+                _ => format!("{plugin}+host-local: {what}"),
+            };
+            cases.push(case(what, plugin, stdin, *code).says(says));
+        }
     }
     // Fix up the two cases whose bad part is outside the ipam block.
     for c in cases
@@ -418,6 +661,9 @@ fn corpus() -> Vec<Case> {
     {
         c.stdin = c.stdin.replace(r#","ips":["10.9.9.9"]"#, "");
         c.env = vec![("CNI_ARGS", Some("IP=10.9.9.9".into()))];
+        if c.plugin != "host-local" {
+            c.says = vec![r#"CNI_ARGS: unknown args ["IP"]"#.to_owned()];
+        }
     }
     for c in cases
         .iter_mut()
@@ -429,13 +675,26 @@ fn corpus() -> Vec<Case> {
             1,
         );
     }
-    for (what, env) in [
-        ("CNI_ARGS not KEY=VALUE", "garbage"),
-        ("CNI_ARGS unknown key", "FOO=bar"),
-        ("CNI_ARGS IP garbage", "IP=10.66.0.x"),
+    for (what, env, says) in [
+        (
+            "CNI_ARGS not KEY=VALUE",
+            "garbage",
+            r#"CNI_ARGS: invalid pair "garbage""#,
+        ),
+        (
+            "CNI_ARGS unknown key",
+            "FOO=bar",
+            r#"CNI_ARGS: unknown args ["FOO"]"#,
+        ),
+        (
+            "CNI_ARGS IP garbage",
+            "IP=10.66.0.x",
+            r#"CNI_ARGS IP: "10.66.0.x""#,
+        ),
         (
             "CNI_ARGS IgnoreUnknown garbage",
             "IgnoreUnknown=maybe;FOO=bar",
+            r#"not "maybe""#,
         ),
     ] {
         for (plugin, stdin) in [
@@ -445,58 +704,85 @@ fn corpus() -> Vec<Case> {
         ] {
             let mut c = case(format!("{plugin}: {what}"), plugin, stdin, CONFIG);
             c.env = vec![("CNI_ARGS", Some(env.into()))];
-            cases.push(c);
+            // The interface plugins read only MAC from CNI_ARGS, so IP is unknown to them.
+            let says = match (plugin, env.starts_with("IP=")) {
+                ("host-local", _) | (_, false) => says,
+                _ => r#"CNI_ARGS: unknown args ["IP"]"#,
+            };
+            cases.push(c.says(&[says]));
         }
     }
 
     // static.
-    for (what, ipam, code) in [
-        (
-            "address garbage",
-            r#","addresses":[{"address":"x"}]"#,
-            CONFIG,
-        ),
-        (
-            "address without prefix",
-            r#","addresses":[{"address":"10.66.0.5"}]"#,
-            CONFIG,
-        ),
-        (
-            "gateway garbage",
-            r#","addresses":[{"address":"10.66.0.5/24","gateway":"x"}]"#,
-            DECODE,
-        ),
-        (
-            "route garbage",
-            r#","addresses":[{"address":"10.66.0.5/24"}],"routes":[{"dst":"x"}]"#,
-            DECODE,
-        ),
-        (
-            "addresses is a string",
-            r#","addresses":"10.66.0.5/24""#,
-            DECODE,
-        ),
-        (
-            "dns is a list",
-            r#","addresses":[{"address":"10.66.0.5/24"}],"dns":["1.1.1.1"]"#,
-            DECODE,
-        ),
-    ] {
-        cases.push(case(
-            format!("static: {what}"),
-            "static",
-            static_ipam(ipam),
-            code,
-        ));
+    let huge_address = format!(r#","addresses":[{{"address":"{}"}}]"#, huge());
+    #[rustfmt::skip]
+    let static_cases: [(&str, &str, u64, &[&str]); 10] = [
+        ("address garbage", r#","addresses":[{"address":"x"}]"#, CONFIG,
+            &[r#"ipam.addresses[0].address: "x" is not a CIDR"#]),
+        ("address without prefix", r#","addresses":[{"address":"10.66.0.5/24"},{"address":"10.66.1.5"}]"#, CONFIG,
+            &[r#"ipam.addresses[1].address: "10.66.1.5""#, "an address needs a prefix length"]),
+        ("address of a megabyte", &huge_address, CONFIG, &["ipam.addresses[0].address: \"xxx", "(1048576 bytes)"]),
+        ("gateway garbage", r#","addresses":[{"address":"10.66.0.5/24","gateway":"x"}]"#, DECODE,
+            &[r#"ipam.addresses[0].gateway: "x" is not an IP address"#]),
+        ("gateway with a prefix length", r#","addresses":[{"address":"10.66.0.5/24","gateway":"10.66.0.1/24"}]"#, DECODE,
+            &["ipam.addresses[0].gateway", r#""10.66.0.1/24""#, "no prefix length"]),
+        ("route garbage", r#","addresses":[{"address":"10.66.0.5/24"}],"routes":[{"dst":"x"}]"#, DECODE,
+            &[r#"ipam.routes[0].dst: "x""#]),
+        ("route gw with a prefix length", r#","addresses":[{"address":"10.66.0.5/24"}],"routes":[{"dst":"0.0.0.0/0","gw":"10.42.0.100/24"}]"#, DECODE,
+            &["ipam.routes[0].gw", r#""10.42.0.100/24""#, "no prefix length"]),
+        ("addresses is a string", r#","addresses":"10.66.0.5/24""#, DECODE,
+            &[r#"ipam.addresses: "10.66.0.5/24" is not a list"#]),
+        ("dns is a list", r#","addresses":[{"address":"10.66.0.5/24"}],"dns":["1.1.1.1"]"#, DECODE,
+            &[r#"ipam.dns: ["1.1.1.1"] is not an object"#]),
+        ("dns nameservers of the wrong type", r#","addresses":[{"address":"10.66.0.5/24"}],"dns":{"nameservers":[1]}"#, DECODE,
+            &["ipam.dns.nameservers[0]: 1 is not a string"]),
+    ];
+    for (what, ipam, code, says) in static_cases {
+        cases.push(case(format!("static: {what}"), "static", static_ipam(ipam), code).says(says));
     }
-    for (what, env) in [
-        ("CNI_ARGS IP garbage", "IP=nope"),
-        ("CNI_ARGS GATEWAY garbage", "IP=10.66.0.5/24;GATEWAY=nope"),
+    for (what, env, says) in [
+        (
+            "CNI_ARGS IP garbage",
+            "IP=nope",
+            r#"CNI_ARGS IP: "nope" is not a CIDR"#,
+        ),
+        (
+            "CNI_ARGS GATEWAY garbage",
+            "IP=10.66.0.5/24;GATEWAY=nope",
+            r#"CNI_ARGS GATEWAY: "nope" is not an IP address"#,
+        ),
     ] {
         let mut c = case(format!("static: {what}"), "static", static_ipam(""), CONFIG);
         c.env = vec![("CNI_ARGS", Some(env.into()))];
-        cases.push(c);
+        cases.push(c.says(&[says]));
     }
+
+    // dhcp: its own keys, checked before the daemon is asked.
+    let huge_option = format!(r#","request":[{{"option":"{}"}}]"#, huge());
+    #[rustfmt::skip]
+    let dhcp_cases: [(&str, &str, u64, &[&str]); 5] = [
+        ("unknown option", r#","request":[{"option":"routers"},{"option":"no-such"}]"#, CONFIG,
+            &[r#"ipam.request[1].option: unknown option "no-such""#]),
+        ("option of a megabyte", &huge_option, CONFIG, &["ipam.request[0].option: unknown option \"xxx", "(1048576 bytes)"]),
+        ("provide value too long", &r#","provide":[{"option":"host-name","value":"LONG"}]"#.replace("LONG", &"v".repeat(256)), CONFIG,
+            &["ipam.provide[0].value: \"vvv", "256 bytes long"]),
+        ("priority is a string", r#","priority":"high""#, DECODE, &[r#"ipam.priority: "high" is not a whole number"#]),
+        ("broadcast is a string", r#","broadcast":"yes""#, DECODE, &[r#"ipam.broadcast: "yes" is not true or false"#]),
+    ];
+    for (what, ipam, code, says) in dhcp_cases {
+        cases.push(case(format!("dhcp: {what}"), "dhcp", dhcp(ipam), code).says(says));
+    }
+
+    // passthru reads nothing but the common keys.
+    cases.push(
+        case(
+            "passthru: dns of the wrong type",
+            "passthru",
+            PASSTHRU.replace("}", r#","dns":{"search":"example.org"}}"#),
+            DECODE,
+        )
+        .says(&[r#"dns.search: "example.org" is not a list"#]),
+    );
     cases
 }
 
@@ -507,7 +793,7 @@ fn is_network_config(stdin: &str) -> bool {
         return false;
     };
     let text = |k: &str| o.get(k).and_then(serde_json::Value::as_str);
-    let named = text("name").is_some_and(|n| !matches!(n, "" | "." | "..") && !n.contains('/'));
+    let named = text("name").is_some_and(cni::env::is_valid_name);
     let versioned = text("cniVersion").is_some_and(|v| v.parse::<cni::Version>().is_ok());
     named && versioned && serde_json::from_str::<cni::NetConf>(stdin).is_ok()
 }
@@ -517,7 +803,15 @@ fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
     let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
     let plugins = PluginDir::new(
         bin,
-        &["bridge", "macvlan", "ipvlan", "host-local", "static"],
+        &[
+            "bridge",
+            "macvlan",
+            "ipvlan",
+            "host-local",
+            "static",
+            "dhcp",
+            "passthru",
+        ],
     );
     let node = Netns::new("badnode");
     node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up0p"]);
@@ -543,15 +837,33 @@ fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
         let out = call.run(&plugins.path().join(c.plugin), Some(&node));
         let got = serde_json::from_str::<serde_json::Value>(&out.stdout)
             .ok()
-            .and_then(|v| Some((v["code"].as_u64()?, v["msg"].as_str()?.to_owned())));
+            .and_then(|v| {
+                let text = format!(
+                    "{}; {}",
+                    v["msg"].as_str()?,
+                    v["details"].as_str().unwrap_or("")
+                );
+                Some((v["code"].as_u64()?, v["msg"].as_str()?.to_owned(), text))
+            });
+        // Whatever the input, the error object stays small, names no column, and says what
+        // the case expects.
+        let fits = out.stdout.len() < 4096;
         match got {
-            Some((code, msg)) if out.code == 1 && code == c.code && !msg.is_empty() => {}
+            Some((code, msg, text))
+                if out.code == 1
+                    && code == c.code
+                    && !msg.is_empty()
+                    && fits
+                    && !text.contains("column")
+                    && c.says.iter().all(|part| text.contains(part.as_str())) => {}
             _ => failures.push(format!(
-                "{}: want code {}, got exit {} stdout {}",
+                "{}: want code {} saying {:?}, got exit {} stdout ({} bytes) {}",
                 c.what,
                 c.code,
+                c.says,
                 out.code,
-                out.stdout.trim()
+                out.stdout.len(),
+                out.stdout.chars().take(2000).collect::<String>().trim()
             )),
         }
         // The runtime DELs what failed to ADD: with nothing made, DEL succeeds, unless the

@@ -101,13 +101,13 @@ fn config_errors_come_before_anything_is_created() {
             "unknown mode",
             conf(&format!(r#","mode":"bridge",{hl}"#)),
             7,
-            "unknown ipvlan mode",
+            r#"mode: "bridge" is not a mode of ipvlan"#,
         ),
         (
             "master missing",
             conf(&format!(",{hl}")).replace("up0", "nosuch0"),
             7,
-            "master \"nosuch0\" not found",
+            r#"master: "nosuch0" is not found"#,
         ),
         (
             "mtu above the master's",
@@ -125,7 +125,7 @@ fn config_errors_come_before_anything_is_created() {
             "mode not a string",
             conf(&format!(r#","mode":3,{hl}"#)),
             6,
-            "cannot decode the ipvlan config",
+            "mode: 3 is not a string",
         ),
         (
             "chained without master, prevResult with two interfaces",

@@ -39,12 +39,12 @@ fn bridge() {
     passes("bridge", HOST_LOCAL);
     // The bridge need not exist: nothing on the node is looked at.
     passes("bridge", r#","bridge":"nosuchbr0","vlan":4094"#);
-    fails("bridge", r#","vlan":5000"#, 7, "vlan 5000 is out of range");
+    fails("bridge", r#","vlan":5000"#, 7, "vlan: 5000 is out of range");
     fails(
         "bridge",
         r#","vlan":"10""#,
         6,
-        "cannot decode the bridge config",
+        r#"vlan: "10" is not a whole number"#,
     );
     fails(
         "bridge",
@@ -62,13 +62,13 @@ fn bridge() {
         "bridge",
         r#","ipMasqBackend":"pf""#,
         7,
-        "unknown ipMasqBackend",
+        r#"ipMasqBackend: "pf" is not"#,
     );
     fails(
         "bridge",
         r#","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24","rangeStart":"10.8.0.1"}]]}"#,
         7,
-        "invalid range set 0",
+        "ipam.ranges[0][0].rangeStart: 10.8.0.1 is not in the subnet 10.9.0.0/24",
     );
     fails(
         "bridge",
@@ -88,21 +88,21 @@ fn macvlan() {
         "macvlan",
         r#","mode":"l2""#,
         7,
-        "unknown macvlan mode \"l2\"",
+        r#"mode: "l2" is not a mode of macvlan"#,
     );
-    fails("macvlan", r#","mtu":-1"#, 7, "mtu");
-    fails("macvlan", r#","mac":"nope""#, 7, "nope");
+    fails("macvlan", r#","mtu":-1"#, 7, "mtu: -1 is out of range");
     fails(
         "macvlan",
-        r#","master":5"#,
-        6,
-        "cannot decode the macvlan config",
+        r#","mac":"nope""#,
+        7,
+        r#"mac: "nope" is not a MAC"#,
     );
+    fails("macvlan", r#","master":5"#, 6, "master: 5 is not a string");
     fails(
         "macvlan",
         r#","ipam":{"type":"static","addresses":[{"address":"10.1.0.5"}]}"#,
         7,
-        "CIDR notation",
+        r#"ipam.addresses[0].address: "10.1.0.5" is not a CIDR"#,
     );
 }
 
@@ -117,7 +117,7 @@ fn ipvlan() {
         "ipvlan",
         r#","mode":"bridge""#,
         7,
-        "unknown ipvlan mode \"bridge\"",
+        r#"mode: "bridge" is not a mode of ipvlan"#,
     );
     // Without ipam and without a previous result there is nothing to address it with.
     fails("ipvlan", r#","master":"eth9""#, 7, "ipvlan needs addresses");
@@ -127,7 +127,12 @@ fn ipvlan() {
         7,
         "exactly one interface",
     );
-    fails("ipvlan", r#","prevResult":{"ips":5}"#, 6, "prevResult");
+    fails(
+        "ipvlan",
+        r#","prevResult":{"ips":5}"#,
+        6,
+        "prevResult.ips: 5 is not a list",
+    );
 }
 
 #[test]
@@ -149,13 +154,13 @@ fn host_local() {
         "host-local",
         r#","ipam":{"type":"host-local","ranges":[[{"subnet":"10.9.0.0/24"}],[{"subnet":"10.9.0.0/25"}]]}"#,
         7,
-        "range set 0 overlaps with 1",
+        "ipam.ranges[1]: overlaps ipam.ranges[0]",
     );
     fails(
         "host-local",
         r#","ipam":{"type":"host-local","ranges":[[{"subnet":"nope"}]]}"#,
         6,
-        "error parsing IPAM config",
+        r#"ipam.ranges[0][0].subnet: "nope" is not a CIDR"#,
     );
 }
 
@@ -172,7 +177,7 @@ fn static_ipam() {
         "static",
         r#","ipam":{"type":"static","addresses":[{"address":"10.1.0.5/24","gateway":"fd00::1"}]}"#,
         7,
-        "different address families",
+        "ipam.addresses[0].gateway: fd00::1 and 10.1.0.5/24 are of different address families",
     );
 }
 
@@ -211,7 +216,7 @@ fn dhcp() {
         "dhcp",
         r#","ipam":{"type":"dhcp","request":[{"option":"no-such-option"}]}"#,
         7,
-        "no-such-option",
+        r#"ipam.request[0].option: unknown option "no-such-option""#,
     );
 }
 

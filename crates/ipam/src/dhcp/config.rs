@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use cni::args::CniArgs;
+use cni::quote::quote;
 use serde::{Deserialize, Serialize};
 
 use crate::common::require_ipam;
@@ -114,26 +115,30 @@ impl DhcpConf {
         container_id: &str,
         ifname: &str,
     ) -> Result<DhcpConf> {
-        let net: RawNet = serde_json::from_slice(stdin)?;
+        let net: RawNet = cni::decode::from_slice(stdin)?;
         let ipam = require_ipam(net.ipam)?;
         let args = CniArgs::parse(cni_args)?;
         let mut provide = Vec::new();
-        for p in &ipam.provide {
-            let code = option_code(&p.option)?;
+        for (i, p) in ipam.provide.iter().enumerate() {
+            let key = format!("ipam.provide[{i}]");
+            let code = option_code(&format!("{key}.option"), &p.option)?;
             let mut values = Vec::new();
             if !p.value.is_empty() {
-                values.push(p.value.clone());
+                values.push((format!("{key}.value"), p.value.clone()));
             }
             if !p.from_arg.is_empty() {
                 if let Some(v) = args.get(&p.from_arg) {
-                    values.push(v.to_owned());
+                    values.push((
+                        format!("CNI_ARGS {} ({key}.fromArg)", quote(&p.from_arg)),
+                        v.to_owned(),
+                    ));
                 }
             }
-            for value in values {
+            for (source, value) in values {
                 if value.len() > 255 {
                     return Err(Error::config(format!(
-                        "dhcp: the value for option {:?} is {} bytes long; an option holds at most 255",
-                        p.option,
+                        "{source}: {} is {} bytes long; an option holds at most 255",
+                        quote(&value),
                         value.len()
                     )));
                 }
@@ -144,10 +149,11 @@ impl DhcpConf {
         }
         let mut request = Vec::new();
         let mut skip_default = false;
-        for r in &ipam.request {
+        for (i, r) in ipam.request.iter().enumerate() {
             skip_default |= r.skip_default;
             if !r.option.is_empty() {
-                push_unique(&mut request, option_code(&r.option)?);
+                let key = format!("ipam.request[{i}].option");
+                push_unique(&mut request, option_code(&key, &r.option)?);
             }
         }
         if !skip_default {
@@ -183,8 +189,8 @@ fn push_unique(list: &mut Vec<u8>, code: u8) {
     }
 }
 
-/// An option by reference name or number (1-254).
-fn option_code(name: &str) -> Result<u8> {
+/// An option by reference name or number (1-254), written at `key`.
+fn option_code(key: &str, name: &str) -> Result<u8> {
     if let Some((_, code)) = OPTION_NAMES.iter().find(|(n, _)| *n == name) {
         return Ok(*code);
     }
@@ -193,7 +199,8 @@ fn option_code(name: &str) -> Result<u8> {
         _ => {
             let names: Vec<&str> = OPTION_NAMES.iter().map(|(n, _)| *n).collect();
             Err(Error::config(format!(
-                "dhcp: unknown option {name:?}: use a number from 1 to 254 or one of {}",
+                "{key}: unknown option {}: use a number from 1 to 254 or one of {}",
+                quote(name),
                 names.join(", ")
             )))
         }

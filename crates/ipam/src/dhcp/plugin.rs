@@ -28,7 +28,13 @@ impl Plugin for Dhcp {
         }
     }
 
+    /// DEL. A config that cannot be read never reached the daemon at ADD: there is no lease
+    /// to release, and DEL says so on stderr instead of failing forever.
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        if let Err(e) = DhcpConf::parse(&args.stdin, &args.args, &args.container_id, &args.ifname) {
+            eprintln!("DEL asks the daemon nothing: {}", CniError::from(e).msg);
+            return Ok(());
+        }
         call(args, Op::Del).map(drop)
     }
 
@@ -48,7 +54,7 @@ impl Plugin for Dhcp {
 
     /// Releases the network's leases whose attachment is not in `cni.dev/valid-attachments`.
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let net: cni::NetConf = serde_json::from_slice(&args.stdin).map_err(Error::from)?;
+        let net: cni::NetConf = cni::config::parse_plugin_config(&args.stdin)?;
         match net.valid_attachments {
             Some(valid) => send(args, Op::Gc, valid).map(drop),
             // Without the list there is no telling which leases are stale.
@@ -108,7 +114,8 @@ pub fn exchange(socket: &Path, request: &Request) -> Result<Response> {
     stream
         .set_read_timeout(Some(ANSWER_TIMEOUT))
         .map_err(talk)?;
-    let mut line = serde_json::to_vec(request)?;
+    let mut line = serde_json::to_vec(request)
+        .map_err(|e| CniError::internal(format!("cannot encode a request to the daemon: {e}")))?;
     line.push(b'\n');
     stream.write_all(&line).map_err(talk)?;
     let mut answer = Vec::new();
@@ -129,9 +136,10 @@ pub fn exchange(socket: &Path, request: &Request) -> Result<Response> {
             Code::Decoding,
             format!(
                 "the daemon at {} does not speak this plugin's protocol ({e}; it answered \
-                 {start:?}). The reference's Go dhcp daemon cannot serve this plugin: run \
+                 {}). The reference's Go dhcp daemon cannot serve this plugin: run \
                  `cni-plugins dhcp daemon` from the same release",
-                socket.display()
+                socket.display(),
+                cni::quote::quote(&start)
             ),
         ))
     })

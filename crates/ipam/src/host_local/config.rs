@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::range::{Range, RangeSet};
 use crate::common::{check_addresses_per_family, require_ipam};
 use crate::error::{Error, Result};
-use crate::json::{ip_list, null_default, opt_ip, opt_net, parse_ip_maybe_prefixed};
+use crate::json::{ip_list, null_default, opt_ip, opt_subnet, parse_ip_maybe_prefixed};
 
 const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
 
@@ -44,8 +44,9 @@ struct RawNet {
     name: String,
     #[serde(default)]
     cni_version: String,
+    /// Decoded twice: as [`RawIpam`], and as the legacy range written directly in it.
     #[serde(default)]
-    ipam: Option<RawIpam>,
+    ipam: Option<serde_json::Value>,
     #[serde(default, deserialize_with = "null_default")]
     runtime_config: RawRuntime,
     #[serde(default, deserialize_with = "null_default")]
@@ -55,10 +56,6 @@ struct RawNet {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawIpam {
-    /// The legacy single range, directly under `ipam`.
-    #[serde(flatten)]
-    legacy: RawRange,
-
     #[serde(default, deserialize_with = "null_default")]
     ranges: Vec<Vec<RawRange>>,
     #[serde(default, deserialize_with = "null_default")]
@@ -72,19 +69,56 @@ struct RawIpam {
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawRange {
-    #[serde(default, deserialize_with = "opt_net")]
+    #[serde(default, deserialize_with = "opt_subnet")]
     subnet: Option<IpNet>,
     #[serde(default, deserialize_with = "opt_ip")]
     range_start: Option<IpAddr>,
     #[serde(default, deserialize_with = "opt_ip")]
     range_end: Option<IpAddr>,
-    #[serde(default, deserialize_with = "opt_ip")]
+    #[serde(default, deserialize_with = "cni::decode::gateway")]
     gateway: Option<IpAddr>,
 }
 
 impl RawRange {
-    fn validate(self) -> Result<Range, String> {
+    /// `path` is where the range is written, for the error.
+    fn validate(self, path: &str) -> Result<Range> {
         Range::new(self.subnet, self.range_start, self.range_end, self.gateway)
+            .map_err(|e| Error::config(format!("{path}.{e}")))
+    }
+}
+
+/// A range set as written, and where.
+struct RawSet {
+    path: String,
+    ranges: Vec<RawRange>,
+    /// The legacy range is the `ipam` object itself, not an item of a list.
+    legacy: bool,
+}
+
+impl RawSet {
+    fn list(prefix: &str, sets: Vec<Vec<RawRange>>) -> impl Iterator<Item = RawSet> + '_ {
+        sets.into_iter().enumerate().map(move |(i, ranges)| RawSet {
+            path: format!("{prefix}[{i}]"),
+            ranges,
+            legacy: false,
+        })
+    }
+
+    fn validate(self) -> Result<RangeSet> {
+        let ranges = self
+            .ranges
+            .into_iter()
+            .enumerate()
+            .map(|(j, r)| {
+                let path = if self.legacy {
+                    self.path.clone()
+                } else {
+                    format!("{}[{j}]", self.path)
+                };
+                r.validate(&path)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        RangeSet::new(ranges).map_err(|e| Error::config(format!("{}: {e}", self.path)))
     }
 }
 
@@ -140,17 +174,22 @@ fn data_dir(raw: String) -> PathBuf {
 impl Config {
     /// Decodes and validates the network config (`stdin`) with the raw `CNI_ARGS`.
     pub fn load(stdin: &[u8], cni_args: &str) -> Result<Config> {
-        let net: RawNet = serde_json::from_slice(stdin)?;
-        let ipam = require_ipam(net.ipam)?;
+        let net: RawNet = cni::decode::from_slice(stdin)?;
+        let ipam_value = require_ipam(net.ipam)?;
+        let within_ipam = |e: cni::decode::DecodeError| Error::Decode(e.under_key("ipam"));
+        let ipam: RawIpam = cni::decode::from_value(&ipam_value).map_err(within_ipam)?;
+        let legacy: RawRange = cni::decode::from_value(&ipam_value).map_err(within_ipam)?;
 
         let mut requested = Vec::new();
         let args = CniArgs::parse(cni_args)?;
         args.check_known(&["IP"])?;
         if let Some(ip) = args.get("IP").filter(|v| !v.is_empty()) {
-            requested.push(
-                parse_ip_maybe_prefixed(ip)
-                    .map_err(|e| Error::config(format!("CNI_ARGS IP={ip}: {e}")))?,
-            );
+            requested.push(parse_ip_maybe_prefixed(ip).map_err(|want| {
+                Error::config(format!(
+                    "CNI_ARGS IP: {} is not {want}",
+                    cni::quote::quote(ip)
+                ))
+            })?);
         }
         for ip in net.args.cni.ips.into_iter().chain(net.runtime_config.ips) {
             if !requested.contains(&ip) {
@@ -158,30 +197,31 @@ impl Config {
             }
         }
 
-        let legacy = ipam.legacy.subnet.is_some().then(|| vec![ipam.legacy]);
-        let raw_sets: Vec<Vec<RawRange>> = net
-            .runtime_config
-            .ip_ranges
-            .into_iter()
-            .chain(legacy)
-            .chain(ipam.ranges)
-            .collect();
+        let legacy = legacy.subnet.is_some().then(|| RawSet {
+            path: "ipam".to_owned(),
+            ranges: vec![legacy],
+            legacy: true,
+        });
+        let raw_sets: Vec<RawSet> =
+            RawSet::list("runtimeConfig.ipRanges", net.runtime_config.ip_ranges)
+                .chain(legacy)
+                .chain(RawSet::list("ipam.ranges", ipam.ranges))
+                .collect();
         if raw_sets.is_empty() {
-            return Err(Error::config("no IP ranges specified"));
+            return Err(Error::config(
+                "ipam.ranges: no IP ranges specified: give ranges, or a subnet",
+            ));
         }
-        let mut range_sets = Vec::with_capacity(raw_sets.len());
-        for (i, raw) in raw_sets.into_iter().enumerate() {
-            let set = raw
-                .into_iter()
-                .map(RawRange::validate)
-                .collect::<Result<Vec<_>, _>>()
-                .and_then(RangeSet::new)
-                .map_err(|e| Error::config(format!("invalid range set {i}: {e}")))?;
-            if let Some(j) = range_sets.iter().position(|s: &RangeSet| s.overlaps(&set)) {
-                return Err(Error::config(format!("range set {j} overlaps with {i}")));
+        let mut range_sets: Vec<(String, RangeSet)> = Vec::with_capacity(raw_sets.len());
+        for raw in raw_sets {
+            let path = raw.path.clone();
+            let set = raw.validate()?;
+            if let Some((other, _)) = range_sets.iter().find(|(_, s)| s.overlaps(&set)) {
+                return Err(Error::config(format!("{path}: overlaps {other}")));
             }
-            range_sets.push(set);
+            range_sets.push((path, set));
         }
+        let range_sets: Vec<RangeSet> = range_sets.into_iter().map(|(_, s)| s).collect();
 
         // ADD takes one address from each range set.
         check_addresses_per_family(&net.cni_version, range_sets.iter().map(RangeSet::is_v4))?;
@@ -199,7 +239,7 @@ impl Config {
 
 impl StoreConfig {
     pub fn load(stdin: &[u8]) -> Result<StoreConfig> {
-        let net: RawStoreNet = serde_json::from_slice(stdin)?;
+        let net: RawStoreNet = cni::decode::from_slice(stdin)?;
         let ipam = require_ipam(net.ipam)?;
         Ok(StoreConfig {
             name: net.name,
@@ -264,7 +304,10 @@ mod tests {
             r#"{"cniVersion":"1.0.0","name":"n","ipam":{"rangeStart":"10.1.2.5"}}"#,
             "",
         );
-        assert_eq!(e, "no IP ranges specified");
+        assert_eq!(
+            e,
+            "ipam.ranges: no IP ranges specified: give ranges, or a subnet"
+        );
     }
 
     #[test]
@@ -285,8 +328,11 @@ mod tests {
     #[test]
     fn cni_args_errors() {
         let j = r#"{"cniVersion":"1.0.0","name":"n","ipam":{"subnet":"10.1.2.0/24"}}"#;
-        assert!(err(j, "IP=10.1.2.300").contains("invalid IP address"));
-        assert!(err(j, "IP=10.1.2.3,10.1.2.4").contains("invalid IP address"));
+        assert_eq!(
+            err(j, "IP=10.1.2.300"),
+            r#"CNI_ARGS IP: "10.1.2.300" is not an IP address"#
+        );
+        assert!(err(j, "IP=10.1.2.3,10.1.2.4").contains("is not an IP address"));
         assert!(err(j, "FOO=bar").contains("unknown args"));
         assert!(err(j, "IP").contains("invalid pair"));
         assert!(Config::load(j.as_bytes(), "IP=")
@@ -298,43 +344,59 @@ mod tests {
     #[test]
     fn validation_errors() {
         let cases = [
-            (r#"{"name":"n"}"#, "IPAM config missing 'ipam' key"),
-            (r#"{"name":"n","ipam":{}}"#, "no IP ranges specified"),
+            (
+                r#"{"name":"n"}"#,
+                "ipam: required, but missing (IPAM config missing 'ipam' key)",
+            ),
+            (
+                r#"{"name":"n","ipam":{}}"#,
+                "ipam.ranges: no IP ranges specified",
+            ),
             (
                 r#"{"name":"n","ipam":{"ranges":[[]]}}"#,
-                "invalid range set 0: empty range set",
+                "ipam.ranges[0]: empty range set",
             ),
             (
                 r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/31"}]]}}"#,
-                "invalid range set 0: Network 10.1.2.0/31 too small to allocate from",
+                "ipam.ranges[0][0].subnet: 10.1.2.0/31 is too small to allocate from: use a \
+                 prefix length of at most /30",
             ),
             (
-                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.1/24"}]]}}"#,
-                "invalid range set 0: Network has host bits set",
+                r#"{"name":"n","ipam":{"subnet":"10.1.2.1/24"}}"#,
+                "ipam.subnet: 10.1.2.1/24 has host bits set: for a prefix length of 24 the \
+                 network address is 10.1.2.0",
             ),
             (
                 r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24"},{"subnet":"fd00::/64"}]]}}"#,
-                "invalid range set 0: mixed address families",
+                "ipam.ranges[0]: mixed address families",
             ),
             (
                 r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24"},{"subnet":"10.1.2.0/25"}]]}}"#,
-                "invalid range set 0: subnets 10.1.2.1-10.1.2.254 and 10.1.2.1-10.1.2.126 overlap",
+                "ipam.ranges[0]: ranges 10.1.2.1-10.1.2.254 and 10.1.2.1-10.1.2.126 overlap",
             ),
             (
                 r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.0.0/16"}],[{"subnet":"10.1.2.0/24"}]]}}"#,
-                "range set 0 overlaps with 1",
+                "ipam.ranges[1]: overlaps ipam.ranges[0]",
+            ),
+            (
+                r#"{"name":"n","runtimeConfig":{"ipRanges":[[{"subnet":"10.1.0.0/16"}]]},"ipam":{"subnet":"10.1.2.0/24"}}"#,
+                "ipam: overlaps runtimeConfig.ipRanges[0]",
             ),
             (
                 r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24","rangeStart":"10.1.3.1"}]]}}"#,
-                "invalid range set 0: RangeStart 10.1.3.1 not in network 10.1.2.0/24",
+                "ipam.ranges[0][0].rangeStart: 10.1.3.1 is not in the subnet 10.1.2.0/24",
             ),
             (
-                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24","rangeEnd":"10.1.3.1"}]]}}"#,
-                "invalid range set 0: RangeEnd 10.1.3.1 not in network 10.1.2.0/24",
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24"},{"subnet":"10.1.3.0/24","rangeEnd":"10.1.4.1"}]]}}"#,
+                "ipam.ranges[0][1].rangeEnd: 10.1.4.1 is not in the subnet 10.1.3.0/24",
             ),
             (
                 r#"{"name":"n","ipam":{"ranges":[[{"rangeStart":"10.1.3.1"}]]}}"#,
-                "invalid range set 0: subnet is missing",
+                "ipam.ranges[0][0].subnet: required, but missing",
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24","gateway":"fd00::1"}]]}}"#,
+                "ipam.ranges[0][0].gateway: fd00::1 and 10.1.2.0/24 are of different address families",
             ),
             (
                 r#"{"cniVersion":"0.2.0","name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24"}],[{"subnet":"10.1.3.0/24"}]]}}"#,
@@ -342,20 +404,49 @@ mod tests {
             ),
         ];
         for (json, want) in cases {
-            let e = err(json, "");
+            let e = Config::load(json.as_bytes(), "").unwrap_err();
+            let code = cni::CniError::from(Config::load(json.as_bytes(), "").unwrap_err()).code;
+            let e = e.to_string();
             assert!(e.starts_with(want), "{json}\n got {e}\nwant {want}");
+            assert_eq!(code, 7, "{json}");
         }
     }
 
     #[test]
-    fn decode_errors_are_code_6() {
-        for json in [
-            r#"{"name":"n","ipam":{"ranges":[[{"subnet":"bogus"}]]}}"#,
-            r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24","gateway":"x"}]]}}"#,
-            r#"{"name":"n","ipam":{"ranges":"x"}}"#,
-            r#"{"name":"n","ipam":{"subnet":"10.1.2.0/24"},"runtimeConfig":{"ips":["nope"]}}"#,
+    fn decode_errors_are_code_6_and_name_the_key() {
+        for (json, want) in [
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"bogus"}]]}}"#,
+                r#"ipam.ranges[0][0].subnet: "bogus" is not a CIDR like 10.1.2.0/24"#,
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":[[{"subnet":"10.1.2.0/24"}],[{"subnet":"10.1.3.0/24","gateway":"x"}]]}}"#,
+                r#"ipam.ranges[1][0].gateway: "x" is not an IP address"#,
+            ),
+            (
+                r#"{"name":"n","ipam":{"subnet":"10.1.2.0"}}"#,
+                r#"ipam.subnet: "10.1.2.0" is not a CIDR like 10.1.2.0/24 (a subnet needs a prefix length)"#,
+            ),
+            (
+                r#"{"name":"n","ipam":{"subnet":"10.1.2.0/24","gateway":"10.1.2.1/24"}}"#,
+                r#"ipam.gateway: "10.1.2.1/24" is not an IP address (a gateway takes no prefix length)"#,
+            ),
+            (
+                r#"{"name":"n","ipam":{"subnet":"10.42.0.0/24","routes":[{"dst":"0.0.0.0/0","gw":"10.42.0.100/24"}]}}"#,
+                r#"ipam.routes[0].gw: "10.42.0.100/24" is not an IP address (a gateway takes no prefix length)"#,
+            ),
+            (
+                r#"{"name":"n","ipam":{"ranges":"x"}}"#,
+                r#"ipam.ranges: "x" is not a list"#,
+            ),
+            (
+                r#"{"name":"n","ipam":{"subnet":"10.1.2.0/24"},"runtimeConfig":{"ips":["10.1.2.3","nope"]}}"#,
+                r#"runtimeConfig.ips[1]: "nope" is not an IP address"#,
+            ),
+            (r#"{"name":"n","ipam":7}"#, "ipam: 7 is not an object"),
         ] {
             let e = Config::load(json.as_bytes(), "").unwrap_err();
+            assert_eq!(e.to_string(), want, "{json}");
             assert_eq!(cni::CniError::from(e).code, 6, "{json}");
         }
     }

@@ -73,7 +73,14 @@ fn add(args: &CmdArgs) -> Result<CniResult> {
 /// per range set). Only the store's location is needed, so a config that no longer validates
 /// can still be torn down. Nothing reserved is success.
 fn del(args: &CmdArgs) -> Result<()> {
-    let conf = StoreConfig::load(&args.stdin)?;
+    // A config that names no store could not reserve anything at ADD either.
+    let conf = match StoreConfig::load(&args.stdin) {
+        Ok(conf) => conf,
+        Err(e) => {
+            eprintln!("DEL releases nothing: {}", CniError::from(e).msg);
+            return Ok(());
+        }
+    };
     let Some(store) = Store::open_existing(&conf.data_dir, &conf.name)? else {
         return Ok(());
     };

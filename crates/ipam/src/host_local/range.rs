@@ -42,30 +42,35 @@ impl Range {
     /// the subnet must be canonical and leave at least two addresses (so not /31 or /32 for
     /// IPv4, /127 or /128 for IPv6); start defaults to network+1, end to the last address
     /// (for IPv4 the one before broadcast), the gateway to network+1. A gateway must be of the
-    /// subnet's family (the reference does not check) but, as there, may lie outside it.
+    /// subnet's family (the reference does not check) but, as there, may lie outside it. An
+    /// error starts with the key it is about (`rangeStart: ...`).
     pub fn new(
         subnet: Option<IpNet>,
         start: Option<IpAddr>,
         end: Option<IpAddr>,
         gateway: Option<IpAddr>,
     ) -> Result<Range, String> {
-        let subnet = subnet.ok_or("subnet is missing")?;
+        let subnet = subnet.ok_or("subnet: required, but missing")?;
         let subnet = match subnet {
             IpNet::V6(n) if n.addr().to_ipv4_mapped().is_some() => {
                 return Err(format!(
-                    "subnet {subnet} is an IPv4-mapped IPv6 network: write it as IPv4"
+                    "subnet: {subnet} is an IPv4-mapped IPv6 network: write it as IPv4"
                 ))
             }
             n => n,
         };
         if subnet.prefix_len() > subnet.max_prefix_len() - 2 {
-            return Err(format!("Network {subnet} too small to allocate from"));
+            return Err(format!(
+                "subnet: {subnet} is too small to allocate from: use a prefix length of at most \
+                 /{}",
+                subnet.max_prefix_len() - 2
+            ));
         }
         let network = subnet.network();
         if subnet.addr() != network {
             return Err(format!(
-                "Network has host bits set. For a subnet mask of length {} the network address \
-                 is {network}",
+                "subnet: {subnet} has host bits set: for a prefix length of {} the network \
+                 address is {network}",
                 subnet.prefix_len()
             ));
         }
@@ -76,22 +81,22 @@ impl Range {
         } else {
             subnet.broadcast()
         };
-        let in_subnet = |what: &str, ip: IpAddr| {
+        let in_subnet = |key: &str, ip: IpAddr| {
             if subnet.contains(&ip) {
                 Ok(ip)
             } else {
-                Err(format!("{what} {ip} not in network {subnet}"))
+                Err(format!("{key}: {ip} is not in the subnet {subnet}"))
             }
         };
-        let start = start.map_or(Ok(first), |ip| in_subnet("RangeStart", ip))?;
-        let end = end.map_or(Ok(last), |ip| in_subnet("RangeEnd", ip))?;
+        let start = start.map_or(Ok(first), |ip| in_subnet("rangeStart", ip))?;
+        let end = end.map_or(Ok(last), |ip| in_subnet("rangeEnd", ip))?;
         if num(start) > num(end) {
             return Err(format!(
-                "RangeStart {start} is after RangeEnd {end} in network {subnet}"
+                "rangeStart: {start} is after rangeEnd {end} in the subnet {subnet}"
             ));
         }
         if let Some(gw) = gateway {
-            check_gateway_family(gw, &subnet)?;
+            check_gateway_family(gw, &subnet).map_err(|e| format!("gateway: {e}"))?;
         }
         Ok(Range {
             subnet,
@@ -176,7 +181,7 @@ impl RangeSet {
         }
         for (i, a) in ranges.iter().enumerate() {
             if let Some(b) = ranges[i + 1..].iter().find(|b| a.overlaps(b)) {
-                return Err(format!("subnets {a} and {b} overlap"));
+                return Err(format!("ranges {a} and {b} overlap"));
             }
         }
         Ok(RangeSet(ranges))
@@ -337,11 +342,11 @@ mod tests {
     #[test]
     fn start_end_outside_or_reversed() {
         let e = range("10.1.2.0/24", Some("10.1.3.1"), None).unwrap_err();
-        assert!(e.contains("RangeStart 10.1.3.1 not in network"), "{e}");
+        assert_eq!(e, "rangeStart: 10.1.3.1 is not in the subnet 10.1.2.0/24");
         let e = range("10.1.2.0/24", None, Some("10.1.3.1")).unwrap_err();
-        assert!(e.contains("RangeEnd 10.1.3.1 not in network"), "{e}");
+        assert_eq!(e, "rangeEnd: 10.1.3.1 is not in the subnet 10.1.2.0/24");
         let e = range("10.1.2.0/24", Some("fd00::1"), None).unwrap_err();
-        assert!(e.contains("not in network"), "{e}");
+        assert!(e.contains("is not in the subnet"), "{e}");
         let e = range("10.1.2.0/24", Some("10.1.2.9"), Some("10.1.2.8")).unwrap_err();
         assert!(e.contains("after"), "{e}");
     }
@@ -385,7 +390,7 @@ mod tests {
         );
         assert_eq!(
             RangeSet::new(vec![a.clone(), b]).unwrap_err(),
-            "subnets 10.1.2.1-10.1.2.254 and 10.1.2.100-10.1.2.254 overlap"
+            "ranges 10.1.2.1-10.1.2.254 and 10.1.2.100-10.1.2.254 overlap"
         );
         let lo = range("10.1.2.0/24", None, Some("10.1.2.99")).unwrap();
         let hi = range("10.1.2.0/24", Some("10.1.2.100"), None).unwrap();

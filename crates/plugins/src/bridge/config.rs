@@ -1,6 +1,7 @@
 //! The bridge plugin's configuration: parsed, checked and resolved once (MAC precedence, VLAN
 //! trunk ranges, implied options), so the rest of the plugin reads plain values.
 
+use cni::quote::quote;
 use cni::{CniError, NetConf};
 use serde::Deserialize;
 
@@ -13,12 +14,10 @@ const MAX_VLAN: i64 = 4094;
 /// goes through unchanged.
 pub use netkit::masq::Backend as MasqBackend;
 
-/// The config as written, before checks.
+/// The bridge's own keys as written, before checks (the common ones are a [`NetConf`]).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Raw {
-    #[serde(flatten)]
-    net: NetConf,
     #[serde(default)]
     bridge: Option<String>,
     #[serde(default)]
@@ -99,20 +98,25 @@ impl BridgeConf {
     /// Parses stdin and the raw `CNI_ARGS`; every problem is a code-7 error saying what to fix.
     pub fn parse(stdin: &[u8], cni_args: &str) -> Result<BridgeConf, CniError> {
         // A value of the wrong type is a decoding error (6); a value out of range is code 7.
-        let raw: Raw = serde_json::from_slice(stdin)
-            .map_err(|e| CniError::decoding(format!("cannot decode the bridge config: {e}")))?;
+        let config = cni::decode::read(stdin)?;
+        let net: NetConf = cni::decode::from_value(&config)?;
+        let raw: Raw = cni::decode::from_value(&config)?;
         let bridge = raw.bridge.unwrap_or_else(|| DEFAULT_BRIDGE.to_owned());
         if bridge.is_empty() {
             return Err(CniError::invalid_config(
-                "\"bridge\" is empty: name the bridge, or leave the key out to use cni0",
+                "bridge: \"\" is empty: name the bridge, or leave the key out to use cni0",
             ));
         }
         cni::env::validate_ifname(&bridge).map_err(|e| {
-            CniError::invalid_config(format!("invalid bridge name {bridge:?}: {}", e.msg))
+            CniError::invalid_config(format!(
+                "bridge: {} is not an interface name: {}",
+                quote(&bridge),
+                e.msg
+            ))
         })?;
         if !(0..=MAX_VLAN).contains(&raw.vlan) {
             return Err(CniError::invalid_config(format!(
-                "vlan {} is out of range: use 0 (no VLAN) to {MAX_VLAN}",
+                "vlan: {} is out of range: use 0 (no VLAN) to {MAX_VLAN}",
                 raw.vlan
             )));
         }
@@ -123,7 +127,8 @@ impl BridgeConf {
             Some("iptables") => Some(MasqBackend::Iptables),
             Some(other) => {
                 return Err(CniError::invalid_config(format!(
-                    "unknown ipMasqBackend {other:?}: use \"nftables\" or \"iptables\""
+                    "ipMasqBackend: {} is not \"nftables\" or \"iptables\"",
+                    quote(other)
                 )))
             }
         };
@@ -132,7 +137,7 @@ impl BridgeConf {
                 "hairpinMode and promiscMode cannot both be set: choose one",
             ));
         }
-        if raw.disable_container_interface && raw.net.ipam_type().is_some() {
+        if raw.disable_container_interface && net.ipam_type().is_some() {
             return Err(CniError::invalid_config(
                 "disableContainerInterface cannot be used with ipam: an interface that stays \
                  down cannot carry addresses; remove one of them",
@@ -142,7 +147,7 @@ impl BridgeConf {
             Some(entries) => collect_trunk(entries)?,
             None => Vec::new(),
         };
-        let mac = crate::mac::resolve(None, &raw.net, cni_args, true)?;
+        let mac = crate::mac::resolve(None, &net, cni_args, true)?;
         Ok(BridgeConf {
             bridge,
             is_gateway: raw.is_gateway || raw.is_default_gateway,
@@ -163,7 +168,7 @@ impl BridgeConf {
             disable_container_interface: raw.disable_container_interface,
             port_isolation: raw.port_isolation,
             mac,
-            net: raw.net,
+            net,
         })
     }
 
@@ -180,39 +185,37 @@ impl BridgeConf {
 
 /// Expands `vlanTrunk` into a sorted list of VLAN IDs.
 fn collect_trunk(entries: &[TrunkEntry]) -> Result<Vec<u16>, CniError> {
-    let check = |what: &str, id: i64| -> Result<u16, CniError> {
-        if (1..=MAX_VLAN).contains(&id) {
-            // In range: checked just above.
-            Ok(id as u16)
-        } else {
-            Err(CniError::invalid_config(format!(
-                "vlanTrunk: {what} {id} is out of range: trunk VLAN IDs are 1 to {MAX_VLAN}"
-            )))
-        }
-    };
     let mut vids = Vec::new();
-    for entry in entries {
+    for (i, entry) in entries.iter().enumerate() {
+        let check = |key: &str, id: i64| -> Result<u16, CniError> {
+            if (1..=MAX_VLAN).contains(&id) {
+                // In range: checked just above.
+                Ok(id as u16)
+            } else {
+                Err(CniError::invalid_config(format!(
+                    "vlanTrunk[{i}].{key}: {id} is out of range: trunk VLAN IDs are 1 to \
+                     {MAX_VLAN}"
+                )))
+            }
+        };
+        let range_needs_both = |given: &str, missing: &str| {
+            CniError::invalid_config(format!(
+                "vlanTrunk[{i}].{missing}: required with {given}: a range needs both"
+            ))
+        };
         match (entry.min_id, entry.max_id) {
             (Some(min), Some(max)) => {
                 let min = check("minID", min)?;
                 let max = check("maxID", max)?;
                 if max < min {
                     return Err(CniError::invalid_config(format!(
-                        "vlanTrunk: minID {min} is greater than maxID {max}: swap them"
+                        "vlanTrunk[{i}].minID: {min} is greater than maxID {max}: swap them"
                     )));
                 }
                 vids.extend(min..=max);
             }
-            (None, Some(_)) => {
-                return Err(CniError::invalid_config(
-                    "vlanTrunk: maxID given without minID: a range needs both",
-                ))
-            }
-            (Some(_), None) => {
-                return Err(CniError::invalid_config(
-                    "vlanTrunk: minID given without maxID: a range needs both",
-                ))
-            }
+            (None, Some(_)) => return Err(range_needs_both("maxID", "minID")),
+            (Some(_), None) => return Err(range_needs_both("minID", "maxID")),
             (None, None) => {}
         }
         if let Some(id) = entry.id {
@@ -275,16 +278,25 @@ mod tests {
     #[test]
     fn trunk_errors() {
         let cases = [
-            (r#"[{"minID":0,"maxID":5}]"#, "minID 0 is out of range"),
             (
-                r#"[{"minID":1,"maxID":5000}]"#,
-                "maxID 5000 is out of range",
+                r#"[{"minID":0,"maxID":5}]"#,
+                "vlanTrunk[0].minID: 0 is out of range",
+            ),
+            (
+                r#"[{"id":7},{"minID":1,"maxID":5000}]"#,
+                "vlanTrunk[1].maxID: 5000 is out of range",
             ),
             (r#"[{"minID":9,"maxID":5}]"#, "greater than maxID"),
-            (r#"[{"maxID":5}]"#, "without minID"),
-            (r#"[{"minID":5}]"#, "without maxID"),
-            (r#"[{"id":0}]"#, "id 0 is out of range"),
-            (r#"[{"id":4095}]"#, "id 4095 is out of range"),
+            (
+                r#"[{"maxID":5}]"#,
+                "vlanTrunk[0].minID: required with maxID",
+            ),
+            (
+                r#"[{"minID":5}]"#,
+                "vlanTrunk[0].maxID: required with minID",
+            ),
+            (r#"[{"id":0}]"#, "vlanTrunk[0].id: 0 is out of range"),
+            (r#"[{"id":4095}]"#, "vlanTrunk[0].id: 4095 is out of range"),
         ];
         for (trunk, want) in cases {
             let e = parse(&base(&format!(r#","vlanTrunk":{trunk}"#))).unwrap_err();

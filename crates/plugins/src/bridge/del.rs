@@ -7,12 +7,10 @@ use ipnet::IpNet;
 use netkit::{NetNs, Netlink};
 
 use cni::NetConf;
-use serde::Deserialize;
 use serde_json::Value;
 
 use super::add::unique_id;
 use crate::ipam_call::Ipam;
-use crate::sublink::decode;
 use crate::sys::{open_netns_for_del, sys};
 
 /// What DEL needs of the config, read leniently: a config that no longer validates (or never
@@ -25,9 +23,8 @@ struct DelConf {
 
 impl DelConf {
     fn parse(stdin: &[u8]) -> Result<DelConf, CniError> {
-        let raw: Value = decode(stdin, "bridge")?;
-        let net = NetConf::deserialize(&raw)
-            .map_err(|e| CniError::decoding(format!("cannot decode the bridge config: {e}")))?;
+        let raw = cni::decode::read(stdin)?;
+        let net: NetConf = cni::decode::from_value(&raw)?;
         let flag = |key: &str| raw.get(key).and_then(Value::as_bool).unwrap_or(false);
         Ok(DelConf {
             mac_spoof_check: flag("macspoofchk"),

@@ -3,9 +3,9 @@
 
 use cni::{CniError, CniResult};
 use netkit::netlink::IpvlanMode;
-use serde::Deserialize;
+use serde::de::IgnoredAny;
 
-use crate::sublink::{self, RawConf, SubConf};
+use crate::sublink::SubConf;
 
 /// Modes by name, the default first.
 pub const MODES: [(&str, IpvlanMode); 3] = [
@@ -13,12 +13,6 @@ pub const MODES: [(&str, IpvlanMode); 3] = [
     ("l3", IpvlanMode::L3),
     ("l3s", IpvlanMode::L3S),
 ];
-
-#[derive(Deserialize)]
-struct Raw {
-    #[serde(flatten)]
-    common: RawConf,
-}
 
 /// The checked configuration.
 #[derive(Debug, Clone)]
@@ -33,17 +27,13 @@ impl IpvlanConf {
     /// Parses stdin; every problem is a code-7 error saying what to fix (code 6 for a value of
     /// the wrong JSON type or an undecodable `prevResult`).
     pub fn parse(stdin: &[u8]) -> Result<IpvlanConf, CniError> {
-        let raw: Raw = sublink::decode(stdin, "ipvlan")?;
-        let mode = sublink::parse_mode("ipvlan", &MODES, &raw.common.mode)?;
-        let common = SubConf::check(raw.common)?;
+        // ipvlan has no keys of its own.
+        let (common, mode, IgnoredAny) = SubConf::parse(stdin, "ipvlan", &MODES)?;
         let prev = common
             .net
             .prev_result
             .as_ref()
-            .map(|v| {
-                CniResult::from_value(v)
-                    .map_err(|e| CniError::decoding(format!("cannot decode prevResult: {}", e.msg)))
-            })
+            .map(|v| CniResult::from_value_at(v, Some("prevResult")))
             .transpose()?;
         Ok(IpvlanConf { common, mode, prev })
     }
@@ -67,7 +57,11 @@ mod tests {
         }
         let e = parse(r#","mode":"bridge""#).unwrap_err();
         assert_eq!(e.code, 7);
-        assert!(e.msg.contains("unknown ipvlan mode \"bridge\""), "{e}");
+        assert!(
+            e.msg
+                .starts_with(r#"mode: "bridge" is not a mode of ipvlan"#),
+            "{e}"
+        );
     }
 
     #[test]

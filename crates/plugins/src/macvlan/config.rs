@@ -5,7 +5,7 @@ use cni::CniError;
 use netkit::netlink::MacvlanMode;
 use serde::Deserialize;
 
-use crate::sublink::{self, RawConf, SubConf};
+use crate::sublink::SubConf;
 
 /// Modes by name, the default first.
 pub const MODES: [(&str, MacvlanMode); 4] = [
@@ -15,10 +15,9 @@ pub const MODES: [(&str, MacvlanMode); 4] = [
     ("passthru", MacvlanMode::Passthru),
 ];
 
+/// macvlan's own keys, as written.
 #[derive(Deserialize)]
 struct Raw {
-    #[serde(flatten)]
-    common: RawConf,
     #[serde(default)]
     mac: String,
     #[serde(default, rename = "bcqueuelen")]
@@ -40,9 +39,7 @@ impl MacvlanConf {
     /// Parses stdin and the raw `CNI_ARGS`; every problem is a code-7 error saying what to fix
     /// (code 6 for a value of the wrong JSON type).
     pub fn parse(stdin: &[u8], cni_args: &str) -> Result<MacvlanConf, CniError> {
-        let raw: Raw = sublink::decode(stdin, "macvlan")?;
-        let mode = sublink::parse_mode("macvlan", &MODES, &raw.common.mode)?;
-        let common = SubConf::check(raw.common)?;
+        let (common, mode, raw): (_, _, Raw) = SubConf::parse(stdin, "macvlan", &MODES)?;
         let mac = crate::mac::resolve(Some(&raw.mac), &common.net, cni_args, false)?;
         Ok(MacvlanConf {
             mode,
@@ -80,7 +77,10 @@ mod tests {
         }
         let e = parse(r#","mode":"l2""#).unwrap_err();
         assert_eq!(e.code, 7);
-        assert!(e.msg.contains("unknown macvlan mode \"l2\""), "{e}");
+        assert_eq!(
+            e.msg,
+            r#"mode: "l2" is not a mode of macvlan: use one of bridge (the default), private, vepa, passthru"#
+        );
     }
 
     #[test]
