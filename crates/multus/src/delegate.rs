@@ -101,10 +101,10 @@ impl Delegate {
             network: origin.clone(),
             source: Box::new(cni::CniError::decoding(msg)),
         };
-        let mut value: Map<String, Value> = match serde_json::from_str(config) {
+        let mut value: Map<String, Value> = match cni::decode::read_any(config.as_bytes()) {
             Ok(Value::Object(o)) => o,
             Ok(_) => return Err(bad("spec.config must be a JSON object".to_owned())),
-            Err(e) => return Err(bad(format!("spec.config is not valid JSON: {e}"))),
+            Err(e) => return Err(bad(format!("spec.config is {e}"))),
         };
         let has_name = value
             .get("name")

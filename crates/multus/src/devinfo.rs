@@ -67,10 +67,10 @@ pub fn load(path: &Path) -> Result<Option<Value>, DeviceInfoError> {
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(error(path, format!("cannot read: {e}"))),
     };
-    match serde_json::from_slice(&bytes) {
+    match cni::decode::read_any(&bytes) {
         Ok(info @ Value::Object(_)) => Ok(Some(info)),
         Ok(_) => Err(error(path, "is not a JSON object")),
-        Err(e) => Err(error(path, format!("is not valid JSON: {e}"))),
+        Err(e) => Err(error(path, format!("is {e}"))),
     }
 }
 

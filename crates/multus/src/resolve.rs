@@ -303,12 +303,8 @@ pub fn first_config_in(dir: &Path, name: Option<&str>) -> Result<Option<Vec<u8>>
         let bytes = cni::input::read_file(&file).map_err(|e| {
             Error::config("confDir", format!("cannot read {}: {e}", file.display()))
         })?;
-        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            Error::config(
-                "confDir",
-                format!("{} is not valid JSON: {e}", file.display()),
-            )
-        })?;
+        let value: Value = cni::decode::read_any(&bytes)
+            .map_err(|e| Error::config("confDir", format!("{} is {e}", file.display())))?;
         let file_name = value
             .get("name")
             .and_then(Value::as_str)
