@@ -45,6 +45,8 @@ enum Problem {
     Missing(&'static str),
     /// Any other reason a type gave.
     Other(String),
+    /// More values than [`MAX_VALUES`].
+    TooManyValues,
 }
 
 impl DecodeError {
@@ -157,6 +159,10 @@ impl fmt::Display for DecodeError {
             Problem::Missing(key) if path.is_empty() => write!(f, "{key}: required, but missing"),
             Problem::Missing(key) => write!(f, "{path}.{key}: required, but missing"),
             Problem::Other(reason) => write!(f, "{subject}: {value}: {reason}"),
+            Problem::TooManyValues => write!(
+                f,
+                "it holds more than {MAX_VALUES} JSON values, more than any network config or annotation"
+            ),
         }
     }
 }
@@ -244,9 +250,46 @@ pub fn read_object(bytes: &[u8]) -> Result<serde_json::Map<String, Value>, Decod
     }
 }
 
+/// The most JSON values (scalars, lists, objects) a document may hold: a config or an
+/// annotation has hundreds, a large conflist a few thousand. Each value read costs about 50
+/// bytes however small its text (`0,` is two), so this bounds what reading can take, input
+/// size aside, to a few MB.
+pub const MAX_VALUES: usize = 100_000;
+
 /// Reads JSON of any shape; a syntax error shows the text before it, not a line and column.
+/// A document of more than [`MAX_VALUES`] values is refused before it is read.
 pub fn read_any(bytes: &[u8]) -> Result<Value, DecodeError> {
+    if count_values(bytes) > MAX_VALUES {
+        return Err(DecodeError {
+            path: Vec::new(),
+            value: None,
+            problem: Problem::TooManyValues,
+        });
+    }
     serde_json::from_slice(bytes).map_err(|e| DecodeError::syntax(&e, bytes))
+}
+
+/// An upper bound on the values in `bytes`: one, plus one per `,` `:` `[` and `{` outside
+/// strings. A quick pass over bytes that are not JSON only over-counts.
+fn count_values(bytes: &[u8]) -> usize {
+    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b',' | b':' | b'[' | b'{' => count += 1,
+                _ => {}
+            }
+        }
+    }
+    count
 }
 
 /// Decodes `T` from a value already read; paths start at `value`.
@@ -462,7 +505,55 @@ impl<'de> de::MapAccess<'de> for Map<'de> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use std::collections::BTreeMap;
+
+    fn values_in(v: &Value) -> usize {
+        1 + match v {
+            Value::Array(items) => items.iter().map(values_in).sum(),
+            Value::Object(map) => map.values().map(values_in).sum(),
+            _ => 0,
+        }
+    }
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            ".{0,12}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..8).prop_map(Value::from),
+                proptest::collection::btree_map(".{0,8}", inner, 0..8)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn the_count_never_falls_short(v in any_json()) {
+            let text = serde_json::to_vec(&v).unwrap_or_default();
+            prop_assert!(count_values(&text) >= values_in(&v));
+        }
+    }
+
+    #[test]
+    fn a_document_of_too_many_values_is_refused_before_it_is_read() {
+        let fits = format!("[{}0]", "0,".repeat(MAX_VALUES - 2));
+        assert!(read_any(fits.as_bytes()).is_ok());
+        let over = format!("[{}0]", "0,".repeat(MAX_VALUES));
+        let e = read_any(over.as_bytes()).unwrap_err();
+        assert!(
+            e.to_string().contains("more than 100000 JSON values"),
+            "{e}"
+        );
+        // Commas and brackets inside strings are text, not values.
+        let text = format!("[\"{}\"]", ",[{:".repeat(MAX_VALUES));
+        assert!(read_any(text.as_bytes()).is_ok());
+    }
 
     #[derive(Debug, Deserialize)]
     #[serde(rename_all = "camelCase")]

@@ -953,3 +953,25 @@ fn stdin_past_the_cap_is_refused_before_it_is_parsed() {
         }
     }
 }
+
+/// Under the size cap, a config of a million tiny values (2 MB of `0,`) would cost each
+/// plugin 40-80 MB to read: it is refused by its count of values first.
+#[test]
+fn a_config_of_too_many_values_is_refused_before_it_is_read() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
+    let dir = PluginDir::new(bin, &["bridge", "host-local"]);
+    let many = format!(
+        r#"{{"cniVersion":"1.0.0","name":"big","type":"bridge","junk":[{}0]}}"#,
+        "0,".repeat(1_000_000)
+    );
+    assert!(many.len() < 2 << 20);
+    for plugin in ["bridge", "host-local"] {
+        let mut call = CniCall::new("ADD", &many);
+        call.netns = "/nonexistent".into();
+        call.path = dir.path().display().to_string();
+        let out = call.run(&dir.path().join(plugin), None);
+        assert_eq!(out.json()["code"], 6, "{plugin}: {out:?}");
+        let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+        assert!(msg.contains("more than 100000 JSON values"), "{plugin}: {msg}");
+    }
+}
