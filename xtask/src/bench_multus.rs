@@ -96,16 +96,24 @@ impl Bench {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let cycles: usize = match args {
-        [flag, n] if flag == "--cycles" => n.parse().context("--cycles N")?,
-        _ => 100,
-    };
     let plugins_bin = crate::build_release()?;
     let bench = Bench {
         multus: plugins_bin.with_file_name("multus"),
         plugins: PluginDir::new(&plugins_bin, &["bridge", "host-local", "static"]),
         node: Netns::new("bench-multus"),
         dir: tempfile::tempdir()?,
+    };
+    let cycles: usize = match args {
+        [flag, sizes] if flag == "--scale" => {
+            let sizes = sizes
+                .split(',')
+                .map(str::parse)
+                .collect::<std::result::Result<Vec<usize>, _>>()
+                .context("--scale N,N,...")?;
+            return scale(&bench, &sizes);
+        }
+        [flag, n] if flag == "--cycles" => n.parse().context("--cycles N")?,
+        _ => 100,
     };
     // The API server listens in the node namespace, where multus runs.
     let node_ns = netkit::NetNs::open(bench.node.path())?;
@@ -233,5 +241,47 @@ pub fn run(args: &[String]) -> Result<()> {
             .unwrap_or(0)
             / 1024
     );
+    Ok(())
+}
+
+/// `--scale`: one pod with the cluster network and `n` NADs (distinct, from the API, bridge +
+/// host-local on one bridge), for each size: multus's ADD and DEL wall time, and per network.
+fn scale(bench: &Bench, sizes: &[usize]) -> Result<()> {
+    let node_ns = netkit::NetNs::open(bench.node.path())?;
+    let api = node_ns.run(KubeApiServer::https)??;
+    let most = sizes.iter().copied().max().unwrap_or(0);
+    let names: Vec<String> = (0..most).map(|i| format!("scale{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let subnet = format!("10.{}.{}.0/24", 100 + i / 250, i % 250);
+        let net = bench.network(name, "bms", &subnet, false);
+        api.add_nad("default", name, json!({"config": net.to_string()}));
+    }
+    let kubeconfig = bench.dir.path().join("multus.kubeconfig");
+    api.write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)?;
+    let [cluster, ..] = bench.networks();
+    let conf = json!({"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus",
+        "cniDir": bench.dir.path().join("multus"), "binDir": bench.plugins.path(),
+        "kubeconfig": kubeconfig, "delegates": [cluster.0]})
+    .to_string();
+    println!("| networks | ADD (s) | per network (ms) | DEL (s) | per network (ms) |");
+    println!("|---|---|---|---|---|");
+    for &n in sizes {
+        let id = format!("scale-pod-{n}");
+        let mut pod = pod_manifest("default", &id);
+        pod["metadata"]["annotations"] =
+            json!({"k8s.v1.cni.cncf.io/networks": names[..n].join(",")});
+        api.add_pod(pod);
+        let netns = Netns::new("bench-scale");
+        let add = bench.run(&bench.multus, &bench.call("ADD", &conf, &id, "eth0", &netns))?;
+        let del = bench.run(&bench.multus, &bench.call("DEL", &conf, &id, "eth0", &netns))?;
+        let per = |d: Duration| d.as_secs_f64() * 1000.0 / n.max(1) as f64;
+        println!(
+            "| {n} | {:.2} | {:.1} | {:.2} | {:.1} |",
+            add.elapsed.as_secs_f64(),
+            per(add.elapsed),
+            del.elapsed.as_secs_f64(),
+            per(del.elapsed)
+        );
+    }
     Ok(())
 }
