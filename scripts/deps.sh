@@ -12,6 +12,7 @@ packages=(
   podman runc busybox-static  # a real container runtime calling our plugins
   qemu-system-x86 cpio  # cargo xtask vm-test: a Debian kernel with VLAN filtering, ipvlan, 8021q
   time                 # cargo xtask bench-multus: a call's own peak RSS
+  strace               # the crash-consistency suites: SIGKILL at a chosen file write
 )
 
 missing=()

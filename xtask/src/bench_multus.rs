@@ -272,8 +272,14 @@ fn scale(bench: &Bench, sizes: &[usize]) -> Result<()> {
             json!({"k8s.v1.cni.cncf.io/networks": names[..n].join(",")});
         api.add_pod(pod);
         let netns = Netns::new("bench-scale");
-        let add = bench.run(&bench.multus, &bench.call("ADD", &conf, &id, "eth0", &netns))?;
-        let del = bench.run(&bench.multus, &bench.call("DEL", &conf, &id, "eth0", &netns))?;
+        let add = bench.run(
+            &bench.multus,
+            &bench.call("ADD", &conf, &id, "eth0", &netns),
+        )?;
+        let del = bench.run(
+            &bench.multus,
+            &bench.call("DEL", &conf, &id, "eth0", &netns),
+        )?;
         let per = |d: Duration| d.as_secs_f64() * 1000.0 / n.max(1) as f64;
         println!(
             "| {n} | {:.2} | {:.1} | {:.2} | {:.1} |",

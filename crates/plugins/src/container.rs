@@ -177,9 +177,6 @@ pub fn result_entry(link: &Link, netns: &str) -> Interface {
     }
 }
 
-/// Attempts at a free random temporary name before giving up.
-const TEMP_NAME_ATTEMPTS: usize = 10;
-
 /// `veth` and 8 random hex digits, like the reference (NetworkManager ignores `veth*`).
 pub fn random_veth_name() -> Result<String, CniError> {
     let mut bytes = [0u8; 4];
@@ -192,14 +189,48 @@ pub fn random_veth_name() -> Result<String, CniError> {
     ))
 }
 
-/// Creates a link in the pod under a free random temporary name with `create`, then renames it
-/// to `ifname`: the name the runtime asked for may exist where the kernel first registers the
-/// link. Returns the renamed link; on failure nothing is left behind.
+/// The temporary name of attachment (`container_id`, `ifname`)'s link in the pod before it is
+/// renamed: `veth` and 8 hex digits of a fixed hash of the two (NetworkManager ignores
+/// `veth*`). Being the attachment's own, an ADD killed before the rename leaves a link that DEL
+/// and the next ADD can find.
+pub fn temp_name(container_id: &str, ifname: &str) -> String {
+    // FNV-1a, fixed so that every release computes the same name.
+    let mut hash: u32 = 0x811c_9dc5;
+    for b in container_id.bytes().chain([0]).chain(ifname.bytes()) {
+        hash = (hash ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    format!("veth{hash:08x}")
+}
+
+/// Deletes attachment (`container_id`, `ifname`)'s temporary link of `kind` in the pod, which
+/// an ADD killed before its rename leaves.
+pub fn remove_temp_link(
+    pod_nl: &Netlink,
+    container_id: &str,
+    ifname: &str,
+    kind: &str,
+) -> Result<(), CniError> {
+    let temp = temp_name(container_id, ifname);
+    if let Some(link) = pod_nl
+        .link_by_name(&temp)
+        .map_err(sys)?
+        .filter(|l| l.kind.as_deref() == Some(kind))
+    {
+        pod_nl.del_link_if_exists(link.index).map_err(sys)?;
+    }
+    Ok(())
+}
+
+/// Creates a link of `kind` in the pod under the attachment's temporary name with `create`,
+/// then renames it to `ifname`: the name the runtime asked for may exist where the kernel
+/// first registers the link. What an earlier ADD of the attachment left under the temporary
+/// name goes first. Returns the renamed link; on failure nothing is left behind.
 pub fn create_renamed(
     pod_nl: &Netlink,
     pod: &NetNs,
-    ifname: &str,
-    mut create: impl FnMut(&str) -> netkit::Result<()>,
+    (container_id, ifname): (&str, &str),
+    kind: &str,
+    create: impl FnOnce(&str) -> netkit::Result<()>,
 ) -> Result<Link, CniError> {
     let where_ = format!("netns {}", pod.path().display());
     if pod_nl.link_by_name(ifname).map_err(sys)?.is_some() {
@@ -208,34 +239,20 @@ pub fn create_renamed(
              or choose another CNI_IFNAME"
         )));
     }
-    for _ in 0..TEMP_NAME_ATTEMPTS {
-        let temp = random_veth_name()?;
-        match create(&temp) {
-            Ok(()) => {}
-            // The random name is taken in the pod: try another.
-            Err(e)
-                if e.errno() == Some(libc::EEXIST)
-                    && pod_nl.link_by_name(&temp).map_err(sys)?.is_some() =>
-            {
-                continue
-            }
-            Err(e) => return Err(sys(e)),
+    remove_temp_link(pod_nl, container_id, ifname, kind)?;
+    let temp = temp_name(container_id, ifname);
+    create(&temp).map_err(sys)?;
+    let link = pod_nl.link(&temp).map_err(sys)?;
+    match pod_nl.set_name(link.index, ifname) {
+        Ok(()) => Ok(Link {
+            name: ifname.to_owned(),
+            ..link
+        }),
+        Err(e) => {
+            let _ = pod_nl.del_link(link.index);
+            Err(sys_ctx(format_args!(
+                "renaming the new interface to {ifname:?} in {where_}"
+            ))(e))
         }
-        let link = pod_nl.link(&temp).map_err(sys)?;
-        return match pod_nl.set_name(link.index, ifname) {
-            Ok(()) => Ok(Link {
-                name: ifname.to_owned(),
-                ..link
-            }),
-            Err(e) => {
-                let _ = pod_nl.del_link(link.index);
-                Err(sys_ctx(format_args!(
-                    "renaming the new interface to {ifname:?} in {where_}"
-                ))(e))
-            }
-        };
     }
-    Err(CniError::internal(format!(
-        "no free temporary interface name found in {where_} after {TEMP_NAME_ATTEMPTS} random tries"
-    )))
 }

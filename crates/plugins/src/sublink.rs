@@ -163,7 +163,7 @@ pub fn validate(f: &impl Flavor, config: &[u8]) -> Result<(), CniError> {
     ipam_call::validate(&conf.net, config)
 }
 
-pub fn add(args: &CmdArgs, f: &impl Flavor) -> Result<CniResult, CniError> {
+pub fn add<F: Flavor>(args: &CmdArgs, f: &F) -> Result<CniResult, CniError> {
     let conf = f.conf();
     let version = conf.net.version()?;
     let ipam = conf.net.ipam_type().map(|t| Ipam::new(t, args));
@@ -180,7 +180,8 @@ pub fn add(args: &CmdArgs, f: &impl Flavor) -> Result<CniResult, CniError> {
     };
     let master = master::resolve(name.as_deref(), &pod, conf.link_in_container)?;
     master::check_mtu(conf.mtu, &master.link)?;
-    let link = container::create_renamed(&pod_nl, &pod, &args.ifname, |temp| {
+    let attachment = (args.container_id.as_str(), args.ifname.as_str());
+    let link = container::create_renamed(&pod_nl, &pod, attachment, F::KIND, |temp| {
         f.create(&master.nl, temp, master.link.index, &pod)
     })?;
     let iface = ContainerIface {
@@ -253,6 +254,8 @@ pub fn del(args: &CmdArgs, kind: &str) -> Result<(), CniError> {
     let found = match &pod {
         Some(ns) => {
             let nl = Netlink::in_ns(ns).map_err(sys)?;
+            // An ADD killed before its rename left the link under its temporary name.
+            container::remove_temp_link(&nl, &args.container_id, &args.ifname, kind)?;
             nl.link_by_name(&args.ifname)
                 .map_err(sys)?
                 .filter(|link| link.kind.as_deref() == Some(kind))

@@ -972,6 +972,9 @@ fn a_config_of_too_many_values_is_refused_before_it_is_read() {
         let out = call.run(&dir.path().join(plugin), None);
         assert_eq!(out.json()["code"], 6, "{plugin}: {out:?}");
         let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
-        assert!(msg.contains("more than 100000 JSON values"), "{plugin}: {msg}");
+        assert!(
+            msg.contains("more than 100000 JSON values"),
+            "{plugin}: {msg}"
+        );
     }
 }

@@ -14,6 +14,6 @@ pub mod podman;
 
 pub use netns::{delete_all_of_this_process, Netns};
 pub use plugin::{
-    reference_dir, reservation_files, validate_config, workspace_binary, CniCall, CniOutput,
-    PluginDir,
+    count_file_changes, reference_dir, reservation_files, validate_config, workspace_binary,
+    CniCall, CniOutput, PluginDir, FILE_CHANGES,
 };

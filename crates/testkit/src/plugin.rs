@@ -109,7 +109,61 @@ impl CniCall {
 
     /// Runs the plugin binary `bin` (inside the `node` namespace when given).
     pub fn run(&self, bin: &Path, node: Option<&Netns>) -> CniOutput {
+        self.run_command(Command::new(bin), node)
+    }
+
+    /// [`CniCall::run`] under strace, which SIGKILLs every process of the call (the plugin, and
+    /// each plugin it runs) at its `n`th [`FILE_CHANGES`] syscall. Returns the output and
+    /// whether a kill happened (`false`: no process made that many).
+    pub fn run_killed_at(&self, bin: &Path, node: Option<&Netns>, n: usize) -> (CniOutput, bool) {
+        let mut cmd = Command::new("strace");
+        cmd.args(["-f", "-qq", "-o", "/dev/null", "-e"])
+            .arg(format!("trace={FILE_CHANGES}"))
+            .arg("-e")
+            .arg(format!("inject={FILE_CHANGES}:signal=KILL:when={n}"))
+            .arg("--")
+            .arg(bin);
+        let out = self.run_command(cmd, node);
+        // strace ends as its first tracee did: by the signal (no exit code) when that one was
+        // killed. A plugin it ran that was killed shows up as its caller's error instead.
+        let killed = out.code == -1 || out.stdout.contains("signal: 9");
+        (out, killed)
+    }
+
+    /// [`CniCall::run`], with the call and every process it starts SIGKILLed after `delay`.
+    /// Returns the output and whether the kill came before the call ended.
+    pub fn run_killed_after(
+        &self,
+        bin: &Path,
+        node: Option<&Netns>,
+        delay: std::time::Duration,
+    ) -> (CniOutput, bool) {
         let mut cmd = Command::new(bin);
+        // Its own process group, so the kill reaches the plugins it runs too.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut killed = false;
+        let out = self.run_command_with(cmd, node, |child| {
+            std::thread::sleep(delay);
+            if matches!(child.try_wait(), Ok(None)) {
+                let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
+                // SAFETY: kill(2) with a negative pid signals that process group; the group is
+                // the child's own (process_group(0)), which has not been reaped yet.
+                killed = unsafe { libc::kill(-pgid, libc::SIGKILL) } == 0;
+            }
+        });
+        (out, killed)
+    }
+
+    fn run_command(&self, cmd: Command, node: Option<&Netns>) -> CniOutput {
+        self.run_command_with(cmd, node, |_| {})
+    }
+
+    fn run_command_with(
+        &self,
+        mut cmd: Command,
+        node: Option<&Netns>,
+        while_running: impl FnOnce(&mut std::process::Child),
+    ) -> CniOutput {
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("CNI_COMMAND", &self.command)
@@ -135,6 +189,7 @@ impl CniCall {
         // A plugin may exit before reading stdin (bad env); ignore EPIPE.
         let _ = stdin.write_all(self.stdin.as_bytes());
         drop(stdin);
+        while_running(&mut child);
         let out = child.wait_with_output().expect("wait plugin");
         CniOutput {
             code: out.status.code().unwrap_or(-1),
@@ -142,6 +197,34 @@ impl CniCall {
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
     }
+}
+
+/// The syscalls that change files, where [`CniCall::run_killed_at`] kills.
+pub const FILE_CHANGES: &str =
+    "openat,write,rename,renameat,renameat2,unlink,unlinkat,fsync,fdatasync,ftruncate";
+
+/// The most [`FILE_CHANGES`] syscalls any one process of `call` makes: strace counts them per
+/// process, so these are the kill points of [`CniCall::run_killed_at`].
+pub fn count_file_changes(call: &CniCall, bin: &Path, node: Option<&Netns>) -> usize {
+    let log = tempfile::NamedTempFile::new().expect("strace log");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-e"])
+        .arg(format!("trace={FILE_CHANGES}"))
+        .arg("-o")
+        .arg(log.path())
+        .arg("--")
+        .arg(bin);
+    call.run_command(cmd, node);
+    let mut per_process = std::collections::HashMap::<String, usize>::new();
+    for line in std::fs::read_to_string(log.path())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.contains("resumed>"))
+    {
+        let pid = line.split_whitespace().next().unwrap_or_default();
+        *per_process.entry(pid.to_owned()).or_default() += 1;
+    }
+    per_process.into_values().max().unwrap_or(0)
 }
 
 /// What a plugin printed and how it exited.
