@@ -245,7 +245,8 @@ pub fn run(args: &[String]) -> Result<()> {
 }
 
 /// `--scale`: one pod with the cluster network and `n` NADs (distinct, from the API, bridge +
-/// host-local on one bridge), for each size: multus's ADD and DEL wall time, and per network.
+/// host-local on one bridge, no gateway), for each size: multus's ADD and DEL wall time, and per
+/// network.
 fn scale(bench: &Bench, sizes: &[usize]) -> Result<()> {
     let node_ns = netkit::NetNs::open(bench.node.path())?;
     let api = node_ns.run(KubeApiServer::https)??;
@@ -253,7 +254,9 @@ fn scale(bench: &Bench, sizes: &[usize]) -> Result<()> {
     let names: Vec<String> = (0..most).map(|i| format!("scale{i}")).collect();
     for (i, name) in names.iter().enumerate() {
         let subnet = format!("10.{}.{}.0/24", 100 + i / 250, i % 250);
-        let net = bench.network(name, "bms", &subnet, false);
+        let mut net = bench.network(name, "bms", &subnet, false);
+        // Many subnets on one bridge: the bridge is no gateway of theirs.
+        net["isGateway"] = json!(false);
         api.add_nad("default", name, json!({"config": net.to_string()}));
     }
     let kubeconfig = bench.dir.path().join("multus.kubeconfig");

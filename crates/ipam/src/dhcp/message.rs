@@ -13,6 +13,8 @@ use super::config::LeaseParams;
 
 /// Lease time assumed when an ACK carries none (the reference's default).
 const DEFAULT_LEASE_SECS: u32 = 3600;
+/// A shorter lease than this is refused: the address would be gone before the pod used it.
+const MIN_LEASE_SECS: u32 = 2;
 /// The route scope for a classless route through 0.0.0.0: on-link.
 const RT_SCOPE_LINK: u8 = 253;
 
@@ -151,6 +153,12 @@ impl Reply {
             _ => None,
         };
         let lease_secs = u32_opt(OptionCode::AddressLeaseTime).unwrap_or(DEFAULT_LEASE_SECS);
+        if lease_secs < MIN_LEASE_SECS {
+            return Err(format!(
+                "the server's DHCPACK grants a lease of {lease_secs} s: the address would \
+                 expire before the pod could use it (at least {MIN_LEASE_SECS} s is needed)"
+            ));
+        }
         let routers = match opts.get(OptionCode::Router) {
             Some(DhcpOption::Router(r)) => r.clone(),
             _ => Vec::new(),
@@ -396,6 +404,18 @@ mod tests {
 
     fn net(s: &str) -> Ipv4Net {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_lease_too_short_to_use_is_refused() {
+        for secs in [0, 1] {
+            let bytes = ack(vec![
+                DhcpOption::SubnetMask(Ipv4Addr::new(255, 255, 255, 0)),
+                DhcpOption::AddressLeaseTime(secs),
+            ]);
+            let e = Reply::parse(&bytes, 9, &MAC).unwrap().lease().unwrap_err();
+            assert!(e.contains(&format!("a lease of {secs} s")), "{e}");
+        }
     }
 
     #[test]
