@@ -6,6 +6,7 @@ pub mod args;
 pub mod atomic_file;
 pub mod cache;
 pub mod config;
+pub mod dir;
 pub mod env;
 pub mod error;
 pub mod invoke;
