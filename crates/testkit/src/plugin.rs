@@ -109,6 +109,26 @@ impl CniCall {
 
     /// Runs the plugin binary `bin` (inside the `node` namespace when given).
     pub fn run(&self, bin: &Path, node: Option<&Netns>) -> CniOutput {
+        let mut cmd = self.command(bin, node);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn plugin");
+        let mut stdin = child.stdin.take().expect("stdin");
+        // A plugin may exit before reading stdin (bad env); ignore EPIPE.
+        let _ = stdin.write_all(self.stdin.as_bytes());
+        drop(stdin);
+        let out = child.wait_with_output().expect("wait plugin");
+        CniOutput {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// The command [`CniCall::run`] runs, its stdin still to be given [`CniCall::stdin`]: for a
+    /// test that needs the process itself (to kill it mid-call, say).
+    pub fn command(&self, bin: &Path, node: Option<&Netns>) -> Command {
         let mut cmd = Command::new(bin);
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -127,20 +147,7 @@ impl CniCall {
         if let Some(ns) = node {
             ns.enter_on_exec(&mut cmd);
         }
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn plugin");
-        let mut stdin = child.stdin.take().expect("stdin");
-        // A plugin may exit before reading stdin (bad env); ignore EPIPE.
-        let _ = stdin.write_all(self.stdin.as_bytes());
-        drop(stdin);
-        let out = child.wait_with_output().expect("wait plugin");
-        CniOutput {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        cmd
     }
 }
 
