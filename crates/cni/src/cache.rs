@@ -6,6 +6,7 @@
 //! place, so a crash can leave a torn file), and a file that cannot be read is an error naming
 //! it rather than something skipped without a word.
 
+use std::ffi::OsStr;
 use std::fs::DirBuilder;
 use std::io::ErrorKind;
 use std::os::unix::fs::DirBuilderExt;
@@ -170,6 +171,42 @@ pub fn remove(
         ))),
         _ => Ok(()),
     }
+}
+
+/// Removes the temp files that [`write`] calls killed mid-write left for the attachments of
+/// `container_id`, and returns their paths. The caller holds the container: no ADD of it runs.
+pub fn remove_temp_files(cache_dir: &Path, container_id: &str) -> Result<Vec<PathBuf>, CniError> {
+    let dir = results_dir(cache_dir);
+    crate::atomic_file::remove_temp_files(&dir, |file| is_of_container(file, container_id)).map_err(
+        |e| {
+            CniError::io(format!(
+                "cannot remove temporary files in {}: {e}",
+                dir.display()
+            ))
+        },
+    )
+}
+
+/// Whether the file name `<network>-<containerID>-<ifname>` can be `container_id`'s. Network
+/// and interface names may hold `-` too, so every place the ID could be is tried.
+fn is_of_container(file: &OsStr, container_id: &str) -> bool {
+    let Some(file) = file.to_str() else {
+        return false;
+    };
+    let needle = format!("-{container_id}-");
+    let mut from = 0;
+    while let Some(found) = file[from..].find(&needle) {
+        let at = from + found;
+        let (network, ifname) = (&file[..at], &file[at + needle.len()..]);
+        if crate::config::validate_network_name(network).is_ok()
+            && crate::env::validate_ifname(ifname).is_ok()
+        {
+            return true;
+        }
+        // Past the `-` just found, always a character boundary.
+        from = at + 1;
+    }
+    false
 }
 
 /// Every cached attachment, in file name order (for GC). The outer error is an unreadable

@@ -7,6 +7,7 @@ pub mod atomic_file;
 pub mod cache;
 pub mod config;
 pub mod decode;
+pub mod dir;
 pub mod env;
 pub mod error;
 pub mod input;

@@ -259,3 +259,41 @@ fn list_reports_every_file_in_name_order_and_each_bad_one() {
     let err = listed[2].as_ref().unwrap_err();
     assert!(err.msg.contains("zz-c-eth0"), "{err}");
 }
+
+#[test]
+fn temp_files_left_by_a_killed_writer_are_removed_for_their_container_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results");
+    std::fs::create_dir(&results).unwrap();
+    // Network and interface names may hold dashes: each file is matched as a whole.
+    let files = [
+        (".net-c1-eth0.tmp-4242-0", true),
+        (".my-net-c1-net-1.tmp-1-7", true),
+        (".net-c1-eth0.tmp-4242-1", true),
+        (".net-c12-eth0.tmp-4242-2", false),
+        (".net-xc1-eth0.tmp-4242-3", false),
+        (".net-c1-.tmp-4242-4", false),
+        ("net-c1-eth0", false),
+        (".net-c1-eth0", false),
+    ];
+    for (name, _) in files {
+        std::fs::write(results.join(name), b"{").unwrap();
+    }
+    let mut removed = cache::remove_temp_files(dir.path(), "c1").unwrap();
+    removed.sort();
+    let mut expected: Vec<_> = files
+        .iter()
+        .filter(|(_, gone)| *gone)
+        .map(|(name, _)| results.join(name))
+        .collect();
+    expected.sort();
+    assert_eq!(removed, expected);
+    for (name, gone) in files {
+        assert_eq!(!results.join(name).exists(), gone, "{name}");
+    }
+    // No results directory: nothing to remove.
+    let empty = tempfile::tempdir().unwrap();
+    assert!(cache::remove_temp_files(empty.path(), "c1")
+        .unwrap()
+        .is_empty());
+}

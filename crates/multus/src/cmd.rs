@@ -702,7 +702,8 @@ pub fn gc(inv: &Invocation) -> Result<()> {
     for id in delegate::cached_containers(dir)? {
         let delegates = match delegate::load_cache(dir, &id, &inv.conf.cni_version) {
             Ok(Some(d)) => d,
-            Ok(None) => continue,
+            // Files a killed ADD left (a lock, a temp file): stale too unless valid.
+            Ok(None) => Vec::new(),
             Err(e) => {
                 errors.push(e);
                 continue;

@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 /// runtime's own timeout.
 pub const WAIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(20);
+/// The directory of the lock files in cniDir.
+pub const DIR: &str = "locks";
 
 /// The held lock; released when dropped.
 pub struct ContainerLock {
@@ -33,7 +35,7 @@ fn lock_error(path: &Path, msg: impl std::fmt::Display) -> Error {
 /// Takes the lock of `container_id`, waiting at most `wait`. Past that the error (code 11,
 /// try again later) names the PID that holds it.
 pub fn acquire(cni_dir: &Path, container_id: &str, wait: Duration) -> Result<ContainerLock> {
-    let dir = cni_dir.join("locks");
+    let dir = cni_dir.join(DIR);
     DirBuilder::new()
         .recursive(true)
         .mode(0o700)

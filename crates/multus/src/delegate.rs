@@ -12,6 +12,7 @@ use cni::network::Network;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::container_lock;
 use crate::error::{Error, Result};
 use crate::selection::Selection;
 
@@ -478,14 +479,24 @@ pub fn load_cache(
         .map_err(|msg| cache_error(&path, format!("corrupt: {msg}")))
 }
 
+/// Removes the delegate cache, and the temp files that calls killed mid-write left for this
+/// container in cniDir and in its result cache. Only a call that holds the container's lock
+/// (DEL, a failed ADD, GC) calls this, so no other call is writing them.
 pub fn remove_cache(cni_dir: &Path, container_id: &str) -> Result<()> {
     let path = cache_path(cni_dir, container_id);
     match std::fs::remove_file(&path) {
         Err(e) if e.kind() != ErrorKind::NotFound => {
-            Err(cache_error(&path, format!("cannot remove: {e}")))
+            return Err(cache_error(&path, format!("cannot remove: {e}")));
         }
-        _ => Ok(()),
+        _ => {}
     }
+    let own = cni::atomic_file::remove_temp_files(cni_dir, |t| t == container_id)
+        .map_err(|e| cache_error(cni_dir, format!("cannot remove temporary files: {e}")))?;
+    let results = cni::cache::remove_temp_files(cni_dir, container_id)?;
+    for path in own.iter().chain(&results) {
+        tracing::info!("removed {}, left by a call that was killed", path.display());
+    }
+    Ok(())
 }
 
 /// Moves an unreadable cache file to `<cniDir>/corrupt/<containerID>`, out of the way of the
@@ -502,19 +513,28 @@ pub fn quarantine_cache(cni_dir: &Path, container_id: &str) -> Result<PathBuf> {
     Ok(aside)
 }
 
-/// Every container ID with a delegate cache in `cni_dir` (for GC).
+/// Every container ID that multus holds files of in `cni_dir` (for GC): a delegate cache, the
+/// temp file of one, or the lock that a killed call left in `locks/`.
 pub fn cached_containers(cni_dir: &Path) -> Result<Vec<String>> {
-    let entries = match std::fs::read_dir(cni_dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(cache_error(cni_dir, format!("cannot list: {e}"))),
-    };
-    let mut ids: Vec<String> = entries
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| cni::env::is_valid_name(n))
-        .collect();
+    let mut ids = Vec::new();
+    for dir in [cni_dir.to_path_buf(), cni_dir.join(container_lock::DIR)] {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(cache_error(&dir, format!("cannot list: {e}"))),
+        };
+        for entry in entries.flatten() {
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            let name = entry.file_name();
+            let id = cni::atomic_file::temp_target(&name).unwrap_or(&name);
+            if let Some(id) = id.to_str().filter(|id| cni::env::is_valid_name(id)) {
+                ids.push(id.to_owned());
+            }
+        }
+    }
     ids.sort();
+    ids.dedup();
     Ok(ids)
 }

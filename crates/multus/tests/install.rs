@@ -738,3 +738,60 @@ fn help_names_every_flag_the_manifests_use() {
         assert!(help.contains(flag), "{flag} missing from --help");
     }
 }
+
+#[test]
+fn a_symlinked_multus_d_is_refused_and_nothing_written_through_it() {
+    let node = Node::new();
+    node.write_conf("10-bridge.conf", &bridge_conf());
+    let elsewhere = node.root.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, node.file("multus.d")).unwrap();
+    let out = node.install(&[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("multus.d"), "{stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    assert_eq!(
+        names(&elsewhere),
+        Vec::<String>::new(),
+        "the token went through the link"
+    );
+}
+
+#[test]
+fn symlinks_at_installed_files_are_replaced_by_the_files_never_written_through() {
+    let node = Node::new();
+    node.write_conf("10-bridge.conf", &bridge_conf());
+    let victims = node.root.path().join("victims");
+    std::fs::create_dir_all(&victims).unwrap();
+    std::fs::create_dir_all(node.file("multus.d")).unwrap();
+    // Targets that already hold what the installer would write: a write through the link
+    // would go unnoticed, and so would the link.
+    let planted = [
+        (
+            node.bin_dir().join("multus"),
+            std::fs::read(node.image_dir().join("multus")).unwrap(),
+        ),
+        (node.file("multus.d/token"), b"token-1".to_vec()),
+        (node.file("00-multus.conf"), b"{}".to_vec()),
+    ];
+    for (i, (at, content)) in planted.iter().enumerate() {
+        let victim = victims.join(i.to_string());
+        std::fs::write(&victim, content).unwrap();
+        std::os::unix::fs::symlink(&victim, at).unwrap();
+    }
+    node.install_ok(&[]);
+    for (i, (at, content)) in planted.iter().enumerate() {
+        let meta = std::fs::symlink_metadata(at).unwrap();
+        assert!(meta.is_file(), "{} is still a link", at.display());
+        assert_eq!(
+            &std::fs::read(victims.join(i.to_string())).unwrap(),
+            content
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(node.file("multus.d/token")).unwrap(),
+        "token-1"
+    );
+    assert_eq!(node.multus_conf()["type"], "multus");
+}

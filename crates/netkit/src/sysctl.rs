@@ -3,6 +3,8 @@
 //! Network sysctls belong to the network namespace of the thread that opens the file, so
 //! [`write_in`] and [`read_in`] do their work on a thread inside the target namespace.
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
@@ -37,7 +39,11 @@ pub fn write(key: &str, value: &str) -> Result<()> {
         return Ok(());
     }
     let path = path_of(key)?;
-    std::fs::write(&path, value)
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .and_then(|mut file| file.write_all(value.as_bytes()))
         .map_err(|e| Error::io(format!("writing {value:?} to sysctl {}", path.display()), e))
 }
 

@@ -577,6 +577,71 @@ fn pidfile_written_and_removed() {
 }
 
 #[test]
+fn a_symlink_at_the_pidfile_is_replaced_not_written_through() {
+    let mut s = Setup::new(Server::Dnsmasq(&[]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    let victim = s.work.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let pidfile = s.work.path().join("dhcp.pid");
+    std::os::unix::fs::symlink(&victim, &pidfile).unwrap();
+    s.start_daemon(&["-pidfile", &pidfile.display().to_string()]);
+    let pid = s.daemon.as_ref().expect("daemon").process.pid();
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    assert!(std::fs::symlink_metadata(&pidfile).unwrap().is_file());
+    assert_eq!(std::fs::read_to_string(&pidfile).unwrap(), pid.to_string());
+}
+
+#[test]
+fn the_lease_store_removes_stale_temp_files_and_never_writes_through_a_symlink() {
+    let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
+    assert!(s.daemon.take().expect("daemon").process.terminate());
+    // A daemon killed while it wrote a lease left this.
+    let stale = s.state_dir().join(".gone_dnet_eth0.json.tmp-4194300-0");
+    std::fs::write(&stale, "{\"half\":").unwrap();
+    // The daemon as PID 1 of its own PID namespace: its temp file names are known.
+    let mut args: Vec<String> = ["--pid", "--fork", "--kill-child"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.push(bin().display().to_string());
+    args.extend(
+        ["dhcp", "daemon", "-socketpath"]
+            .iter()
+            .map(|a| a.to_string()),
+    );
+    args.push(s.socket().display().to_string());
+    args.push("-statedir".into());
+    args.push(s.state_dir().display().to_string());
+    s.daemon = Some(DhcpDaemon::start(
+        &s.net.node,
+        std::path::Path::new("/usr/bin/unshare"),
+        &args,
+        &s.socket(),
+        &s.work.path().join("daemon.log"),
+    ));
+    assert!(!stale.exists(), "{}", s.daemon_log());
+    assert!(s.daemon_log().contains("removed"), "{}", s.daemon_log());
+    // Every temp name of the lease this ADD saves is taken by a symlink.
+    let victim = s.work.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    for n in 0..4 {
+        let at = s
+            .state_dir()
+            .join(format!(".{CONTAINER_ID}_dnet_eth0.json.tmp-1-{n}"));
+        std::os::unix::fs::symlink(&victim, at).unwrap();
+    }
+    let conf = s.conf("");
+    let ip = leased_ip(&s.add(&conf).ok());
+    assert!(ip.starts_with("10.97.0."), "{ip}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    let lease = s.state_dir().join(format!("{CONTAINER_ID}_dnet_eth0.json"));
+    assert!(std::fs::symlink_metadata(&lease).unwrap().is_file());
+    s.del(&conf).ok();
+    assert!(!lease.exists());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+}
+
+#[test]
 fn hostprefix_applies_to_the_socket_and_the_pods_netns() {
     let mut s = Setup::new(Server::Dnsmasq(&[]));
     assert!(s.daemon.take().expect("daemon").process.terminate());

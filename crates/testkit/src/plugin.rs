@@ -109,21 +109,21 @@ impl CniCall {
 
     /// Runs the plugin binary `bin` (inside the `node` namespace when given).
     pub fn run(&self, bin: &Path, node: Option<&Netns>) -> CniOutput {
-        self.run_command(Command::new(bin), node)
+        self.run_while(self.command(bin, node), |_| {})
     }
 
     /// [`CniCall::run`] under strace, which SIGKILLs every process of the call (the plugin, and
     /// each plugin it runs) at its `n`th [`FILE_CHANGES`] syscall. Returns the output and
     /// whether a kill happened (`false`: no process made that many).
     pub fn run_killed_at(&self, bin: &Path, node: Option<&Netns>, n: usize) -> (CniOutput, bool) {
-        let mut cmd = Command::new("strace");
+        let mut cmd = self.command(Path::new("strace"), node);
         cmd.args(["-f", "-qq", "-o", "/dev/null", "-e"])
             .arg(format!("trace={FILE_CHANGES}"))
             .arg("-e")
             .arg(format!("inject={FILE_CHANGES}:signal=KILL:when={n}"))
             .arg("--")
             .arg(bin);
-        let out = self.run_command(cmd, node);
+        let out = self.run_while(cmd, |_| {});
         // strace ends as its first tracee did: by the signal (no exit code) when that one was
         // killed. A plugin it ran that was killed shows up as its caller's error instead.
         let killed = out.code == -1 || out.stdout.contains("signal: 9");
@@ -138,11 +138,11 @@ impl CniCall {
         node: Option<&Netns>,
         delay: std::time::Duration,
     ) -> (CniOutput, bool) {
-        let mut cmd = Command::new(bin);
+        let mut cmd = self.command(bin, node);
         // Its own process group, so the kill reaches the plugins it runs too.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let mut killed = false;
-        let out = self.run_command_with(cmd, node, |child| {
+        let out = self.run_while(cmd, |child| {
             std::thread::sleep(delay);
             if matches!(child.try_wait(), Ok(None)) {
                 let pgid = i32::try_from(child.id()).unwrap_or(i32::MAX);
@@ -154,16 +154,34 @@ impl CniCall {
         (out, killed)
     }
 
-    fn run_command(&self, cmd: Command, node: Option<&Netns>) -> CniOutput {
-        self.run_command_with(cmd, node, |_| {})
-    }
-
-    fn run_command_with(
+    /// Runs `cmd` with the call's stdin, `while_running` once it has its stdin, and collects
+    /// what it printed.
+    fn run_while(
         &self,
         mut cmd: Command,
-        node: Option<&Netns>,
         while_running: impl FnOnce(&mut std::process::Child),
     ) -> CniOutput {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn plugin");
+        let mut stdin = child.stdin.take().expect("stdin");
+        // A plugin may exit before reading stdin (bad env, or killed); ignore EPIPE.
+        let _ = stdin.write_all(self.stdin.as_bytes());
+        drop(stdin);
+        while_running(&mut child);
+        let out = child.wait_with_output().expect("wait plugin");
+        CniOutput {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// The command [`CniCall::run`] runs (`program` with the call's environment, in `node`),
+    /// its stdin still to be given [`CniCall::stdin`].
+    pub fn command(&self, program: &Path, node: Option<&Netns>) -> Command {
+        let mut cmd = Command::new(program);
         cmd.env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("CNI_COMMAND", &self.command)
@@ -181,21 +199,7 @@ impl CniCall {
         if let Some(ns) = node {
             ns.enter_on_exec(&mut cmd);
         }
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn plugin");
-        let mut stdin = child.stdin.take().expect("stdin");
-        // A plugin may exit before reading stdin (bad env); ignore EPIPE.
-        let _ = stdin.write_all(self.stdin.as_bytes());
-        drop(stdin);
-        while_running(&mut child);
-        let out = child.wait_with_output().expect("wait plugin");
-        CniOutput {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        cmd
     }
 }
 
@@ -207,14 +211,14 @@ pub const FILE_CHANGES: &str =
 /// process, so these are the kill points of [`CniCall::run_killed_at`].
 pub fn count_file_changes(call: &CniCall, bin: &Path, node: Option<&Netns>) -> usize {
     let log = tempfile::NamedTempFile::new().expect("strace log");
-    let mut cmd = Command::new("strace");
+    let mut cmd = call.command(Path::new("strace"), node);
     cmd.args(["-f", "-qq", "-e"])
         .arg(format!("trace={FILE_CHANGES}"))
         .arg("-o")
         .arg(log.path())
         .arg("--")
         .arg(bin);
-    call.run_command(cmd, node);
+    call.run_while(cmd, |_| {});
     let mut per_process = std::collections::HashMap::<String, usize>::new();
     for line in std::fs::read_to_string(log.path())
         .unwrap_or_default()

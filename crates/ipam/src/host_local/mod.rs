@@ -96,9 +96,12 @@ fn del(args: &CmdArgs) -> Result<()> {
     } else {
         Match::IdOnly
     };
+    // The store is locked: an unwritten reservation is a killed ADD's, maybe this one's.
     release_all(
         &store,
-        reservations.iter().filter(|r| r.matches(&holder) == wanted),
+        reservations
+            .iter()
+            .filter(|r| r.matches(&holder) == wanted || r.is_unwritten()),
     )
 }
 

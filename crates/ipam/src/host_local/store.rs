@@ -7,11 +7,13 @@
 //! - `last_reserved_ip.<range set index>`: the address last reserved from that set;
 //! - `lock`: `flock`ed for the whole of an operation, by us and by the reference alike.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
+use std::fs::{DirBuilder, File};
+use std::io::{ErrorKind, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+use cni::dir::{self, Dir};
 
 use crate::error::{Error, Result};
 
@@ -62,6 +64,12 @@ impl Reservation {
         }
     }
 
+    /// A reservation file without content: an ADD was killed between creating and writing it.
+    /// Seen under the store's lock, no ADD is still writing it.
+    pub fn is_unwritten(&self) -> bool {
+        self.content.is_empty()
+    }
+
     /// The container ID and, in the current format, the interface name.
     pub fn holder(&self) -> (&str, Option<&str>) {
         let content = self.content.trim();
@@ -73,82 +81,96 @@ impl Reservation {
 }
 
 /// An open, locked store for one network. The lock is released when this is dropped.
+///
+/// `dataDir` comes from the network config, so the store may sit where others can write. The
+/// network's directory is opened once, refused if it is a symlink, and every file is opened,
+/// made and removed relative to it, never through a symlink: nothing outside the store is
+/// ever written.
 pub struct Store {
-    dir: PathBuf,
+    dir: Dir,
     _lock: File,
 }
 
 impl Store {
     /// Opens the network's store, creating it if needed, and waits for its lock.
     pub fn open(data_dir: &Path, network: &str) -> Result<Store> {
-        let dir = network_dir(data_dir, network)?;
-        let lock = match open_lock(&dir) {
+        cni::config::validate_network_name(network)?;
+        let open_error = |e| Error::io(format!("cannot open {}", data_dir.display()), e);
+        let parent = match Dir::open(data_dir) {
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 DirBuilder::new()
                     .recursive(true)
                     .mode(DIR_MODE)
-                    .create(&dir)
-                    .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-                open_lock(&dir)
+                    .create(data_dir)
+                    .map_err(|e| Error::io(format!("cannot create {}", data_dir.display()), e))?;
+                Dir::open(data_dir).map_err(open_error)?
             }
-            other => other,
-        }
-        .map_err(|e| Error::io(format!("cannot open {}/{LOCK_FILE}", dir.display()), e))?;
-        Store::locked(dir, lock)
+            opened => opened.map_err(open_error)?,
+        };
+        let dir = parent
+            .open_or_create_dir(network, DIR_MODE)
+            .map_err(|e| Error::io(format!("cannot open {}", parent.join(network).display()), e))?;
+        Store::locked(dir)
     }
 
     /// Opens the network's store if it exists: DEL, CHECK and GC have nothing to do otherwise.
     pub fn open_existing(data_dir: &Path, network: &str) -> Result<Option<Store>> {
-        let dir = network_dir(data_dir, network)?;
-        match open_lock(&dir) {
-            Ok(lock) => Store::locked(dir, lock).map(Some),
-            Err(e) if e.kind() == ErrorKind::NotFound && !dir.exists() => Ok(None),
-            Err(e) => Err(Error::io(
-                format!("cannot open {}/{LOCK_FILE}", dir.display()),
-                e,
-            )),
-        }
+        cni::config::validate_network_name(network)?;
+        let path = data_dir.join(network);
+        let dir = match Dir::open(data_dir).and_then(|parent| parent.open_dir(network)) {
+            Ok(dir) => dir,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
+        };
+        Store::locked(dir).map(Some)
     }
 
-    fn locked(dir: PathBuf, lock: File) -> Result<Store> {
+    fn locked(dir: Dir) -> Result<Store> {
+        let path = dir.join(LOCK_FILE);
+        let lock = dir
+            .open_write(LOCK_FILE, FILE_MODE)
+            .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
         lock.lock()
-            .map_err(|e| Error::io(format!("cannot lock {}/{LOCK_FILE}", dir.display()), e))?;
+            .map_err(|e| Error::io(format!("cannot lock {}", path.display()), e))?;
         Ok(Store { dir, _lock: lock })
     }
 
     /// Creates `<ip>` for `holder` unless it exists, and records `ip` as the set's last
     /// reserved address. Returns false when the address is taken. On error nothing is reserved.
     pub fn reserve(&self, ip: IpAddr, holder: &Holder, set_index: usize) -> Result<bool> {
-        let path = self.dir.join(ip.to_string());
-        let mut file = match new_file().create_new(true).open(&path) {
+        let name = ip.to_string();
+        let mut file = match self.dir.create_new(&name, FILE_MODE) {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(false),
-            Err(e) => return Err(Error::io(format!("cannot create {}", path.display()), e)),
+            Err(e) => return Err(self.error("cannot create", &name, e)),
         };
         if let Err(e) = file.write_all(holder.content().as_bytes()) {
-            let _ = fs::remove_file(&path);
-            return Err(Error::io(format!("cannot write {}", path.display()), e));
+            let _ = self.dir.remove(&name);
+            return Err(self.error("cannot write", &name, e));
         }
-        let last = self.dir.join(format!("{LAST_RESERVED_PREFIX}{set_index}"));
-        let written = new_file()
-            .create(true)
-            .truncate(true)
-            .open(&last)
-            .and_then(|mut f| f.write_all(ip.to_string().as_bytes()));
+        let last = format!("{LAST_RESERVED_PREFIX}{set_index}");
+        let written = self
+            .dir
+            .open_truncate(&last, FILE_MODE)
+            .and_then(|mut f| f.write_all(name.as_bytes()));
         if let Err(e) = written {
             // The ADD fails, as the reference's does; unlike the reference's, it leaves no
             // reservation behind that no result names and only GC would free.
-            let _ = fs::remove_file(&path);
-            return Err(Error::io(format!("cannot write {}", last.display()), e));
+            let _ = self.dir.remove(&name);
+            return Err(self.error("cannot write", &last, e));
         }
         Ok(true)
     }
 
-    /// The address last reserved from range set `set_index`, if recorded and readable.
+    /// The address last reserved from range set `set_index`, if recorded and readable (a
+    /// symlink there is not).
     pub fn last_reserved(&self, set_index: usize) -> Option<IpAddr> {
-        let path = self.dir.join(format!("{LAST_RESERVED_PREFIX}{set_index}"));
-        let text = fs::read_to_string(path).ok()?;
-        text.trim()
+        let bytes = self
+            .dir
+            .read(format!("{LAST_RESERVED_PREFIX}{set_index}"))
+            .ok()?;
+        String::from_utf8_lossy(&bytes)
+            .trim()
             .parse::<IpAddr>()
             .ok()
             .map(|ip| ip.to_canonical())
@@ -156,11 +178,9 @@ impl Store {
 
     /// Deletes the reservation of `ip`; one that is already gone is fine.
     pub fn release(&self, ip: IpAddr) -> Result<()> {
-        let path = self.dir.join(ip.to_string());
-        match fs::remove_file(&path) {
-            Err(e) if e.kind() != ErrorKind::NotFound => {
-                Err(Error::io(format!("cannot remove {}", path.display()), e))
-            }
+        let name = ip.to_string();
+        match self.dir.remove(&name) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(self.error("cannot remove", &name, e)),
             _ => Ok(()),
         }
     }
@@ -168,61 +188,43 @@ impl Store {
     /// The reserved addresses (file names that parse as IP addresses), without reading the
     /// files.
     pub fn reserved_ips(&self) -> Result<Vec<IpAddr>> {
-        let what = || format!("cannot list {}", self.dir.display());
-        let mut out = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(|e| Error::io(what(), e))? {
-            let entry = entry.map_err(|e| Error::io(what(), e))?;
-            if let Some(ip) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<IpAddr>().ok())
-            {
-                out.push(ip);
-            }
-        }
-        Ok(out)
+        let names = self
+            .dir
+            .names()
+            .map_err(|e| Error::io(format!("cannot list {}", self.dir.path().display()), e))?;
+        Ok(names
+            .iter()
+            .filter_map(|n| n.to_str().and_then(|n| n.parse::<IpAddr>().ok()))
+            .collect())
     }
 
-    /// Every reservation, read in one pass over the directory.
+    /// Every reservation, read in one pass over the directory. A symlink named like an address
+    /// is not one: we never make one, and it is not followed.
     pub fn reservations(&self) -> Result<Vec<Reservation>> {
         let mut out = Vec::new();
-        let mut buf = Vec::new();
         for ip in self.reserved_ips()? {
-            buf.clear();
-            let path = self.dir.join(ip.to_string());
+            let name = ip.to_string();
             // A file removed meanwhile by hand is simply not a reservation.
-            match File::open(&path).and_then(|mut f| f.read_to_end(&mut buf)) {
-                Ok(_) => out.push(Reservation {
+            match self.dir.read(&name) {
+                Ok(bytes) => out.push(Reservation {
                     ip,
-                    content: String::from_utf8_lossy(&buf).into_owned(),
+                    content: String::from_utf8_lossy(&bytes).into_owned(),
                 }),
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
+                Err(e) if e.kind() == ErrorKind::NotFound || dir::is_symlink_refusal(&e) => {}
+                Err(e) => return Err(self.error("cannot read", &name, e)),
             }
         }
         Ok(out)
     }
-}
 
-/// `<data_dir>/<network>`, refusing names that would point elsewhere: a valid CNI name starts
-/// with a letter or digit and has no `/`, so it is never `.`, `..` or a path.
-fn network_dir(data_dir: &Path, network: &str) -> Result<PathBuf> {
-    cni::config::validate_network_name(network)?;
-    Ok(data_dir.join(network))
-}
-
-fn open_lock(dir: &Path) -> std::io::Result<File> {
-    new_file().create(true).open(dir.join(LOCK_FILE))
-}
-
-fn new_file() -> OpenOptions {
-    let mut o = OpenOptions::new();
-    o.write(true).mode(FILE_MODE);
-    o
+    fn error(&self, what: &str, name: &str, e: std::io::Error) -> Error {
+        Error::io(format!("{what} {}", self.dir.join(name).display()), e)
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
@@ -318,5 +320,65 @@ mod tests {
             .unwrap()
             .is_none());
         assert!(!tmp.path().join("absent").exists());
+    }
+
+    /// A store `net` in a temp dir, and a file outside it that nothing may write.
+    fn with_victim() -> (tempfile::TempDir, Store, std::path::PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        fs::write(&victim, b"precious").unwrap();
+        let store = Store::open(tmp.path(), "net").unwrap();
+        (tmp, store, victim)
+    }
+
+    #[test]
+    fn a_symlink_at_last_reserved_is_refused_and_nothing_is_reserved() {
+        let (tmp, store, victim) = with_victim();
+        let last = tmp.path().join("net/last_reserved_ip.0");
+        std::os::unix::fs::symlink(&victim, &last).unwrap();
+        let e = store.reserve(ip("10.1.2.2"), &HOLDER, 0).unwrap_err();
+        assert!(e.to_string().contains(&last.display().to_string()), "{e}");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(cni::CniError::from(e).code, 5);
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        assert!(store.reserved_ips().unwrap().is_empty());
+        // Nor is it read.
+        fs::write(&victim, b"10.1.2.9").unwrap();
+        assert_eq!(store.last_reserved(0), None);
+    }
+
+    #[test]
+    fn a_symlink_at_a_reservation_is_refused_and_not_a_reservation() {
+        let (tmp, store, victim) = with_victim();
+        let planted = tmp.path().join("net/10.1.2.2");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let e = store.reserve(ip("10.1.2.2"), &HOLDER, 0).unwrap_err();
+        assert!(
+            e.to_string().contains(&planted.display().to_string()),
+            "{e}"
+        );
+        assert_eq!(fs::read(&victim).unwrap(), b"precious");
+        fs::write(&victim, b"c1\r\neth0").unwrap();
+        assert!(store.reservations().unwrap().is_empty());
+        // Releasing the address removes the link, not its target.
+        store.release(ip("10.1.2.2")).unwrap();
+        assert!(victim.exists() && fs::symlink_metadata(&planted).is_err());
+    }
+
+    #[test]
+    fn a_symlinked_network_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, tmp.path().join("net")).unwrap();
+        for e in [
+            Store::open(tmp.path(), "net").err().unwrap(),
+            Store::open_existing(tmp.path(), "net").err().unwrap(),
+        ] {
+            assert!(e.to_string().contains("symbolic link"), "{e}");
+            assert!(e.to_string().contains("/net"), "{e}");
+            assert_eq!(cni::CniError::from(e).code, 5);
+        }
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
     }
 }

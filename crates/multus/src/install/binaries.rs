@@ -2,8 +2,10 @@
 //! plugin pointing at `cni-plugins`. Each is replaced by a rename, never rewritten in place, so
 //! a plugin running from the old file keeps running and the runtime never execs half a file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+
+use cni::dir::Dir;
 
 use super::{log, InstallError, Options};
 
@@ -16,31 +18,36 @@ pub fn install(opts: &Options) -> Result<(), InstallError> {
         .cni_plugins_bin_file
         .clone()
         .unwrap_or_else(|| this.with_file_name(PLUGINS_BIN));
+    let bin_dir =
+        Dir::open(&opts.cni_bin_dir).map_err(InstallError::io("open", &opts.cni_bin_dir))?;
     if !opts.skip_multus_binary_copy {
         let multus_src = opts.multus_bin_file.clone().unwrap_or(this);
-        copy(&multus_src, &opts.cni_bin_dir.join("multus"))?;
+        copy(&multus_src, &bin_dir, "multus")?;
     }
-    copy(&plugins_src, &opts.cni_bin_dir.join(PLUGINS_BIN))?;
+    copy(&plugins_src, &bin_dir, PLUGINS_BIN)?;
     for name in plugin_names(&plugins_src)? {
-        link(&opts.cni_bin_dir.join(name))?;
+        link(&bin_dir.join(name))?;
     }
     Ok(())
 }
 
-/// Copies `src` over `dest` unless `dest` already has the same bytes.
-fn copy(src: &Path, dest: &Path) -> Result<(), InstallError> {
+/// Copies `src` over `name` in `dir` unless that is a file with the same bytes already. A
+/// symlink there is replaced, never written through.
+fn copy(src: &Path, dir: &Dir, name: &str) -> Result<(), InstallError> {
     let bytes = std::fs::read(src).map_err(InstallError::io("read", src))?;
-    if std::fs::read(dest).is_ok_and(|old| old == bytes) {
+    let dest = dir.join(name);
+    if super::holds(dir, name, &bytes) {
         log(&format!("{} is current", dest.display()));
         return Ok(());
     }
-    cni::atomic_file::write(dest, &bytes, 0o755).map_err(InstallError::io("install", dest))?;
+    cni::atomic_file::write_in(dir, name.as_ref(), &bytes, 0o755)
+        .map_err(InstallError::io("install", &dest))?;
     log(&format!("installed {}", dest.display()));
     Ok(())
 }
 
 /// Makes `path` a link to `cni-plugins` in the same directory, unless it already is one.
-fn link(path: &PathBuf) -> Result<(), InstallError> {
+fn link(path: &Path) -> Result<(), InstallError> {
     let target = Path::new(PLUGINS_BIN);
     if std::fs::read_link(path).is_ok_and(|t| t == target) {
         return Ok(());

@@ -3,7 +3,9 @@
 //! holding the token, so a rotated token needs only the token file rewritten, and multus reads
 //! the new one on its next call.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use cni::dir::Dir;
 
 use super::{log, InstallError, Options};
 
@@ -24,14 +26,24 @@ impl<'a> Kubeconfig<'a> {
     /// Brings the token, the CA and the kubeconfig up to date; files already current are not
     /// touched.
     pub fn refresh(&mut self) -> Result<(), InstallError> {
-        let dir = self.opts.cni_conf_dir.join(DIR);
-        std::fs::create_dir_all(&dir).map_err(InstallError::io("create", &dir))?;
+        let dir = self.dir()?;
         let sa = &self.opts.service_account_dir;
-        update(&dir.join(TOKEN), &read(&sa.join(TOKEN))?, 0o600)?;
+        update(&dir, TOKEN, &read(&sa.join(TOKEN))?, 0o600)?;
         if !self.opts.skip_tls_verify {
-            update(&dir.join(CA), &read(&sa.join(CA))?, 0o644)?;
+            update(&dir, CA, &read(&sa.join(CA))?, 0o644)?;
         }
-        update(&dir.join(KUBECONFIG), self.render()?.as_bytes(), 0o600)
+        update(&dir, KUBECONFIG, self.render()?.as_bytes(), 0o600)
+    }
+
+    /// `multus.d`, made when missing. It holds the node's credentials: a symlink in its place
+    /// is refused, not followed.
+    fn dir(&self) -> Result<Dir, InstallError> {
+        let conf_dir = &self.opts.cni_conf_dir;
+        let path = conf_dir.join(DIR);
+        Dir::open(conf_dir)
+            .map_err(InstallError::io("open", conf_dir))?
+            .open_or_create_dir(DIR, 0o755)
+            .map_err(InstallError::io("open", &path))
     }
 
     fn render(&self) -> Result<String, InstallError> {
@@ -94,12 +106,14 @@ fn read(path: &Path) -> Result<Vec<u8>, InstallError> {
     std::fs::read(path).map_err(InstallError::io("read the service account's", path))
 }
 
-/// Replaces `path` with `bytes` unless it already holds them.
-fn update(path: &PathBuf, bytes: &[u8], mode: u32) -> Result<(), InstallError> {
-    if std::fs::read(path).is_ok_and(|old| old == bytes) {
+/// Replaces `name` in `dir` with `bytes` unless it is a file holding them already.
+fn update(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<(), InstallError> {
+    if super::holds(dir, name, bytes) {
         return Ok(());
     }
-    cni::atomic_file::write(path, bytes, mode).map_err(InstallError::io("write", path))?;
+    let path = dir.join(name);
+    cni::atomic_file::write_in(dir, name.as_ref(), bytes, mode)
+        .map_err(InstallError::io("write", &path))?;
     log(&format!("wrote {}", path.display()));
     Ok(())
 }

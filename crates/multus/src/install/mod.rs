@@ -219,6 +219,12 @@ pub fn run(opts: &Options) -> Result<(), InstallError> {
     Ok(())
 }
 
+/// Whether `name` in `dir` is a file holding `bytes`. A symlink never is (it is not
+/// followed), so the caller replaces it with the file itself.
+fn holds(dir: &cni::dir::Dir, name: &str, bytes: &[u8]) -> bool {
+    dir.read(name).is_ok_and(|old| old == bytes)
+}
+
 /// One line to the DaemonSet's log.
 fn log(msg: &str) {
     println!("multus install: {msg}");

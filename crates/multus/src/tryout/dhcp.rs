@@ -2,6 +2,7 @@
 //! on the sandbox's own socket. Each records its PID in the sandbox directory, so a kept
 //! sandbox's servers are stopped by `--clean`.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -75,7 +76,12 @@ pub fn start(sb: &Sandbox) -> Result<Vec<Child>, Error> {
     sb.lan_peer(router)?;
     let dir = &sb.dir;
     let spawn = |mut cmd: std::process::Command, what: &str, log: &str| -> Result<Child, Error> {
-        let log = std::fs::File::create(dir.join(log))
+        let log = std::fs::File::options()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(dir.join(log))
             .map_err(|e| Error::Sandbox(format!("{what} log: {e}")))?;
         let err = log
             .try_clone()

@@ -132,14 +132,18 @@ impl Cluster {
         Some(serde_json::from_str(&text).expect("network-status is JSON"))
     }
 
-    /// The messages of the events with this reason, in order.
+    /// The messages of the events with this reason, sorted: a command sends its events side
+    /// by side, so the order they arrive in is the server's.
     pub fn events(&self, reason: &str) -> Vec<String> {
-        self.server
+        let mut messages: Vec<String> = self
+            .server
             .events()
             .iter()
             .filter(|e| e["reason"] == reason)
             .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
-            .collect()
+            .collect();
+        messages.sort();
+        messages
     }
 
     /// A failed ADD left nothing: no pod interface, no reservation, no cache file, no node

@@ -2,7 +2,7 @@
 //! 0600 after removing one a crashed daemon left behind.
 
 use std::os::fd::FromRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
@@ -50,10 +50,15 @@ pub fn open(path: &Path) -> Result<Listener, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("looking at {}: {e}", path.display())),
     }
-    let listener =
-        UnixListener::bind(path).map_err(|e| format!("listening on {}: {e}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("setting mode 0600 on {}: {e}", path.display()))?;
+    // The mask makes the socket 0600 as it is bound: a chmod after the bind would follow a
+    // symlink put in its place meanwhile.
+    // SAFETY: umask only swaps the process's file mode mask; the daemon is still starting, on
+    // one thread, and makes no other file meanwhile.
+    let mask = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(path);
+    // SAFETY: as above; the earlier mask is restored.
+    unsafe { libc::umask(mask) };
+    let listener = bound.map_err(|e| format!("listening on {}: {e}", path.display()))?;
     Ok(Listener {
         listener,
         made: Some(path.to_path_buf()),

@@ -67,7 +67,7 @@ fn run(flags: Flags) -> Result<(), String> {
         )
     })?;
     if let Some(p) = &flags.pidfile {
-        std::fs::write(p, std::process::id().to_string())
+        cni::atomic_file::write(p, std::process::id().to_string().as_bytes(), 0o644)
             .map_err(|e| format!("writing the pidfile {}: {e}", p.display()))?;
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -91,6 +91,8 @@ fn run(flags: Flags) -> Result<(), String> {
             [Err(e), _] | [_, Err(e)] => return Err(e),
         };
         let listener = listener::open(&socket_path)?;
+        // Only now is this the one daemon: a temp file in the store is no other's write.
+        daemon.store.remove_temp_files();
         let place = match &listener.made {
             Some(path) => path.display().to_string(),
             None => "the socket systemd passed".to_owned(),

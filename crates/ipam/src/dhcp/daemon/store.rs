@@ -86,6 +86,26 @@ impl Store {
         cni::atomic_file::write(&path, &text, 0o600)
     }
 
+    /// Removes the temp files of lease files that a daemon killed mid-write left, saying so
+    /// on stderr. Only the one daemon calls this, between its writes.
+    pub fn remove_temp_files(&self) {
+        let is_lease = |target: &std::ffi::OsStr| target.as_encoded_bytes().ends_with(b".json");
+        match cni::atomic_file::remove_temp_files(&self.dir, is_lease) {
+            Ok(removed) => {
+                for path in removed {
+                    eprintln!(
+                        "dhcp daemon: removed {}, left by a daemon that was stopped mid-write",
+                        path.display()
+                    );
+                }
+            }
+            Err(e) => eprintln!(
+                "dhcp daemon: cannot remove temporary files in {}: {e}",
+                self.dir.display()
+            ),
+        }
+    }
+
     pub fn remove(&self, record: &Record) -> std::io::Result<()> {
         match std::fs::remove_file(self.path(&record.container_id, &record.network, &record.ifname))
         {
