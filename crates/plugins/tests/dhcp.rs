@@ -540,18 +540,7 @@ fn a_hundred_pods_at_once_get_distinct_leases() {
 #[test]
 fn our_plugin_against_the_go_daemon_says_so() {
     let mut s = Setup::new(Server::Dnsmasq(&[]));
-    assert!(s.daemon.take().expect("daemon").process.terminate());
-    let go = DhcpDaemon::start(
-        &s.net.node,
-        &testkit::reference_dir().join("dhcp"),
-        &[
-            "daemon".to_owned(),
-            "-socketpath".to_owned(),
-            s.socket().display().to_string(),
-        ],
-        &s.socket(),
-        &s.work.path().join("go-daemon.log"),
-    );
+    let go = s.swap_in_go_daemon();
     let conf = s.conf("");
     let out = s.add(&conf);
     assert_eq!(out.err_code(), 6, "{out:?}");

@@ -69,18 +69,7 @@ fn macvlan_dhcp_router_beside_the_pods_default_route_as_the_reference() {
     assert_eq!(default_routes(&s.pod), ["eth0 via 10.88.0.1"]);
 
     // The reference, on the same server, in a pod of its own.
-    assert!(s.daemon.take().expect("daemon").process.terminate());
-    let go = testkit::dhcp::DhcpDaemon::start(
-        &s.net.node,
-        &testkit::reference_dir().join("dhcp"),
-        &[
-            "daemon".to_owned(),
-            "-socketpath".to_owned(),
-            s.socket().display().to_string(),
-        ],
-        &s.socket(),
-        &s.work.path().join("go-daemon.log"),
-    );
+    let go = s.swap_in_go_daemon();
     let pod = Netns::new("refpod");
     common::pod_eth0(&pod);
     let mut add = s.call("ADD", &conf);

@@ -526,16 +526,21 @@ fn del_leaves_an_interface_of_that_name_it_did_not_make() {
     }
 }
 
+/// A macvlan and a bridge config, each with host-local on `subnet`.
+fn macvlan_and_bridge(subnet: &str) -> [String; 2] {
+    let hl = host_local(&format!(r#"[[{{"subnet":"{subnet}"}}]]"#), "");
+    [
+        conf(&format!(",{hl}")),
+        format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"bridge","bridge":"cni9",{hl}}}"#),
+    ]
+}
+
 /// Two ADDs of one attachment at once (macvlan and bridge, host-local): one wins, and the
 /// loser's failure releases nothing of the winner's (its reservation, its interface).
 #[test]
 fn concurrent_adds_of_one_attachment_keep_the_winners_reservation() {
     let plugins = Plugins::new();
-    let hl = host_local(r#"[[{"subnet":"10.62.0.0/24"}]]"#, "");
-    let mv = conf(&format!(",{hl}"));
-    let br =
-        format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"bridge","bridge":"cni9",{hl}}}"#);
-    for c in [mv.as_str(), br.as_str()] {
+    for c in &macvlan_and_bridge("10.62.0.0/24") {
         for round in 0..10 {
             let sb = sandbox(&plugins);
             let call = sb.call("ADD", c);
@@ -566,11 +571,7 @@ fn concurrent_adds_of_one_attachment_keep_the_winners_reservation() {
 #[test]
 fn a_refused_repeated_add_keeps_the_first_reservation() {
     let plugins = Plugins::new();
-    let hl = host_local(r#"[[{"subnet":"10.63.0.0/24"}]]"#, "");
-    let mv = conf(&format!(",{hl}"));
-    let br =
-        format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"bridge","bridge":"cni9",{hl}}}"#);
-    for c in [mv.as_str(), br.as_str()] {
+    for c in &macvlan_and_bridge("10.63.0.0/24") {
         let sb = sandbox(&plugins);
         sb.add(c).ok();
         let first = sb.reservations();

@@ -97,6 +97,22 @@ impl Setup {
         ));
     }
 
+    /// Stops our daemon and starts the Go reference's on the same socket.
+    pub fn swap_in_go_daemon(&mut self) -> DhcpDaemon {
+        assert!(self.daemon.take().expect("daemon").process.terminate());
+        DhcpDaemon::start(
+            &self.net.node,
+            &testkit::reference_dir().join("dhcp"),
+            &[
+                "daemon".to_owned(),
+                "-socketpath".to_owned(),
+                self.socket().display().to_string(),
+            ],
+            &self.socket(),
+            &self.work.path().join("go-daemon.log"),
+        )
+    }
+
     pub fn daemon_log(&self) -> String {
         std::fs::read_to_string(self.work.path().join("daemon.log")).unwrap_or_default()
     }
