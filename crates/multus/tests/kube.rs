@@ -336,3 +336,25 @@ fn concurrent_adds_of_one_container_never_undo_each_other() {
         c.sb.assert_clean(&format!("round {round}, after DEL"));
     }
 }
+
+/// An API reply past the 4 MiB cap (no Kubernetes object is that large) is refused, not read
+/// into memory.
+#[test]
+fn an_api_reply_past_the_cap_is_refused() {
+    let c = Cluster::new(json!({"huge": "x".repeat(5 << 20)}), json!({}));
+    let (code, msg) = c.add_err();
+    assert_eq!(code, 11, "{msg}");
+    assert!(
+        msg.contains("get pods default/web: the reply is larger than 4 MiB"),
+        "{msg}"
+    );
+    // Refused at once, not retried.
+    let gets = c
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET")
+        .count();
+    assert_eq!(gets, 1);
+    c.assert_add_left_nothing("reply past the cap");
+}

@@ -52,6 +52,8 @@ pub enum Cause {
     },
     #[error("connection to the API server failed: {0}")]
     Transport(String),
+    #[error("the reply is larger than {} MiB, more than any Kubernetes object", super::MAX_REPLY_BYTES >> 20)]
+    ReplyTooLarge,
     #[error("unreadable reply: {0}")]
     Decode(String),
     #[error("bearer token file {}: {error}", path.display())]
@@ -71,6 +73,7 @@ impl Cause {
             | Cause::Unauthorized(_)
             | Cause::Forbidden(_)
             | Cause::Decode(_)
+            | Cause::ReplyTooLarge
             | Cause::Token { .. } => false,
         }
     }
@@ -92,9 +95,22 @@ impl Cause {
                 }
             }
             kube::Error::SerdeError(e) => Cause::Decode(e.to_string()),
+            other if is_too_large(&other) => Cause::ReplyTooLarge,
             other => Cause::Transport(chain(&other)),
         }
     }
+}
+
+/// Whether the reply was cut at [`super::MAX_REPLY_BYTES`].
+fn is_too_large(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// An error and its sources on one line ("a: b: c"), without repeating a source that its

@@ -28,6 +28,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 pub use error::{Call, Cause, K8sError};
 
+/// The largest API reply read: an object is at most about 1.5 MB (etcd's limit).
+pub const MAX_REPLY_BYTES: usize = 4 << 20;
+
 /// The `spec` of a NetworkAttachmentDefinition. `config` is empty when the NAD has no
 /// `spec.config` (or no spec at all): the standard then says to look in the CNI conf dir.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -184,8 +187,14 @@ impl KubeClient {
             config.auth_info.token = None;
         }
         let _entered = runtime.enter();
+        // A reply is read whole: past the cap it is an error, not memory taken.
         let builder = kube::client::ClientBuilder::try_from(config)
-            .map_err(|e| K8sError::setup(&from, &e))?;
+            .map_err(|e| K8sError::setup(&from, &e))?
+            .with_layer(&tower::util::MapResponseLayer::new(
+                |reply: http::Response<_>| {
+                    reply.map(|body| http_body_util::Limited::new(body, MAX_REPLY_BYTES))
+                },
+            ));
         let client = match &token_file {
             Some(token) => {
                 let header = Arc::clone(&token.header);
