@@ -27,6 +27,37 @@ pub struct NetNs {
 }
 
 impl NetNs {
+    /// Takes an exclusive lock on the namespace (an flock on its file, which every opener of
+    /// the namespace shares), waiting at most `wait`; it is held until this handle is dropped.
+    /// Plugins hold it while they change the pod, so two calls on one pod never interleave.
+    pub fn lock(&self, wait: std::time::Duration) -> Result<()> {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            match self.file.try_lock() {
+                Ok(()) => return Ok(()),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(Error::io(
+                        format!(
+                            "locking netns {}: another call on this pod still holds it after {} s",
+                            self.path.display(),
+                            wait.as_secs()
+                        ),
+                        std::io::Error::from(std::io::ErrorKind::WouldBlock),
+                    ))
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(Error::io(
+                        format!("locking netns {}", self.path.display()),
+                        e,
+                    ))
+                }
+            }
+        }
+    }
+
     /// Opens a namespace file such as `/run/netns/x` or `/proc/<pid>/ns/net`. Anything that is
     /// not a network namespace (a plain file, the file left after an unmount, another kind of
     /// namespace) is [`Error::Invalid`].

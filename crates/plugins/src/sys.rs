@@ -24,9 +24,21 @@ pub fn sys_ctx(what: impl std::fmt::Display) -> impl FnOnce(netkit::Error) -> Cn
     }
 }
 
-/// Opens the pod's namespace (code 8 when it cannot be used).
+/// How long a call waits for another call on the same pod.
+const POD_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Opens the pod's namespace (code 8 when it cannot be used), locked for this call: two calls
+/// on one pod (a runtime retrying an ADD, say) never interleave, so neither undoes the other's
+/// half-made interface. Past [`POD_LOCK_WAIT`], code 11.
 pub fn open_netns(path: &str) -> Result<NetNs, CniError> {
-    NetNs::open(path).map_err(|e| netns_error(path, &e))
+    let ns = NetNs::open(path).map_err(|e| netns_error(path, &e))?;
+    lock(ns)
+}
+
+fn lock(ns: NetNs) -> Result<NetNs, CniError> {
+    ns.lock(POD_LOCK_WAIT)
+        .map_err(|e| CniError::new(Code::TryAgainLater, e.to_string()))?;
+    Ok(ns)
 }
 
 /// Opens the pod's namespace for DEL: `None` when `CNI_NETNS` is empty or the namespace is
@@ -37,7 +49,7 @@ pub fn open_netns_for_del(path: &str) -> Result<Option<NetNs>, CniError> {
         return Ok(None);
     }
     match NetNs::open(path) {
-        Ok(ns) => Ok(Some(ns)),
+        Ok(ns) => lock(ns).map(Some),
         Err(e) if e.errno() == Some(libc::ENOENT) || matches!(e, netkit::Error::Invalid(_)) => {
             Ok(None)
         }
