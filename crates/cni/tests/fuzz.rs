@@ -23,6 +23,8 @@ fn corpus(target: &str) -> PathBuf {
 
 /// A parser's error: small enough for a log line, an event and the runtime's log.
 fn bounded(e: &CniError) -> Result<(), String> {
+    fuzz::escaped("an error message", &e.msg)?;
+    fuzz::escaped("an error's details", &e.details)?;
     fuzz::bounded_error_json(&serde_json::to_vec_pretty(e).unwrap())
 }
 

@@ -25,6 +25,8 @@ fn corpus(target: &str) -> PathBuf {
 }
 
 fn bounded(e: &CniError) -> Result<(), String> {
+    fuzz::escaped("an error message", &e.msg)?;
+    fuzz::escaped("an error's details", &e.details)?;
     fuzz::bounded_error_json(&serde_json::to_vec_pretty(e).unwrap())
 }
 

@@ -30,7 +30,9 @@ fn corpus(target: &str) -> PathBuf {
 }
 
 fn bounded(e: &Error) -> Result<(), String> {
-    fuzz::bounded_error_json(&serde_json::to_vec_pretty(&e.to_cni()).unwrap())
+    let e = e.to_cni();
+    fuzz::escaped("an error message", &e.msg)?;
+    fuzz::bounded_error_json(&serde_json::to_vec_pretty(&e).unwrap())
 }
 
 fn text(input: &[u8]) -> String {

@@ -577,6 +577,20 @@ pub fn short(what: &str, message: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// `Err` when `message` holds a raw control character or one that hides itself (a
+/// bidirectional override, a zero-width space): quoted input is escaped, so that it cannot
+/// break or forge a log line.
+pub fn escaped(what: &str, message: &str) -> Result<(), String> {
+    let hidden = |c: char| matches!(c as u32, 0x061c | 0x200b..=0x200f | 0x202a..=0x202e | 0x2060..=0x2069 | 0xfeff);
+    match message.chars().find(|&c| c.is_control() || hidden(c)) {
+        Some(c) => Err(format!(
+            "{what} holds the raw character {c:?}: {}",
+            show(message.as_bytes())
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `Err` when the JSON of a CNI error object is [`MAX_ERROR_JSON`] bytes or more.
 pub fn bounded_error_json(json: &[u8]) -> Result<(), String> {
     if json.len() >= MAX_ERROR_JSON {
