@@ -296,19 +296,44 @@ fn fixed_odd_values() -> Vec<(&'static str, Value)> {
         ("null", Value::Null),
         ("-1", Value::from(-1)),
         ("2^64-1", Value::from(u64::MAX)),
-        ("a fraction", Value::from(0.5)),
-        ("a prefixed address", Value::from("10.42.0.100/24")),
         ("an empty object", Value::Object(Default::default())),
         ("a long list", Value::Array(vec![Value::from(1); 2000])),
     ]
 }
 
-/// Each node of `doc` (up to 200) replaced by each of [`fixed_odd_values`], and each key
-/// made long.
+/// The nodes of a JSON seed that [`mutants`] edits one by one: enough for every key of a
+/// config, few enough for a suite that runs in seconds.
+const MAX_NODES: usize = 120;
+
+/// Every string of `v` 3000 bytes longer.
+fn stretch_strings(v: &mut Value) {
+    match v {
+        Value::String(s) => s.push_str(&"x".repeat(3000)),
+        Value::Array(items) => items.iter_mut().for_each(stretch_strings),
+        Value::Object(map) => map.values_mut().for_each(stretch_strings),
+        _ => {}
+    }
+}
+
+/// Each node of `doc` (up to [`MAX_NODES`]) replaced by each of [`fixed_odd_values`], each key made
+/// long, and, with every string made long, each node dropped: an error that one node causes
+/// must not quote another whole.
 fn json_mutants(doc: &Value) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
+    let mut long = doc.clone();
+    stretch_strings(&mut long);
+    for node in 0..nodes(&long).min(MAX_NODES) {
+        let mut m = long.clone();
+        edit_node(&mut m, &mut node.clone(), &JsonEdit::Drop);
+        if let Ok(bytes) = serde_json::to_vec(&m) {
+            out.push((
+                format!("every string long, JSON node {node} dropped"),
+                bytes,
+            ));
+        }
+    }
     let long_key = JsonEdit::Rename("k".repeat(3000));
-    for node in 0..nodes(doc).min(200) {
+    for node in 0..nodes(doc).min(MAX_NODES) {
         let edits = fixed_odd_values()
             .into_iter()
             .map(|(what, v)| (what, JsonEdit::Replace(v)))
@@ -320,6 +345,9 @@ fn json_mutants(doc: &Value) -> Vec<(String, Vec<u8>)> {
             let mut m = doc.clone();
             let mut target = node;
             edit_node(&mut m, &mut target, &edit);
+            if m == *doc {
+                continue;
+            }
             if let Ok(bytes) = serde_json::to_vec(&m) {
                 out.push((format!("JSON node {node}: {what}"), bytes));
             }
