@@ -139,12 +139,13 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<CachedAttachment, CniError> {
             "empty: written, but lost to a machine crash before it reached the disk".to_owned(),
         ));
     }
-    let file: CacheFile<CachedAttachment> =
-        serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+    // serde_json quotes a misplaced string whole: cut it.
+    let file: CacheFile<CachedAttachment> = serde_json::from_slice(bytes)
+        .map_err(|e| corrupt(crate::quote::shorten(&e.to_string())))?;
     if file.kind != KIND {
         return Err(corrupt(format!(
-            "kind is {:?}, expected {KIND:?}",
-            file.kind
+            "kind is {}, expected {KIND:?}",
+            crate::quote::quote(&file.kind)
         )));
     }
     let a = file.attachment;

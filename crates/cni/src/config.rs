@@ -96,6 +96,16 @@ pub fn validate_network_name(name: &str) -> Result<(), CniError> {
             crate::quote::quote(name)
         )));
     }
+    // The name names files and directories (the result cache, host-local's store): a longer
+    // one cannot work, and its I/O errors would quote it whole in their paths.
+    const NAME_MAX: usize = 255;
+    if name.len() > NAME_MAX {
+        return Err(CniError::invalid_config(format!(
+            "name: {} is {} bytes long: a network name is at most {NAME_MAX}, as it names files",
+            crate::quote::quote(name),
+            name.len()
+        )));
+    }
     Ok(())
 }
 

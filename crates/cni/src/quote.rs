@@ -26,6 +26,53 @@ pub fn quote_value(value: &Value) -> String {
     }
 }
 
+/// A library's error message that may quote input at any length, such as serde's
+/// `invalid type: string "xxxx…", expected a sequence at line 1 column 9`: each `"…"` or
+/// `` `…` `` run in it is cut to [`QUOTE_MAX`] characters, control characters are escaped,
+/// and the whole is cut at 1024 characters.
+pub fn shorten(message: &str) -> String {
+    const MAX: usize = 1024;
+    let mut out = String::new();
+    let mut rest = message;
+    while let Some(start) = rest.find(['"', '`']) {
+        out.push_str(&rest[..start]);
+        let close = char::from(rest.as_bytes()[start]);
+        let body = &rest[start + 1..];
+        // serde writes a string as Rust's `{:?}` does: `\"` does not close it.
+        let mut escaped = false;
+        let end = body.char_indices().find_map(|(i, c)| {
+            let closes = c == close && !escaped;
+            escaped = close == '"' && c == '\\' && !escaped;
+            closes.then_some(i)
+        });
+        let (run, after) = match end {
+            Some(i) => (&body[..i], &body[i + 1..]),
+            None => (body, ""),
+        };
+        out.push(close);
+        for (shown, c) in run.chars().enumerate() {
+            if shown == SHOWN {
+                out.push('…');
+                break;
+            }
+            out.push(c);
+        }
+        out.push(close);
+        rest = after;
+    }
+    out.push_str(rest);
+    let mut cut = String::with_capacity(out.len().min(MAX + 4));
+    for c in out.chars() {
+        let piece = escape(c, false);
+        if cut.len() + piece.len() > MAX {
+            cut.push('…');
+            break;
+        }
+        cut.push_str(&piece);
+    }
+    cut
+}
+
 fn show(text: &str, quoted: bool) -> String {
     let mut out = String::with_capacity(text.len().min(SHOWN) + 2);
     if quoted {
@@ -112,7 +159,37 @@ mod tests {
         assert!(quote_value(&big).chars().count() <= QUOTE_MAX);
     }
 
+    #[test]
+    fn library_messages_keep_what_was_expected_and_lose_the_long_input() {
+        let long = "x".repeat(1 << 16);
+        let e = serde_json::from_str::<Vec<u8>>(&format!("\"{long}\"")).unwrap_err();
+        let short = shorten(&e.to_string());
+        assert!(short.len() < 200, "{short}");
+        assert!(
+            short.starts_with(&format!("invalid type: string \"{}…\"", "x".repeat(SHOWN))),
+            "{short}"
+        );
+        assert!(
+            short.ends_with("expected a sequence at line 1 column 65538"),
+            "{short}"
+        );
+        // An escaped quote does not end the run; a backtick run is cut too.
+        let text = format!("a \"{}\\\"{long}\" b `{long}` c\n", "y".repeat(10));
+        let short = shorten(&text);
+        assert!(short.starts_with("a \"yyyyyyyyyy\\\"xxx"), "{short}");
+        assert!(short.ends_with("…` c\\n"), "{short}");
+        assert!(shorten(&long).len() <= 1024 + '…'.len_utf8());
+        assert_eq!(shorten("plain"), "plain");
+    }
+
     proptest! {
+        #[test]
+        fn shortened_messages_are_bounded(text in any::<String>()) {
+            let short = shorten(&text);
+            prop_assert!(short.len() <= 1024 + '…'.len_utf8());
+            prop_assert!(!short.chars().any(|c| c.is_control() || is_invisible(c)), "{short:?}");
+        }
+
         #[test]
         fn never_longer_than_the_bound_and_never_raw_control(text in any::<String>()) {
             for q in [quote(&text), quote_value(&Value::Array(vec![Value::String(text.clone())]))] {

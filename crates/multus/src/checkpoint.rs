@@ -63,8 +63,13 @@ pub fn pod_devices(
         msg,
     };
     let bytes = cni::input::read_file(path).map_err(|e| error(format!("cannot read: {e}")))?;
-    let file: File = serde_json::from_slice(&bytes)
-        .map_err(|e| error(format!("is not a kubelet device checkpoint: {e}")))?;
+    // serde_json quotes a misplaced string whole: cut it.
+    let file: File = serde_json::from_slice(&bytes).map_err(|e| {
+        error(format!(
+            "is not a kubelet device checkpoint: {}",
+            cni::quote::shorten(&e.to_string())
+        ))
+    })?;
     let mut devices: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for entry in file.data.entries.into_iter().flatten() {
         if entry.pod_uid != pod_uid {

@@ -351,11 +351,18 @@ impl CachedDelegate {
 
     fn into_delegate(self, fallback_version: &str) -> std::result::Result<Delegate, String> {
         if self.bytes.is_empty() {
-            return Err(format!("delegate {:?} has no config (Bytes)", self.name));
+            return Err(format!(
+                "delegate {} has no config (Bytes)",
+                cni::quote::quote(&self.name)
+            ));
         }
         let bytes = with_list_version(&self.bytes, fallback_version);
-        let network = Network::parse(&bytes)
-            .map_err(|e| format!("delegate {:?} has an unusable config: {e}", self.name))?;
+        let network = Network::parse(&bytes).map_err(|e| {
+            format!(
+                "delegate {} has an unusable config: {e}",
+                cni::quote::quote(&self.name)
+            )
+        })?;
         Ok(Delegate {
             name: if self.name.is_empty() {
                 network.name.clone()
@@ -466,8 +473,13 @@ pub fn load_cache(
         );
         return Ok(None);
     }
-    let entries: Vec<CachedDelegate> =
-        serde_json::from_slice(&bytes).map_err(|e| cache_error(&path, format!("corrupt: {e}")))?;
+    // serde_json quotes a misplaced string whole: cut it.
+    let entries: Vec<CachedDelegate> = serde_json::from_slice(&bytes).map_err(|e| {
+        cache_error(
+            &path,
+            format!("corrupt: {}", cni::quote::shorten(&e.to_string())),
+        )
+    })?;
     if entries.is_empty() {
         return Err(cache_error(&path, "corrupt: no delegates"));
     }

@@ -327,4 +327,93 @@ mod tests {
         );
         assert_eq!(unframe(&[0, 0, 0, 0, 1, 7]).unwrap(), [7]);
     }
+
+    // Fuzzing the decoder: a kubelet's answer (tests/corpus/pod_resources, with fields this
+    // module skips), its mutants and arbitrary bytes give devices or a short error, never a
+    // panic; what testkit's encoder writes decodes to the devices it holds.
+
+    use proptest::prelude::*;
+    use testkit::fuzz;
+
+    fn corpus() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/pod_resources")
+    }
+
+    fn check(message: &[u8]) -> Result<(), String> {
+        let mut framed = vec![0];
+        framed.extend((message.len() as u32).to_be_bytes());
+        framed.extend_from_slice(message);
+        for answer in [unframe(&framed), unframe(message)] {
+            match answer.and_then(|m| decode_list_response(&m, "ns1", "web")) {
+                Ok(_) => {}
+                Err(e) => fuzz::short("an error", &e, 200)?,
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn the_corpus_and_its_mutants() {
+        fuzz::check_corpus(&corpus(), check);
+        let kubelet = std::fs::read(corpus().join("kubelet-1.30")).unwrap();
+        let devices = decode_list_response(&kubelet, "ns1", "web").unwrap();
+        assert_eq!(
+            devices,
+            BTreeMap::from([(
+                "intel.com/sriov_netdevice".to_owned(),
+                vec!["0000:03:02.1".to_owned(), "0000:03:02.3".to_owned()]
+            )])
+        );
+    }
+
+    fn allocation() -> impl Strategy<Value = Allocation> {
+        let one_of = |names: &'static [&'static str]| {
+            proptest::sample::select(names).prop_map(str::to_owned)
+        };
+        (
+            one_of(&["ns1", "other"]),
+            one_of(&["web", "db"]),
+            ".{0,8}",
+            one_of(&["intel.com/sriov", "example.com/gpu"]),
+            proptest::collection::vec(".{0,20}", 0..4),
+        )
+            .prop_map(
+                |(namespace, pod, container, resource, device_ids)| Allocation {
+                    namespace,
+                    pod,
+                    container,
+                    resource,
+                    device_ids,
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(fuzz::config(256))]
+
+        #[test]
+        fn arbitrary_answers(message in fuzz::junk(512)) {
+            check(&message).map_err(TestCaseError::fail)?;
+        }
+
+        #[test]
+        fn mutated_answers(message in fuzz::mutated(fuzz::seeds(&corpus()))) {
+            check(&message).map_err(TestCaseError::fail)?;
+        }
+
+        #[test]
+        fn encoded_answers_decode_to_their_devices(
+            allocations in proptest::collection::vec(allocation(), 0..6)
+        ) {
+            let message = list_response(&allocations);
+            let mut want: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for a in allocations.iter().filter(|a| a.namespace == "ns1" && a.pod == "web") {
+                want.entry(a.resource.clone()).or_default().extend(a.device_ids.clone());
+            }
+            prop_assert_eq!(decode_list_response(&message, "ns1", "web"), Ok(want));
+            for (_, m) in fuzz::mutants(&message) {
+                check(&m).map_err(TestCaseError::fail)?;
+            }
+        }
+    }
 }

@@ -1,11 +1,13 @@
 //! Test support: network namespaces owned by a test, running CNI plugin binaries exactly as a
 //! container runtime does (env, stdin, stdout, exit code), a Kubernetes API test server
-//! ([`kube_api`]), and a fake kubelet pod-resources API ([`pod_resources`]).
+//! ([`kube_api`]), a fake kubelet pod-resources API ([`pod_resources`]), and the fuzz suites'
+//! corpus and mutations ([`fuzz`]).
 //!
 //! Nothing here touches the machine's root network namespace: plugins run with their process
 //! moved into a "node" namespace that the test created. DHCP servers and daemons run there too.
 
 pub mod dhcp;
+pub mod fuzz;
 pub mod kube_api;
 mod netns;
 mod plugin;

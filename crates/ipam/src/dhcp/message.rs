@@ -107,6 +107,9 @@ impl Reply {
     /// Decodes `payload` when it is a reply to transaction `xid` for `mac`; anything else on the
     /// wire (other clients' replies, garbage) is `None`.
     pub fn parse(payload: &[u8], xid: u32, mac: &[u8; 6]) -> Option<Reply> {
+        if !decodable(payload) {
+            return None;
+        }
         let msg = Message::decode(&mut Decoder::new(payload)).ok()?;
         if msg.opcode() != Opcode::BootReply || msg.xid() != xid || msg.chaddr().get(..6)? != mac {
             return None;
@@ -196,6 +199,55 @@ impl Reply {
             routes: choose_routes(&classless, &static_routes, &routers_first(opts)),
         })
     }
+}
+
+/// Whether dhcproto 0.13 can decode `payload` without panicking: `chaddr()` slices by the
+/// wire's `hlen` (past 16, out of bounds), and a few options of fixed size are checked by debug
+/// assertions (then, for 81, a length subtraction underflows). Such a reply is malformed; it is
+/// dropped as garbage is. Options are walked as dhcproto walks them: consecutive ones with one
+/// code are joined (RFC 3396), pad or end stops a run.
+fn decodable(payload: &[u8]) -> bool {
+    /// The fixed BOOTP fields and the magic cookie.
+    const OPTIONS_AT: usize = 240;
+    if payload.get(2).is_none_or(|&hlen| hlen > 16) {
+        return false;
+    }
+    let fits = |code: u8, len: usize| match code {
+        80 => len == 0,
+        81 => len >= 3,
+        94 => len == 3,
+        152..=155 => len == 4,
+        _ => true,
+    };
+    let mut rest = payload.get(OPTIONS_AT..).unwrap_or_default();
+    let mut run: Option<(u8, usize)> = None;
+    while let Some(&code) = rest.first() {
+        match code {
+            255 => break,
+            0 => {
+                if run.take().is_some_and(|(c, total)| !fits(c, total)) {
+                    return false;
+                }
+                rest = &rest[1..];
+                continue;
+            }
+            _ => {}
+        }
+        let Some(after) = rest
+            .get(1)
+            .and_then(|&len| rest.get(usize::from(len) + 2..))
+        else {
+            break;
+        };
+        let len = rest.len() - after.len() - 2;
+        rest = after;
+        run = match run {
+            Some((c, total)) if c == code => Some((c, total + len)),
+            Some((c, total)) if !fits(c, total) => return false,
+            _ => Some((code, len)),
+        };
+    }
+    run.is_none_or(|(c, total)| fits(c, total))
 }
 
 fn routers_first(opts: &dhcproto::v4::DhcpOptions) -> Option<Ipv4Addr> {

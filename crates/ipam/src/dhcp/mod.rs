@@ -4,6 +4,8 @@
 
 pub mod config;
 pub mod daemon;
+#[cfg(test)]
+mod fuzz;
 mod message;
 mod packet;
 mod plugin;

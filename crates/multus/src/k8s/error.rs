@@ -94,7 +94,8 @@ impl Cause {
                     },
                 }
             }
-            kube::Error::SerdeError(e) => Cause::Decode(e.to_string()),
+            // serde_json quotes a misplaced string whole: cut it.
+            kube::Error::SerdeError(e) => Cause::Decode(cni::quote::shorten(&e.to_string())),
             other if is_too_large(&other) => Cause::ReplyTooLarge,
             other => Cause::Transport(chain(&other)),
         }
@@ -156,7 +157,8 @@ impl K8sError {
     pub(super) fn setup(from: impl Into<String>, err: &dyn std::error::Error) -> K8sError {
         K8sError::Setup {
             from: from.into(),
-            message: chain(err),
+            // kube and the YAML library quote the kubeconfig's values whole and raw.
+            message: cni::quote::shorten(&chain(err)),
         }
     }
 

@@ -7,6 +7,8 @@
 
 mod addr;
 mod bridge;
+#[cfg(test)]
+mod fuzz;
 mod link;
 mod neigh;
 mod route;

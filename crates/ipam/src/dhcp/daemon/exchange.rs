@@ -328,7 +328,8 @@ fn seconds(d: Duration) -> String {
 fn refused(reply: &Reply, server: Ipv4Addr) -> Failure {
     let why = reply
         .message()
-        .map(|m| format!(": {m}"))
+        // The server is a stranger: its text is quoted, escaped and cut.
+        .map(|m| format!(": {}", cni::quote::quote(&m)))
         .unwrap_or_default();
     Failure::Refused(format!(
         "DHCP server {server} refused the request (DHCPNAK){why}"
@@ -396,4 +397,33 @@ fn random_xid() -> u32 {
         return nanos ^ std::process::id();
     }
     u32::from_ne_bytes(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use dhcproto::v4::{DhcpOption, Message, Opcode};
+    use dhcproto::{Encodable, Encoder};
+
+    use super::*;
+
+    #[test]
+    fn a_naks_text_reaches_the_error_quoted() {
+        let mac = [2, 0, 0, 0, 0, 1];
+        let z = Ipv4Addr::UNSPECIFIED;
+        let mut m = Message::new_with_id(7, z, z, z, z, &mac);
+        m.set_opcode(Opcode::BootReply);
+        let opts = m.opts_mut();
+        opts.insert(DhcpOption::MessageType(MessageType::Nak));
+        let text = format!("gone\n\u{1b}[31m{}", "x".repeat(1000));
+        opts.insert(DhcpOption::Message(text));
+        let mut buf = Vec::new();
+        m.encode(&mut Encoder::new(&mut buf)).unwrap();
+        let reply = Reply::parse(&buf, 7, &mac).unwrap();
+        let Failure::Refused(msg) = refused(&reply, Ipv4Addr::new(10, 0, 0, 1)) else {
+            panic!("not a refusal");
+        };
+        assert!(msg.len() < 300, "{msg}");
+        assert!(!msg.chars().any(char::is_control), "{msg}");
+        assert!(msg.contains(r#"(DHCPNAK): "gone\n\u{1b}[31mxxx"#), "{msg}");
+    }
 }

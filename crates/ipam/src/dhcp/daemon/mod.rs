@@ -10,6 +10,8 @@
 
 mod exchange;
 mod flags;
+#[cfg(test)]
+mod fuzz;
 mod listener;
 mod schedule;
 mod slots;

@@ -128,7 +128,11 @@ impl Store {
             }
             let parsed = std::fs::read(&path)
                 .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<Record>(&b).map_err(|e| e.to_string()));
+                // serde_json quotes a misplaced string whole: cut it for the log line.
+                .and_then(|b| {
+                    serde_json::from_slice::<Record>(&b)
+                        .map_err(|e| cni::quote::shorten(&e.to_string()))
+                });
             match parsed {
                 Ok(r) => records.push(r),
                 Err(e) => bad.push((path, e)),
