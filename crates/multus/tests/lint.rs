@@ -15,6 +15,13 @@ fn cni_plugins() -> PathBuf {
     testkit::workspace_binary("cni-plugins", "plugins")
 }
 
+/// Copies an executable by way of `cp`: a copy this process wrote could still be open in a
+/// child another test thread is forking, and executing it would then fail (ETXTBSY).
+fn copy_executable(from: &Path, to: &Path) {
+    let status = Command::new("cp").arg(from).arg(to).status().unwrap();
+    assert!(status.success(), "cp {} {}", from.display(), to.display());
+}
+
 /// A NetworkAttachmentDefinition document with `config` as its spec.config.
 fn nad(name: &str, config: &Value) -> String {
     format!(
@@ -768,7 +775,7 @@ fn invalid_yaml_json_and_objects_are_clear_errors() {
 fn cni_plugins_is_found_beside_multus_or_in_the_bin_dir() {
     let alone = tempfile::tempdir().unwrap();
     let multus = alone.path().join("multus");
-    std::fs::copy(MULTUS, &multus).unwrap();
+    copy_executable(Path::new(MULTUS), &multus);
     let files = Files::new();
     let file = files.write(
         "nad.yaml",
@@ -809,7 +816,7 @@ fn cni_plugins_is_found_beside_multus_or_in_the_bin_dir() {
 
     // In the bin dir, as on a node.
     let bin = tempfile::tempdir().unwrap();
-    std::fs::copy(cni_plugins(), bin.path().join("cni-plugins")).unwrap();
+    copy_executable(&cni_plugins(), &bin.path().join("cni-plugins"));
     let run = run_with(bin.path());
     assert_eq!(run.status, 2, "{}", run.stdout);
     says(&run.only("plugin-options"), "vlan: 5000");
