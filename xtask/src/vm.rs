@@ -579,9 +579,10 @@ fn pack(root: &Path, out: &Path) -> Result<()> {
 
 /// Boots the VM and returns its serial console output, echoed as it arrives.
 fn boot(kernel: &Path, initrd: &Path) -> Result<Vec<String>> {
-    // /dev/kvm here is kvm_pvm, which cannot run a stock kernel: software emulation.
+    // /dev/kvm here is kvm_pvm, which cannot run a stock kernel: software emulation. The
+    // initramfs (the debug test binaries, about 700 MB) is held twice while it unpacks.
     let mut child = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg", "-cpu", "max", "-m", "2048", "-smp", "1"])
+        .args(["-accel", "tcg", "-cpu", "max", "-m", "4096", "-smp", "1"])
         .args(["-nodefaults", "-no-user-config", "-display", "none"])
         .args(["-serial", "stdio", "-no-reboot"])
         .arg("-kernel")
