@@ -16,16 +16,12 @@ use proptest::prelude::*;
 use testkit::fuzz::{self, check_corpus, json_mutated, junk, mutated, seeds};
 
 fn corpus(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/corpus")
-        .join(target)
+    fuzz::corpus_dir(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 /// A parser's error: small enough for a log line, an event and the runtime's log.
 fn bounded(e: &CniError) -> Result<(), String> {
-    fuzz::escaped("an error message", &e.msg)?;
-    fuzz::escaped("an error's details", &e.details)?;
-    fuzz::bounded_error_json(&serde_json::to_vec_pretty(e).unwrap())
+    fuzz::bounded_error(&e.msg, &e.details, &serde_json::to_value(e).unwrap())
 }
 
 fn text(input: &[u8]) -> String {

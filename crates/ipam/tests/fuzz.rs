@@ -19,15 +19,11 @@ use serde_json::{json, Map, Value};
 use testkit::fuzz::{self, check_corpus, json_mutated, junk, mutated, seeds};
 
 fn corpus(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/corpus")
-        .join(target)
+    fuzz::corpus_dir(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 fn bounded(e: &CniError) -> Result<(), String> {
-    fuzz::escaped("an error message", &e.msg)?;
-    fuzz::escaped("an error's details", &e.details)?;
-    fuzz::bounded_error_json(&serde_json::to_vec_pretty(e).unwrap())
+    fuzz::bounded_error(&e.msg, &e.details, &serde_json::to_value(e).unwrap())
 }
 
 fn args(command: Command, container_id: &str, stdin: &[u8], cni_args: &str) -> CmdArgs {

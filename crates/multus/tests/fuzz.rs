@@ -24,15 +24,12 @@ use testkit::fuzz::{self, check_corpus, json_mutated, junk, mutated, seeds};
 use testkit::kube_api::{KubeApiServer, KubeconfigAuth};
 
 fn corpus(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/corpus")
-        .join(target)
+    fuzz::corpus_dir(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 fn bounded(e: &Error) -> Result<(), String> {
     let e = e.to_cni();
-    fuzz::escaped("an error message", &e.msg)?;
-    fuzz::bounded_error_json(&serde_json::to_vec_pretty(&e).unwrap())
+    fuzz::bounded_error(&e.msg, &e.details, &serde_json::to_value(&e).unwrap())
 }
 
 fn text(input: &[u8]) -> String {

@@ -619,6 +619,21 @@ pub fn escaped(what: &str, message: &str) -> Result<(), String> {
     }
 }
 
+/// A crate's seed corpus for `target`: `<manifest_dir>/tests/corpus/<target>`.
+pub fn corpus_dir(manifest_dir: &str, target: &str) -> std::path::PathBuf {
+    std::path::Path::new(manifest_dir)
+        .join("tests/corpus")
+        .join(target)
+}
+
+/// `Err` unless a CNI error object (`object`, with its `msg` and `details`) is fit for a log
+/// line, an event and the runtime's log: escaped, and under [`MAX_ERROR_JSON`] bytes.
+pub fn bounded_error(msg: &str, details: &str, object: &serde_json::Value) -> Result<(), String> {
+    escaped("an error message", msg)?;
+    escaped("an error's details", details)?;
+    bounded_error_json(&serde_json::to_vec_pretty(object).unwrap_or_default())
+}
+
 /// `Err` when the JSON of a CNI error object is [`MAX_ERROR_JSON`] bytes or more.
 pub fn bounded_error_json(json: &[u8]) -> Result<(), String> {
     if json.len() >= MAX_ERROR_JSON {
