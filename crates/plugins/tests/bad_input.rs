@@ -786,6 +786,11 @@ fn corpus() -> Vec<Case> {
     cases
 }
 
+/// Every plugin the `cni-plugins` binary answers to.
+fn every_plugin() -> Vec<&'static str> {
+    plugins::PLUGINS.iter().map(|e| e.name).collect()
+}
+
 /// A JSON object naming a network and a version every command accepts: then DEL has what it
 /// needs. (Without them every command is refused, DEL too.)
 fn is_network_config(stdin: &str) -> bool {
@@ -801,18 +806,7 @@ fn is_network_config(stdin: &str) -> bool {
 #[test]
 fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
     let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
-    let plugins = PluginDir::new(
-        bin,
-        &[
-            "bridge",
-            "macvlan",
-            "ipvlan",
-            "host-local",
-            "static",
-            "dhcp",
-            "passthru",
-        ],
-    );
+    let plugins = PluginDir::new(bin, &every_plugin());
     let node = Netns::new("badnode");
     node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up0p"]);
     node.ip(&["link", "set", "up0p", "up"]);
@@ -923,15 +917,7 @@ fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
 #[test]
 fn stdin_past_the_cap_is_refused_before_it_is_parsed() {
     let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
-    let plugins = [
-        "bridge",
-        "macvlan",
-        "ipvlan",
-        "host-local",
-        "static",
-        "dhcp",
-        "passthru",
-    ];
+    let plugins = every_plugin();
     let dir = PluginDir::new(bin, &plugins);
     let huge = format!(
         r#"{{"cniVersion":"1.0.0","name":"big","type":"bridge","junk":[{}0]}}"#,
