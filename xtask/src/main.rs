@@ -70,7 +70,7 @@ pub fn build_release() -> Result<PathBuf> {
             "-p",
             "plugins",
             "-p",
-            "multus",
+            "multus-node",
             "--target",
             NODE_TARGET,
         ])
@@ -78,7 +78,7 @@ pub fn build_release() -> Result<PathBuf> {
         .status()
         .context("running cargo build")?;
     if !status.success() {
-        bail!("cargo build --release -p plugins -p multus failed");
+        bail!("cargo build --release -p plugins -p multus-node failed");
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()

@@ -200,9 +200,9 @@ impl MultusConf {
             device_info_dir: path("deviceInfoDir")?
                 .unwrap_or_else(|| crate::devinfo::DEFAULT_DIR.into()),
             kubelet_checkpoint_file: path("kubeletCheckpointFile")?
-                .unwrap_or_else(|| crate::checkpoint::DEFAULT_PATH.into()),
+                .unwrap_or_else(|| kubelet::checkpoint::DEFAULT_PATH.into()),
             pod_resources_socket: path("podResourcesSocket")?
-                .unwrap_or_else(|| crate::pod_resources::DEFAULT_SOCKET.into()),
+                .unwrap_or_else(|| kubelet::pod_resources::DEFAULT_SOCKET.into()),
             delegates,
             cluster_network,
             default_networks: keys.string_list("defaultNetworks")?,

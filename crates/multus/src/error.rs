@@ -50,14 +50,14 @@ pub enum Error {
     Checkpoint {
         network: String,
         #[source]
-        source: crate::checkpoint::CheckpointError,
+        source: kubelet::checkpoint::CheckpointError,
     },
     /// The kubelet's pod-resources API, asked for a network whose NAD names a resource.
     #[error("network {network}: {source}")]
     PodResources {
         network: String,
         #[source]
-        source: crate::pod_resources::PodResourcesError,
+        source: kubelet::pod_resources::PodResourcesError,
     },
     /// A network whose NAD names a device plugin resource, with no device of it for the pod.
     #[error("network {network}: {msg}")]
@@ -67,7 +67,7 @@ pub enum Error {
     Cache { path: String, msg: String },
     /// Kubernetes API calls, as the client reported them.
     #[error("kubernetes: {0}")]
-    Kube(Box<crate::k8s::K8sError>),
+    Kube(Box<k8s::K8sError>),
     /// Kubernetes API calls: what the answer meant for multus.
     #[error("kubernetes: {0}")]
     Api(String),
@@ -105,8 +105,8 @@ pub enum Error {
 /// What a failed API call means for the runtime: credentials or RBAC that are wrong do not
 /// get better by trying again (7, the node's multus configuration), a token file that cannot
 /// be read is I/O (5), and the rest may pass later (11).
-fn kube_code(e: &crate::k8s::K8sError) -> u32 {
-    use crate::k8s::Cause;
+fn kube_code(e: &k8s::K8sError) -> u32 {
+    use k8s::Cause;
     match e.cause() {
         None | Some(Cause::Unauthorized(_) | Cause::Forbidden(_)) => Code::InvalidConfig as u32,
         Some(Cause::Token { .. }) => Code::Io as u32,
@@ -114,8 +114,8 @@ fn kube_code(e: &crate::k8s::K8sError) -> u32 {
     }
 }
 
-impl From<crate::k8s::K8sError> for Error {
-    fn from(e: crate::k8s::K8sError) -> Error {
+impl From<k8s::K8sError> for Error {
+    fn from(e: k8s::K8sError) -> Error {
         Error::Kube(Box::new(e))
     }
 }

@@ -3,12 +3,12 @@
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s::ObjectMeta;
 
 use crate::api::{Api, Event, EventKind, Nad, Pod};
 use crate::config::MultusConf;
 use crate::error::{Error, Result};
-use crate::k8s::{ClientOptions, EventType, K8sError, KubeClient, PodEvent};
+use k8s::{ClientOptions, EventType, K8sError, KubeClient, PodEvent};
 
 /// All the events of one command share this deadline (or the API timeout, when shorter).
 const EVENTS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -35,7 +35,7 @@ impl KubeApi {
 pub fn connect(conf: &MultusConf) -> Result<Option<Box<dyn Api>>> {
     let kubeconfig = match &conf.kubeconfig {
         Some(path) => Some(path.clone()),
-        None if crate::k8s::in_cluster_available() => None,
+        None if k8s::in_cluster_available() => None,
         None => return Ok(None),
     };
     Ok(Some(Box::new(KubeApi {

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::api::Pod;
-use crate::checkpoint;
 use crate::config::MultusConf;
 use crate::error::{Error, Result};
-use crate::pod_resources;
+use kubelet::checkpoint;
+use kubelet::pod_resources;
 
 /// The devices the kubelet allocated to the pod, asked of its pod-resources API when the
 /// socket is there (as upstream), else read from its device checkpoint; at the first NAD that

@@ -5,7 +5,7 @@
 //! arbitrary bytes and randomly broken corpus files, each gives a value or an error whose CNI
 //! object is under 4 KB; never a panic or a hang. Where multus writes what it reads (the
 //! delegate cache, device-info files), the written file reads back the same. The pod-resources
-//! protobuf decoder is fuzzed inside the crate (src/pod_resources.rs).
+//! protobuf decoder is fuzzed in the kubelet crate (crates/kubelet/src/pod_resources.rs).
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
+use k8s::{ClientOptions, KubeClient, NetworkAttachmentDefinition};
 use kube::core::DynamicObject;
 use multus::delegate::{self, Delegate};
-use multus::k8s::{ClientOptions, KubeClient, NetworkAttachmentDefinition};
 use multus::selection::{self, Selection, NETWORKS_ANNOTATION};
 use multus::{config::MultusConf, Error};
 use proptest::prelude::*;
@@ -247,7 +247,7 @@ fn check_checkpoint(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
     let path = dir.path().join("kubelet_internal_checkpoint");
     std::fs::write(&path, input).unwrap();
-    match multus::checkpoint::pod_devices(&path, POD_UID) {
+    match kubelet::checkpoint::pod_devices(&path, POD_UID) {
         Ok(_) => Ok(()),
         Err(source) => bounded(&Error::Checkpoint {
             network: "default/sriov".into(),

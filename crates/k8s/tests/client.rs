@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use multus::k8s::{Cause, ClientOptions, EventType, K8sError, KubeClient, PodEvent};
+use k8s::ObjectMeta;
+use k8s::{Cause, ClientOptions, EventType, K8sError, KubeClient, PodEvent};
 use serde_json::json;
 use testkit::kube_api::{
     pod_manifest, Fault, InCluster, KubeApiServer, KubeconfigAuth, LoggedRequest,
@@ -641,7 +641,7 @@ fn setup_errors_name_the_kubeconfig() {
 #[test]
 fn in_cluster_credentials() -> Result<()> {
     if std::env::var_os("IN_CLUSTER_CHILD").is_some() {
-        assert!(multus::k8s::in_cluster_available());
+        assert!(k8s::in_cluster_available());
         let pod = KubeClient::new(&ClientOptions::default())?.get_pod("ns1", "web")?;
         println!("uid={}", pod.metadata.uid.unwrap_or_default());
         return Ok(());
@@ -676,7 +676,7 @@ fn in_cluster_credentials() -> Result<()> {
 #[test]
 fn in_cluster_detection_follows_the_environment() {
     // The test binaries run outside any cluster.
-    assert!(!multus::k8s::in_cluster_available());
+    assert!(!k8s::in_cluster_available());
     let err = KubeClient::new(&ClientOptions::default())
         .err()
         .expect("no in-cluster setup");

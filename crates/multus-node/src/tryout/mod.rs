@@ -20,11 +20,11 @@ use netkit::netlink::AddrOpts;
 use netkit::Netlink;
 use serde_json::Value;
 
-use crate::api::{EventKind, Pod};
-use crate::cmd::{self, Invocation, K8sArgs};
-use crate::config::MultusConf;
-use crate::status::NETWORK_STATUS_ANNOTATION;
 use input::{FileApi, Inputs};
+use multus::api::{EventKind, Pod};
+use multus::cmd::{self, Invocation, K8sArgs};
+use multus::config::MultusConf;
+use multus::status::NETWORK_STATUS_ANNOTATION;
 use sandbox::Sandbox;
 use state::{command_in, Diff, Kernel};
 
@@ -405,10 +405,10 @@ fn trial(
         path: vec![sb.bin_dir()],
         stdin: Vec::new(),
     };
-    let run = |args: cni::CmdArgs, f: fn(&Invocation) -> crate::Result<()>| {
+    let run = |args: cni::CmdArgs, f: fn(&Invocation) -> multus::Result<()>| {
         let conf = conf.clone();
         let api = &api;
-        sb.node.run(move || -> crate::Result<()> {
+        sb.node.run(move || -> multus::Result<()> {
             let k8s = K8sArgs::parse(&args.args)?;
             let inv = Invocation {
                 path: conf.plugin_path(&args.path),
@@ -416,7 +416,7 @@ fn trial(
                 k8s,
                 args: &args,
                 api: Some(api),
-                events: crate::api::Events::default(),
+                events: multus::api::Events::default(),
             };
             f(&inv)
         })

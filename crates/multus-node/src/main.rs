@@ -20,13 +20,13 @@ struct Cli {
 enum Tool {
     /// Install multus and the plugins on this node and keep its multus config current (the
     /// multus DaemonSet's entrypoint).
-    Install(multus::install::Options),
+    Install(multus_node::install::Options),
     /// Try NADs and a pod on a throwaway node in namespaces of their own, with no cluster:
     /// ADD, what the pod got, a connectivity check per network, DEL, and what is left.
-    Try(multus::tryout::Options),
+    Try(multus_node::tryout::Options),
     /// Check NetworkAttachmentDefinition files before they are applied: exit 0 clean, 1
     /// warnings, 2 errors.
-    Lint(multus::lint::Options),
+    Lint(multus_node::lint::Options),
 }
 
 fn main() {
@@ -39,8 +39,8 @@ fn main() {
     }
     let cli = Cli::parse();
     let result = match &cli.command {
-        Tool::Install(opts) => multus::install::run(opts),
-        Tool::Try(opts) => match multus::tryout::run(opts) {
+        Tool::Install(opts) => multus_node::install::run(opts),
+        Tool::Try(opts) => match multus_node::tryout::run(opts) {
             Ok(true) => std::process::exit(0),
             Ok(false) => std::process::exit(1),
             Err(e) => {
@@ -48,7 +48,7 @@ fn main() {
                 std::process::exit(2);
             }
         },
-        Tool::Lint(opts) => std::process::exit(multus::lint::run(opts)),
+        Tool::Lint(opts) => std::process::exit(multus_node::lint::run(opts)),
     };
     if let Err(e) = result {
         eprintln!("multus install: {e}");

@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use serde::Deserialize;
 
 use super::Error;
-use crate::api::{self, Api, EventKind, Pod};
 use crate::lint::input::Document;
 use crate::lint::{Report, Severity};
+use multus::api::{self, Api, EventKind, Pod};
 
 const NAD_KIND: &str = "NetworkAttachmentDefinition";
 
@@ -164,11 +164,11 @@ pub struct FileApi {
 }
 
 impl Api for FileApi {
-    fn pod(&self, namespace: &str, name: &str) -> crate::Result<Option<Pod>> {
+    fn pod(&self, namespace: &str, name: &str) -> multus::Result<Option<Pod>> {
         Ok((self.pod.namespace == namespace && self.pod.name == name).then(|| self.pod.clone()))
     }
 
-    fn nad(&self, namespace: &str, name: &str) -> crate::Result<Option<api::Nad>> {
+    fn nad(&self, namespace: &str, name: &str) -> multus::Result<Option<api::Nad>> {
         Ok(self
             .nads
             .get(&(namespace.to_owned(), name.to_owned()))
@@ -182,14 +182,14 @@ impl Api for FileApi {
         &self,
         _pod: &Pod,
         annotations: &BTreeMap<String, String>,
-    ) -> crate::Result<()> {
+    ) -> multus::Result<()> {
         if let Ok(mut held) = self.annotations.lock() {
             held.extend(annotations.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
         Ok(())
     }
 
-    fn record_events<'a>(&self, events: &'a [api::Event]) -> Vec<(&'a api::Event, crate::Error)> {
+    fn record_events<'a>(&self, events: &'a [api::Event]) -> Vec<(&'a api::Event, multus::Error)> {
         if let Ok(mut held) = self.events.lock() {
             held.extend(events.iter().map(|e| Event {
                 kind: e.kind,

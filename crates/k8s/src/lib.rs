@@ -1,5 +1,7 @@
-//! Kubernetes access for multus: pods, NetworkAttachmentDefinitions, the pod's annotations and
-//! events.
+//! The Kubernetes API client of multus-rs: pods, NetworkAttachmentDefinitions, the pod's
+//! annotations and events, with one error type ([`K8sError`]).
+
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 //!
 //! multus is a short-lived synchronous CNI process, so the client is synchronous: a
 //! current-thread tokio runtime lives inside it and each call blocks until it is done. Every
@@ -20,13 +22,15 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind, NotUsed, Object};
 use serde::{Deserialize, Deserializer, Serialize};
 
 pub use error::{Call, Cause, K8sError};
+/// The pod identity an event names.
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The largest API reply read: an object is at most about 1.5 MB (etcd's limit).
 pub const MAX_REPLY_BYTES: usize = 4 << 20;

@@ -17,8 +17,8 @@ use clap::{Args, ValueEnum};
 use ipnet::IpNet;
 use serde_json::Value;
 
-use crate::k8s::NetworkAttachmentDefinition;
 use input::Document;
+use k8s::NetworkAttachmentDefinition;
 use network::{Context, Network, Reserved, Uplink};
 use plugins::Plugins;
 use pods::PodMeta;

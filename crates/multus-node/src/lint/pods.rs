@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::network::Network;
 use super::report::{Place, Report, Severity};
-use crate::selection::{self, NETWORKS_ANNOTATION};
+use multus::selection::{self, NETWORKS_ANNOTATION};
 
 /// A pod's or a pod template's metadata, and the YAML key it sits under.
 pub struct PodMeta<'a> {
@@ -93,9 +93,9 @@ pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, repo
 }
 
 /// What is wrong with the annotation, without the annotation's name (the place names it).
-fn annotation_error(e: crate::Error) -> String {
+fn annotation_error(e: multus::Error) -> String {
     match e {
-        crate::Error::Annotation { msg, .. } => msg,
+        multus::Error::Annotation { msg, .. } => msg,
         other => other.to_string(),
     }
 }
