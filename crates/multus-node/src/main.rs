@@ -32,8 +32,8 @@ enum Tool {
 fn main() {
     if std::env::var_os("CNI_COMMAND").is_some_and(|c| !c.is_empty()) {
         let about = format!("multus-rs meta-plugin v{}", env!("CARGO_PKG_VERSION"));
-        let plugin = multus::cmd::Multus {
-            connect: multus::connect,
+        let plugin = multus::command::Multus {
+            connect: multus::api::kube::connect,
         };
         std::process::exit(cni::plugin_main(&plugin, &about));
     }

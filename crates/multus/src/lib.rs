@@ -2,24 +2,29 @@
 //! the cluster network for the pod's first interface and one delegate per network the pod's
 //! annotation selects, writes what the pod got to its network-status annotation, and undoes
 //! everything when any part fails.
+//!
+//! A command runs in three stages ([`command`]): [`plan`], [`attach`], [`report`]. The formats
+//! it reads and writes have a module each: [`config`] (the multus config), [`k8s_args`]
+//! (`CNI_ARGS`), [`selection`] (the networks annotations), [`status`] (network-status),
+//! [`cache`] (the delegate cache), [`devinfo`] (device-info files).
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod api;
-pub mod cmd;
+pub mod attach;
+pub mod cache;
+pub mod command;
 pub mod config;
 pub mod container_lock;
 pub mod delegate;
 pub mod devinfo;
 pub mod error;
-mod kube_api;
+pub mod invocation;
+pub mod k8s_args;
 pub mod log;
-pub mod pod_devices;
-pub mod resolve;
-pub mod route;
+pub mod plan;
+pub mod report;
 pub mod selection;
 pub mod status;
 
 pub use error::{Error, Result};
-
-pub use kube_api::connect;

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use k8s::{ClientOptions, KubeClient, NetworkAttachmentDefinition};
 use kube::core::DynamicObject;
-use multus::delegate::{self, Delegate};
+use multus::cache;
+use multus::delegate::Delegate;
 use multus::selection::{self, Selection, NETWORKS_ANNOTATION};
 use multus::{config::MultusConf, Error};
 use proptest::prelude::*;
@@ -124,17 +125,17 @@ fn check_delegate_cache(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
     let (planted, copy) = (dir.path().join("planted"), dir.path().join("copy"));
     std::fs::create_dir(&planted).unwrap();
-    std::fs::write(delegate::cache_path(&planted, "c0ffee"), input).unwrap();
-    let delegates = match delegate::load_cache(&planted, "c0ffee", "1.0.0") {
+    std::fs::write(cache::path(&planted, "c0ffee"), input).unwrap();
+    let delegates = match cache::load(&planted, "c0ffee", "1.0.0") {
         Ok(Some(d)) => d,
         Ok(None) if input.is_empty() => return Ok(()),
         Ok(None) => return Err("a cache file read as none".into()),
         Err(e) => return bounded(&e),
     };
-    delegate::save_cache(&copy, "c0ffee", &delegates)
-        .and_then(delegate::CacheSync::wait)
+    cache::save(&copy, "c0ffee", delegates.iter())
+        .and_then(cache::CacheSync::wait)
         .map_err(|e| format!("saving: {e}"))?;
-    let back = delegate::load_cache(&copy, "c0ffee", "1.0.0")
+    let back = cache::load(&copy, "c0ffee", "1.0.0")
         .map_err(|e| format!("a saved cache does not read: {e}"))?;
     if back.as_ref() != Some(&delegates) {
         return Err(format!("{delegates:?} came back as {back:?}"));
@@ -276,7 +277,7 @@ fn check_devinfo(input: &[u8]) -> Result<(), String> {
 }
 
 fn check_k8s_args(raw: &str) -> Result<(), String> {
-    match multus::cmd::K8sArgs::parse(raw) {
+    match multus::k8s_args::K8sArgs::parse(raw) {
         Ok(args) => {
             let name = args
                 .pairs

@@ -22,8 +22,9 @@ use serde_json::Value;
 
 use input::{FileApi, Inputs};
 use multus::api::{EventKind, Pod};
-use multus::cmd::{self, Invocation, K8sArgs};
+use multus::command;
 use multus::config::MultusConf;
+use multus::invocation::Invocation;
 use multus::status::NETWORK_STATUS_ANNOTATION;
 use sandbox::Sandbox;
 use state::{command_in, Diff, Kernel};
@@ -408,22 +409,11 @@ fn trial(
     let run = |args: cni::CmdArgs, f: fn(&Invocation) -> multus::Result<()>| {
         let conf = conf.clone();
         let api = &api;
-        sb.node.run(move || -> multus::Result<()> {
-            let k8s = K8sArgs::parse(&args.args)?;
-            let inv = Invocation {
-                path: conf.plugin_path(&args.path),
-                conf,
-                k8s,
-                args: &args,
-                api: Some(api),
-                events: multus::api::Events::default(),
-            };
-            f(&inv)
-        })
+        sb.node.run(move || command::run(&args, conf, Some(api), f))
     };
 
     println!("\n--- ADD");
-    let added = run(call(cni::Command::Add), |inv| cmd::add(inv).map(|_| ()))
+    let added = run(call(cni::Command::Add), |inv| command::add(inv).map(|_| ()))
         .map_err(|e| Error::Sandbox(format!("entering the node: {e}")))?;
     let mut ok = match &added {
         Ok(()) => {
@@ -481,7 +471,7 @@ fn trial(
             return Ok(ok);
         }
         println!("\n--- DEL");
-        match run(call(cni::Command::Del), cmd::del)
+        match run(call(cni::Command::Del), command::del)
             .map_err(|e| Error::Sandbox(format!("entering the node: {e}")))?
         {
             Ok(()) => println!("ok"),

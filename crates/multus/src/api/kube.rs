@@ -1,4 +1,4 @@
-//! The Kubernetes API through [`crate::k8s`]: the [`Api`] that multus's commands use.
+//! The Kubernetes-backed [`Api`]: the one the `multus` binary runs with, through [`k8s`].
 
 use std::cell::OnceCell;
 use std::collections::BTreeMap;

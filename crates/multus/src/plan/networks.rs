@@ -6,15 +6,15 @@ use std::path::{Path, PathBuf};
 use cni::network::Network;
 use serde_json::Value;
 
+use super::devices::PodDevices;
 use crate::api::{Api, EventKind, Events, Nad, Pod};
 use crate::config::MultusConf;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
-use crate::pod_devices::PodDevices;
 use crate::selection::{self, Selection};
 
 /// Everything the resolution reads.
-pub struct Context<'a> {
+pub struct Networks<'a> {
     pub conf: &'a MultusConf,
     pub api: Option<&'a dyn Api>,
     /// Where the events of the resolution go.
@@ -27,7 +27,7 @@ pub struct Context<'a> {
     pub devices: Option<PodDevices>,
 }
 
-impl Context<'_> {
+impl Networks<'_> {
     fn is_system_namespace(&self) -> bool {
         self.conf
             .system_namespaces
@@ -276,7 +276,7 @@ pub fn inline_delegates(conf: &MultusConf) -> Result<Vec<Delegate>> {
 
 /// The first config file in `dir` (by file name) whose network is `name` (any, with `None`):
 /// `.conf`, `.json` and `.conflist` files, as libcni lists them.
-pub fn first_config_in(dir: &Path, name: Option<&str>) -> Result<Option<Vec<u8>>> {
+fn first_config_in(dir: &Path, name: Option<&str>) -> Result<Option<Vec<u8>>> {
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .flatten()
@@ -318,7 +318,7 @@ pub fn first_config_in(dir: &Path, name: Option<&str>) -> Result<Option<Vec<u8>>
 
 /// At most one gateway per family over all `default-route` requests; for each family that
 /// is requested, every other delegate's default route of that family is removed.
-pub fn mark_gateway_filters(delegates: &mut [Delegate]) -> Result<()> {
+fn mark_gateway_filters(delegates: &mut [Delegate]) -> Result<()> {
     let all: Vec<_> = delegates
         .iter()
         .flat_map(|d| d.default_route.iter())

@@ -1,6 +1,8 @@
 //! What multus needs from the Kubernetes API, as plain data. The commands talk to a `dyn Api`
 //! only, so everything else works (and is tested) on pods and NAD configs as values.
 
+pub mod kube;
+
 use std::collections::BTreeMap;
 
 use crate::error::Result;

@@ -1,0 +1,162 @@
+//! Attach: runs a plan's delegates in order (ADD), in reverse (DEL), or each (CHECK). A failed
+//! ADD deletes every delegate that ran and the delegate cache again, so DEL finds nothing.
+
+mod exec;
+pub mod route;
+
+use cni::CniResult;
+
+use crate::api::{EventKind, Pod};
+use crate::cache::{self, CacheSync};
+use crate::devinfo;
+use crate::error::{Error, Result};
+use crate::invocation::Invocation;
+use crate::plan::{Attachment, Plan};
+use route::{Demoted, PodNetns};
+
+/// The reason of the event a device-info file that cannot be used leaves on the pod.
+pub const DEVICE_INFO_EVENT: &str = "DeviceInfoUnusable";
+
+/// What ADD made.
+pub struct Attached {
+    /// One result per attachment of the plan, in order.
+    pub results: Vec<CniResult>,
+    /// Per attachment, its default routes kept behind the pod's.
+    pub demoted: Vec<Vec<Demoted>>,
+}
+
+/// ADD of every attachment in order. The delegate cache is written before the first runs, so
+/// a DEL after a crash finds them all; it is returned on its way to disk.
+pub fn add(inv: &Invocation, plan: &Plan) -> Result<(Attached, CacheSync)> {
+    let pod_ns = PodNetns::open(&inv.args.netns)?;
+    // A name the pod has already (a repeated ADD) is refused before the delegate cache is
+    // written: the cache of the attachment that is there stays for its DEL.
+    for a in &plan.attachments {
+        free_ifname(&pod_ns, a)?;
+    }
+    let cache_sync = cache::save(
+        &inv.conf.cni_dir,
+        &inv.args.container_id,
+        plan.attachments.iter().map(|a| &a.delegate),
+    )?;
+    let mut results = Vec::with_capacity(plan.attachments.len());
+    let mut demoted = Vec::with_capacity(plan.attachments.len());
+    for (index, a) in plan.attachments.iter().enumerate() {
+        // A name taken since is refused before the delegate runs: its DEL would remove the
+        // interface that was there.
+        if let Err(e) = free_ifname(&pod_ns, a) {
+            return Err(fail(inv, plan, index, e));
+        }
+        copy_device_info(inv, plan.pod.as_ref(), a);
+        match exec::add(inv, &pod_ns, a) {
+            Ok((result, moved)) => {
+                results.push(result);
+                demoted.push(moved);
+            }
+            Err(e) => return Err(fail(inv, plan, index + 1, e)),
+        }
+    }
+    Ok((Attached { results, demoted }, cache_sync))
+}
+
+/// A failed ADD: the first `ran` attachments are deleted again, and the pod gets a warning.
+fn fail(inv: &Invocation, plan: &Plan, ran: usize, e: Error) -> Error {
+    undo(inv, &plan.attachments[..ran]);
+    inv.event(
+        plan.pod.as_ref(),
+        EventKind::Warning,
+        "AddInterfaceFailed",
+        &e.to_string(),
+    );
+    e
+}
+
+/// Refuses an interface name the pod already has.
+fn free_ifname(pod_ns: &PodNetns, a: &Attachment) -> Result<()> {
+    if pod_ns.has_interface(&a.ifname)? {
+        return Err(Error::Request {
+            network: a.delegate.name.clone(),
+            ifname: a.ifname.clone(),
+            msg: "the pod already has an interface of this name".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Copies the device plugin's device-info file to the one the delegate gets. A file that
+/// cannot be copied is a warning: the pod comes up without it.
+fn copy_device_info(inv: &Invocation, pod: Option<&Pod>, a: &Attachment) {
+    let (Some(from), Some(file)) = (&a.device_plugin_file, &a.device_info_file) else {
+        return;
+    };
+    let (network, ifname) = (&a.delegate.name, &a.ifname);
+    match devinfo::copy(from, file) {
+        Ok(true) => {
+            tracing::debug!(%network, %ifname, "device-info copied from {}", from.display())
+        }
+        Ok(false) => {
+            tracing::debug!(%network, %ifname, "no device-info from the device plugin at {}", from.display())
+        }
+        Err(e) => inv.warn(
+            pod,
+            DEVICE_INFO_EVENT,
+            &format!(
+                "network {network} on interface {ifname}: {e}; not copied to {}",
+                file.display()
+            ),
+        ),
+    }
+}
+
+/// Rolls back a failed ADD: DEL of `attachments` in reverse order, then the delegate cache.
+pub fn undo(inv: &Invocation, attachments: &[Attachment]) {
+    for e in del(inv, attachments) {
+        tracing::error!("rollback: {e}");
+    }
+    if let Err(e) = cache::remove(&inv.conf.cni_dir, &inv.args.container_id) {
+        tracing::error!("rollback: {e}");
+    }
+}
+
+/// DEL of every attachment in reverse order, each whatever the others did; the errors.
+pub fn del(inv: &Invocation, attachments: &[Attachment]) -> Vec<Error> {
+    let mut errors = Vec::new();
+    for a in attachments.iter().rev() {
+        let (network, ifname) = (&a.delegate.name, &a.ifname);
+        // Never run multus as a delegate, even from an old cache: it made nothing.
+        if let Err(e) = a.delegate.refuse_this_binary(&inv.path) {
+            tracing::error!(%network, %ifname, "DEL skips it: {e}");
+            continue;
+        }
+        let deleted = exec::del(inv, a);
+        if let Some(file) = &a.device_info_file {
+            if let Err(e) = devinfo::remove(file) {
+                tracing::warn!(%network, %ifname, "{e}");
+            }
+        }
+        if let Err(e) = deleted {
+            tracing::error!(%network, %ifname, "DEL failed: {e}");
+            errors.push(e);
+        }
+    }
+    errors
+}
+
+/// CHECK of every attachment; the errors.
+pub fn check(inv: &Invocation, attachments: &[Attachment]) -> Vec<Error> {
+    let mut errors = Vec::new();
+    for a in attachments {
+        if let Err(e) = a.delegate.refuse_this_binary(&inv.path) {
+            errors.push(e);
+            continue;
+        }
+        if !a.delegate.network.version.has_check() {
+            tracing::info!(network = %a.delegate.name, "CHECK skipped: version {}", a.delegate.network.version);
+            continue;
+        }
+        if let Err(e) = exec::check(inv, a) {
+            errors.push(e);
+        }
+    }
+    errors
+}

@@ -1,0 +1,284 @@
+//! The CNI commands, each a one-way pipeline over [`Invocation`]: [`plan`] says what to run,
+//! [`attach`] runs it (and undoes a failed ADD), [`report`] tells the pod. [`run`] is the
+//! entry point: the `multus` binary calls it for the runtime, and `multus try` on its sandbox.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use cni::{CmdArgs, CniError, CniResult, GcAttachment};
+
+use crate::api::Api;
+use crate::config::MultusConf;
+use crate::container_lock;
+use crate::delegate::Delegate;
+use crate::error::{Error, Result};
+use crate::invocation::Invocation;
+use crate::{attach, cache, plan, report};
+
+/// Runs `command` in-process with `conf` (the config from stdin) and `api`.
+pub fn run<T>(
+    args: &CmdArgs,
+    conf: MultusConf,
+    api: Option<&dyn Api>,
+    command: fn(&Invocation) -> Result<T>,
+) -> Result<T> {
+    command(&Invocation::new(args, conf, api)?)
+}
+
+/// Waits for the readiness indicator file, polling, for at most `readinessTimeoutSeconds`.
+fn wait_ready(conf: &MultusConf) -> Result<()> {
+    let Some(file) = &conf.readiness_indicator_file else {
+        return Ok(());
+    };
+    let deadline = Instant::now() + conf.readiness_timeout;
+    loop {
+        if file.exists() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::NotReady(format!(
+                "readiness indicator file {} did not appear within {} s",
+                file.display(),
+                conf.readiness_timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// ADD, alone on its container; its events are recorded once everything else is done,
+/// success or not.
+pub fn add(inv: &Invocation) -> Result<CniResult> {
+    let lock = inv.lock()?;
+    let added = add_locked(inv);
+    // A failed ADD left nothing, so nothing is left for a DEL to find either.
+    if added.is_err() && !cache::path(&inv.conf.cni_dir, &inv.args.container_id).exists() {
+        lock.remove();
+    } else {
+        drop(lock);
+    }
+    inv.send_events();
+    added
+}
+
+fn add_locked(inv: &Invocation) -> Result<CniResult> {
+    wait_ready(&inv.conf)?;
+    let plan = plan::add(inv)?;
+    let (attached, cache_sync) = attach::add(inv, &plan)?;
+    let statuses = report::network_status(inv, &plan, &attached);
+    // Success is reported only once the delegate cache is on disk.
+    let reported = report::write_status(inv, &plan, &statuses).and_then(|()| cache_sync.wait());
+    if let Err(e) = reported {
+        attach::undo(inv, &plan.attachments);
+        return Err(e);
+    }
+    report::added(inv, &plan, &attached);
+    attached
+        .results
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::config("delegates", "no cluster network"))
+}
+
+/// DEL, alone on its container; its events (a missing NAD, when it has no cache) are
+/// recorded at its end.
+pub fn del(inv: &Invocation) -> Result<()> {
+    let lock = inv.lock()?;
+    let deleted = del_locked(inv);
+    if deleted.is_ok() {
+        lock.remove();
+    } else {
+        drop(lock);
+    }
+    inv.send_events();
+    deleted
+}
+
+fn del_locked(inv: &Invocation) -> Result<()> {
+    if let Some(file) = &inv.conf.readiness_indicator_file {
+        if !file.exists() {
+            tracing::info!(
+                "readiness indicator file {} is missing on DEL",
+                file.display()
+            );
+        }
+    }
+    let (plan, unreadable) = plan::del(inv)?;
+    let failures = attach::del(inv, &plan.attachments);
+    // Also removes an empty cache, which the plan read as none.
+    if failures.is_empty() || !inv.conf.retry_delete_on_error {
+        cache::remove(&inv.conf.cni_dir, &inv.args.container_id)?;
+    }
+    one_or_many(unreadable.into_iter().chain(failures).collect())
+}
+
+pub fn check(inv: &Invocation) -> Result<()> {
+    let _lock = inv.lock()?;
+    let plan = plan::check(inv)?;
+    one_or_many(attach::check(inv, &plan.attachments))
+}
+
+/// No error, one, or all of them.
+fn one_or_many(mut errors: Vec<Error>) -> Result<()> {
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(Error::Many(errors)),
+    }
+}
+
+pub fn status(inv: &Invocation) -> Result<()> {
+    if let Some(file) = &inv.conf.readiness_indicator_file {
+        if !file.exists() {
+            return Err(Error::NotReady(format!(
+                "readiness indicator file {} does not exist",
+                file.display()
+            )));
+        }
+    }
+    let cluster = plan::cluster_networks(inv)?;
+    let d = cluster
+        .first()
+        .ok_or_else(|| Error::config("delegates", "no cluster network"))?;
+    d.network
+        .status(&inv.path)
+        .map_err(|source| Error::Network {
+            network: d.name.clone(),
+            source: Box::new(source),
+        })
+}
+
+/// GC: the runtime's valid attachments are multus's own (one per container); each valid
+/// container's delegates are valid too. Every network known from the caches is collected.
+pub fn gc(inv: &Invocation) -> Result<()> {
+    let valid = inv.conf.valid_attachments.clone().ok_or_else(|| {
+        Error::config(
+            "cni.dev/valid-attachments",
+            "GC needs the runtime's list of valid attachments",
+        )
+    })?;
+    let dir = &inv.conf.cni_dir;
+    let mut errors = Vec::new();
+    let mut expanded: Vec<GcAttachment> = valid.clone();
+    let mut networks: Vec<Delegate> = plan::cluster_networks(inv)?;
+    let mut stale = Vec::new();
+    for id in cache::containers(dir)? {
+        let delegates = match cache::load(dir, &id, &inv.conf.cni_version) {
+            Ok(Some(d)) => d,
+            // Files a killed ADD left (a lock, a temp file): stale too unless valid.
+            Ok(None) => Vec::new(),
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        match valid.iter().find(|v| v.container_id == id) {
+            Some(v) => expanded.extend(delegates.iter().enumerate().map(|(i, d)| GcAttachment {
+                container_id: id.clone(),
+                ifname: d.ifname(&v.ifname, i),
+            })),
+            None => stale.push(id),
+        }
+        for d in delegates {
+            if !networks.iter().any(|n| n.network.name == d.network.name) {
+                networks.push(d);
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    for d in networks
+        .iter()
+        .filter(|d| seen.insert(d.network.name.clone()))
+    {
+        if let Err(e) = d.refuse_this_binary(&inv.path) {
+            tracing::error!(network = %d.name, "GC skips it: {e}");
+            continue;
+        }
+        if let Err(source) = d.network.gc(&inv.path, dir, &expanded) {
+            errors.push(Error::Network {
+                network: d.name.clone(),
+                source: Box::new(source),
+            });
+        }
+    }
+    if errors.is_empty() {
+        for id in stale {
+            // A container some call is busy with is left for the next GC.
+            match container_lock::acquire(dir, &id, Duration::ZERO) {
+                Ok(lock) => {
+                    cache::remove(dir, &id)?;
+                    lock.remove();
+                }
+                Err(e) => tracing::info!("GC leaves container {id}: {e}"),
+            }
+        }
+        return Ok(());
+    }
+    Err(Error::Many(errors))
+}
+
+/// The `cni::Plugin` adapter: parses the config, sets up logging and the API, and maps
+/// errors to CNI error objects.
+pub struct Multus {
+    /// Connects to the Kubernetes API named by the configuration (`None`: no API).
+    pub connect: crate::api::Connect,
+}
+
+impl Multus {
+    fn run<T>(
+        &self,
+        args: &CmdArgs,
+        f: fn(&Invocation) -> Result<T>,
+    ) -> std::result::Result<T, CniError> {
+        let conf = MultusConf::parse(&args.stdin).map_err(|e| e.to_cni())?;
+        crate::log::init(&conf);
+        let k8s = crate::k8s_args::K8sArgs::parse(&args.args).map_err(|e| e.to_cni())?;
+        let span = tracing::error_span!(
+            "multus",
+            command = args.command.as_str(),
+            pod = %format!("{}/{}", k8s.namespace, k8s.name),
+            container = %args.container_id,
+            ifname = %args.ifname,
+        );
+        let _guard = span.enter();
+        let api = (self.connect)(&conf).map_err(|e| {
+            tracing::error!("{e}");
+            e.to_cni()
+        })?;
+        run(args, conf, api.as_deref(), f).map_err(|e| {
+            tracing::error!("{e}");
+            e.to_cni()
+        })
+    }
+}
+
+impl cni::Plugin for Multus {
+    fn add(&self, args: &CmdArgs) -> std::result::Result<CniResult, CniError> {
+        self.run(args, add)
+    }
+
+    fn del(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
+        self.run(args, del)
+    }
+
+    fn check(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
+        self.run(args, check)
+    }
+
+    fn status(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
+        self.run(args, status)
+    }
+
+    fn gc(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
+        self.run(args, gc)
+    }
+
+    /// The multus config's own keys and its inline delegates; networks named by
+    /// `clusterNetwork` or `defaultNetworks` live on the node and are not read.
+    fn validate(&self, config: &[u8]) -> std::result::Result<(), CniError> {
+        MultusConf::parse(config)
+            .and_then(|conf| plan::inline_delegates(&conf))
+            .map(drop)
+            .map_err(|e| e.to_cni())
+    }
+}

@@ -1,0 +1,90 @@
+//! One command's inputs, read by every stage: the multus config, the runtime's arguments, the
+//! API, and the sink of the command's events.
+
+use std::path::PathBuf;
+
+use cni::CmdArgs;
+
+use crate::api::{Api, EventKind, Events, Pod};
+use crate::config::MultusConf;
+use crate::container_lock::{self, ContainerLock};
+use crate::error::{Error, Result};
+use crate::k8s_args::K8sArgs;
+
+pub struct Invocation<'a> {
+    pub conf: MultusConf,
+    pub k8s: K8sArgs,
+    pub args: &'a CmdArgs,
+    /// `binDir`, then `CNI_PATH`.
+    pub path: Vec<PathBuf>,
+    pub api: Option<&'a dyn Api>,
+    /// The command's events, recorded together at its end.
+    pub events: Events,
+}
+
+impl<'a> Invocation<'a> {
+    pub fn new(args: &'a CmdArgs, conf: MultusConf, api: Option<&'a dyn Api>) -> Result<Self> {
+        Ok(Invocation {
+            k8s: K8sArgs::parse(&args.args)?,
+            path: conf.plugin_path(&args.path),
+            conf,
+            args,
+            api,
+            events: Events::default(),
+        })
+    }
+
+    pub fn is_system_namespace(&self) -> bool {
+        self.conf.system_namespaces.contains(&self.k8s.namespace)
+    }
+
+    /// The pod from the API, checked against the runtime's UID. `None` without an API or
+    /// without a pod name (a runtime other than the kubelet).
+    pub fn pod(&self) -> Result<Option<Pod>> {
+        let Some(api) = self.api else { return Ok(None) };
+        if self.k8s.name.is_empty() {
+            return Ok(None);
+        }
+        let pod_ref = format!("{}/{}", self.k8s.namespace, self.k8s.name);
+        let pod = api
+            .pod(&self.k8s.namespace, &self.k8s.name)?
+            .ok_or_else(|| Error::Api(format!("pod {pod_ref} not found")))?;
+        if !self.k8s.uid.is_empty() && pod.uid != self.k8s.uid && !pod.is_static() {
+            return Err(Error::UidMismatch {
+                pod: pod_ref,
+                expected: self.k8s.uid.clone(),
+                actual: pod.uid,
+            });
+        }
+        Ok(Some(pod))
+    }
+
+    /// An event on the pod, recorded at the command's end; none without an API or a pod.
+    pub fn event(&self, pod: Option<&Pod>, kind: EventKind, reason: &str, message: &str) {
+        if let (Some(_), Some(pod)) = (self.api, pod) {
+            self.events.push(pod, kind, reason, message);
+        }
+    }
+
+    /// Something the pod goes on without: said in the log and as a warning event.
+    pub fn warn(&self, pod: Option<&Pod>, reason: &str, message: &str) {
+        tracing::warn!("{message}");
+        self.event(pod, EventKind::Warning, reason, message);
+    }
+
+    /// The container's lock: one ADD, DEL or CHECK at a time.
+    pub fn lock(&self) -> Result<ContainerLock> {
+        container_lock::acquire(
+            &self.conf.cni_dir,
+            &self.args.container_id,
+            container_lock::WAIT,
+        )
+    }
+
+    /// Records the command's events, once its work is done.
+    pub fn send_events(&self) {
+        if let Some(api) = self.api {
+            self.events.send(api);
+        }
+    }
+}

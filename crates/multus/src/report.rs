@@ -1,0 +1,98 @@
+//! Report: what ADD gave the pod, as its network-status annotation and its events.
+
+use std::collections::BTreeMap;
+
+use crate::api::EventKind;
+use crate::attach::{Attached, DEVICE_INFO_EVENT};
+use crate::devinfo;
+use crate::error::Result;
+use crate::invocation::Invocation;
+use crate::plan::{Attachment, Plan, Role};
+use crate::status::{self, NetworkStatus};
+
+/// The reason of the event a secondary network's default route, kept behind the pod's, leaves.
+const SECONDARY_DEFAULT_ROUTE_EVENT: &str = "SecondaryDefaultRoute";
+
+/// The network-status entries of every attachment, with the device-info each delegate left.
+/// The auxiliary chain makes no interface of its own: an empty result of it shows nothing (as
+/// upstream).
+pub fn network_status(inv: &Invocation, plan: &Plan, attached: &Attached) -> Vec<NetworkStatus> {
+    let mut statuses = Vec::new();
+    for (a, result) in plan.attachments.iter().zip(&attached.results) {
+        if a.role == Role::Auxiliary && result.interfaces.is_empty() && result.ips.is_empty() {
+            continue;
+        }
+        let device_info = device_info(inv, plan, a);
+        let d = &a.delegate;
+        let mut entries = status::entries(
+            result,
+            &d.name,
+            &a.ifname,
+            a.role == Role::Cluster,
+            &d.default_route,
+        );
+        for entry in &mut entries {
+            entry.device_info.clone_from(&device_info);
+        }
+        statuses.extend(entries);
+    }
+    statuses
+}
+
+/// The device-info attachment `a`'s delegate left, if any. A file that cannot be used is a
+/// warning: the entry goes without it.
+fn device_info(inv: &Invocation, plan: &Plan, a: &Attachment) -> Option<serde_json::Value> {
+    let file = a.device_info_file.as_ref()?;
+    devinfo::load(file).unwrap_or_else(|e| {
+        inv.warn(
+            plan.pod.as_ref(),
+            DEVICE_INFO_EVENT,
+            &format!(
+                "network {} on interface {}: {e}; its network-status has no device-info",
+                a.delegate.name, a.ifname
+            ),
+        );
+        None
+    })
+}
+
+/// Writes network-status on the pod, unless there is no pod or it is in a system namespace.
+pub fn write_status(inv: &Invocation, plan: &Plan, statuses: &[NetworkStatus]) -> Result<()> {
+    match (inv.api, plan.pod.as_ref()) {
+        (Some(api), Some(pod)) if !inv.is_system_namespace() => {
+            let annotations = BTreeMap::from([(
+                status::NETWORK_STATUS_ANNOTATION.to_owned(),
+                status::annotation(statuses),
+            )]);
+            api.set_pod_annotations(pod, &annotations)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The events of a successful ADD: one per interface added, then one per secondary network
+/// whose default route was kept behind the pod's.
+pub fn added(inv: &Invocation, plan: &Plan, attached: &Attached) {
+    let pod = plan.pod.as_ref();
+    for (a, result) in plan.attachments.iter().zip(&attached.results) {
+        let ips: Vec<String> = result.ips.iter().map(|ip| ip.address.to_string()).collect();
+        let msg = format!(
+            "Add {} [{}] from {}",
+            a.ifname,
+            ips.join(" "),
+            a.delegate.name
+        );
+        tracing::info!("{msg}");
+        inv.event(pod, EventKind::Normal, "AddedInterface", &msg);
+    }
+    for (a, demoted) in plan.attachments.iter().zip(&attached.demoted) {
+        for moved in demoted {
+            let msg = format!(
+                "{} from {}: {moved}; name this network with \"default-route\" in the pod's \
+                 networks annotation to route the pod through it",
+                a.ifname, a.delegate.name
+            );
+            inv.warn(pod, SECONDARY_DEFAULT_ROUTE_EVENT, &msg);
+        }
+    }
+}
