@@ -66,7 +66,7 @@ fn run_command(mut cmd: Command, call: &CniCall) -> Result<Sample> {
         use std::io::Read;
         out.read_to_string(&mut stdout)?;
     }
-    let pid = child.id() as libc::pid_t;
+    let pid = libc::pid_t::try_from(child.id()).context("the child's pid")?;
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -112,9 +112,10 @@ where
 /// Median and 90th percentile, in milliseconds.
 pub fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
     samples.sort();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+    // The sample nearest the quantile, rounding halves up.
+    let at = |per_mille: usize| {
+        let i = (samples.len().saturating_sub(1) * per_mille + 500) / 1000;
         samples[i].as_secs_f64() * 1000.0
     };
-    (at(0.5), at(0.9))
+    (at(500), at(900))
 }
