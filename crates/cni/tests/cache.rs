@@ -25,7 +25,11 @@ fn attachment() -> CachedAttachment {
 }
 
 fn mode(path: &Path) -> u32 {
-    fs::metadata(path).unwrap().permissions().mode() & 0o777
+    fs::metadata(path)
+        .expect("stat the cache file")
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 #[test]
