@@ -20,7 +20,7 @@ pub struct Sample {
 /// `max_rss_kb` is an upper bound: the kernel counts the pages this process has when it forks
 /// the child (see [`peak_rss_kb`]).
 pub fn run(bin: &Path, call: &CniCall, node: &Netns) -> Result<Sample> {
-    run_command(Command::new(bin), call, node)
+    run_command(call.command(bin, Some(node)), call)
 }
 
 /// The peak RSS of one call of `bin` alone, in KB. The call runs under `/usr/bin/time`, whose
@@ -28,13 +28,13 @@ pub fn run(bin: &Path, call: &CniCall, node: &Netns) -> Result<Sample> {
 /// child's peak at fork and exec, do not count.
 pub fn peak_rss_kb(bin: &Path, call: &CniCall, node: &Netns) -> Result<i64> {
     let report = tempfile::NamedTempFile::new()?;
-    let mut cmd = Command::new("/usr/bin/time");
+    let mut cmd = call.command(Path::new("/usr/bin/time"), Some(node));
     cmd.arg("-f")
         .arg("%M")
         .arg("-o")
         .arg(report.path())
         .arg(bin);
-    let sample = run_command(cmd, call, node)?;
+    let sample = run_command(cmd, call)?;
     if !sample.status.success() {
         bail!(
             "{} {} failed: {}",
@@ -49,19 +49,11 @@ pub fn peak_rss_kb(bin: &Path, call: &CniCall, node: &Netns) -> Result<i64> {
         .with_context(|| format!("/usr/bin/time printed {text:?}"))
 }
 
-fn run_command(mut cmd: Command, call: &CniCall, node: &Netns) -> Result<Sample> {
-    cmd.env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-        .env("CNI_COMMAND", &call.command)
-        .env("CNI_CONTAINERID", &call.container_id)
-        .env("CNI_NETNS", &call.netns)
-        .env("CNI_IFNAME", &call.ifname)
-        .env("CNI_ARGS", &call.args)
-        .env("CNI_PATH", &call.path)
-        .stdin(Stdio::piped())
+/// Runs `cmd`, made by [`CniCall::command`], with `call`'s stdin.
+fn run_command(mut cmd: Command, call: &CniCall) -> Result<Sample> {
+    cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    node.enter_on_exec(&mut cmd);
     let start = Instant::now();
     let mut child = cmd
         .spawn()
@@ -74,7 +66,7 @@ fn run_command(mut cmd: Command, call: &CniCall, node: &Netns) -> Result<Sample>
         use std::io::Read;
         out.read_to_string(&mut stdout)?;
     }
-    let pid = child.id() as libc::pid_t;
+    let pid = libc::pid_t::try_from(child.id()).context("the child's pid")?;
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -120,9 +112,10 @@ where
 /// Median and 90th percentile, in milliseconds.
 pub fn percentiles(samples: &mut [Duration]) -> (f64, f64) {
     samples.sort();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
+    // The sample nearest the quantile, rounding halves up.
+    let at = |per_mille: usize| {
+        let i = (samples.len().saturating_sub(1) * per_mille + 500) / 1000;
         samples[i].as_secs_f64() * 1000.0
     };
-    (at(0.5), at(0.9))
+    (at(500), at(900))
 }

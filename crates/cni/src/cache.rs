@@ -243,109 +243,36 @@ pub fn list(cache_dir: &Path) -> Result<Vec<Result<CachedAttachment, CniError>>,
 /// Go's encoding of `[]byte` in JSON (standard base64 with padding; `null` is empty), for
 /// `#[serde(with = ...)]` wherever a file written by Go holds bytes.
 pub mod base64_bytes {
+    use base64::alphabet::STANDARD;
+    use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+    use base64::engine::DecodePaddingMode;
+    use base64::Engine;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    /// Go's `StdEncoding`: padding written and required, and (not being strict) the unused bits
+    /// of the last character ignored.
+    const GO_STD: GeneralPurpose = GeneralPurpose::new(
+        &STANDARD,
+        GeneralPurposeConfig::new()
+            .with_decode_padding_mode(DecodePaddingMode::RequireCanonical)
+            .with_decode_allow_trailing_bits(true),
+    );
 
     pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&encode(bytes))
+        s.serialize_str(&GO_STD.encode(bytes))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        match Option::<String>::deserialize(d)? {
-            None => Ok(Vec::new()),
-            Some(text) => decode(&text).map_err(serde::de::Error::custom),
-        }
-    }
-
-    pub fn encode(bytes: &[u8]) -> String {
-        let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-        for chunk in bytes.chunks(3) {
-            let b = [
-                chunk[0],
-                chunk.get(1).copied().unwrap_or(0),
-                chunk.get(2).copied().unwrap_or(0),
-            ];
-            let n = u32::from_be_bytes([0, b[0], b[1], b[2]]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
-    }
-
-    /// Like Go's `StdEncoding`: padding required, CR and LF ignored.
-    pub fn decode(text: &str) -> Result<Vec<u8>, String> {
+        let Some(text) = Option::<String>::deserialize(d)? else {
+            return Ok(Vec::new());
+        };
+        // Go's decoder skips CR and LF wherever they are.
         let clean: Vec<u8> = text
             .bytes()
             .filter(|b| !matches!(b, b'\r' | b'\n'))
             .collect();
-        if !clean.len().is_multiple_of(4) {
-            return Err(format!(
-                "config: base64 length {} is not a multiple of 4",
-                clean.len()
-            ));
-        }
-        let mut out = Vec::with_capacity(clean.len() / 4 * 3);
-        let quads = clean.len() / 4;
-        for (q, quad) in clean.chunks(4).enumerate() {
-            let pad = quad.iter().rev().take_while(|&&c| c == b'=').count();
-            if pad > 2 || (pad > 0 && q + 1 != quads) {
-                return Err("config: misplaced base64 padding".to_owned());
-            }
-            let mut n = 0u32;
-            for &c in &quad[..4 - pad] {
-                let v = ALPHABET
-                    .iter()
-                    .position(|&a| a == c)
-                    .ok_or_else(|| format!("config: invalid base64 character {:?}", c as char))?;
-                n = (n << 6) | v as u32;
-            }
-            n <<= 6 * pad as u32;
-            out.extend_from_slice(&n.to_be_bytes()[1..4 - pad]);
-        }
-        Ok(out)
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn matches_known_vectors() {
-            let vectors: [(&[u8], &str); 7] = [
-                (b"", ""),
-                (b"f", "Zg=="),
-                (b"fo", "Zm8="),
-                (b"foo", "Zm9v"),
-                (b"foob", "Zm9vYg=="),
-                (b"fooba", "Zm9vYmE="),
-                (b"\xff\xfe\x00{}", "//4Ae30="),
-            ];
-            for (raw, text) in vectors {
-                assert_eq!(encode(raw), text);
-                assert_eq!(decode(text).as_deref(), Ok(raw));
-            }
-        }
-
-        #[test]
-        fn decode_ignores_newlines_and_rejects_garbage() {
-            assert_eq!(decode("Zm9v\r\nYg==").as_deref(), Ok(&b"foob"[..]));
-            for bad in ["Zm9", "Zm=v", "Zg==Zg==", "Z===", "Zm9*"] {
-                assert!(decode(bad).is_err(), "{bad}");
-            }
-        }
-
-        #[test]
-        fn round_trips_every_length() {
-            let data: Vec<u8> = (0..=255).collect();
-            for len in 0..data.len() {
-                assert_eq!(decode(&encode(&data[..len])).as_deref(), Ok(&data[..len]));
-            }
-        }
+        GO_STD
+            .decode(clean)
+            .map_err(|e| serde::de::Error::custom(format!("config: invalid base64: {e}")))
     }
 }

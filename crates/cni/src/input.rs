@@ -60,12 +60,12 @@ mod tests {
 
     #[test]
     fn input_up_to_the_cap_is_read_and_more_is_refused() {
-        let at_cap = vec![b' '; MAX_INPUT as usize];
+        let at_cap = vec![b' '; usize::try_from(MAX_INPUT).unwrap()];
         assert_eq!(
             read_capped(&mut at_cap.as_slice(), "stdin").map(|b| b.len()),
             Ok(at_cap.len())
         );
-        let over = vec![b' '; MAX_INPUT as usize + 1];
+        let over = vec![b' '; at_cap.len() + 1];
         let e = read_capped(&mut over.as_slice(), "stdin").unwrap_err();
         assert_eq!(e.code, crate::Code::Decoding as u32);
         assert!(e.msg.starts_with("stdin is larger than 2 MiB"), "{}", e.msg);

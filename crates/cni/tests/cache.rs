@@ -25,7 +25,11 @@ fn attachment() -> CachedAttachment {
 }
 
 fn mode(path: &Path) -> u32 {
-    fs::metadata(path).unwrap().permissions().mode() & 0o777
+    fs::metadata(path)
+        .expect("stat the cache file")
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 #[test]
@@ -135,6 +139,51 @@ fn go_null_config_and_missing_optional_fields_read_as_empty() {
     .unwrap();
     let a = cache::read(dir.path(), "n", "c", "eth0").unwrap().unwrap();
     assert!(a.config.is_empty() && a.cni_args.is_empty() && a.result.is_none());
+}
+
+/// The config's base64 reads as Go's `StdEncoding` reads it: padding required, CR and LF
+/// skipped, the unused bits of the last character ignored; and our encoding round-trips.
+#[test]
+fn config_base64_reads_as_go_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("results")).unwrap();
+    let read = |config: &str| {
+        let file = format!(
+            r#"{{"kind":"cniCacheV1","containerId":"c","config":"{config}","ifName":"eth0","networkName":"n"}}"#
+        );
+        fs::write(dir.path().join("results/n-c-eth0"), file).unwrap();
+        cache::read(dir.path(), "n", "c", "eth0").map(|a| a.unwrap().config)
+    };
+    let good: [(&str, &[u8]); 9] = [
+        ("", b""),
+        ("Zg==", b"f"),
+        ("Zm8=", b"fo"),
+        ("Zm9v", b"foo"),
+        ("Zm9vYg==", b"foob"),
+        ("Zm9vYmE=", b"fooba"),
+        ("//4Ae30=", b"\xff\xfe\x00{}"),
+        (r"Zm9v\r\nYg==", b"foob"),
+        ("Zh==", b"f"),
+    ];
+    for (text, raw) in good {
+        assert_eq!(read(text).unwrap(), raw, "{text}");
+    }
+    for bad in ["Zm9", "Zg", "Zm=v", "Zg==Zg==", "Z===", "Zm9*", "Zm9v===="] {
+        let err = read(bad).unwrap_err();
+        assert_eq!(err.code, Code::Decoding as u32, "{bad}");
+        assert!(err.msg.contains("base64"), "{bad}: {err}");
+    }
+
+    let data: Vec<u8> = (0..=255).collect();
+    for len in 0..data.len() {
+        let a = CachedAttachment {
+            config: data[..len].to_vec(),
+            ..attachment()
+        };
+        cache::write(dir.path(), &a).unwrap();
+        let back = cache::read(dir.path(), "podnet", "c0ffee", "eth0").unwrap();
+        assert_eq!(back.unwrap().config, &data[..len]);
+    }
 }
 
 #[test]

@@ -233,11 +233,11 @@ fn net_conf_accessors() {
 
 /// A conf dir holding the chain `podnet`'s plugin subdirectory.
 fn plugin_subdir(files: &[(&str, &str)]) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("temp dir");
     let sub = dir.path().join("podnet");
-    std::fs::create_dir(&sub).unwrap();
+    std::fs::create_dir(&sub).expect("create the subdirectory");
     for (name, text) in files {
-        std::fs::write(sub.join(name), text).unwrap();
+        std::fs::write(sub.join(name), text).expect("write a config file");
     }
     dir
 }
@@ -245,7 +245,7 @@ fn plugin_subdir(files: &[(&str, &str)]) -> tempfile::TempDir {
 fn types(plugins: &[Map<String, Value>]) -> Vec<&str> {
     plugins
         .iter()
-        .map(|p| p["type"].as_str().unwrap())
+        .map(|p| p["type"].as_str().expect("a plugin has a type"))
         .collect()
 }
 

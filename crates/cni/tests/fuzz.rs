@@ -4,8 +4,6 @@
 //! parser returns a value or a CNI error of bounded size; never a panic or a hang. Where there
 //! is a writer too, what it writes parses back to the same value.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -21,7 +19,11 @@ fn corpus(target: &str) -> PathBuf {
 
 /// A parser's error: small enough for a log line, an event and the runtime's log.
 fn bounded(e: &CniError) -> Result<(), String> {
-    fuzz::bounded_error(&e.msg, &e.details, &serde_json::to_value(e).unwrap())
+    fuzz::bounded_error(
+        &e.msg,
+        &e.details,
+        &serde_json::to_value(e).expect("an error encodes"),
+    )
 }
 
 fn text(input: &[u8]) -> String {
@@ -39,9 +41,10 @@ fn check_config(input: &[u8]) -> Result<(), String> {
     }
     match cni::config::parse_plugin_config::<NetConf>(input) {
         Ok(conf) => {
-            let again: NetConf =
-                cni::config::parse_plugin_config(&serde_json::to_vec(&conf).unwrap())
-                    .map_err(|e| format!("a written NetConf does not parse: {e}"))?;
+            let again: NetConf = cni::config::parse_plugin_config(
+                &serde_json::to_vec(&conf).expect("a parsed config encodes"),
+            )
+            .map_err(|e| format!("a written NetConf does not parse: {e}"))?;
             if again != conf {
                 return Err(format!(
                     "NetConf changed on a round trip: {conf:?} {again:?}"
@@ -55,8 +58,9 @@ fn check_config(input: &[u8]) -> Result<(), String> {
     }
     match NetConfList::parse(input) {
         Ok(list) => {
-            let again = NetConfList::parse(&serde_json::to_vec(&list).unwrap())
-                .map_err(|e| format!("a written list does not parse: {e}"))?;
+            let again =
+                NetConfList::parse(&serde_json::to_vec(&list).expect("a parsed list encodes"))
+                    .map_err(|e| format!("a written list does not parse: {e}"))?;
             if again != list {
                 return Err(format!("list changed on a round trip: {list:?} {again:?}"));
             }
@@ -163,8 +167,8 @@ fn check_cache(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
     let (planted, copy) = (dir.path().join("planted"), dir.path().join("copy"));
     let results = planted.join("results");
-    std::fs::create_dir_all(&results).unwrap();
-    std::fs::write(results.join("net-c0ffee-eth0"), input).unwrap();
+    std::fs::create_dir_all(&results).expect("create the results dir");
+    std::fs::write(results.join("net-c0ffee-eth0"), input).expect("write the cache file");
     read_write_read(&planted, &copy, input)
 }
 

@@ -24,8 +24,9 @@ if [ "$CNI_COMMAND" = ADD ]; then
 fi
 "#
     );
-    fs::write(&path, body).unwrap();
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(&path, body).expect("write the fake plugin");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755))
+        .expect("make the fake plugin executable");
 }
 
 struct Setup {
@@ -35,7 +36,7 @@ struct Setup {
 
 impl Setup {
     fn new() -> Setup {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("temp dir");
         plugin(dir.path(), "first", "10.0.0.1/24");
         plugin(dir.path(), "second", "10.0.0.2/24");
         let path = vec![dir.path().to_owned()];
@@ -55,7 +56,7 @@ impl Setup {
             .unwrap_or_default()
             .lines()
             .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).unwrap())
+            .map(|l| serde_json::from_str(l).expect("the fake plugin logs JSON lines"))
             .collect()
     }
 }

@@ -22,20 +22,23 @@ fn reference_result() -> CniResult {
         }],
         ips: vec![
             IpConfig {
-                address: "1.2.3.30/24".parse().unwrap(),
-                gateway: Some("1.2.3.1".parse().unwrap()),
+                address: "1.2.3.30/24".parse().expect("an address"),
+                gateway: Some("1.2.3.1".parse().expect("an address")),
                 interface: Some(0),
             },
             IpConfig {
-                address: "abcd:1234:ffff::cdde/64".parse().unwrap(),
-                gateway: Some("abcd:1234:ffff::1".parse().unwrap()),
+                address: "abcd:1234:ffff::cdde/64".parse().expect("an address"),
+                gateway: Some("abcd:1234:ffff::1".parse().expect("an address")),
                 interface: Some(0),
             },
         ],
         routes: vec![
-            Route::new("15.5.6.0/24".parse().unwrap(), "15.5.6.8".parse().ok()),
             Route::new(
-                "1111:dddd::/80".parse().unwrap(),
+                "15.5.6.0/24".parse().expect("a subnet"),
+                "15.5.6.8".parse().ok(),
+            ),
+            Route::new(
+                "1111:dddd::/80".parse().expect("a subnet"),
                 "1111:dddd::aaaa".parse().ok(),
             ),
         ],
@@ -148,11 +151,15 @@ fn ipv6() -> impl Strategy<Value = Ipv6Addr> {
 fn family_net(v6: bool) -> BoxedStrategy<IpNet> {
     if v6 {
         (ipv6(), 0..=128u8)
-            .prop_map(|(a, p)| IpNet::V6(Ipv6Net::new(a, p).unwrap()))
+            .prop_map(|(a, p)| {
+                IpNet::V6(Ipv6Net::new(a, p).expect("the prefix length is in range"))
+            })
             .boxed()
     } else {
         (ipv4(), 0..=32u8)
-            .prop_map(|(a, p)| IpNet::V4(Ipv4Net::new(a, p).unwrap()))
+            .prop_map(|(a, p)| {
+                IpNet::V4(Ipv4Net::new(a, p).expect("the prefix length is in range"))
+            })
             .boxed()
     }
 }

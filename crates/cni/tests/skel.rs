@@ -32,17 +32,17 @@ impl Plugin for Fake {
         Ok(CniResult {
             ips: vec![
                 IpConfig {
-                    address: "10.1.0.5/16".parse().unwrap(),
+                    address: "10.1.0.5/16".parse().expect("an address"),
                     gateway: "10.1.0.1".parse().ok(),
                     interface: None,
                 },
                 IpConfig {
-                    address: "fd00::5/64".parse().unwrap(),
+                    address: "fd00::5/64".parse().expect("an address"),
                     gateway: None,
                     interface: None,
                 },
             ],
-            routes: vec![Route::new("0.0.0.0/0".parse().unwrap(), None)],
+            routes: vec![Route::new("0.0.0.0/0".parse().expect("a subnet"), None)],
             ..CniResult::default()
         })
     }
@@ -99,8 +99,8 @@ fn run_with(plugin: &Fake, vars: &[(&str, &str)], stdin: &str) -> Outcome {
     );
     Outcome {
         status,
-        stdout: String::from_utf8(stdout).unwrap(),
-        stderr: String::from_utf8(stderr).unwrap(),
+        stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(stderr).expect("stderr is UTF-8"),
     }
 }
 
@@ -362,7 +362,7 @@ fn an_add_whose_result_cannot_be_expressed_is_undone() {
 fn validate(plugin: &Fake, config: &str) -> (i32, String) {
     let mut out = Vec::new();
     let code = cni::skel::validate_main(plugin, &mut config.as_bytes(), &mut out);
-    (code, String::from_utf8(out).unwrap())
+    (code, String::from_utf8(out).expect("stdout is UTF-8"))
 }
 
 #[test]

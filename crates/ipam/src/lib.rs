@@ -2,8 +2,6 @@
 //! or the runtime), and dhcp (leases from a DHCP server, held by a daemon). All read the whole network config on stdin, with their settings
 //! under `ipam`, so an interface plugin can call them in-process or exec them.
 
-#![cfg_attr(test, allow(clippy::unwrap_used))]
-
 mod common;
 pub mod dhcp;
 pub mod error;

@@ -5,8 +5,6 @@
 //! never a panic or a hang. The DHCP packets and the lease store are fuzzed inside the crate
 //! (src/dhcp/fuzz.rs).
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::{Path, PathBuf};
 
 use cni::{CmdArgs, CniError, CniResult, Command, Dns, Plugin};
@@ -23,7 +21,11 @@ fn corpus(target: &str) -> PathBuf {
 }
 
 fn bounded(e: &CniError) -> Result<(), String> {
-    fuzz::bounded_error(&e.msg, &e.details, &serde_json::to_value(e).unwrap())
+    fuzz::bounded_error(
+        &e.msg,
+        &e.details,
+        &serde_json::to_value(e).expect("an error encodes"),
+    )
 }
 
 fn args(command: Command, container_id: &str, stdin: &[u8], cni_args: &str) -> CmdArgs {
@@ -49,7 +51,7 @@ fn confined(input: &[u8], dir: &Path, resolv: Option<&Path>) -> Option<Vec<u8>> 
         Some(path) => ipam.insert("resolvConf".into(), json!(path)),
         None => ipam.remove("resolvConf"),
     };
-    Some(serde_json::to_vec(&conf).unwrap())
+    Some(serde_json::to_vec(&conf).expect("a config encodes"))
 }
 
 /// host-local's config through `validate`, then ADD, CHECK and DEL on a store of its own.
@@ -85,7 +87,7 @@ fn check_host_local_config(input: &[u8]) -> Result<(), String> {
 /// reserved address. Names that are not plain file names are left out.
 fn plant_store(input: &[u8], dir: &Path) {
     let net = dir.join("store/net");
-    std::fs::create_dir_all(&net).unwrap();
+    std::fs::create_dir_all(&net).expect("create the store dir");
     let files: Vec<(String, Vec<u8>)> = match serde_json::from_slice::<Map<String, Value>>(input) {
         Ok(map) => map
             .into_iter()
@@ -118,7 +120,8 @@ const STORE_CONF: &str = r#"{"cniVersion":"1.1.0","name":"net","type":"bridge",
 fn check_store(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
     plant_store(input, dir.path());
-    let stdin = confined(STORE_CONF.as_bytes(), dir.path(), None).unwrap();
+    let stdin =
+        confined(STORE_CONF.as_bytes(), dir.path(), None).expect("the store config is confined");
     let call = |command, id| args(command, id, &stdin, "");
     match HostLocal.add(&call(Command::Add, "new")) {
         Ok(_) => HostLocal
@@ -136,13 +139,13 @@ fn check_store(input: &[u8]) -> Result<(), String> {
             bounded(&e)?;
         }
     }
-    let mut gc: Value = serde_json::from_slice(&stdin).unwrap();
+    let mut gc: Value = serde_json::from_slice(&stdin).expect("the config is JSON");
     gc["cni.dev/valid-attachments"] = json!([]);
-    let gc = serde_json::to_vec(&gc).unwrap();
+    let gc = serde_json::to_vec(&gc).expect("a config encodes");
     match HostLocal.gc(&args(Command::Gc, "", &gc, "")) {
         Ok(()) => {
             let left: Vec<String> = std::fs::read_dir(dir.path().join("store/net"))
-                .unwrap()
+                .expect("read the store")
                 .filter_map(|e| e.ok()?.file_name().into_string().ok())
                 .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
                 .collect();
@@ -160,15 +163,15 @@ fn check_store(input: &[u8]) -> Result<(), String> {
 fn check_resolv(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
     let resolv = dir.path().join("resolv.conf");
-    std::fs::write(&resolv, input).unwrap();
+    std::fs::write(&resolv, input).expect("write resolv.conf");
     let conf =
         br#"{"cniVersion":"1.0.0","name":"net","ipam":{"ranges":[[{"subnet":"10.1.2.0/24"}]]}}"#;
-    let stdin = confined(conf, dir.path(), Some(&resolv)).unwrap();
+    let stdin = confined(conf, dir.path(), Some(&resolv)).expect("the config is confined");
     let dns = match HostLocal.add(&args(Command::Add, "c1", &stdin, "")) {
         Ok(result) => result.dns,
         Err(e) => return bounded(&e),
     };
-    std::fs::write(&resolv, render(&dns)).unwrap();
+    std::fs::write(&resolv, render(&dns)).expect("write resolv.conf");
     let again = HostLocal
         .add(&args(Command::Add, "c2", &stdin, ""))
         .map_err(|e| format!("a written resolv.conf: {e}"))?
@@ -230,8 +233,9 @@ fn check_dhcp_config(input: &[u8], cni_args: &str) -> Result<(), String> {
             if conf.params.client_id.len() > 255 {
                 return Err(format!("a client id of {}", conf.params.client_id.len()));
             }
-            let json = serde_json::to_vec(&conf.params).unwrap();
-            let back: ipam::dhcp::config::LeaseParams = serde_json::from_slice(&json).unwrap();
+            let json = serde_json::to_vec(&conf.params).expect("lease parameters encode");
+            let back: ipam::dhcp::config::LeaseParams =
+                serde_json::from_slice(&json).expect("encoded lease parameters decode");
             if back != conf.params {
                 return Err(format!("{:?} came back as {back:?}", conf.params));
             }
@@ -245,15 +249,17 @@ fn check_dhcp_config(input: &[u8], cni_args: &str) -> Result<(), String> {
 /// same value.
 fn check_wire(input: &[u8]) -> Result<(), String> {
     if let Ok(request) = serde_json::from_slice::<Request>(input) {
-        let back: Request = serde_json::from_slice(&serde_json::to_vec(&request).unwrap())
-            .map_err(|e| format!("a written request does not read: {e}"))?;
+        let back: Request =
+            serde_json::from_slice(&serde_json::to_vec(&request).expect("a request encodes"))
+                .map_err(|e| format!("a written request does not read: {e}"))?;
         if back != request {
             return Err(format!("{request:?} came back as {back:?}"));
         }
     }
     if let Ok(response) = serde_json::from_slice::<Response>(input) {
-        let back: Response = serde_json::from_slice(&serde_json::to_vec(&response).unwrap())
-            .map_err(|e| format!("a written response does not read: {e}"))?;
+        let back: Response =
+            serde_json::from_slice(&serde_json::to_vec(&response).expect("a response encodes"))
+                .map_err(|e| format!("a written response does not read: {e}"))?;
         if back != response {
             return Err(format!("{response:?} came back as {back:?}"));
         }
@@ -312,11 +318,15 @@ fn ranges_config() -> impl Strategy<Value = Vec<u8>> {
     let range = (
         prop_oneof![
             (any::<[u8; 4]>(), 0..=32u8).prop_map(|(a, p)| {
-                let net = ipnet::Ipv4Net::new(a.into(), p).unwrap().trunc();
+                let net = ipnet::Ipv4Net::new(a.into(), p)
+                    .expect("the prefix length is in range")
+                    .trunc();
                 net.to_string()
             }),
             (any::<u128>(), 0..=128u8).prop_map(|(a, p)| {
-                let net = ipnet::Ipv6Net::new(a.into(), p).unwrap().trunc();
+                let net = ipnet::Ipv6Net::new(a.into(), p)
+                    .expect("the prefix length is in range")
+                    .trunc();
                 net.to_string()
             }),
             address(),
@@ -347,7 +357,7 @@ fn ranges_config() -> impl Strategy<Value = Vec<u8>> {
                 "cniVersion": version, "name": "net",
                 "ipam": {"type": "host-local", "ranges": ranges}
             }))
-            .unwrap()
+            .expect("a config encodes")
         })
 }
 

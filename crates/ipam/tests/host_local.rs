@@ -1,7 +1,5 @@
 //! host-local through the CNI entry point: results, errors with their codes, and the store.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::path::Path;
@@ -15,8 +13,8 @@ fn conf(dir: &Path, version: &str, ipam: Value) -> String {
     let mut ipam_obj = json!({"type": "host-local", "dataDir": dir});
     ipam_obj
         .as_object_mut()
-        .unwrap()
-        .extend(ipam.as_object().unwrap().clone());
+        .expect("a JSON object")
+        .extend(ipam.as_object().expect("ipam is a JSON object").clone());
     json!({"cniVersion": version, "name": "net1", "type": "bridge", "ipam": ipam_obj}).to_string()
 }
 
@@ -360,7 +358,7 @@ fn check_finds_the_reservation() {
 }
 
 fn with_version(stdin: &str, version: &str) -> Value {
-    let mut v: Value = serde_json::from_str(stdin).unwrap();
+    let mut v: Value = serde_json::from_str(stdin).expect("the config is JSON");
     v["cniVersion"] = json!(version);
     v
 }

@@ -3,8 +3,6 @@
 //! results and leave the same files, byte for byte; bad inputs must fail in both, ours with the
 //! CNI code we intend (the reference reports most errors as 999).
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::path::Path;
@@ -23,7 +21,7 @@ struct Pair {
 
 impl Pair {
     fn new() -> Pair {
-        let tmp = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().expect("temp dir");
         let ours = tmp.path().join("ours");
         let theirs = tmp.path().join("theirs");
         Pair {
@@ -105,8 +103,8 @@ fn net(version: &str, ipam: Value) -> Value {
     let mut ipam_obj = json!({"type": "host-local"});
     ipam_obj
         .as_object_mut()
-        .unwrap()
-        .extend(ipam.as_object().unwrap().clone());
+        .expect("a JSON object")
+        .extend(ipam.as_object().expect("ipam is a JSON object").clone());
     json!({"cniVersion": version, "name": "net1", "type": "bridge", "ipam": ipam_obj})
 }
 

@@ -1,7 +1,5 @@
 //! static through the CNI entry point.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use common::Env;

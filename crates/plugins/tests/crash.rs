@@ -2,8 +2,6 @@
 //! writes (the plugin's own, or its IPAM plugin's), then the runtime's DEL. DEL must succeed
 //! and leave no interface, veth, reservation, firewall rule or temporary file.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 mod dhcp_env;
 

@@ -71,7 +71,7 @@ fn eth0(ns: &Netns) -> Value {
 }
 
 fn with_prev(conf: &str, result: &Value) -> String {
-    let mut v: Value = serde_json::from_str(conf).unwrap();
+    let mut v: Value = serde_json::from_str(conf).expect("the config is JSON");
     v["prevResult"] = result.clone();
     v.to_string()
 }

@@ -500,7 +500,7 @@ fn master_index(ns: &Netns, name: &str) -> Value {
 
 /// `conf` with `result` as its prevResult (for CHECK).
 fn with_prev(conf: &str, result: &Value) -> String {
-    let mut v: Value = serde_json::from_str(conf).unwrap();
+    let mut v: Value = serde_json::from_str(conf).expect("the config is JSON");
     v["prevResult"] = result.clone();
     v.to_string()
 }

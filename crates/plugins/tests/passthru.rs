@@ -1,8 +1,6 @@
 //! passthru run as a runtime (multus) runs it: an empty result in the config's version for
 //! ADD, success for everything else, and the usual refusals of a bad config.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::Path;
 
 use serde_json::{json, Value};

@@ -249,7 +249,7 @@ fn cases() -> Vec<Case> {
                 assert!(out[0].ok, "{:?}", out[0]);
                 let names: Vec<&str> = out[0].result["interfaces"]
                     .as_array()
-                    .unwrap()
+                    .expect("the result lists interfaces")
                     .iter()
                     .filter_map(|i| i["name"].as_str())
                     .collect();
@@ -257,7 +257,7 @@ fn cases() -> Vec<Case> {
                 let gw = sb.node.ip_json(&["addr", "show", "dev", "sbs0.100"]);
                 assert!(gw.to_string().contains("10.20.0.1"), "{gw}");
                 sb.pod.ip(&["link", "set", "lo", "up"]);
-                let ping = sb.pod.command("ping").args(["-c1", "-W1", "10.20.0.1"]).output().unwrap();
+                let ping = sb.pod.command("ping").args(["-c1", "-W1", "10.20.0.1"]).output().expect("run ping");
                 assert!(ping.status.success(), "{}", String::from_utf8_lossy(&ping.stdout));
             }),
         case(
@@ -700,7 +700,7 @@ fn bridge_with_other_address(sb: &Sandbox) {
 /// The container interface has `want` as its MAC, in the kernel and in the result.
 fn assert_mac(sb: &Sandbox, out: &[Outcome], want: &str) {
     assert!(out[0].ok, "{:?}", out[0]);
-    let v: Value = serde_json::from_str(&out[0].raw).unwrap();
+    let v: Value = serde_json::from_str(&out[0].raw).expect("the result is JSON");
     let eth0 = sb.pod.ip_json(&["link", "show", "dev", "eth0"]);
     assert_eq!(eth0[0]["address"], want);
     assert_eq!(v["interfaces"][2]["mac"], want);
@@ -740,7 +740,7 @@ fn run_case(plugins: &Plugins, side: Side, c: &Case) -> (Sandbox, Run) {
                 Some(sb.run(&del))
             }
             Step::Check => {
-                let mut conf: Value = serde_json::from_str(&c.conf).unwrap();
+                let mut conf: Value = serde_json::from_str(&c.conf).expect("the config is JSON");
                 conf["prevResult"] = last_add.clone();
                 Some(sb.run(&call("CHECK", &conf.to_string())))
             }
@@ -749,7 +749,7 @@ fn run_case(plugins: &Plugins, side: Side, c: &Case) -> (Sandbox, Run) {
                     .command("ip")
                     .args(["netns", "del", sb.pod.name()])
                     .output()
-                    .unwrap();
+                    .expect("run ip netns del");
                 for veth in sb.node_links().iter().filter(|l| l.starts_with("veth")) {
                     sb.node.try_ip(&["link", "del", veth]);
                 }

@@ -24,10 +24,10 @@ fn fails(plugin: &str, extra: &str, code: u64, msg: &str) {
     let config = conf(plugin, extra);
     let (status, err) = validate(plugin, &config);
     assert_eq!(status, 1, "{config}");
-    let err = err.unwrap();
+    let err = err.expect("an error object on stdout");
     assert_eq!(err["code"], code, "{config}: {err}");
     assert_eq!(err["cniVersion"], "1.0.0", "{err}");
-    let text = err["msg"].as_str().unwrap();
+    let text = err["msg"].as_str().expect("the error has a msg");
     assert!(text.contains(msg), "{config}: {text:?} lacks {msg:?}");
 }
 

@@ -227,7 +227,8 @@ impl Mix {
 
     /// A number below `n` (which is not 0).
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        let n64 = u64::try_from(n).expect("a usize fits a u64");
+        usize::try_from(self.next() % n64).expect("a number below a usize is one")
     }
 }
 

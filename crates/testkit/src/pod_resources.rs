@@ -138,11 +138,12 @@ async fn serve(stream: tokio::net::UnixStream, answer: Answer, calls: Arc<Mutex<
 fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
     let mut out = vec![number << 3 | 2];
     let mut len = bytes.len();
+    // Seven bits a byte, low first; the top bit says another byte follows.
     while len >= 0x80 {
-        out.push((len & 0x7f) as u8 | 0x80);
+        out.push(len.to_le_bytes()[0] & 0x7f | 0x80);
         len >>= 7;
     }
-    out.push(len as u8);
+    out.push(len.to_le_bytes()[0]);
     out.extend_from_slice(bytes);
     out
 }

@@ -1,8 +1,6 @@
 //! The test API server at the HTTP level, over plain HTTP: framing (keep-alive, chunked bodies,
 //! `Expect: 100-continue`), `Status` replies, and the fault switches.
 
-#![allow(clippy::unwrap_used)]
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;

@@ -1,8 +1,6 @@
 //! The test API server checked with the real `kubectl` (client-go): the calls kubectl can make
 //! get the replies a real API server gives.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

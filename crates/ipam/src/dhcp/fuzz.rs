@@ -85,7 +85,8 @@ fn check_reply(reply: &Reply, size: usize) -> Result<(), String> {
 
 /// `payload` as the server sends it: from port 67 to the client's port 68.
 fn from_server(payload: &[u8]) -> Vec<u8> {
-    let mut p = udp_packet(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::BROADCAST, payload);
+    let mut p = udp_packet(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::BROADCAST, payload)
+        .expect("a server's payload fits one packet");
     p[20..22].copy_from_slice(&SERVER_PORT.to_be_bytes());
     p[22..24].copy_from_slice(&CLIENT_PORT.to_be_bytes());
     p

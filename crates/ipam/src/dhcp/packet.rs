@@ -118,7 +118,7 @@ impl AsRawFd for PacketSocket {
 fn sockaddr(ifindex: i32, protocol: u16, mac: &[u8; 6]) -> libc::sockaddr_ll {
     // SAFETY: sockaddr_ll is plain old data, so all-zero is a valid value.
     let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_family = libc::sa_family_t::try_from(libc::AF_PACKET).expect("AF_PACKET is 17");
     addr.sll_protocol = protocol.to_be();
     addr.sll_ifindex = ifindex;
     addr.sll_halen = 6;
@@ -127,13 +127,14 @@ fn sockaddr(ifindex: i32, protocol: u16, mac: &[u8; 6]) -> libc::sockaddr_ll {
 }
 
 fn sockaddr_len() -> libc::socklen_t {
-    // The size of a small struct always fits.
-    std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t
+    libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_ll>())
+        .expect("sockaddr_ll is 20 bytes")
 }
 
-/// An IPv4 header and a UDP header (client port to server port) around `payload`.
-pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
-    let udp_len = (UDP_HEADER + payload.len()) as u16;
+/// An IPv4 header and a UDP header (client port to server port) around `payload`; an error if
+/// it does not fit one IPv4 packet.
+pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, payload: &[u8]) -> io::Result<Vec<u8>> {
+    let udp_len = length_field(UDP_HEADER + payload.len())?;
     let mut udp = Vec::with_capacity(usize::from(udp_len));
     udp.extend_from_slice(&CLIENT_PORT.to_be_bytes());
     udp.extend_from_slice(&SERVER_PORT.to_be_bytes());
@@ -154,7 +155,7 @@ pub fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
 }
 
 /// An ICMP echo request from `src` to `dst`, identified by `id`.
-pub fn echo_request(src: Ipv4Addr, dst: Ipv4Addr, id: u16) -> Vec<u8> {
+pub fn echo_request(src: Ipv4Addr, dst: Ipv4Addr, id: u16) -> io::Result<Vec<u8>> {
     let mut icmp = vec![ICMP_ECHO_REQUEST, 0, 0, 0];
     icmp.extend_from_slice(&id.to_be_bytes());
     icmp.extend_from_slice(&1u16.to_be_bytes());
@@ -174,8 +175,8 @@ pub fn is_echo_reply(packet: &[u8], id: u16) -> bool {
         && u16::from_be_bytes([body[4], body[5]]) == id
 }
 
-fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> Vec<u8> {
-    let total = (IPV4_HEADER + payload.len()) as u16;
+fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> io::Result<Vec<u8>> {
+    let total = length_field(IPV4_HEADER + payload.len())?;
     let mut p = Vec::with_capacity(usize::from(total));
     p.extend_from_slice(&[0x45, 0x10]); // version 4, 5 words; low-delay TOS like other clients
     p.extend_from_slice(&total.to_be_bytes());
@@ -185,7 +186,17 @@ fn ipv4_packet(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, payload: &[u8]) -> Vec<u
     let sum = checksum(&[&p[..IPV4_HEADER]]);
     p[10..12].copy_from_slice(&sum.to_be_bytes());
     p.extend_from_slice(payload);
-    p
+    Ok(p)
+}
+
+/// `len` as a 16-bit length field of IPv4 or UDP.
+fn length_field(len: usize) -> io::Result<u16> {
+    u16::try_from(len).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{len} bytes do not fit one IPv4 packet"),
+        )
+    })
 }
 
 /// The protocol and payload of an unfragmented IPv4 packet.
@@ -229,10 +240,13 @@ fn checksum(parts: &[&[u8]]) -> u16 {
             sum += u32::from(*last) << 8;
         }
     }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
+    // Fold the carries back in until the sum fits 16 bits.
+    loop {
+        match u16::try_from(sum) {
+            Ok(folded) => return !folded,
+            Err(_) => sum = (sum & 0xffff) + (sum >> 16),
+        }
     }
-    !(sum as u16)
 }
 
 #[cfg(test)]
@@ -243,7 +257,7 @@ mod tests {
     fn packet_round_trip_and_checksums() {
         let src = Ipv4Addr::new(10, 0, 0, 5);
         let dst = Ipv4Addr::new(10, 0, 0, 1);
-        let p = udp_packet(src, dst, b"hello");
+        let p = udp_packet(src, dst, b"hello").unwrap();
         assert_eq!(p.len(), 20 + 8 + 5);
         // A header with its checksum in place sums to zero.
         assert_eq!(checksum(&[&p[..20]]), 0);
@@ -268,12 +282,24 @@ mod tests {
     fn echo_request_and_reply() {
         let src = Ipv4Addr::new(10, 0, 0, 5);
         let dst = Ipv4Addr::new(10, 0, 0, 1);
-        let mut p = echo_request(src, dst, 0x1234);
+        let mut p = echo_request(src, dst, 0x1234).unwrap();
         assert_eq!(checksum(&[&p[20..]]), 0);
         assert!(!is_echo_reply(&p, 0x1234), "a request is not a reply");
         p[20] = ICMP_ECHO_REPLY;
         assert!(is_echo_reply(&p, 0x1234));
         assert!(!is_echo_reply(&p, 0x1235));
-        assert!(!is_echo_reply(&udp_packet(src, dst, b"12345678"), 0x1234));
+        assert!(!is_echo_reply(
+            &udp_packet(src, dst, b"12345678").unwrap(),
+            0x1234
+        ));
+    }
+
+    #[test]
+    fn a_payload_too_large_for_ipv4_is_an_error() {
+        let ip = Ipv4Addr::new(10, 0, 0, 5);
+        let largest = vec![0u8; usize::from(u16::MAX) - IPV4_HEADER - UDP_HEADER];
+        assert_eq!(udp_packet(ip, ip, &largest).unwrap().len(), 65535);
+        let e = udp_packet(ip, ip, &[largest, vec![0]].concat()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
 }

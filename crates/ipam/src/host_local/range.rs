@@ -30,8 +30,10 @@ fn num(ip: IpAddr) -> u128 {
 
 fn from_num(n: u128, v4: bool) -> IpAddr {
     if v4 {
-        // Only called with numbers taken from IPv4 addresses of the same range.
-        IpAddr::V4(Ipv4Addr::from(n as u32))
+        // Only called with numbers taken from IPv4 addresses of the same range: the high 96
+        // bits are zero.
+        let [.., a, b, c, d] = n.to_be_bytes();
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
     } else {
         IpAddr::V6(Ipv6Addr::from(n))
     }

@@ -12,13 +12,11 @@
 //!   subnet and masquerading the rest except multicast, jumped to from POSTROUTING for the
 //!   source address, every rule commented `name: "<net>" id: "<cid>"`.
 
-mod sha512;
-
 use ipnet::IpNet;
+use sha2::{Digest, Sha512};
 
 use crate::error::{Error, Result};
 use crate::tool;
-use sha512::hex_prefix;
 
 const NFT_TABLE: &str = "cni_plugins_masquerade";
 const NFT_CHAIN: &str = "masq_checks";
@@ -322,9 +320,32 @@ fn ipt_teardown(network: &str, container_id: &str, addrs: &[IpNet]) -> Result<()
     first_err.map_or(Ok(()), Err)
 }
 
+/// The first `len` hex digits of the SHA-512 of `data`: the reference's rule and chain names
+/// are such prefixes.
+fn hex_prefix(data: &str, len: usize) -> String {
+    let mut hex: String = Sha512::digest(data.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    hex.truncate(len);
+    hex
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_prefixes_of_known_digests() {
+        assert_eq!(hex_prefix("abc", 32), "ddaf35a193617abacc417349ae204131");
+        assert_eq!(hex_prefix("", 32), "cf83e1357eefb8bdf1542850d66d8007");
+        // Two blocks of input.
+        assert_eq!(
+            hex_prefix(&"a".repeat(200), 128),
+            "4b11459c33f52a22ee8236782714c150a3b2c60994e9acee17fe68947a3e6789\
+             f31e7668394592da7bef827cddca88c4e6f86e4df7ed1ae6cba71f3e98faee9f"
+        );
+    }
 
     #[test]
     fn names_match_the_reference() {

@@ -96,7 +96,8 @@ impl Netlink {
         flags.set(AddressFlags::Noprefixroute, opts.noprefixroute);
         if !flags.is_empty() {
             // The header field only holds the low 8 bits; IFA_FLAGS carries the rest.
-            msg.header.flags = AddressHeaderFlags::from_bits_truncate(flags.bits() as u8);
+            let [low, ..] = flags.bits().to_le_bytes();
+            msg.header.flags = AddressHeaderFlags::from_bits_truncate(low);
             msg.attributes.push(AddressAttribute::Flags(flags));
         }
         self.ack(

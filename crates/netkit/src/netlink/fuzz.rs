@@ -93,7 +93,7 @@ proptest! {
         body in proptest::collection::vec(any::<u8>(), 0..512),
     ) {
         let mut rx = Vec::with_capacity(16 + body.len());
-        rx.extend_from_slice(&(16 + body.len() as u32).to_ne_bytes());
+        rx.extend_from_slice(&u32::try_from(16 + body.len()).unwrap().to_ne_bytes());
         rx.extend_from_slice(&kind.to_ne_bytes());
         rx.extend_from_slice(&flags.to_ne_bytes());
         rx.extend_from_slice(&[0; 8]);

@@ -8,7 +8,7 @@ use serde::Deserialize;
 /// The bridge used when the config names none.
 pub const DEFAULT_BRIDGE: &str = "cni0";
 /// Highest usable 802.1Q VLAN ID (4095 is reserved).
-const MAX_VLAN: i64 = 4094;
+const MAX_VLAN: u16 = 4094;
 
 /// Which firewall tool programs `ipMasq` rules: netkit's own choice, so the config's value
 /// goes through unchanged.
@@ -114,12 +114,15 @@ impl BridgeConf {
                 e.msg
             ))
         })?;
-        if !(0..=MAX_VLAN).contains(&raw.vlan) {
-            return Err(CniError::invalid_config(format!(
-                "vlan: {} is out of range: use 0 (no VLAN) to {MAX_VLAN}",
-                raw.vlan
-            )));
-        }
+        let vlan = u16::try_from(raw.vlan)
+            .ok()
+            .filter(|&v| v <= MAX_VLAN)
+            .ok_or_else(|| {
+                CniError::invalid_config(format!(
+                    "vlan: {} is out of range: use 0 (no VLAN) to {MAX_VLAN}",
+                    raw.vlan
+                ))
+            })?;
         let mtu = (raw.mtu != 0).then_some(raw.mtu);
         let ip_masq_backend = match raw.ip_masq_backend.as_deref() {
             None => None,
@@ -158,8 +161,7 @@ impl BridgeConf {
             mtu,
             hairpin: raw.hairpin_mode,
             promisc: raw.promisc_mode,
-            // In range: checked above.
-            vlan: raw.vlan as u16,
+            vlan,
             trunk,
             trunk_configured: raw.vlan_trunk.is_some(),
             preserve_default_vlan: raw.preserve_default_vlan,
@@ -188,15 +190,15 @@ fn collect_trunk(entries: &[TrunkEntry]) -> Result<Vec<u16>, CniError> {
     let mut vids = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let check = |key: &str, id: i64| -> Result<u16, CniError> {
-            if (1..=MAX_VLAN).contains(&id) {
-                // In range: checked just above.
-                Ok(id as u16)
-            } else {
-                Err(CniError::invalid_config(format!(
-                    "vlanTrunk[{i}].{key}: {id} is out of range: trunk VLAN IDs are 1 to \
-                     {MAX_VLAN}"
-                )))
-            }
+            u16::try_from(id)
+                .ok()
+                .filter(|v| (1..=MAX_VLAN).contains(v))
+                .ok_or_else(|| {
+                    CniError::invalid_config(format!(
+                        "vlanTrunk[{i}].{key}: {id} is out of range: trunk VLAN IDs are 1 to \
+                         {MAX_VLAN}"
+                    ))
+                })
         };
         let range_needs_both = |given: &str, missing: &str| {
             CniError::invalid_config(format!(

@@ -273,13 +273,18 @@ pub async fn release(
         server: lease.server,
     };
     let xid = random_xid();
+    let framing =
+        |e: io::Error| Failure::System(format!("framing DHCPRELEASE on {}: {e}", iface.describe()));
     let release = udp_packet(
         address,
         lease.server,
         &client_message(kind, params, xid, &iface.mac),
-    );
-    let id = xid as u16;
-    let ping = echo_request(address, lease.server, id);
+    )
+    .map_err(framing)?;
+    // The ping is told from others by the low 16 bits of the transaction ID.
+    let [.., xid_hi, xid_lo] = xid.to_be_bytes();
+    let id = u16::from_be_bytes([xid_hi, xid_lo]);
+    let ping = echo_request(address, lease.server, id).map_err(framing)?;
     let mut buf = vec![0u8; 1500];
     for mac in [server_mac, BROADCAST_MAC] {
         for packet in [&release, &ping] {
@@ -351,7 +356,7 @@ async fn transact(
 ) -> io::Result<(Reply, [u8; 6])> {
     let mut pause = FIRST_RESEND.min(timing.resend_max);
     let mut buf = vec![0u8; 1500];
-    let packet = udp_packet(dest.src, dest.dst, msg);
+    let packet = udp_packet(dest.src, dest.dst, msg)?;
     loop {
         if Instant::now() >= deadline {
             return Err(io::ErrorKind::TimedOut.into());

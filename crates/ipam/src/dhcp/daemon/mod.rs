@@ -158,11 +158,11 @@ fn log(event: &str, who: &str, detail: impl std::fmt::Display) {
 
 /// UTC time as `2026-01-31T12:00:00.000Z`, for logs read without journald.
 fn timestamp(t: SystemTime) -> String {
-    let ms = t
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or_default();
-    let (days, ms_of_day) = ((ms / 86_400_000) as i64, ms % 86_400_000);
+    let since_epoch = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = since_epoch.as_secs();
+    // u64 seconds divided by 86,400 always fit an i64.
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
+    let secs_of_day = secs % 86_400;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -173,13 +173,12 @@ fn timestamp(t: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    let secs = ms_of_day / 1000;
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60,
-        ms_of_day % 1000
+        secs_of_day / 3600,
+        secs_of_day / 60 % 60,
+        secs_of_day % 60,
+        since_epoch.subsec_millis()
     )
 }
 

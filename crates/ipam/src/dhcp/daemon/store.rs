@@ -53,7 +53,7 @@ pub fn who(container_id: &str, network: &str, ifname: &str) -> String {
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or_default()
 }
 
