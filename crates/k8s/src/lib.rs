@@ -1,7 +1,6 @@
 //! The Kubernetes API client of multus-rs: pods, NetworkAttachmentDefinitions, the pod's
 //! annotations and events, with one error type ([`K8sError`]).
 
-#![cfg_attr(test, allow(clippy::unwrap_used))]
 //!
 //! multus is a short-lived synchronous CNI process, so the client is synchronous: a
 //! current-thread tokio runtime lives inside it and each call blocks until it is done. Every

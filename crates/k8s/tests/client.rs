@@ -1,8 +1,6 @@
 //! The Kubernetes client against testkit's API server over real HTTPS (and HTTP): pods, NADs,
 //! the annotations patch, events, retries, timeouts, the server going down, token rotation.
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

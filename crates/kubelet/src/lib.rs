@@ -2,7 +2,5 @@
 //! upstream multus reads them: the pod-resources gRPC API on the kubelet's socket, and the
 //! device manager's checkpoint file when the socket is not there.
 
-#![cfg_attr(test, allow(clippy::unwrap_used))]
-
 pub mod checkpoint;
 pub mod pod_resources;

@@ -341,7 +341,7 @@ mod tests {
 
     fn check(message: &[u8]) -> Result<(), String> {
         let mut framed = vec![0];
-        framed.extend((message.len() as u32).to_be_bytes());
+        framed.extend(u32::try_from(message.len()).unwrap().to_be_bytes());
         framed.extend_from_slice(message);
         for answer in [unframe(&framed), unframe(message)] {
             match answer.and_then(|m| decode_list_response(&m, "ns1", "web")) {

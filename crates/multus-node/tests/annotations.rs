@@ -3,8 +3,6 @@
 //! and events there; the delegates are the real `cni-plugins` binaries (bridge + host-local,
 //! static), in the sandbox's node and pod namespaces.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use common::cluster::{Cluster, DEFAULT_NETWORK, NETWORKS};
@@ -286,7 +284,10 @@ fn cluster_ipv6_default(c: &Cluster) -> Value {
     let mut conf = c.sb.cluster("cluster", "cni0", "10.88.0.0/24", "1.0.0");
     conf["ipam"]["ranges"] = json!([[{"subnet": "10.88.0.0/24"}], [{"subnet": "fd88::/64"}]]);
     conf["ipam"]["routes"] = json!([{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]);
-    conf["ipam"].as_object_mut().unwrap().remove("subnet");
+    conf["ipam"]
+        .as_object_mut()
+        .expect("an object")
+        .remove("subnet");
     conf
 }
 

@@ -3,8 +3,6 @@
 //! `clusterNetwork`; the chain is cached, so DEL and CHECK reach it from the cache. And a
 //! `clusterNetwork` conflist file with its own plugin subdirectory.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::fs;
@@ -43,13 +41,14 @@ impl Chain {
             "10-cluster.conf",
             &sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0"),
         );
-        std::os::unix::fs::symlink(plugins_bin(), sb.plugins.path().join("passthru")).unwrap();
+        std::os::unix::fs::symlink(plugins_bin(), sb.plugins.path().join("passthru"))
+            .expect("creates a symlink");
         sb.script("record", RECORD);
         if !files.is_empty() {
             let dir = sb.conf_dir().join(CHAIN);
-            fs::create_dir(&dir).unwrap();
+            fs::create_dir(&dir).expect("creates a test directory");
             for (name, text) in files {
-                fs::write(dir.join(name), text).unwrap();
+                fs::write(dir.join(name), text).expect("writes a test file");
             }
         }
         Chain { sb }
@@ -81,7 +80,8 @@ impl Chain {
             .plugins
             .path()
             .join(format!("stdin.{tag}.{command}"));
-        serde_json::from_str(fs::read_to_string(path).unwrap().trim()).unwrap()
+        serde_json::from_str(fs::read_to_string(path).expect("reads a test file").trim())
+            .expect("valid JSON")
     }
 
     fn arp_filter(&self) -> String {
@@ -91,14 +91,16 @@ impl Chain {
             .command("cat")
             .arg("/proc/sys/net/ipv4/conf/eth0/arp_filter")
             .output()
-            .unwrap();
+            .expect("runs the command");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
     /// The delegate cache: each delegate's name and, for lists, its plugin types.
     fn cached(&self) -> Vec<(String, Vec<String>)> {
         let path = self.sb.cni_dir().join(common::CONTAINER_ID);
-        let entries: Vec<Value> = serde_json::from_slice(&fs::read(path).unwrap()).unwrap();
+        let entries: Vec<Value> =
+            serde_json::from_slice(&fs::read(path).expect("reads a test file"))
+                .expect("valid JSON");
         entries
             .iter()
             .map(|e| {
@@ -106,11 +108,11 @@ impl Chain {
                     .as_array()
                     .map(|ps| {
                         ps.iter()
-                            .map(|p| p["type"].as_str().unwrap().to_owned())
+                            .map(|p| p["type"].as_str().expect("a string").to_owned())
                             .collect()
                     })
                     .unwrap_or_default();
-                (e["Name"].as_str().unwrap().to_owned(), types)
+                (e["Name"].as_str().expect("a string").to_owned(), types)
             })
             .collect()
     }

@@ -1,8 +1,6 @@
 //! Bad multus configurations and bad delegate configs, through the real binary: each ADD
 //! fails with a CNI error that says what is wrong and where, and leaves nothing behind.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use common::Sandbox;

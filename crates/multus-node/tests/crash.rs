@@ -3,8 +3,6 @@
 //! makes that syscall dies), then the runtime's DEL. DEL must succeed and leave no interface,
 //! veth, reservation, cache, lock or temporary file.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use common::cluster::{Cluster, NETWORKS};

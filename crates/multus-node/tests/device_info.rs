@@ -5,8 +5,6 @@
 //! checkpoint (`kubeletCheckpointFile`, also in the test's directory) or its pod-resources API
 //! (testkit's fake on `podResourcesSocket`) for NADs naming a resource.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::fs;
@@ -56,11 +54,12 @@ impl Setup {
         sb.script("writer", &device_delegate(&vhost_user().to_string()));
         sb.script("garbage", &device_delegate("not json"));
         sb.script("chained", &device_delegate(&vhost_user().to_string()));
-        let server = KubeApiServer::start_in(Scheme::Https, &sb.node).unwrap();
+        let server =
+            KubeApiServer::start_in(Scheme::Https, &sb.node).expect("starts the test server");
         let kubeconfig = sb.dir.path().join("multus.kubeconfig");
         server
             .write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)
-            .unwrap();
+            .expect("writes the kubeconfig");
         let mut pod = pod_manifest(POD_NS, POD_NAME);
         pod["metadata"]["uid"] = json!(POD_UID);
         pod["metadata"]["annotations"] = json!({ "k8s.v1.cni.cncf.io/networks": networks });
@@ -91,19 +90,20 @@ impl Setup {
     /// The kubelet's device checkpoint with `entries` as its `PodDeviceEntries`, and another
     /// pod's device of every resource.
     fn checkpoint(&self, entries: Value) {
-        let mut entries = entries.as_array().unwrap().clone();
+        let mut entries = entries.as_array().expect("an array").clone();
         entries.push(json!({"PodUID": "another-pod", "ContainerName": "app",
                             "ResourceName": RESOURCE, "DeviceIDs": {"0": ["0000:03:02.0"]},
                             "AllocResp": "CgA="}));
         let file = json!({"Data": {"PodDeviceEntries": entries,
                                    "RegisteredDevices": {RESOURCE: ["0000:03:02.0"]}},
                           "Checksum": 1_234_567});
-        fs::write(self.checkpoint_path(), file.to_string()).unwrap();
+        fs::write(self.checkpoint_path(), file.to_string()).expect("writes a test file");
     }
 
     /// The kubelet's pod-resources API on `podResourcesSocket`, answering `answer`.
     fn pod_resources(&self, answer: Answer) -> PodResourcesServer {
-        PodResourcesServer::start(&self.sb.dir.path().join("kubelet.sock"), answer).unwrap()
+        PodResourcesServer::start(&self.sb.dir.path().join("kubelet.sock"), answer)
+            .expect("starts the test server")
     }
 
     /// The config a delegate got on stdin.
@@ -118,8 +118,9 @@ impl Setup {
         let file = self
             .devinfo_dir()
             .join(format!("dp/example.com-sriov_vf-{device}-device.json"));
-        fs::create_dir_all(file.parent().unwrap()).unwrap();
-        fs::write(&file, info.to_string()).unwrap();
+        fs::create_dir_all(file.parent().expect("has a parent directory"))
+            .expect("creates a test directory");
+        fs::write(&file, info.to_string()).expect("writes a test file");
         info
     }
 
@@ -158,8 +159,16 @@ impl Setup {
     }
 
     fn network_status(&self) -> Value {
-        let pod = self.server.pod(POD_NS, POD_NAME).unwrap();
-        serde_json::from_str(pod["metadata"]["annotations"][STATUS].as_str().unwrap()).unwrap()
+        let pod = self
+            .server
+            .pod(POD_NS, POD_NAME)
+            .expect("the pod is on the server");
+        serde_json::from_str(
+            pod["metadata"]["annotations"][STATUS]
+                .as_str()
+                .expect("a string"),
+        )
+        .expect("valid JSON")
     }
 
     /// The delegates' calls: `<command> <ifname> <device-info file or none>`.
@@ -193,7 +202,7 @@ impl Setup {
 }
 
 fn read_json(path: &Path) -> Value {
-    serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
+    serde_json::from_slice(&fs::read(path).expect("reads a test file")).expect("valid JSON")
 }
 
 #[test]
@@ -339,7 +348,7 @@ fn sriov_pod(networks: &str, nads: &[&str], devices: &[&str]) -> Setup {
 fn assert_refused(s: &Setup, code: u64, prefix: &str) -> String {
     let out = s.cmd("ADD");
     assert_eq!(out.err_code(), code, "{out:?}");
-    let msg = out.json()["msg"].as_str().unwrap().to_owned();
+    let msg = out.json()["msg"].as_str().expect("a string").to_owned();
     assert!(msg.starts_with(prefix), "{msg}");
     assert_eq!(s.calls(), Vec::<String>::new());
     assert_eq!(s.cni_files(), Vec::<String>::new());

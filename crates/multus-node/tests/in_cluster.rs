@@ -3,8 +3,6 @@
 //! wrapper) it uses those credentials; outside a pod it runs without an API. Delegates are
 //! bridge + host-local from `cni-plugins`; multus and the API server run in the node namespace.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use common::{Sandbox, POD_NAME, POD_NS, POD_UID};
@@ -25,7 +23,8 @@ struct Setup {
 impl Setup {
     fn new(prefix: &str) -> Setup {
         let sb = Sandbox::new();
-        let server = KubeApiServer::start_in(Scheme::Https, &sb.node).unwrap();
+        let server =
+            KubeApiServer::start_in(Scheme::Https, &sb.node).expect("starts the test server");
         let mut pod = pod_manifest(POD_NS, POD_NAME);
         pod["metadata"]["uid"] = json!(POD_UID);
         pod["metadata"]["annotations"] = json!({ NETWORKS: "extra" });
@@ -43,16 +42,16 @@ impl Setup {
     fn network_status(&self) -> Option<Value> {
         let pod = self.server.pod(POD_NS, POD_NAME)?;
         let text = pod["metadata"]["annotations"][STATUS].as_str()?.to_owned();
-        Some(serde_json::from_str(&text).unwrap())
+        Some(serde_json::from_str(&text).expect("valid JSON"))
     }
 
     fn status_names(&self) -> Vec<String> {
         self.network_status()
             .expect("network-status written")
             .as_array()
-            .unwrap()
+            .expect("an array")
             .iter()
-            .map(|e| e["name"].as_str().unwrap().to_owned())
+            .map(|e| e["name"].as_str().expect("a string").to_owned())
             .collect()
     }
 }

@@ -1,7 +1,5 @@
 //! `multus install` run as the DaemonSet runs it, against a node tree in a temporary directory.
 
-#![allow(clippy::unwrap_used)]
-
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -21,7 +19,7 @@ struct Node {
 impl Node {
     fn new() -> Node {
         let node = Node {
-            root: tempfile::tempdir().unwrap(),
+            root: tempfile::tempdir().expect("a temporary directory"),
         };
         for dir in [
             node.conf_dir(),
@@ -29,13 +27,13 @@ impl Node {
             node.sa_dir(),
             node.image_dir(),
         ] {
-            std::fs::create_dir_all(dir).unwrap();
+            std::fs::create_dir_all(dir).expect("creates a test directory");
         }
-        std::fs::write(node.sa_dir().join("token"), "token-1").unwrap();
-        std::fs::write(node.sa_dir().join("ca.crt"), "CA-1").unwrap();
-        std::fs::copy(MULTUS, node.image_dir().join("multus")).unwrap();
+        std::fs::write(node.sa_dir().join("token"), "token-1").expect("writes a test file");
+        std::fs::write(node.sa_dir().join("ca.crt"), "CA-1").expect("writes a test file");
+        std::fs::copy(MULTUS, node.image_dir().join("multus")).expect("copies a file");
         let plugins = testkit::workspace_binary("cni-plugins", "plugins");
-        std::fs::copy(plugins, node.image_dir().join("cni-plugins")).unwrap();
+        std::fs::copy(plugins, node.image_dir().join("cni-plugins")).expect("copies a file");
         node
     }
 
@@ -56,7 +54,7 @@ impl Node {
     }
 
     fn write_conf(&self, name: &str, config: &Value) {
-        std::fs::write(self.conf_dir().join(name), config.to_string()).unwrap();
+        std::fs::write(self.conf_dir().join(name), config.to_string()).expect("writes a test file");
     }
 
     fn command(&self, extra: &[&str]) -> Command {
@@ -80,7 +78,7 @@ impl Node {
     fn install(&self, extra: &[&str]) -> Output {
         let mut args = vec!["--skip-config-watch"];
         args.extend_from_slice(extra);
-        self.command(&args).output().unwrap()
+        self.command(&args).output().expect("runs the command")
     }
 
     fn install_ok(&self, extra: &[&str]) -> String {
@@ -101,7 +99,7 @@ impl Node {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap();
+            .expect("starts the command");
         Installer { child }
     }
 
@@ -128,7 +126,12 @@ struct Installer {
 impl Installer {
     fn stop(mut self) -> (bool, String) {
         // SAFETY: kill(2) on our own child's PID, which has not been reaped yet.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        unsafe {
+            libc::kill(
+                libc::pid_t::try_from(self.child.id()).expect("fits the type"),
+                libc::SIGTERM,
+            )
+        };
         let out = self.wait_output();
         (
             out.status.success(),
@@ -138,16 +141,21 @@ impl Installer {
 
     fn wait_output(&mut self) -> Output {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.child.try_wait().unwrap().is_none() {
+        while self
+            .child
+            .try_wait()
+            .expect("waits for the child")
+            .is_none()
+        {
             assert!(Instant::now() < deadline, "installer did not exit");
             std::thread::sleep(Duration::from_millis(20));
         }
         let mut stderr = String::new();
         if let Some(mut e) = self.child.stderr.take() {
-            std::io::Read::read_to_string(&mut e, &mut stderr).unwrap();
+            std::io::Read::read_to_string(&mut e, &mut stderr).expect("reads a test file");
         }
         Output {
-            status: self.child.wait().unwrap(),
+            status: self.child.wait().expect("waits for the child"),
             stdout: Vec::new(),
             stderr: stderr.into_bytes(),
         }
@@ -171,15 +179,24 @@ fn read_json(path: &Path) -> Value {
 
 fn names(dir: &Path) -> Vec<String> {
     let mut all: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .expect("lists the directory")
+        .map(|e| {
+            e.expect("a directory entry")
+                .file_name()
+                .into_string()
+                .expect("a UTF-8 file name")
+        })
         .collect();
     all.sort();
     all
 }
 
 fn mode(path: &Path) -> u32 {
-    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    std::fs::metadata(path)
+        .expect("reads the metadata")
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -205,10 +222,10 @@ fn plugin_names(node: &Node) -> Vec<String> {
     let out = Command::new(node.image_dir().join("cni-plugins"))
         .arg("--list")
         .output()
-        .unwrap();
+        .expect("runs the command");
     assert!(out.status.success());
     String::from_utf8(out.stdout)
-        .unwrap()
+        .expect("UTF-8 output")
         .lines()
         .map(String::from)
         .collect()

@@ -2,8 +2,6 @@
 //! DEL or GC that follows leaves nothing behind, temporary files included. And temporary file
 //! names that are taken by a symlink are skipped, never written through.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -43,14 +41,14 @@ exit 0"#
 /// cniDir, the result cache's in results/.
 fn plant_temp_files(sb: &Sandbox, container_id: &str) -> Vec<PathBuf> {
     let results = sb.cni_dir().join("results");
-    std::fs::create_dir_all(&results).unwrap();
+    std::fs::create_dir_all(&results).expect("creates a test directory");
     let files = [
         sb.cni_dir().join(format!(".{container_id}.tmp-4194300-0")),
         results.join(format!(".cluster-{container_id}-eth0.tmp-4194300-1")),
         results.join(format!(".extra1-{container_id}-net1.tmp-4194301-0")),
     ];
     for f in &files {
-        std::fs::write(f, b"[{\"half\":").unwrap();
+        std::fs::write(f, b"[{\"half\":").expect("writes a test file");
     }
     files.to_vec()
 }
@@ -126,10 +124,10 @@ fn as_pid_one(sb: &Sandbox) -> PathBuf {
 }
 
 fn plant_links(dir: &Path, target_name: &str, victim: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
+    std::fs::create_dir_all(dir).expect("creates a test directory");
     for n in 0..4 {
         let at = dir.join(format!(".{target_name}.tmp-1-{n}"));
-        std::os::unix::fs::symlink(victim, at).unwrap();
+        std::os::unix::fs::symlink(victim, at).expect("creates a symlink");
     }
 }
 

@@ -2,8 +2,6 @@
 //! how multus uses the API (the status PATCH, retries, the API or the pod missing, DEL from the
 //! cache), with bridge + host-local delegates from `cni-plugins`.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,8 +1,6 @@
 //! `multus lint` run as a person runs it: NAD (and pod) files on disk, the real `multus` and
 //! `cni-plugins` binaries, the exit status and the report read back.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -18,7 +16,11 @@ fn cni_plugins() -> PathBuf {
 /// Copies an executable by way of `cp`: a copy this process wrote could still be open in a
 /// child another test thread is forking, and executing it would then fail (ETXTBSY).
 fn copy_executable(from: &Path, to: &Path) {
-    let status = Command::new("cp").arg(from).arg(to).status().unwrap();
+    let status = Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("runs the command");
     assert!(status.success(), "cp {} {}", from.display(), to.display());
 }
 
@@ -54,7 +56,10 @@ impl Run {
 
     /// The findings of a `--output json` run.
     fn findings(&self) -> Vec<Value> {
-        self.json()["findings"].as_array().unwrap().clone()
+        self.json()["findings"]
+            .as_array()
+            .expect("an array")
+            .clone()
     }
 
     /// The one finding of `check` (there must be exactly one).
@@ -71,22 +76,22 @@ impl Run {
     fn checks(&self) -> Vec<String> {
         self.findings()
             .iter()
-            .map(|f| f["check"].as_str().unwrap().to_owned())
+            .map(|f| f["check"].as_str().expect("a string").to_owned())
             .collect()
     }
 }
 
 /// The finding's problem mentions `needle`.
 fn says(finding: &Value, needle: &str) {
-    let problem = finding["problem"].as_str().unwrap();
+    let problem = finding["problem"].as_str().expect("a string");
     assert!(problem.contains(needle), "{problem:?} lacks {needle:?}");
 }
 
 fn output(out: Output) -> Run {
     Run {
-        status: out.status.code().unwrap(),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
+        status: out.status.code().expect("exited, not killed"),
+        stdout: String::from_utf8(out.stdout).expect("UTF-8 output"),
+        stderr: String::from_utf8(out.stderr).expect("UTF-8 output"),
     }
 }
 
@@ -99,7 +104,7 @@ fn lint(args: &[&str]) -> Run {
     if !args.contains(&"--cni-bin-dir") {
         cmd.args(["--cni-bin-dir", "/nonexistent"]);
     }
-    output(cmd.args(args).output().unwrap())
+    output(cmd.args(args).output().expect("runs the command"))
 }
 
 /// Files in a temporary directory.
@@ -110,19 +115,20 @@ struct Files {
 impl Files {
     fn new() -> Files {
         Files {
-            dir: tempfile::tempdir().unwrap(),
+            dir: tempfile::tempdir().expect("a temporary directory"),
         }
     }
 
     fn write(&self, name: &str, text: &str) -> String {
         let path = self.dir.path().join(name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, text).unwrap();
-        path.to_str().unwrap().to_owned()
+        std::fs::create_dir_all(path.parent().expect("has a parent directory"))
+            .expect("creates a test directory");
+        std::fs::write(&path, text).expect("writes a test file");
+        path.to_str().expect("a UTF-8 path").to_owned()
     }
 
     fn path(&self) -> &str {
-        self.dir.path().to_str().unwrap()
+        self.dir.path().to_str().expect("a UTF-8 path")
     }
 }
 
@@ -521,7 +527,10 @@ fn cni_versions_nobody_speaks() {
 /// The error message `cni-plugins validate <plugin>` gives for `config`.
 fn plugin_says(plugin: &str, config: &Value) -> String {
     let (_, err) = testkit::validate_config(&cni_plugins(), plugin, &config.to_string());
-    err.unwrap()["msg"].as_str().unwrap().to_owned()
+    err.expect("validate fails")["msg"]
+        .as_str()
+        .expect("a string")
+        .to_owned()
 }
 
 #[test]

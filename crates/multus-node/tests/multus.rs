@@ -1,8 +1,6 @@
 //! The real `multus` binary, run as a runtime runs it, with bridge + host-local delegates from
 //! `cni-plugins`, in namespaces; no Kubernetes API (the cluster network and defaultNetworks).
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use std::fs;
@@ -477,22 +475,22 @@ fn a_log_file_past_max_size_is_rotated() {
 
 fn gunzip(path: &Path) -> Vec<u8> {
     let mut out = Vec::new();
-    flate2::read::GzDecoder::new(fs::File::open(path).unwrap())
+    flate2::read::GzDecoder::new(fs::File::open(path).expect("opens the file"))
         .read_to_end(&mut out)
-        .unwrap();
+        .expect("a gzip file");
     out
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    enc.write_all(data).unwrap();
-    enc.finish().unwrap()
+    enc.write_all(data).expect("compresses");
+    enc.finish().expect("compresses")
 }
 
 /// The files next to the log, by name.
 fn log_files(sb: &Sandbox) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(sb.dir.path())
-        .unwrap()
+        .expect("lists the directory")
         .flatten()
         .filter(|e| e.path().is_file())
         .filter_map(|e| e.file_name().into_string().ok())
@@ -512,7 +510,7 @@ fn past_max_size(sb: &Sandbox, log_options: Value) -> (PathBuf, Vec<u8>, String)
         old.extend_from_slice(format!("old line {i}\n").as_bytes());
         i += 1;
     }
-    fs::write(&log, &old).unwrap();
+    fs::write(&log, &old).expect("writes a test file");
     let mut options = json!({"maxSize": 1});
     if let (Value::Object(o), Value::Object(extra)) = (&mut options, log_options) {
         o.extend(extra);

@@ -2,8 +2,6 @@
 //! multus; the container gets the cluster network and a second network from
 //! `defaultNetworks`, reaches both gateways, and `--rm` leaves nothing behind.
 
-#![allow(clippy::unwrap_used)]
-
 mod common;
 
 use testkit::podman::Podman;

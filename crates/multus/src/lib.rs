@@ -8,8 +8,6 @@
 //! (`CNI_ARGS`), [`selection`] (the networks annotations), [`status`] (network-status),
 //! [`cache`] (the delegate cache), [`devinfo`] (device-info files).
 
-#![cfg_attr(test, allow(clippy::unwrap_used))]
-
 pub mod api;
 pub mod attach;
 pub mod cache;

@@ -7,8 +7,6 @@
 //! delegate cache, device-info files), the written file reads back the same. The pod-resources
 //! protobuf decoder is fuzzed in the kubelet crate (crates/kubelet/src/pod_resources.rs).
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
@@ -30,7 +28,11 @@ fn corpus(target: &str) -> PathBuf {
 
 fn bounded(e: &Error) -> Result<(), String> {
     let e = e.to_cni();
-    fuzz::bounded_error(&e.msg, &e.details, &serde_json::to_value(&e).unwrap())
+    fuzz::bounded_error(
+        &e.msg,
+        &e.details,
+        &serde_json::to_value(&e).expect("serialises"),
+    )
 }
 
 fn text(input: &[u8]) -> String {
@@ -109,7 +111,7 @@ fn check_multus_conf(input: &[u8]) -> Result<(), String> {
         Ok(conf) => {
             // Its inline delegates are the networks multus runs.
             for d in &conf.delegates {
-                let bytes = serde_json::to_vec(d).unwrap();
+                let bytes = serde_json::to_vec(d).expect("serialises");
                 if let Err(e) = Delegate::from_config(&bytes, "delegates") {
                     bounded(&e)?;
                 }
@@ -124,8 +126,8 @@ fn check_multus_conf(input: &[u8]) -> Result<(), String> {
 fn check_delegate_cache(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
     let (planted, copy) = (dir.path().join("planted"), dir.path().join("copy"));
-    std::fs::create_dir(&planted).unwrap();
-    std::fs::write(cache::path(&planted, "c0ffee"), input).unwrap();
+    std::fs::create_dir(&planted).expect("creates a test directory");
+    std::fs::write(cache::path(&planted, "c0ffee"), input).expect("writes a test file");
     let delegates = match cache::load(&planted, "c0ffee", "1.0.0") {
         Ok(Some(d)) => d,
         Ok(None) if input.is_empty() => return Ok(()),
@@ -155,7 +157,7 @@ fn options(kubeconfig: &Path) -> ClientOptions {
 fn check_kubeconfig(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
     let path = dir.path().join("multus.kubeconfig");
-    std::fs::write(&path, input).unwrap();
+    std::fs::write(&path, input).expect("writes a test file");
     match KubeClient::new(&options(&path)) {
         Ok(_) => Ok(()),
         Err(e) => bounded(&Error::from(e)),
@@ -200,13 +202,13 @@ type Api = (KubeApiServer, tempfile::TempDir, KubeClient);
 fn api() -> MutexGuard<'static, Api> {
     static API: OnceLock<Mutex<Api>> = OnceLock::new();
     API.get_or_init(|| {
-        let server = KubeApiServer::http().unwrap();
-        let dir = tempfile::tempdir().unwrap();
+        let server = KubeApiServer::http().expect("starts the test server");
+        let dir = tempfile::tempdir().expect("a temporary directory");
         let path = dir.path().join("kubeconfig");
         server
             .write_kubeconfig(&path, KubeconfigAuth::Token)
-            .unwrap();
-        let client = KubeClient::new(&options(&path)).unwrap();
+            .expect("writes the kubeconfig");
+        let client = KubeClient::new(&options(&path)).expect("sets up the client");
         Mutex::new((server, dir, client))
     })
     .lock()
@@ -247,7 +249,7 @@ const POD_UID: &str = "7d1c3a52-0000-4000-8000-000000000001";
 fn check_checkpoint(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
     let path = dir.path().join("kubelet_internal_checkpoint");
-    std::fs::write(&path, input).unwrap();
+    std::fs::write(&path, input).expect("writes a test file");
     match kubelet::checkpoint::pod_devices(&path, POD_UID) {
         Ok(_) => Ok(()),
         Err(source) => bounded(&Error::Checkpoint {
@@ -261,8 +263,9 @@ fn check_checkpoint(input: &[u8]) -> Result<(), String> {
 fn check_devinfo(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
     let dp = multus::devinfo::dp_path(dir.path(), "intel.com/sriov", "0000:03:02.1");
-    std::fs::create_dir_all(dp.parent().unwrap()).unwrap();
-    std::fs::write(&dp, input).unwrap();
+    std::fs::create_dir_all(dp.parent().expect("has a parent directory"))
+        .expect("creates a test directory");
+    std::fs::write(&dp, input).expect("writes a test file");
     let info = match multus::devinfo::load(&dp) {
         Ok(info) => info,
         Err(e) => return fuzz::short("a device-info error", &e.to_string(), 1024),

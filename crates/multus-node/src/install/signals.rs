@@ -34,8 +34,9 @@ impl Stop {
     /// Waits up to `timeout`; true when a stop signal arrived.
     pub fn wait(&self, timeout: Duration) -> bool {
         let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+            // Beyond time_t's range is "forever" for a wait.
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
         };
         loop {
             // SAFETY: `self.set` was initialised in `block`; a null siginfo pointer is allowed.
