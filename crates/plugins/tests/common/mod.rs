@@ -401,6 +401,56 @@ pub fn dummy_master(node: &Netns) {
     uplink_addressing(node);
 }
 
+/// macvlan's and ipvlan's sandbox: the node has the master `up0` with a default route, a veth
+/// end with MTU 1500; with `dummy`, a dummy link where the kernel has them (the VM).
+pub fn master_sandbox(plugins: &Plugins, dummy: bool) -> Sandbox {
+    let sb = Sandbox::new(plugins, Side::Ours);
+    if dummy && kernel_has_dummy() {
+        dummy_master(&sb.node);
+    } else {
+        veth_master(&sb.node, 1500);
+    }
+    sb
+}
+
+/// `ip -d` details of `eth0` in `ns`.
+pub fn eth0(ns: &Netns) -> Value {
+    ns.ip_json(&["-d", "addr", "show", "dev", "eth0"])[0].clone()
+}
+
+/// `conf` with `result` as its prevResult, as a runtime passes it to CHECK.
+pub fn with_prev(conf: &str, result: &Value) -> String {
+    let mut v: Value = serde_json::from_str(conf).expect("config is JSON");
+    v["prevResult"] = result.clone();
+    v.to_string()
+}
+
+/// A second pod namespace, container `podb`, attached with `conf`; and its result.
+pub fn second_pod(sb: &Sandbox, conf: &str) -> (Netns, Value) {
+    let pod = Netns::new("podb");
+    let mut call = sb.call("ADD", conf);
+    call.netns = pod.path().display().to_string();
+    call.container_id = "podb".into();
+    let r = sb.run(&call).ok();
+    (pod, r)
+}
+
+/// The pod has nothing but lo, and no reservation is left.
+pub fn assert_pod_and_ipam_clean(sb: &Sandbox) {
+    let pod = sb.pod_links();
+    assert!(pod.is_empty(), "left in the pod: {pod:?}");
+    assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
+}
+
+/// `conf` has no master and the node no default route: ADD has no interface to take, and
+/// says so.
+pub fn assert_no_master_needs_a_default_route(plugins: &Plugins, conf: &str) {
+    let sb = Sandbox::new(plugins, Side::Ours);
+    let out = sb.add(conf);
+    assert_eq!(out.err_code(), 7, "{out:?}");
+    assert!(out.stdout.contains("no default route"), "{}", out.stdout);
+}
+
 /// Asserts a CNI error with `code` whose message contains `words`; `what` names the case.
 pub fn assert_error(out: &CniOutput, code: u64, words: &str, what: &str) {
     assert_eq!(out.err_code(), code, "{what}: {out:?}");
