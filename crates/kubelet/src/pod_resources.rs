@@ -3,14 +3,15 @@
 //! resource the kubelet allocated to which pod. Multus calls `List`, as upstream does, and
 //! keeps the devices of the pod it attaches.
 //!
-//! gRPC here is HTTP/2 (the `h2` crate) and the few protobuf messages `List` needs, decoded by
-//! hand: fields this module does not read are skipped, as protobuf requires.
+//! gRPC here is HTTP/2 (the `h2` crate) and the few protobuf messages `List` needs, declared
+//! in [`v1`] with prost's derive: fields not declared there are skipped, as protobuf requires.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
+use prost::Message;
 
 /// Where the kubelet serves the API unless `podResourcesSocket` says otherwise.
 pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
@@ -81,8 +82,8 @@ async fn list(socket: &Path) -> Result<Vec<u8>, String> {
     let (response, mut send) = client
         .send_request(request, false)
         .map_err(|e| format!("sending List: {e}"))?;
-    // An empty ListPodResourcesRequest in one uncompressed gRPC frame.
-    send.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+    let request = frame(&v1::ListPodResourcesRequest {}.encode_to_vec())?;
+    send.send_data(Bytes::from(request), true)
         .map_err(|e| format!("sending List: {e}"))?;
     let response = response.await.map_err(|e| format!("List failed: {e}"))?;
     if response.status() != http::StatusCode::OK {
@@ -128,6 +129,15 @@ fn grpc_status(headers: &http::HeaderMap) -> Result<(), String> {
     ))
 }
 
+/// One uncompressed gRPC message: see [`unframe`].
+fn frame(message: &[u8]) -> Result<Vec<u8>, String> {
+    let len = u32::try_from(message.len()).map_err(|_| "a request over 4 GiB".to_owned())?;
+    let mut framed = vec![0];
+    framed.extend(len.to_be_bytes());
+    framed.extend_from_slice(message);
+    Ok(framed)
+}
+
 /// The one message of a gRPC body: a flag byte (0: not compressed), a 4-byte big-endian
 /// length, the message.
 fn unframe(data: &[u8]) -> Result<Vec<u8>, String> {
@@ -150,133 +160,72 @@ fn unframe(data: &[u8]) -> Result<Vec<u8>, String> {
     Ok(rest.to_vec())
 }
 
-/// A protobuf field's value, as far as the messages here need it.
-enum Value<'a> {
-    Varint,
-    Bytes(&'a [u8]),
-    Fixed,
-}
+/// The kubelet's `v1` pod-resources messages (k8s.io/kubelet/pkg/apis/podresources/v1), with
+/// only the fields `List`'s caller reads.
+mod v1 {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListPodResourcesRequest {}
 
-/// Calls `f` with each field (number and value) of the message in `buf`.
-fn fields<'a>(
-    mut buf: &'a [u8],
-    mut f: impl FnMut(u64, Value<'a>) -> Result<(), String>,
-) -> Result<(), String> {
-    while !buf.is_empty() {
-        let key = varint(&mut buf)?;
-        let value = match key & 7 {
-            0 => varint(&mut buf).map(|_| Value::Varint)?,
-            1 => skip(&mut buf, 8).map(|_| Value::Fixed)?,
-            2 => {
-                let len = usize::try_from(varint(&mut buf)?)
-                    .map_err(|_| "a field longer than memory".to_owned())?;
-                Value::Bytes(skip(&mut buf, len)?)
-            }
-            5 => skip(&mut buf, 4).map(|_| Value::Fixed)?,
-            wire => return Err(format!("field {} has wire type {wire}", key >> 3)),
-        };
-        f(key >> 3, value)?;
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListPodResourcesResponse {
+        #[prost(message, repeated, tag = "1")]
+        pub pod_resources: Vec<PodResources>,
     }
-    Ok(())
-}
 
-fn varint(buf: &mut &[u8]) -> Result<u64, String> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&byte, rest) = buf.split_first().ok_or("a varint cut short")?;
-        *buf = rest;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Ok(value);
-        }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(string, tag = "2")]
+        pub namespace: String,
+        #[prost(message, repeated, tag = "3")]
+        pub containers: Vec<ContainerResources>,
     }
-    Err("a varint of more than 10 bytes".to_owned())
-}
 
-fn skip<'a>(buf: &mut &'a [u8], len: usize) -> Result<&'a [u8], String> {
-    if buf.len() < len {
-        return Err(format!("a field of {len} bytes with {} left", buf.len()));
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(message, repeated, tag = "2")]
+        pub devices: Vec<ContainerDevices>,
     }
-    let (head, rest) = buf.split_at(len);
-    *buf = rest;
-    Ok(head)
-}
 
-fn string(value: Value<'_>, what: &str) -> Result<String, String> {
-    match value {
-        Value::Bytes(bytes) => {
-            String::from_utf8(bytes.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
-        }
-        _ => Err(format!("{what} is not a string")),
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerDevices {
+        #[prost(string, tag = "1")]
+        pub resource_name: String,
+        #[prost(string, repeated, tag = "2")]
+        pub device_ids: Vec<String>,
     }
 }
 
-fn message<'a>(value: Value<'a>, what: &str) -> Result<&'a [u8], String> {
-    match value {
-        Value::Bytes(bytes) => Ok(bytes),
-        _ => Err(format!("{what} is not a message")),
-    }
-}
-
-/// `ListPodResourcesResponse {repeated PodResources pod_resources = 1}` with
-/// `PodResources {string name = 1; string namespace = 2; repeated ContainerResources
-/// containers = 3}`: the devices of pod `namespace/name`.
+/// The devices of pod `namespace/name` in a `ListPodResourcesResponse`, over all its
+/// containers.
 fn decode_list_response(
     buf: &[u8],
     namespace: &str,
     name: &str,
 ) -> Result<BTreeMap<String, Vec<String>>, String> {
-    let mut devices: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    fields(buf, |number, value| {
-        if number != 1 {
-            return Ok(());
-        }
-        let (mut pod_name, mut pod_namespace, mut containers) =
-            (String::new(), String::new(), vec![]);
-        fields(message(value, "pod_resources")?, |number, value| {
-            match number {
-                1 => pod_name = string(value, "PodResources.name")?,
-                2 => pod_namespace = string(value, "PodResources.namespace")?,
-                3 => containers.push(message(value, "PodResources.containers")?),
-                _ => {}
-            }
-            Ok(())
-        })?;
-        if pod_name == name && pod_namespace == namespace {
-            for container in containers {
-                container_devices(container, &mut devices)?;
-            }
-        }
-        Ok(())
+    let response = v1::ListPodResourcesResponse::decode(buf).map_err(|e| {
+        // The field path and what is wrong; the caller's message says the rest.
+        let text = e.to_string();
+        text.strip_prefix("failed to decode Protobuf message: ")
+            .unwrap_or(&text)
+            .to_owned()
     })?;
-    Ok(devices)
-}
-
-/// `ContainerResources {repeated ContainerDevices devices = 2; ...}` with `ContainerDevices
-/// {string resource_name = 1; repeated string device_ids = 2; ...}`.
-fn container_devices(
-    buf: &[u8],
-    devices: &mut BTreeMap<String, Vec<String>>,
-) -> Result<(), String> {
-    fields(buf, |number, value| {
-        if number != 2 {
-            return Ok(());
+    let mut devices: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for pod in response.pod_resources {
+        if pod.name != name || pod.namespace != namespace {
+            continue;
         }
-        let (mut resource, mut ids) = (String::new(), Vec::new());
-        fields(
-            message(value, "ContainerResources.devices")?,
-            |number, value| {
-                match number {
-                    1 => resource = string(value, "ContainerDevices.resource_name")?,
-                    2 => ids.push(string(value, "ContainerDevices.device_ids")?),
-                    _ => {}
-                }
-                Ok(())
-            },
-        )?;
-        devices.entry(resource).or_default().extend(ids);
-        Ok(())
-    })
+        for d in pod.containers.into_iter().flat_map(|c| c.devices) {
+            devices
+                .entry(d.resource_name)
+                .or_default()
+                .extend(d.device_ids);
+        }
+    }
+    Ok(devices)
 }
 
 #[cfg(test)]
@@ -315,12 +264,82 @@ mod tests {
         );
     }
 
+    /// A `ListPodResourcesResponse` written down by hand from the field numbers of the
+    /// kubelet's api.proto, independent of any encoder here. A key byte is (field number << 3)
+    /// | wire type (0: varint, 2: length-delimited, followed by the length).
+    #[test]
+    fn golden_bytes_from_the_kubelets_proto() {
+        let message: &[&[u8]] = &[
+            &[0x0a, 0x6c], // ListPodResourcesResponse.pod_resources (1), 108 bytes
+            &[0x0a, 0x03], // PodResources.name (1), 3 bytes
+            b"web",
+            &[0x12, 0x03], // PodResources.namespace (2), 3 bytes
+            b"ns1",
+            &[0x1a, 0x3c], // PodResources.containers (3), 60 bytes
+            &[0x0a, 0x03], // ContainerResources.name (1), 3 bytes
+            b"app",
+            &[0x12, 0x31], // ContainerResources.devices (2), 49 bytes
+            &[0x0a, 0x0f], // ContainerDevices.resource_name (1), 15 bytes
+            b"intel.com/sriov",
+            &[0x12, 0x0c], // ContainerDevices.device_ids (2), 12 bytes
+            b"0000:03:02.1",
+            &[0x12, 0x0c], // ContainerDevices.device_ids (2), 12 bytes
+            b"0000:03:02.3",
+            &[0x1a, 0x02, 0x0a, 0x00], // ContainerDevices.topology (3): one NUMANode, skipped
+            &[0x1a, 0x02, 0x04, 0x05], // ContainerResources.cpu_ids (3), packed 4 and 5, skipped
+            &[0x1a, 0x20],             // PodResources.containers (3), 32 bytes
+            &[0x0a, 0x07],             // ContainerResources.name (1), 7 bytes
+            b"sidecar",
+            &[0x12, 0x15], // ContainerResources.devices (2), 21 bytes
+            &[0x0a, 0x0f], // ContainerDevices.resource_name (1), 15 bytes
+            b"example.com/gpu",
+            &[0x12, 0x02], // ContainerDevices.device_ids (2), 2 bytes
+            b"g0",
+            &[0x20, 0x07], // PodResources.cpu_ids (4), one varint 7, skipped
+            &[0x0a, 0x34], // ListPodResourcesResponse.pod_resources (1), 52 bytes
+            &[0x0a, 0x03], // PodResources.name (1), 3 bytes
+            b"web",
+            &[0x12, 0x05], // PodResources.namespace (2), 5 bytes: another pod
+            b"other",
+            &[0x1a, 0x26], // PodResources.containers (3), 38 bytes
+            &[0x0a, 0x03], // ContainerResources.name (1), 3 bytes
+            b"app",
+            &[0x12, 0x1f], // ContainerResources.devices (2), 31 bytes
+            &[0x0a, 0x0f], // ContainerDevices.resource_name (1), 15 bytes
+            b"intel.com/sriov",
+            &[0x12, 0x0c], // ContainerDevices.device_ids (2), 12 bytes
+            b"0000:03:02.7",
+        ];
+        let message = message.concat();
+        assert_eq!(message.len(), 2 + 108 + 2 + 52);
+        assert_eq!(
+            decode_list_response(&message, "ns1", "web").unwrap(),
+            BTreeMap::from([
+                ("example.com/gpu".to_owned(), vec!["g0".to_owned()]),
+                (
+                    "intel.com/sriov".to_owned(),
+                    vec!["0000:03:02.1".to_owned(), "0000:03:02.3".to_owned()]
+                ),
+            ])
+        );
+        assert_eq!(
+            decode_list_response(&message, "other", "web").unwrap(),
+            BTreeMap::from([(
+                "intel.com/sriov".to_owned(),
+                vec!["0000:03:02.7".to_owned()]
+            )])
+        );
+    }
+
     #[test]
     fn a_cut_message_is_an_error() {
         let response = pod("default", "web", "example.com/vf", &["a"]);
         let err =
             decode_list_response(&response[..response.len() - 1], "default", "web").unwrap_err();
-        assert!(err.starts_with("a field of "), "{err}");
+        assert_eq!(
+            err,
+            "ListPodResourcesResponse.pod_resources: buffer underflow"
+        );
         assert_eq!(
             unframe(&[0, 0, 0, 0, 2, 1]).unwrap_err(),
             "the answer to List says 2 bytes and holds 1"

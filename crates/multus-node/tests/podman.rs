@@ -4,7 +4,7 @@
 
 mod common;
 
-use testkit::podman::Podman;
+use testkit::podman::{self, Podman};
 use testkit::{Netns, PluginDir};
 
 #[test]
@@ -25,9 +25,9 @@ fn podman_runs_a_container_on_multus_with_two_networks() {
         ),
     )
     .unwrap();
-    std::fs::write(
-        podman.net_dir().join("multus.conflist"),
-        format!(
+    podman.add_network(
+        "multus-net",
+        &format!(
             r#"{{"cniVersion":"1.0.0","name":"multus-net","plugins":[{{"type":"multus",
                "confDir":"{conf}","cniDir":"{cni}","defaultNetworks":["storage"],
                "delegates":[{{"cniVersion":"1.0.0","name":"cluster","type":"bridge","bridge":"ms0",
@@ -36,22 +36,13 @@ fn podman_runs_a_container_on_multus_with_two_networks() {
             conf = s.join("multus.d").display(),
             cni = s.join("cni").display(),
         ),
-    )
-    .unwrap();
-    podman.import_busybox("localhost/busybox:multus");
+    );
 
     let node = Netns::new("podman-multus");
-    let out = podman.run(
+    let stdout = podman.run_busybox(
         &node,
         "multus-net",
-        "localhost/busybox:multus",
         "ip -4 addr show; ping -c1 -W2 10.77.0.1 && ping -c1 -W2 10.78.0.1",
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "podman run failed:\nstdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("inet 10.77.0.2/24"), "eth0: {stdout}");
     assert!(stdout.contains("inet 10.78.0.2/24"), "net1: {stdout}");
@@ -62,11 +53,7 @@ fn podman_runs_a_container_on_multus_with_two_networks() {
     );
 
     // `--rm` tore every attachment down: no veth, no reservation, no cache.
-    let links = node.links();
-    assert!(
-        !links.iter().any(|l| l.starts_with("veth")),
-        "veth left behind: {links:?}"
-    );
+    podman::assert_no_veth(&node);
     assert_eq!(
         testkit::reservation_files(&s.join("ipam")),
         Vec::<String>::new()

@@ -232,7 +232,7 @@ fn status_and_gc_go_to_ipam() {
     sb.run(&sb.call("STATUS", &c)).ok();
     // GC with no valid attachment releases the reservation.
     let mut gc: serde_json::Value =
-        serde_json::from_str(&c.replace("DATADIR", &sb.data.path().display().to_string())).unwrap();
+        serde_json::from_str(&c.replace("DATADIR", &sb.dir.path().display().to_string())).unwrap();
     gc["cni.dev/valid-attachments"] = serde_json::json!([]);
     sb.run(&sb.call("GC", &gc.to_string())).ok();
     assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());

@@ -18,7 +18,7 @@ const RANGE: &str = r#"[[{"subnet":"10.77.0.0/24"}]]"#;
 /// `last_reserved_ip.*` files, which the reference keeps too.
 fn store_leftovers(sb: &Sandbox) -> Vec<String> {
     let mut out = Vec::new();
-    for net in std::fs::read_dir(sb.data.path())
+    for net in std::fs::read_dir(sb.dir.path())
         .into_iter()
         .flatten()
         .flatten()

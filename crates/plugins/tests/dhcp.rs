@@ -1,6 +1,7 @@
 //! bridge + dhcp against real DHCP servers (dnsmasq, busybox udhcpd) in a node namespace, with
 //! our daemon run from the `cni-plugins` binary as `dhcp daemon`.
 
+mod common;
 mod dhcp_env;
 
 use std::time::{Duration, Instant};
@@ -55,12 +56,12 @@ fn lease_with_classless_routes_dns_check_and_release() {
         .daemon_log()
         .contains("acquired container=c0ffee network=dnet interface=eth0"));
 
-    s.run(&s.call("CHECK", &with_prev_result(&conf, &result)))
+    s.run(&s.call("CHECK", &common::with_prev(&conf, &result)))
         .ok();
     // The dhcp plugin called again for the same attachment gets the same lease back.
     let again = s
         .call("ADD", &conf)
-        .run(&s.plugins.path().join("dhcp"), Some(&s.net.node));
+        .run(&s.dhcp_plugin(), Some(&s.net.node));
     assert_eq!(leased_ip(&again.ok()), ip);
     let pod_if_before = s.pod.links();
     assert!(pod_if_before.contains(&"eth0".to_owned()));
@@ -178,10 +179,7 @@ fn a_restarted_daemon_resumes_renewal_and_still_releases() {
     let ip = s.lease(&conf);
     let acks = |s: &Setup| s.net.log().matches(&format!("sending ACK to {ip}")).count();
     assert_eq!(acks(&s), 1, "{}", s.net.log());
-    assert!(
-        s.daemon.take().expect("daemon").process.terminate(),
-        "the daemon stops cleanly"
-    );
+    s.stop_daemon();
     assert!(
         !s.socket().exists(),
         "the daemon removes its socket on exit"
@@ -215,7 +213,7 @@ fn dnsmasq_sees_the_release_after_a_daemon_restart() {
     let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
     let conf = s.conf("");
     let ip = s.lease(&conf);
-    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.stop_daemon();
     s.start_daemon(&[]);
     s.release(&conf, &ip);
 }
@@ -260,7 +258,7 @@ fn del_does_not_wait_for_a_renewal_that_gets_no_answer() {
     // The IPAM DEL that bridge makes, alone, so the interface stays for the checks below.
     let started = Instant::now();
     s.call("DEL", &conf)
-        .run(&s.plugins.path().join("dhcp"), Some(&s.net.node))
+        .run(&s.dhcp_plugin(), Some(&s.net.node))
         .ok();
     let took = started.elapsed();
     // An upper bound, far below the renewal's remaining ~27 s.
@@ -310,7 +308,7 @@ fn a_del_during_an_add_waits_for_it_and_releases_its_lease() {
         .ip(&["link", "set", "dv0", "master", "dbr0", "up"]);
     let conf = s.conf("");
     let (add, del) = (s.call("ADD", &conf), s.call("DEL", &conf));
-    let dhcp = s.plugins.path().join("dhcp");
+    let dhcp = s.dhcp_plugin();
     let run = |call: &CniCall| {
         let out = call.run(&dhcp, None);
         (out, Instant::now())
@@ -341,11 +339,11 @@ fn a_silent_server_fails_within_the_timeout_and_leaves_nothing() {
     let started = Instant::now();
     let out = s.add(&conf);
     let took = started.elapsed();
-    assert_eq!(out.err_code(), 11, "{out:?}");
-    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
-    assert!(
-        msg.contains("no DHCPOFFER from any DHCP server on interface \"eth0\""),
-        "{msg}"
+    common::assert_error(
+        &out,
+        11,
+        "no DHCPOFFER from any DHCP server on interface \"eth0\"",
+        "a silent server",
     );
     // Bounded by the timeout (plus process start-up), not by a backoff.
     assert!(took < Duration::from_secs(10), "{took:?}");
@@ -360,18 +358,14 @@ fn a_silent_server_fails_within_the_timeout_and_leaves_nothing() {
 #[test]
 fn no_daemon_is_a_clear_error_and_status_unavailable() {
     let mut s = Setup::new(Server::Dnsmasq(&[]));
-    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.stop_daemon();
     let conf = s.conf("");
     let out = s.add(&conf);
-    assert_eq!(out.err_code(), 11, "{out:?}");
-    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
-    assert!(msg.contains(&s.socket().display().to_string()), "{msg}");
-    assert!(msg.contains("dhcp daemon"), "{msg}");
+    common::assert_error(&out, 11, &s.socket().display().to_string(), "no daemon");
+    common::assert_error(&out, 11, "dhcp daemon", "no daemon");
     assert_eq!(s.node_links(), ["dbr0"], "the veth is removed");
     let status_conf = conf.replace("1.0.0", "1.1.0");
-    let status = s
-        .call("STATUS", &status_conf)
-        .run(&s.plugins.path().join("dhcp"), None);
+    let status = s.call("STATUS", &status_conf).run(&s.dhcp_plugin(), None);
     assert_eq!(status.err_code(), 50, "{status:?}");
 }
 
@@ -416,7 +410,7 @@ fn daemon_socket_is_private_and_a_stale_one_is_replaced() {
     s.start_daemon(&[]);
     let status_conf = s.conf("").replace("1.0.0", "1.1.0");
     s.call("STATUS", &status_conf)
-        .run(&s.plugins.path().join("dhcp"), None)
+        .run(&s.dhcp_plugin(), None)
         .ok();
 }
 
@@ -425,37 +419,25 @@ fn the_broadcast_flag_per_network_and_per_daemon() {
     let s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
     let conf = s.conf(r#","broadcast":true"#);
     s.add(&conf).ok();
-    assert!(
-        s.net.log().contains("broadcast response"),
-        "{}",
-        s.net.log()
-    );
+    s.assert_broadcast(true);
     s.del(&conf).ok();
 
     let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
     let conf = s.conf("");
     s.add(&conf).ok();
-    assert!(
-        !s.net.log().contains("broadcast response"),
-        "{}",
-        s.net.log()
-    );
+    s.assert_broadcast(false);
     s.del(&conf).ok();
-    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.stop_daemon();
     s.start_daemon(&["-broadcast"]);
     s.add(&conf).ok();
-    assert!(
-        s.net.log().contains("broadcast response"),
-        "{}",
-        s.net.log()
-    );
+    s.assert_broadcast(true);
     s.del(&conf).ok();
 }
 
 #[test]
 fn systemd_socket_activation() {
     let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
-    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.stop_daemon();
     // systemd-socket-activate listens on the socket and starts the daemon on the first
     // connection, passing the socket as fd 3 (LISTEN_FDS=1, LISTEN_PID).
     let unused = s.work.path().join("not-used.sock");
@@ -496,12 +478,7 @@ fn a_hundred_pods_at_once_get_distinct_leases() {
     let calls: Vec<CniCall> = pods
         .iter()
         .enumerate()
-        .map(|(i, pod)| {
-            let mut c = s.call("ADD", &conf);
-            c.container_id = format!("pod{i}");
-            c.netns = pod.path().display().to_string();
-            c
-        })
+        .map(|(i, pod)| s.call_for("ADD", &conf, &format!("pod{i}"), pod))
         .collect();
     let outputs: Vec<CniOutput> = std::thread::scope(|scope| {
         let handles: Vec<_> = calls.iter().map(|c| scope.spawn(|| s.run(c))).collect();
@@ -543,11 +520,11 @@ fn our_plugin_against_the_go_daemon_says_so() {
     let go = s.swap_in_go_daemon();
     let conf = s.conf("");
     let out = s.add(&conf);
-    assert_eq!(out.err_code(), 6, "{out:?}");
-    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
-    assert!(
-        msg.contains("Go dhcp daemon cannot serve this plugin"),
-        "{msg}"
+    common::assert_error(
+        &out,
+        6,
+        "Go dhcp daemon cannot serve this plugin",
+        "the Go daemon",
     );
     assert_eq!(s.node_links(), ["dbr0"]);
     drop(go);
@@ -556,19 +533,19 @@ fn our_plugin_against_the_go_daemon_says_so() {
 #[test]
 fn pidfile_written_and_removed() {
     let mut s = Setup::new(Server::Dnsmasq(&[]));
-    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.stop_daemon();
     let pidfile = s.work.path().join("dhcp.pid");
     s.start_daemon(&["-pidfile", &pidfile.display().to_string()]);
     let pid = s.daemon.as_ref().expect("daemon").process.pid();
     assert_eq!(std::fs::read_to_string(&pidfile).unwrap(), pid.to_string());
-    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.stop_daemon();
     assert!(!pidfile.exists());
 }
 
 #[test]
 fn a_symlink_at_the_pidfile_is_replaced_not_written_through() {
     let mut s = Setup::new(Server::Dnsmasq(&[]));
-    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.stop_daemon();
     let victim = s.work.path().join("victim");
     std::fs::write(&victim, "precious").unwrap();
     let pidfile = s.work.path().join("dhcp.pid");
@@ -583,7 +560,7 @@ fn a_symlink_at_the_pidfile_is_replaced_not_written_through() {
 #[test]
 fn the_lease_store_removes_stale_temp_files_and_never_writes_through_a_symlink() {
     let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
-    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.stop_daemon();
     // A daemon killed while it wrote a lease left this.
     let stale = s.state_dir().join(".gone_dnet_eth0.json.tmp-4194300-0");
     std::fs::write(&stale, "{\"half\":").unwrap();
@@ -593,14 +570,7 @@ fn the_lease_store_removes_stale_temp_files_and_never_writes_through_a_symlink()
         .map(|a| a.to_string())
         .collect();
     args.push(bin().display().to_string());
-    args.extend(
-        ["dhcp", "daemon", "-socketpath"]
-            .iter()
-            .map(|a| a.to_string()),
-    );
-    args.push(s.socket().display().to_string());
-    args.push("-statedir".into());
-    args.push(s.state_dir().display().to_string());
+    args.extend(s.daemon_args());
     s.daemon = Some(DhcpDaemon::start(
         &s.net.node,
         std::path::Path::new("/usr/bin/unshare"),
@@ -633,7 +603,7 @@ fn the_lease_store_removes_stale_temp_files_and_never_writes_through_a_symlink()
 #[test]
 fn hostprefix_applies_to_the_socket_and_the_pods_netns() {
     let mut s = Setup::new(Server::Dnsmasq(&[]));
-    assert!(s.daemon.take().expect("daemon").process.terminate());
+    s.stop_daemon();
     // The "host" root as a containerised daemon would see it: <prefix>/run leads to /run.
     let prefix = s.work.path().join("host");
     std::fs::create_dir_all(&prefix).unwrap();
@@ -680,9 +650,7 @@ fn gc_releases_the_leases_of_attachments_that_are_gone() {
     let conf = s.conf("").replace("1.0.0", "1.1.0");
     let kept = s.lease(&conf);
     let other_pod = Netns::new("pod2");
-    let mut add = s.call("ADD", &conf);
-    add.container_id = "stale".into();
-    add.netns = other_pod.path().display().to_string();
+    let add = s.call_for("ADD", &conf, "stale", &other_pod);
     let stale = leased_ip(&s.run(&add).ok());
     assert_eq!(s.lease_files().len(), 2);
     let mut gc_conf: serde_json::Value = serde_json::from_str(&conf).unwrap();
@@ -700,14 +668,14 @@ fn gc_releases_the_leases_of_attachments_that_are_gone() {
 #[test]
 fn bad_requests_get_clear_errors_and_leave_nothing() {
     let s = Setup::new(Server::Dnsmasq(&[]));
-    let dhcp = s.plugins.path().join("dhcp");
+    let dhcp = s.dhcp_plugin();
     // The pod has no eth0: the interface plugin did not make it.
     let out = s.call("ADD", &s.conf("")).run(&dhcp, Some(&s.net.node));
-    assert_eq!(out.err_code(), 4, "{out:?}");
-    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
-    assert!(
-        msg.contains("there is no interface \"eth0\" in netns"),
-        "{msg}"
+    common::assert_error(
+        &out,
+        4,
+        "there is no interface \"eth0\" in netns",
+        "no eth0",
     );
     // An option the plugin cannot name is refused before the daemon is asked.
     let out = s

@@ -99,20 +99,14 @@ fn ipvlan_pods_sharing_a_mac_get_their_own_leases_with_broadcast() {
     let conf = s.conf(r#","broadcast":true"#);
     let second = Netns::new("pod2");
     let result = s.add(&conf).ok();
-    let mut call = s.call("ADD", &conf);
-    call.container_id = "d00d".into();
-    call.netns = second.path().display().to_string();
+    let mut call = s.call_for("ADD", &conf, "d00d", &second);
     let result2 = s.run(&call).ok();
     let (ip, ip2) = (leased_ip(&result), leased_ip(&result2));
     assert_ne!(
         ip, ip2,
         "one lease per pod although both share the master's MAC"
     );
-    assert!(
-        s.net.log().contains("broadcast response"),
-        "{}",
-        s.net.log()
-    );
+    s.assert_broadcast(true);
     s.del(&conf).ok();
     call.command = "DEL".into();
     s.run(&call).ok();

@@ -6,9 +6,11 @@
 
 mod common;
 
-use common::{host_local, ping, veth_master, Plugins, Sandbox, Side};
+use common::{
+    assert_no_master_needs_a_default_route, assert_pod_and_ipam_clean, eth0, host_local,
+    master_sandbox, ping, second_pod, with_prev, Plugins, Sandbox,
+};
 use serde_json::{json, Value};
-use testkit::Netns;
 
 const HL: &str = r#"[[{"subnet":"10.70.0.0/24"}]]"#;
 
@@ -28,22 +30,14 @@ fn static_ipam(addrs: &[&str]) -> String {
 }
 
 /// A sandbox whose node has the master `up0`: a dummy link where the kernel has them (the VM),
-/// else a veth end; MTU 1500, with a default route.
+/// else a veth end.
 fn sandbox(plugins: &Plugins) -> Sandbox {
-    let sb = Sandbox::new(plugins, Side::Ours);
-    if common::kernel_has_dummy() {
-        common::dummy_master(&sb.node);
-    } else {
-        veth_master(&sb.node, 1500);
-    }
-    sb
+    master_sandbox(plugins, true)
 }
 
-/// The pod has nothing but lo, no reservation is left, and the node kept only its master.
+/// The pod has nothing but lo, no reservation is left, and the node kept its master.
 fn assert_clean(sb: &Sandbox) {
-    let pod: Vec<String> = sb.pod.links().into_iter().filter(|l| l != "lo").collect();
-    assert!(pod.is_empty(), "left in the pod: {pod:?}");
-    assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
+    assert_pod_and_ipam_clean(sb);
     assert!(sb.node_links().contains(&"up0".to_owned()));
 }
 
@@ -64,26 +58,6 @@ fn ipvlan_here(plugins: &Plugins) -> bool {
         "this kernel has no ipvlan: checked the error; the rest runs in `cargo xtask vm-test`"
     );
     false
-}
-
-fn eth0(ns: &Netns) -> Value {
-    ns.ip_json(&["-d", "addr", "show", "dev", "eth0"])[0].clone()
-}
-
-fn with_prev(conf: &str, result: &Value) -> String {
-    let mut v: Value = serde_json::from_str(conf).expect("the config is JSON");
-    v["prevResult"] = result.clone();
-    v.to_string()
-}
-
-/// A second pod namespace attached with `conf`.
-fn second_pod(sb: &Sandbox, conf: &str) -> (Netns, Value) {
-    let pod = Netns::new("podb");
-    let mut call = sb.call("ADD", conf);
-    call.netns = pod.path().display().to_string();
-    call.container_id = "podb".into();
-    let r = sb.run(&call).ok();
-    (pod, r)
 }
 
 #[test]
@@ -145,13 +119,10 @@ fn config_errors_come_before_anything_is_created() {
         common::assert_error(&sb.add(&c), code, words, what);
         assert_clean(&sb);
     }
-    // No master and no default route.
-    let sb = Sandbox::new(&plugins, Side::Ours);
-    let out = sb.add(&format!(
-        r#"{{"cniVersion":"1.0.0","name":"ipvnet","type":"ipvlan",{hl}}}"#
-    ));
-    assert_eq!(out.err_code(), 7, "{out:?}");
-    assert!(out.stdout.contains("no default route"), "{}", out.stdout);
+    assert_no_master_needs_a_default_route(
+        &plugins,
+        &format!(r#"{{"cniVersion":"1.0.0","name":"ipvnet","type":"ipvlan",{hl}}}"#),
+    );
 }
 
 #[test]

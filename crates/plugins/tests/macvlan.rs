@@ -4,7 +4,10 @@
 
 mod common;
 
-use common::{host_local, ping, veth_master, Plugins, Sandbox, Side};
+use common::{
+    assert_no_master_needs_a_default_route, assert_pod_and_ipam_clean, eth0, host_local,
+    master_sandbox, ping, second_pod, with_prev, Plugins, Sandbox, Side,
+};
 use serde_json::{json, Value};
 use testkit::Netns;
 
@@ -14,26 +17,18 @@ fn conf(body: &str) -> String {
     format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"macvlan","master":"up0"{body}}}"#)
 }
 
-/// A sandbox whose node has the master `up0` (MTU 1500) with a default route.
+/// A sandbox whose node has the master `up0`, a veth end (MTU 1500), with a default route.
 fn sandbox(plugins: &Plugins) -> Sandbox {
-    let sb = Sandbox::new(plugins, Side::Ours);
-    veth_master(&sb.node, 1500);
-    sb
+    master_sandbox(plugins, false)
 }
 
-/// `ip -d` details of the pod's eth0.
-fn eth0(sb: &Sandbox) -> Value {
-    sb.pod.ip_json(&["-d", "addr", "show", "dev", "eth0"])[0].clone()
-}
-
-/// The pod has nothing but lo, and the node nothing but the master pair.
+/// The pod has nothing but lo, no reservation is left, and the node has nothing but the
+/// master pair.
 fn assert_clean(sb: &Sandbox) {
-    let pod: Vec<String> = sb.pod.links().into_iter().filter(|l| l != "lo").collect();
-    assert!(pod.is_empty(), "left in the pod: {pod:?}");
+    assert_pod_and_ipam_clean(sb);
     let mut node = sb.node_links();
     node.sort();
     assert_eq!(node, ["up0", "up0p"], "node links");
-    assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
 }
 
 #[test]
@@ -43,7 +38,7 @@ fn every_mode_is_created_in_the_pod_and_deleted() {
         let sb = sandbox(&plugins);
         let c = conf(&format!(r#","mode":"{mode}",{STATIC_V4}"#));
         let r = sb.add(&c).ok();
-        let link = eth0(&sb);
+        let link = eth0(&sb.pod);
         assert_eq!(link["linkinfo"]["info_kind"], "macvlan", "{mode}");
         assert_eq!(link["linkinfo"]["info_data"]["mode"], mode);
         assert!(link["flags"].to_string().contains("UP"), "{link}");
@@ -71,7 +66,7 @@ fn default_mode_is_bridge_and_master_defaults_to_the_default_route() {
     let sb = sandbox(&plugins);
     let c = format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"macvlan",{STATIC_V4}}}"#);
     sb.add(&c).ok();
-    let link = eth0(&sb);
+    let link = eth0(&sb.pod);
     assert_eq!(link["linkinfo"]["info_data"]["mode"], "bridge");
     assert_eq!(link["link_index"], master_index(&sb.node, "up0"), "{link}");
     sb.del(&c).ok();
@@ -84,12 +79,12 @@ fn mtu_up_to_the_masters_and_not_beyond() {
     let sb = sandbox(&plugins);
     let c = conf(&format!(r#","mtu":1400,{STATIC_V4}"#));
     sb.add(&c).ok();
-    assert_eq!(eth0(&sb)["mtu"], 1400);
+    assert_eq!(eth0(&sb.pod)["mtu"], 1400);
     sb.del(&c).ok();
 
     let c = conf(&format!(r#","mtu":1500,{STATIC_V4}"#));
     sb.add(&c).ok();
-    assert_eq!(eth0(&sb)["mtu"], 1500);
+    assert_eq!(eth0(&sb.pod)["mtu"], 1500);
     sb.del(&c).ok();
 
     let out = sb.add(&conf(&format!(r#","mtu":1501,{STATIC_V4}"#)));
@@ -130,7 +125,7 @@ fn mac_from_config_cni_args_and_runtime_config_in_that_order() {
         let mut call = sb.call("ADD", &c);
         call.args = env.into();
         let r = sb.run(&call).ok();
-        assert_eq!(eth0(&sb)["address"], want, "{body} {env}");
+        assert_eq!(eth0(&sb.pod)["address"], want, "{body} {env}");
         assert_eq!(r["interfaces"][0]["mac"], want);
         sb.del(&c).ok();
     }
@@ -145,7 +140,7 @@ fn layer_2_only_without_ipam() {
     let r = sb.add(&c).ok();
     assert!(r.get("ips").is_none(), "{r}");
     assert_eq!(r["interfaces"][0]["name"], "eth0");
-    let link = eth0(&sb);
+    let link = eth0(&sb.pod);
     assert!(link["flags"].to_string().contains("\"UP\""), "{link}");
     let global: Vec<&Value> = link["addr_info"]
         .as_array()
@@ -167,7 +162,7 @@ fn bcqueuelen_and_sysctls() {
         r#","bcqueuelen":200,"ipam":{"type":"static","addresses":[{"address":"10.60.0.5/24"},{"address":"fd60::5/64"}]}"#,
     );
     sb.add(&c).ok();
-    assert_eq!(eth0(&sb)["linkinfo"]["info_data"]["bcqueuelen"], 200);
+    assert_eq!(eth0(&sb.pod)["linkinfo"]["info_data"]["bcqueuelen"], 200);
     let sysctl = |key: &str| {
         let o = sb.pod.command("sysctl").args(["-n", key]).output().unwrap();
         String::from_utf8_lossy(&o.stdout).trim().to_owned()
@@ -212,11 +207,7 @@ fn two_pods_in_bridge_mode_reach_each_other() {
     let a = conf(&ipam("10.60.0.5"));
     let b = conf(&ipam("10.60.0.6"));
     sb.add(&a).ok();
-    let pod_b = Netns::new("podb");
-    let mut call = sb.call("ADD", &b);
-    call.netns = pod_b.path().display().to_string();
-    call.container_id = "podb".into();
-    sb.run(&call).ok();
+    let (pod_b, _) = second_pod(&sb, &b);
     ping(&sb.pod, "10.60.0.6").unwrap();
     ping(&pod_b, "10.60.0.5").unwrap();
     ping(&sb.pod, "fd60::6").unwrap();
@@ -232,11 +223,7 @@ fn private_mode_isolates_pods_on_one_master() {
         )
     };
     sb.add(&conf(&ipam("10.60.0.5"))).ok();
-    let pod_b = Netns::new("podb");
-    let mut call = sb.call("ADD", &conf(&ipam("10.60.0.6")));
-    call.netns = pod_b.path().display().to_string();
-    call.container_id = "podb".into();
-    sb.run(&call).ok();
+    let (_pod_b, _) = second_pod(&sb, &conf(&ipam("10.60.0.6")));
     assert!(ping(&sb.pod, "10.60.0.6").is_err());
 }
 
@@ -253,7 +240,7 @@ fn link_in_container_uses_a_master_in_the_pod() {
     );
     let r = sb.add(&c).ok();
     assert_eq!(
-        eth0(&sb)["link"],
+        eth0(&sb.pod)["link"],
         "pup0",
         "the master is a sibling in the pod"
     );
@@ -345,7 +332,7 @@ fn status_and_gc_go_to_ipam() {
     sb.add(&c).ok();
     sb.run(&sb.call("STATUS", &c)).ok();
     let mut gc: Value =
-        serde_json::from_str(&c.replace("DATADIR", &sb.data.path().display().to_string())).unwrap();
+        serde_json::from_str(&c.replace("DATADIR", &sb.dir.path().display().to_string())).unwrap();
     gc["cni.dev/valid-attachments"] = json!([]);
     sb.run(&sb.call("GC", &gc.to_string())).ok();
     assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
@@ -463,13 +450,10 @@ fn every_error_path_leaves_nothing_behind() {
         assert_clean(&sb);
     }
 
-    // No master and no default route.
-    let sb = Sandbox::new(&plugins, Side::Ours);
-    let out = sb.add(&format!(
-        r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"macvlan",{STATIC_V4}}}"#
-    ));
-    assert_eq!(out.err_code(), 7, "{out:?}");
-    assert!(out.stdout.contains("no default route"), "{}", out.stdout);
+    assert_no_master_needs_a_default_route(
+        &plugins,
+        &format!(r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"macvlan",{STATIC_V4}}}"#),
+    );
 
     // The interface name is taken in the pod.
     let sb = sandbox(&plugins);
@@ -498,13 +482,6 @@ fn master_index(ns: &Netns, name: &str) -> Value {
     ns.ip_json(&["link", "show", "dev", name])[0]["ifindex"].clone()
 }
 
-/// `conf` with `result` as its prevResult (for CHECK).
-fn with_prev(conf: &str, result: &Value) -> String {
-    let mut v: Value = serde_json::from_str(conf).expect("the config is JSON");
-    v["prevResult"] = result.clone();
-    v.to_string()
-}
-
 /// A refused ADD (the pod had an interface of that name) is followed by the runtime's DEL: the
 /// interface that was there is not ours, and DEL leaves it, for macvlan and bridge alike.
 #[test]
@@ -519,7 +496,7 @@ fn del_leaves_an_interface_of_that_name_it_did_not_make() {
         assert_ne!(out.code, 0, "{out:?}");
         sb.del(c).ok();
         assert_eq!(
-            eth0(&sb)["linkinfo"]["info_kind"],
+            eth0(&sb.pod)["linkinfo"]["info_kind"],
             "bridge",
             "DEL of {c} removed the pod's own eth0"
         );
@@ -555,7 +532,7 @@ fn concurrent_adds_of_one_attachment_keep_the_winners_reservation() {
                 .unwrap()
                 .to_owned();
             assert_eq!(sb.reservations().len(), 1, "{c} round {round}: {outs:?}");
-            let addrs = eth0(&sb)["addr_info"].to_string();
+            let addrs = eth0(&sb.pod)["addr_info"].to_string();
             assert!(
                 addrs.contains(ip.split('/').next().unwrap()),
                 "{c} round {round}: {addrs}"

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use testkit::podman::Podman;
+use testkit::podman::{self, Podman};
 use testkit::{Netns, PluginDir};
 
 #[test]
@@ -15,29 +15,20 @@ fn podman_container_gets_bridge_network_and_reaches_gateway() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let s = scratch.path();
     let podman = Podman::new(s, plugins.path());
-    std::fs::write(
-        podman.net_dir().join("rsnet.conflist"),
-        format!(
+    podman.add_network(
+        "rsnet",
+        &format!(
             r#"{{"cniVersion":"1.0.0","name":"rsnet","plugins":[{{"type":"bridge","bridge":"rs0","isGateway":true,
                "ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.77.0.0/24"}}]],"dataDir":"{}"}}}}]}}"#,
             s.join("ipam").display()
         ),
-    )
-    .expect("write conflist");
-    podman.import_busybox("localhost/busybox:test");
+    );
 
     let node = Netns::new("podman");
-    let out = podman.run(
+    let stdout = podman.run_busybox(
         &node,
         "rsnet",
-        "localhost/busybox:test",
         "ip -4 addr show eth0; ping -c1 -W2 10.77.0.1",
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "podman run failed:\nstdout: {stdout}\nstderr: {}",
-        String::from_utf8_lossy(&out.stderr)
     );
     assert!(
         stdout.contains("inet 10.77.0.2/24"),
@@ -54,10 +45,7 @@ fn podman_container_gets_bridge_network_and_reaches_gateway() {
         links.contains(&"rs0".to_owned()),
         "bridge in the node namespace: {links:?}"
     );
-    assert!(
-        !links.iter().any(|l| l.starts_with("veth")),
-        "veth left behind: {links:?}"
-    );
+    podman::assert_no_veth(&node);
     let ipam_dir = s.join("ipam/rsnet");
     assert!(ipam_dir.is_dir(), "no ipam dir {}", ipam_dir.display());
     let reserved = testkit::reservation_files(&ipam_dir);

@@ -1,7 +1,8 @@
 //! Test support: network namespaces owned by a test, running CNI plugin binaries exactly as a
-//! container runtime does (env, stdin, stdout, exit code), a Kubernetes API test server
-//! ([`kube_api`]), a fake kubelet pod-resources API ([`pod_resources`]), and the fuzz suites'
-//! corpus and mutations ([`fuzz`]).
+//! container runtime does (env, stdin, stdout, exit code) in a node and pod [`Sandbox`], a
+//! Kubernetes API test server ([`kube_api`]), a fake kubelet pod-resources API
+//! ([`pod_resources`]), podman as a runtime ([`podman`]), and the fuzz suites' corpus and
+//! mutations ([`fuzz`]).
 //!
 //! Nothing here touches the machine's root network namespace: plugins run with their process
 //! moved into a "node" namespace that the test created. DHCP servers and daemons run there too.
@@ -13,9 +14,11 @@ mod netns;
 mod plugin;
 pub mod pod_resources;
 pub mod podman;
+mod sandbox;
 
 pub use netns::{delete_all_of_this_process, Netns};
 pub use plugin::{
     count_file_changes, reference_dir, reservation_files, validate_config, workspace_binary,
     CniCall, CniOutput, PluginDir, FILE_CHANGES,
 };
+pub use sandbox::Sandbox;

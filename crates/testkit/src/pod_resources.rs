@@ -134,36 +134,78 @@ async fn serve(stream: tokio::net::UnixStream, answer: Answer, calls: Arc<Mutex<
     }
 }
 
-/// A protobuf length-delimited field.
-fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
-    let mut out = vec![number << 3 | 2];
-    let mut len = bytes.len();
-    // Seven bits a byte, low first; the top bit says another byte follows.
-    while len >= 0x80 {
-        out.push(len.to_le_bytes()[0] & 0x7f | 0x80);
-        len >>= 7;
+/// The kubelet's `v1` messages as a kubelet sends them, with fields the client is to skip
+/// (CPU IDs, topology).
+mod v1 {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ListPodResourcesResponse {
+        #[prost(message, repeated, tag = "1")]
+        pub pod_resources: Vec<PodResources>,
     }
-    out.push(len.to_le_bytes()[0]);
-    out.extend_from_slice(bytes);
-    out
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PodResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(string, tag = "2")]
+        pub namespace: String,
+        #[prost(message, repeated, tag = "3")]
+        pub containers: Vec<ContainerResources>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerResources {
+        #[prost(string, tag = "1")]
+        pub name: String,
+        #[prost(message, repeated, tag = "2")]
+        pub devices: Vec<ContainerDevices>,
+        #[prost(int64, repeated, tag = "3")]
+        pub cpu_ids: Vec<i64>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ContainerDevices {
+        #[prost(string, tag = "1")]
+        pub resource_name: String,
+        #[prost(string, repeated, tag = "2")]
+        pub device_ids: Vec<String>,
+        #[prost(message, optional, tag = "3")]
+        pub topology: Option<TopologyInfo>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TopologyInfo {
+        #[prost(message, repeated, tag = "1")]
+        pub nodes: Vec<NumaNode>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct NumaNode {
+        #[prost(int64, tag = "1")]
+        pub id: i64,
+    }
 }
 
-/// `ListPodResourcesResponse`, with a topology and CPU IDs the client is to skip.
+/// `ListPodResourcesResponse` with one `PodResources` per allocation, each device on NUMA
+/// node 0 and each container with CPUs 4 and 5.
 pub fn list_response(allocations: &[Allocation]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for a in allocations {
-        let mut devices = field(1, a.resource.as_bytes());
-        for id in &a.device_ids {
-            devices.extend(field(2, id.as_bytes()));
-        }
-        devices.extend(field(3, &field(1, &[0x08, 0x00])));
-        let mut container = field(1, a.container.as_bytes());
-        container.extend(field(2, &devices));
-        container.extend(field(3, &[0x04, 0x05]));
-        let mut pod = field(1, a.pod.as_bytes());
-        pod.extend(field(2, a.namespace.as_bytes()));
-        pod.extend(field(3, &container));
-        out.extend(field(1, &pod));
-    }
-    out
+    let pod_resources = allocations
+        .iter()
+        .map(|a| v1::PodResources {
+            name: a.pod.clone(),
+            namespace: a.namespace.clone(),
+            containers: vec![v1::ContainerResources {
+                name: a.container.clone(),
+                devices: vec![v1::ContainerDevices {
+                    resource_name: a.resource.clone(),
+                    device_ids: a.device_ids.clone(),
+                    topology: Some(v1::TopologyInfo {
+                        nodes: vec![v1::NumaNode { id: 0 }],
+                    }),
+                }],
+                cpu_ids: vec![4, 5],
+            }],
+        })
+        .collect();
+    prost::Message::encode_to_vec(&v1::ListPodResourcesResponse { pod_resources })
 }

@@ -6,6 +6,9 @@ use std::process::{Command, Output};
 
 use crate::Netns;
 
+/// The tag of the local busybox image.
+const BUSYBOX: &str = "localhost/busybox:test";
+
 /// podman with its configuration and storage under `scratch`; network configs go in
 /// [`Podman::net_dir`].
 pub struct Podman {
@@ -69,8 +72,27 @@ impl Podman {
         self.scratch.join("net")
     }
 
+    /// Writes the network config `<name>.conflist`.
+    pub fn add_network(&self, name: &str, conflist: &str) {
+        write(&self.net_dir().join(format!("{name}.conflist")), conflist);
+    }
+
+    /// `sh -c <script>` in a busybox container on `network`, inside `node`, removed after
+    /// (`--rm`); asserts that podman succeeded and returns the container's stdout.
+    pub fn run_busybox(&self, node: &Netns, network: &str, script: &str) -> String {
+        self.import_busybox(BUSYBOX);
+        let out = self.run(node, network, BUSYBOX, script);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "podman run failed:\nstdout: {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
     /// Imports a busybox image as `tag`, made locally: no image can be pulled here.
-    pub fn import_busybox(&self, tag: &str) {
+    fn import_busybox(&self, tag: &str) {
         let root = self.scratch.join("rootfs");
         for d in ["bin", "etc", "proc", "sys", "dev", "tmp"] {
             std::fs::create_dir_all(root.join(d)).expect("mkdir rootfs");
@@ -111,7 +133,7 @@ impl Podman {
     }
 
     /// `podman run --rm --network <network> <image> sh -c <script>` inside `node`.
-    pub fn run(&self, node: &Netns, network: &str, image: &str, script: &str) -> Output {
+    fn run(&self, node: &Netns, network: &str, image: &str, script: &str) -> Output {
         // Only the network namespace is joined: `ip netns exec` would also remount /sys and
         // hide the cgroup mounts runc needs.
         let mut cmd = self.command();
@@ -121,4 +143,13 @@ impl Podman {
             .output()
             .expect("run podman")
     }
+}
+
+/// Asserts that no veth is left in `node`: `--rm` tore the container's attachments down.
+pub fn assert_no_veth(node: &Netns) {
+    let links = node.links();
+    assert!(
+        !links.iter().any(|l| l.starts_with("veth")),
+        "veth left behind: {links:?}"
+    );
 }

@@ -7,6 +7,8 @@
 mod dhcp;
 mod examples;
 mod input;
+mod print;
+mod report;
 mod sandbox;
 mod state;
 
@@ -26,6 +28,7 @@ use multus::command;
 use multus::config::MultusConf;
 use multus::invocation::Invocation;
 use multus::status::NETWORK_STATUS_ANNOTATION;
+use report::{CheckResult, Place, Target, Trial};
 use sandbox::Sandbox;
 use state::{command_in, Diff, Kernel};
 
@@ -145,10 +148,17 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
             } else {
                 format!("{title}: pod {}/{}", pod.namespace, pod.name)
             };
-            println!("=== {heading}");
-            let ok = trial(opts, &name, &plugins, inputs, pod)?;
-            println!("=== {heading}: {}\n", if ok { "PASS" } else { "FAIL" });
-            all_ok &= ok;
+            let mut trial = Trial {
+                heading,
+                sandbox: name,
+                ..Trial::default()
+            };
+            let gathered = gather(opts, &plugins, inputs, pod, &mut trial);
+            // What was found before a sandbox failure is shown above its error.
+            print!("{}", print::trial(&trial));
+            gathered?;
+            print!("{}", print::verdict(&trial));
+            all_ok &= trial.passed();
         }
     }
     Ok(all_ok)
@@ -328,28 +338,29 @@ fn multus_conf(sb: &Sandbox) -> Result<MultusConf, Error> {
         .map_err(|e| Error::Sandbox(format!("multus config: {e}")))
 }
 
-/// One pod on a fresh sandbox; `Ok(false)` when something failed or was left behind.
-fn trial(
+/// One pod on a fresh sandbox, recorded in `t` as it goes: an error leaves what was found
+/// before it.
+fn gather(
     opts: &Options,
-    name: &str,
     plugins: &Path,
     inputs: &Inputs,
     pod: &Pod,
-) -> Result<bool, Error> {
+    t: &mut Trial,
+) -> Result<(), Error> {
+    let name = t.sandbox.clone();
     let configs: Vec<&str> = inputs.nads.iter().map(|n| n.config.as_str()).collect();
     let mut sb = if opts.on_host {
-        Sandbox::on_host(name, plugins)?
+        Sandbox::on_host(&name, plugins)?
     } else {
-        Sandbox::create(name, plugins, &sandbox::masters(&configs))?
+        Sandbox::create(&name, plugins, &sandbox::masters(&configs))?
     };
     sb.keep = opts.keep;
     if dhcp::wanted(&configs) {
         sb.servers = dhcp::start(&sb)?;
-        println!(
-            "dhcp: dnsmasq on the lan serving {}, our dhcp daemon on {}",
-            dhcp::SUBNET,
-            dhcp::socket(&sb.dir).display()
-        );
+        t.dhcp = Some(report::Dhcp {
+            subnet: dhcp::SUBNET.into(),
+            socket: dhcp::socket(&sb.dir),
+        });
     }
     let dhcp_socket = dhcp::socket(&sb.dir);
     let api = FileApi {
@@ -368,25 +379,16 @@ fn trial(
         events: Mutex::new(Vec::new()),
     };
     let conf = multus_conf(&sb)?;
-    if sb.lan.is_some() {
-        println!(
-            "node: namespace {}-node, uplink {} to the lan (namespace {}-lan, bridge {} 198.18.0.1/24)",
-            sb.name,
-            sandbox::UPLINK,
-            sb.name,
-            sandbox::LAN_BRIDGE
-        );
-        println!(
-            "cluster network: bridge cni0, host-local {CLUSTER_SUBNET}; pod namespace {}-pod",
-            sb.name
-        );
+    t.node = Some(if sb.lan.is_some() {
+        report::Node::Simulated {
+            uplink: sandbox::UPLINK.into(),
+            lan_bridge: sandbox::LAN_BRIDGE.into(),
+        }
     } else {
-        println!(
-            "node: this machine (only read); cluster network: macvlan on {} inside the pod, host-local {CLUSTER_SUBNET}; pod namespace {}-pod",
-            sandbox::ON_HOST_CLUSTER_PARENT,
-            sb.name
-        );
-    }
+        report::Node::OnHost {
+            cluster_parent: sandbox::ON_HOST_CLUSTER_PARENT.into(),
+        }
+    });
     let dirs = [sb.multus_dir(), sb.ipam_dir(), dhcp::state_dir(&sb.dir)];
     let dir_refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
     let node_before = state::snapshot(&sb.node, &dir_refs)?;
@@ -406,168 +408,179 @@ fn trial(
         path: vec![sb.bin_dir()],
         stdin: Vec::new(),
     };
-    let run = |args: cni::CmdArgs, f: fn(&Invocation) -> multus::Result<()>| {
-        let conf = conf.clone();
-        let api = &api;
-        sb.node.run(move || command::run(&args, conf, Some(api), f))
-    };
 
-    println!("\n--- ADD");
-    let added = run(call(cni::Command::Add), |inv| command::add(inv).map(|_| ()))
-        .map_err(|e| Error::Sandbox(format!("entering the node: {e}")))?;
-    let mut ok = match &added {
-        Ok(()) => {
-            println!("ok");
-            true
-        }
-        Err(e) => {
-            println!("FAILED: {e}");
-            false
-        }
-    };
+    let added = call_multus(&sb, &conf, &api, call(cni::Command::Add))?;
+    t.add = Some(outcome(&added));
     let annotations = api
         .annotations
         .lock()
         .map(|a| a.clone())
         .unwrap_or_default();
+    let network_status = annotations.get(NETWORK_STATUS_ANNOTATION);
     if added.is_ok() {
-        show_pod(&sb)?;
-        println!("\n--- annotation {NETWORK_STATUS_ANNOTATION}");
-        match annotations.get(NETWORK_STATUS_ANNOTATION) {
-            Some(text) => println!("{text}"),
-            None => println!("(not written)"),
-        }
+        t.attached = Some(attached(&sb, network_status.cloned())?);
     }
-    println!("\n--- events");
-    for e in api.events.lock().map(|e| e.clone()).unwrap_or_default() {
-        let kind = match e.kind {
-            EventKind::Normal => "Normal",
-            EventKind::Warning => "Warning",
-        };
-        println!("{kind:<8} {:<21} {}", e.reason, e.message);
-    }
+    t.events = api
+        .events
+        .lock()
+        .map(|e| e.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| report::Event {
+            warning: matches!(e.kind, EventKind::Warning),
+            reason: e.reason,
+            message: e.message,
+        })
+        .collect();
     if added.is_ok() {
-        println!("\n--- connectivity");
-        let statuses: Value = annotations
-            .get(NETWORK_STATUS_ANNOTATION)
-            .and_then(|t| serde_json::from_str(t).ok())
+        let statuses: Value = network_status
+            .and_then(|text| serde_json::from_str(text).ok())
             .unwrap_or(Value::Null);
+        let checks = t.connectivity.insert(Vec::new());
         for entry in statuses.as_array().into_iter().flatten() {
-            ok &= check_network(&sb, entry)?;
+            if let Some(check) = check_network(&sb, entry)? {
+                checks.push(check);
+            }
         }
         if let Some(command) = &opts.exec {
-            println!("\n--- exec in the pod: {command}");
-            let status = command_in(&sb.pod, "sh")?
-                .args(["-c", command])
-                .status()
-                .map_err(|e| Error::Sandbox(format!("running sh -c {command:?}: {e}")))?;
-            println!("({status})");
-            ok &= status.success();
+            t.exec = Some(exec_in_pod(&sb, command)?);
         }
         if opts.keep {
             // Everything ADD made lives in the sandbox: --clean removes it without a DEL.
-            println!("\n--- DEL: not run (--keep): the pod stays as ADD left it");
-            print_kept(&sb);
-            return Ok(ok);
+            t.del = Some(report::Del::NotRun);
+            t.kept = Some(kept(&sb));
+            return Ok(());
         }
-        println!("\n--- DEL");
-        match run(call(cni::Command::Del), command::del)
-            .map_err(|e| Error::Sandbox(format!("entering the node: {e}")))?
-        {
-            Ok(()) => println!("ok"),
-            Err(e) => {
-                println!("FAILED: {e}");
-                ok = false;
-            }
-        }
-    }
-    println!("\n--- left behind");
-    let diffs = [
-        (
-            "pod",
-            Diff::between(&pod_before, &state::snapshot(&sb.pod, &[])?),
-        ),
-        (
-            "node",
-            Diff::between(&node_before, &state::snapshot(&sb.node, &dir_refs)?),
-        ),
-    ];
-    for (where_, d) in &diffs {
-        for k in &d.kept {
-            println!("{where_}: kept, as on a real node: {k}");
-        }
-        for l in &d.left {
-            println!("{where_}: LEFT BEHIND: {l}");
-            ok = false;
-        }
-    }
-    let leases = dhcp::leases(&sb.dir);
-    for lease in &leases {
-        println!("lan: LEFT BEHIND: dhcp lease {lease} on the server (not released)");
-        ok = false;
-    }
-    if leases.is_empty() && diffs.iter().all(|(_, d)| d.left.is_empty()) {
-        println!(
-            "nothing: no link, address, route, rule, firewall rule, reservation or cache file"
+        t.del = Some(
+            match call_multus(&sb, &conf, &api, call(cni::Command::Del))? {
+                Ok(()) => report::Del::Ok,
+                Err(e) => report::Del::Failed(e.to_string()),
+            },
         );
     }
+    t.left = Some(report::Leftovers {
+        pod: Diff::between(&pod_before, &state::snapshot(&sb.pod, &[])?),
+        node: Diff::between(&node_before, &state::snapshot(&sb.node, &dir_refs)?),
+        leases: dhcp::leases(&sb.dir),
+    });
     if opts.keep {
-        print_kept(&sb);
-    }
-    Ok(ok)
-}
-
-/// How to look at a kept sandbox and remove it.
-fn print_kept(sb: &Sandbox) {
-    println!("\n--- kept");
-    println!("enter the pod:  ip netns exec {}-pod sh", sb.name);
-    if sb.lan.is_some() {
-        println!("enter the node: ip netns exec {}-node sh", sb.name);
-    }
-    println!("files:          {}", sb.dir.display());
-    println!("remove:         multus try --clean");
-}
-
-/// Prints the pod's interfaces with their addresses, and its routes.
-fn show_pod(sb: &Sandbox) -> Result<(), Error> {
-    let k = Kernel::read(&sb.pod)?;
-    println!("\n--- the pod's interfaces");
-    for l in k.links.iter().filter(|l| l.name != "lo") {
-        let mac = l.mac.as_ref().map(netkit::format_mac).unwrap_or_default();
-        println!(
-            "{:<9} {:<8} {mac} mtu {}{}",
-            l.name,
-            l.kind.as_deref().unwrap_or("device"),
-            l.mtu,
-            if l.up { "" } else { " (down)" }
-        );
-        for (dev, a) in &k.addrs {
-            if *dev == l.name {
-                println!("          {a}");
-            }
-        }
-    }
-    println!("\n--- the pod's routes");
-    for (dev, line) in &k.routes {
-        if dev != "lo" && !line.contains(" table ") && !line.starts_with("fe80::/64") {
-            println!("{line}");
-        }
+        t.kept = Some(kept(&sb));
     }
     Ok(())
 }
 
+fn outcome(r: &multus::Result<()>) -> report::Outcome {
+    match r {
+        Ok(()) => report::Outcome::Ok,
+        Err(e) => report::Outcome::Failed(e.to_string()),
+    }
+}
+
+/// multus ADD or DEL in the node namespace, through the same code the runtime's call takes;
+/// the outer error is a sandbox failure, the inner one multus's answer.
+fn call_multus(
+    sb: &Sandbox,
+    conf: &MultusConf,
+    api: &FileApi,
+    args: cni::CmdArgs,
+) -> Result<multus::Result<()>, Error> {
+    let conf = conf.clone();
+    let cni_command: fn(&Invocation) -> multus::Result<()> = match args.command {
+        cni::Command::Del => command::del,
+        _ => |inv| command::add(inv).map(drop),
+    };
+    sb.node
+        .run(move || command::run(&args, conf, Some(api), cni_command))
+        .map_err(|e| Error::Sandbox(format!("entering the node: {e}")))
+}
+
+/// `sh -c command` in the pod, with its output captured for the report.
+fn exec_in_pod(sb: &Sandbox, command: &str) -> Result<report::Exec, Error> {
+    let failed = |e: std::io::Error| Error::Sandbox(format!("running sh -c {command:?}: {e}"));
+    // One pipe for stdout and stderr keeps their lines in the order the command wrote them.
+    let (mut reader, writer) = std::io::pipe().map_err(failed)?;
+    let mut cmd = command_in(&sb.pod, "sh")?;
+    cmd.args(["-c", command])
+        .stdout(writer.try_clone().map_err(failed)?)
+        .stderr(writer);
+    let mut child = cmd.spawn().map_err(failed)?;
+    // The writers must be gone from this process, or the read never sees the end.
+    drop(cmd);
+    let mut output = Vec::new();
+    std::io::Read::read_to_end(&mut reader, &mut output).map_err(failed)?;
+    let status = child.wait().map_err(failed)?;
+    Ok(report::Exec {
+        command: command.to_owned(),
+        output: String::from_utf8_lossy(&output).into_owned(),
+        status: status.to_string(),
+        success: status.success(),
+    })
+}
+
+/// How to look at a kept sandbox and remove it.
+fn kept(sb: &Sandbox) -> report::Kept {
+    report::Kept {
+        pod_netns: format!("{}-pod", sb.name),
+        node_netns: sb.lan.as_ref().map(|_| format!("{}-node", sb.name)),
+        dir: sb.dir.clone(),
+    }
+}
+
+/// The pod's interfaces with their addresses, its routes, and the network-status multus
+/// wrote.
+fn attached(sb: &Sandbox, network_status: Option<String>) -> Result<report::Attached, Error> {
+    let k = Kernel::read(&sb.pod)?;
+    let interfaces = k
+        .links
+        .iter()
+        .filter(|l| l.name != "lo")
+        .map(|l| report::Interface {
+            name: l.name.clone(),
+            kind: l.kind.clone().unwrap_or_else(|| "device".into()),
+            mac: l.mac.as_ref().map(netkit::format_mac).unwrap_or_default(),
+            mtu: l.mtu,
+            up: l.up,
+            addresses: k
+                .addrs
+                .iter()
+                .filter(|(dev, _)| *dev == l.name)
+                .map(|(_, a)| *a)
+                .collect(),
+        })
+        .collect();
+    let routes = k
+        .routes
+        .into_iter()
+        .filter(|(dev, line)| {
+            dev != "lo" && !line.contains(" table ") && !line.starts_with("fe80::/64")
+        })
+        .map(|(_, line)| line)
+        .collect();
+    Ok(report::Attached {
+        interfaces,
+        routes,
+        network_status,
+    })
+}
+
 /// Pings, from the pod interface of one network-status entry, its gateway or a peer in its
 /// subnet; a peer address is put on the lan (macvlan, ipvlan) or the node's bridge for the
-/// check and removed after.
-fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
+/// check and removed after. `None` for an entry without an interface.
+fn check_network(sb: &Sandbox, entry: &Value) -> Result<Option<report::Check>, Error> {
     let network = entry["name"].as_str().unwrap_or("?");
     let Some(ifname) = entry["interface"].as_str() else {
-        return Ok(true);
+        return Ok(None);
+    };
+    let check = |result| {
+        Ok(Some(report::Check {
+            interface: ifname.to_owned(),
+            network: network.to_owned(),
+            result,
+        }))
     };
     let k = Kernel::read(&sb.pod)?;
     let Some(link) = k.links.iter().find(|l| l.name == ifname) else {
-        println!("{ifname} ({network}): FAILED: the pod has no such interface");
-        return Ok(false);
+        return check(CheckResult::NoSuchInterface);
     };
     let Some(own) = k
         .addrs
@@ -576,8 +589,7 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
         .map(|(_, a)| *a)
         .next()
     else {
-        println!("{ifname} ({network}): no address, nothing to check");
-        return Ok(true);
+        return check(CheckResult::NoAddress);
     };
     let gateway = entry["gateway"]
         .as_array()
@@ -588,22 +600,19 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
         })
         .or_else(|| cached_gateway(sb, ifname, own));
     if sb.lan.is_none() && (gateway.is_none() || network == CLUSTER_NETWORK) {
-        println!(
-            "{ifname} ({network}): no gateway to ping, and --on-host adds no peer: not checked"
-        );
-        return Ok(true);
+        return check(CheckResult::NotChecked);
     }
     let on_node = sb.node_addr_in(own)?;
     let (target, what) = match (gateway, on_node) {
-        (Some(g), _) => (g, "gateway"),
-        (None, Some(n)) => (n, "the node's address"),
-        (None, None) => (peer_in(own), "peer"),
+        (Some(g), _) => (g, Target::Gateway),
+        (None, Some(n)) => (n, Target::NodeAddress),
+        (None, None) => (peer_in(own), Target::Peer),
     };
     let mut cleanup: Option<(u32, IpNet)> = None;
     let place = if sb.node_has(target)? {
-        "on the node".to_owned()
+        Place::Node
     } else if sb.lan.is_none() {
-        "on the real network".to_owned()
+        Place::RealNetwork
     } else {
         let with_prefix = IpNet::new(target, own.prefix_len())
             .map_err(|e| Error::Sandbox(format!("{target}: {e}")))?;
@@ -624,13 +633,13 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
                     node.add_addr(b, with_prefix, opts)
                         .map_err(|e| Error::Sandbox(format!("node bridge: {e}")))?;
                     cleanup = Some((b, with_prefix));
-                    "on the node's bridge, for this check".to_owned()
+                    Place::NodeBridge
                 }
-                None => "nowhere: the veth is on no bridge".to_owned(),
+                None => Place::Nowhere,
             }
         } else {
             sb.lan_peer(with_prefix)?;
-            "on the lan".to_owned()
+            Place::Lan
         }
     };
     let reached = ping(sb, ifname, target)?;
@@ -639,11 +648,12 @@ fn check_network(sb: &Sandbox, entry: &Value) -> Result<bool, Error> {
         node.del_addr(b, addr)
             .map_err(|e| Error::Sandbox(format!("node bridge: {e}")))?;
     }
-    println!(
-        "{ifname} ({network}): ping {what} {target} ({place}): {}",
-        if reached { "ok" } else { "FAILED, no reply" }
-    );
-    Ok(reached)
+    check(CheckResult::Pinged {
+        what,
+        target,
+        place,
+        reached,
+    })
 }
 
 /// The gateway the delegate's result gave `ifname` for `own`'s family, from the result cache

@@ -159,7 +159,7 @@ fn collect_files(dir: &Path, out: &mut BTreeSet<String>) {
 
 /// What appeared between two snapshots, split into what stays by design and what is left
 /// behind.
-#[derive(Default, Debug)]
+#[derive(Default, Debug, serde::Serialize)]
 pub struct Diff {
     pub kept: Vec<String>,
     pub left: Vec<String>,

@@ -5,11 +5,12 @@
 pub mod cluster;
 
 use std::fs;
+use std::ops::Deref;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use testkit::{CniCall, CniOutput, Netns, PluginDir};
+use testkit::{CniCall, CniOutput, PluginDir};
 
 pub const CONTAINER_ID: &str = "c0ffee01";
 pub const POD_NS: &str = "default";
@@ -25,23 +26,30 @@ pub fn plugins_bin() -> PathBuf {
     testkit::workspace_binary("cni-plugins", "plugins")
 }
 
+/// testkit's sandbox (node, pod, scratch directory) with this workspace's plugins as
+/// `CNI_PATH`, and the multus binary run for each call.
 pub struct Sandbox {
-    pub node: Netns,
-    pub pod: Netns,
-    pub dir: tempfile::TempDir,
+    base: testkit::Sandbox,
     pub plugins: PluginDir,
+}
+
+impl Deref for Sandbox {
+    type Target = testkit::Sandbox;
+
+    fn deref(&self) -> &testkit::Sandbox {
+        &self.base
+    }
 }
 
 impl Sandbox {
     pub fn new() -> Sandbox {
+        let plugins = PluginDir::new(
+            &plugins_bin(),
+            &["bridge", "macvlan", "host-local", "static"],
+        );
         let sb = Sandbox {
-            node: Netns::new("node"),
-            pod: Netns::new("pod"),
-            dir: tempfile::tempdir().expect("tempdir"),
-            plugins: PluginDir::new(
-                &plugins_bin(),
-                &["bridge", "macvlan", "host-local", "static"],
-            ),
+            base: testkit::Sandbox::new(plugins.path(), CONTAINER_ID),
+            plugins,
         };
         for d in ["net.d", "cni", "ipam"] {
             fs::create_dir_all(sb.dir.path().join(d)).expect("mkdir");
@@ -125,10 +133,7 @@ exit 0"#,
     }
 
     pub fn call(&self, command: &str, conf: &str) -> CniCall {
-        let mut call = CniCall::new(command, conf);
-        call.container_id = CONTAINER_ID.into();
-        call.netns = self.pod.path().display().to_string();
-        call.path = self.plugins.path().display().to_string();
+        let mut call = self.base.call(command, conf);
         call.args = format!(
             "IgnoreUnknown=1;K8S_POD_NAMESPACE={POD_NS};K8S_POD_NAME={POD_NAME};K8S_POD_INFRA_CONTAINER_ID={CONTAINER_ID};K8S_POD_UID={POD_UID}"
         );
@@ -136,19 +141,11 @@ exit 0"#,
     }
 
     pub fn run(&self, call: &CniCall) -> CniOutput {
-        call.run(&multus_bin(), Some(&self.node))
+        self.run_in_node(&multus_bin(), call)
     }
 
     pub fn cmd(&self, command: &str, conf: &str) -> CniOutput {
         self.run(&self.call(command, conf))
-    }
-
-    /// Interfaces in the pod other than lo.
-    pub fn pod_links(&self) -> Vec<String> {
-        let mut links = self.pod.links();
-        links.retain(|l| l != "lo");
-        links.sort();
-        links
     }
 
     /// The addresses (without prefix) of a pod interface.
@@ -236,32 +233,16 @@ exit 0"#,
         testkit::reservation_files(&self.ipam_dir())
     }
 
-    /// Veth ends left in the node namespace.
-    pub fn node_veths(&self) -> Vec<String> {
-        let v = self.node.ip_json(&["-d", "link", "show", "type", "veth"]);
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|l| l["ifname"].as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
     /// Asserts that nothing of an attachment is left: no pod interface, no veth in the node,
     /// no reservation, no cache file.
     pub fn assert_clean(&self, what: &str) {
         self.assert_pod_clean(what);
-        assert_eq!(
-            self.node_veths(),
-            Vec::<String>::new(),
-            "{what}: node veths"
-        );
+        self.assert_no_node_veths(what);
     }
 
     /// [`Sandbox::assert_clean`] for tests whose delegates run outside the node namespace.
     pub fn assert_pod_clean(&self, what: &str) {
-        assert_eq!(self.pod_links(), Vec::<String>::new(), "{what}: pod links");
+        self.assert_no_pod_links(what);
         assert_eq!(
             self.reservations(),
             Vec::<String>::new(),

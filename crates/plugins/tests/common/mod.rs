@@ -3,6 +3,7 @@
 //! form that can be compared between implementations.
 #![allow(dead_code)] // Each test binary uses its own part of this module.
 
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
@@ -41,39 +42,38 @@ impl Plugins {
     }
 }
 
-/// Fresh node and pod namespaces and a host-local data directory.
+/// testkit's sandbox (node, pod, scratch directory) with one implementation's plugins as
+/// `CNI_PATH`; the scratch directory is host-local's data directory.
 pub struct Sandbox {
-    pub node: Netns,
-    pub pod: Netns,
-    pub data: tempfile::TempDir,
-    pub cni_path: PathBuf,
+    base: testkit::Sandbox,
+}
+
+impl Deref for Sandbox {
+    type Target = testkit::Sandbox;
+
+    fn deref(&self) -> &testkit::Sandbox {
+        &self.base
+    }
 }
 
 impl Sandbox {
     pub fn new(plugins: &Plugins, side: Side) -> Sandbox {
         Sandbox {
-            node: Netns::new("node"),
-            pod: Netns::new("pod"),
-            data: tempfile::tempdir().expect("tempdir"),
-            cni_path: plugins.dir(side),
+            base: testkit::Sandbox::new(&plugins.dir(side), CONTAINER_ID),
         }
     }
 
     /// A call of a plugin for the pod, `DATADIR` in `conf` replaced.
     pub fn call(&self, command: &str, conf: &str) -> CniCall {
-        let conf = conf.replace("DATADIR", &self.data.path().display().to_string());
-        let mut call = CniCall::new(command, &conf);
-        call.container_id = CONTAINER_ID.into();
-        call.netns = self.pod.path().display().to_string();
-        call.path = self.cni_path.display().to_string();
-        call
+        let conf = conf.replace("DATADIR", &self.dir.path().display().to_string());
+        self.base.call(command, &conf)
     }
 
     /// Runs the plugin the call's config names in `type`, in the node namespace.
     pub fn run(&self, call: &CniCall) -> CniOutput {
         let conf: Value = serde_json::from_str(&call.stdin).unwrap_or(Value::Null);
         let plugin = conf["type"].as_str().unwrap_or("bridge");
-        call.run(&self.cni_path.join(plugin), Some(&self.node))
+        self.run_in_node(&self.cni_path.join(plugin), call)
     }
 
     pub fn add(&self, conf: &str) -> CniOutput {
@@ -86,16 +86,7 @@ impl Sandbox {
 
     /// Reservation files (named by an IP address) under the data directory.
     pub fn reservations(&self) -> Vec<String> {
-        testkit::reservation_files(self.data.path())
-    }
-
-    /// Links of the node besides lo.
-    pub fn node_links(&self) -> Vec<String> {
-        self.node
-            .links()
-            .into_iter()
-            .filter(|l| l != "lo")
-            .collect()
+        testkit::reservation_files(self.dir.path())
     }
 
     /// The node's masquerade and spoof-check rules (see [`Netns::firewall`]).
@@ -408,6 +399,56 @@ pub fn dummy_master(node: &Netns) {
     assert!(kernel_has_dummy(), "this kernel has no dummy links");
     node.ip(&["link", "add", "up0", "type", "dummy"]);
     uplink_addressing(node);
+}
+
+/// macvlan's and ipvlan's sandbox: the node has the master `up0` with a default route, a veth
+/// end with MTU 1500; with `dummy`, a dummy link where the kernel has them (the VM).
+pub fn master_sandbox(plugins: &Plugins, dummy: bool) -> Sandbox {
+    let sb = Sandbox::new(plugins, Side::Ours);
+    if dummy && kernel_has_dummy() {
+        dummy_master(&sb.node);
+    } else {
+        veth_master(&sb.node, 1500);
+    }
+    sb
+}
+
+/// `ip -d` details of `eth0` in `ns`.
+pub fn eth0(ns: &Netns) -> Value {
+    ns.ip_json(&["-d", "addr", "show", "dev", "eth0"])[0].clone()
+}
+
+/// `conf` with `result` as its prevResult, as a runtime passes it to CHECK.
+pub fn with_prev(conf: &str, result: &Value) -> String {
+    let mut v: Value = serde_json::from_str(conf).expect("config is JSON");
+    v["prevResult"] = result.clone();
+    v.to_string()
+}
+
+/// A second pod namespace, container `podb`, attached with `conf`; and its result.
+pub fn second_pod(sb: &Sandbox, conf: &str) -> (Netns, Value) {
+    let pod = Netns::new("podb");
+    let mut call = sb.call("ADD", conf);
+    call.netns = pod.path().display().to_string();
+    call.container_id = "podb".into();
+    let r = sb.run(&call).ok();
+    (pod, r)
+}
+
+/// The pod has nothing but lo, and no reservation is left.
+pub fn assert_pod_and_ipam_clean(sb: &Sandbox) {
+    let pod = sb.pod_links();
+    assert!(pod.is_empty(), "left in the pod: {pod:?}");
+    assert!(sb.reservations().is_empty(), "{:?}", sb.reservations());
+}
+
+/// `conf` has no master and the node no default route: ADD has no interface to take, and
+/// says so.
+pub fn assert_no_master_needs_a_default_route(plugins: &Plugins, conf: &str) {
+    let sb = Sandbox::new(plugins, Side::Ours);
+    let out = sb.add(conf);
+    assert_eq!(out.err_code(), 7, "{out:?}");
+    assert!(out.stdout.contains("no default route"), "{}", out.stdout);
 }
 
 /// Asserts a CNI error with `code` whose message contains `words`; `what` names the case.

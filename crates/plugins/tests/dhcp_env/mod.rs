@@ -79,7 +79,8 @@ impl Setup {
         self.work.path().join("state")
     }
 
-    pub fn start_daemon(&mut self, extra: &[&str]) {
+    /// `cni-plugins`' arguments for our daemon on the test's socket and state directory.
+    pub fn daemon_args(&self) -> Vec<String> {
         let mut args: Vec<String> = ["dhcp", "daemon", "-socketpath"]
             .iter()
             .map(|s| s.to_string())
@@ -87,6 +88,11 @@ impl Setup {
         args.push(self.socket().display().to_string());
         args.push("-statedir".into());
         args.push(self.state_dir().display().to_string());
+        args
+    }
+
+    pub fn start_daemon(&mut self, extra: &[&str]) {
+        let mut args = self.daemon_args();
         args.extend(extra.iter().map(|s| s.to_string()));
         self.daemon = Some(DhcpDaemon::start(
             &self.net.node,
@@ -97,9 +103,17 @@ impl Setup {
         ));
     }
 
+    /// Stops our daemon, asserting that it exits cleanly.
+    pub fn stop_daemon(&mut self) {
+        assert!(
+            self.daemon.take().expect("daemon").process.terminate(),
+            "the daemon stops cleanly"
+        );
+    }
+
     /// Stops our daemon and starts the Go reference's on the same socket.
     pub fn swap_in_go_daemon(&mut self) -> DhcpDaemon {
-        assert!(self.daemon.take().expect("daemon").process.terminate());
+        self.stop_daemon();
         DhcpDaemon::start(
             &self.net.node,
             &testkit::reference_dir().join("dhcp"),
@@ -136,6 +150,19 @@ impl Setup {
         c
     }
 
+    /// A call for the pod `pod` of container `container_id`.
+    pub fn call_for(&self, command: &str, conf: &str, container_id: &str, pod: &Netns) -> CniCall {
+        let mut c = self.call(command, conf);
+        c.container_id = container_id.into();
+        c.netns = pod.path().display().to_string();
+        c
+    }
+
+    /// The dhcp plugin, to call it without the interface plugin.
+    pub fn dhcp_plugin(&self) -> PathBuf {
+        self.plugins.path().join("dhcp")
+    }
+
     pub fn run(&self, call: &CniCall) -> CniOutput {
         call.run(&self.plugins.path().join(self.plugin), Some(&self.net.node))
     }
@@ -166,6 +193,16 @@ impl Setup {
             self.net
                 .wait_log(&format!("DHCPRELEASE(dbr0) {ip}"), Duration::from_secs(5)),
             "the server saw no release of {ip}: {}",
+            self.net.log()
+        );
+    }
+
+    /// Asserts whether the server logged sending a broadcast response.
+    pub fn assert_broadcast(&self, sent: bool) {
+        assert_eq!(
+            self.net.log().contains("broadcast response"),
+            sent,
+            "{}",
             self.net.log()
         );
     }
@@ -237,13 +274,6 @@ pub fn wait_until(what: &str, limit: Duration, done: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "{what} within {limit:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// The config as a runtime passes it to CHECK.
-pub fn with_prev_result(conf: &str, result: &Value) -> String {
-    let mut v: Value = serde_json::from_str(conf).expect("config is JSON");
-    v["prevResult"] = result.clone();
-    v.to_string()
 }
 
 pub fn leased_ip(result: &Value) -> String {
