@@ -265,6 +265,14 @@ fn exec_runs_inside_the_pod_and_its_status_counts() {
     let (out, stdout, _) = multus_try(&[path, "--exec", "exit 3"]);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("(exit status: 3)"), "{stdout}");
+    // A process left in the background keeps the output open: try goes on without it.
+    let (out, stdout, stderr) = multus_try(&[path, "--exec", "echo started; sleep 5 &"]);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("started"), "{stdout}");
+    assert!(
+        stdout.contains("still holds its output: not waited for"),
+        "{stdout}"
+    );
     assert_nothing_left(&before);
 }
 

@@ -15,7 +15,7 @@ mod state;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ipnet::IpNet;
 use netkit::netlink::AddrOpts;
@@ -494,6 +494,11 @@ fn call_multus(
         .map_err(|e| Error::Sandbox(format!("entering the node: {e}")))
 }
 
+/// The most of `--exec`'s output kept for the report.
+const EXEC_OUTPUT_MAX: usize = 1 << 20;
+/// How long, once the command has exited, its output may take to end.
+const EXEC_OUTPUT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// `sh -c command` in the pod, with its output captured for the report.
 fn exec_in_pod(sb: &Sandbox, command: &str) -> Result<report::Exec, Error> {
     let failed = |e: std::io::Error| Error::Sandbox(format!("running sh -c {command:?}: {e}"));
@@ -506,9 +511,34 @@ fn exec_in_pod(sb: &Sandbox, command: &str) -> Result<report::Exec, Error> {
     let mut child = cmd.spawn().map_err(failed)?;
     // The writers must be gone from this process, or the read never sees the end.
     drop(cmd);
-    let mut output = Vec::new();
-    std::io::Read::read_to_end(&mut reader, &mut output).map_err(failed)?;
+    let output = Arc::new(Mutex::new(Vec::new()));
+    let (done, finished) = std::sync::mpsc::channel();
+    let collected = Arc::clone(&output);
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 8192];
+        while let Ok(n @ 1..) = std::io::Read::read(&mut reader, &mut chunk) {
+            let mut out = collected.lock().unwrap_or_else(PoisonError::into_inner);
+            let room = EXEC_OUTPUT_MAX.saturating_sub(out.len());
+            out.extend_from_slice(&chunk[..n.min(room)]);
+        }
+        // The receiver may be gone: try went on without the rest.
+        let _ = done.send(());
+    });
     let status = child.wait().map_err(failed)?;
+    // A process the command left in the background may hold the output open: its output
+    // is not waited for.
+    let complete = finished.recv_timeout(EXEC_OUTPUT_GRACE).is_ok();
+    let mut output = output
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    if output.len() >= EXEC_OUTPUT_MAX {
+        output.extend_from_slice(b"\n(output cut at 1 MiB)\n");
+    } else if !complete {
+        output.extend_from_slice(
+            b"\n(a process the command left running still holds its output: not waited for)\n",
+        );
+    }
     Ok(report::Exec {
         command: command.to_owned(),
         output: String::from_utf8_lossy(&output).into_owned(),
