@@ -161,6 +161,30 @@ fn del_works_from_the_cache_with_the_api_down_and_the_pod_deleted() {
     c.sb.assert_clean("DEL with the API down");
 }
 
+/// The runtime's second DEL: after StopPodSandbox, with no namespace, once the first DEL has
+/// removed the cache. It asks nothing of the API and logs nothing at warning level or above,
+/// with the API up or down.
+#[test]
+fn a_second_del_without_a_namespace_makes_no_api_call_and_no_noise() {
+    let c = Cluster::new(json!({ NETWORKS: "a" }), json!({"logLevel": "error"}));
+    c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.cmd("ADD").ok();
+    c.cmd("DEL").ok();
+    c.sb.assert_clean("after the first DEL");
+    let mut second = c.call("DEL");
+    second.netns = String::new();
+    c.server.clear_requests();
+    let out = c.run(&second);
+    out.ok();
+    assert_eq!(out.stderr, "");
+    assert_eq!(c.server.requests().len(), 0, "{:?}", c.server.requests());
+    c.server.go_down();
+    let out = c.run(&second);
+    out.ok();
+    assert_eq!(out.stderr, "", "with the API down");
+    c.sb.assert_clean("after the second DEL");
+}
+
 #[test]
 fn del_without_a_cache_rebuilds_the_networks_from_the_api() {
     let c = Cluster::attached();

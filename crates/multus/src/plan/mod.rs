@@ -179,6 +179,10 @@ pub fn del(inv: &Invocation) -> Result<(Plan, Option<Error>)> {
     let (dir, id) = (&inv.conf.cni_dir, &inv.args.container_id);
     let (delegates, unreadable) = match cache::load(dir, id, &inv.conf.cni_version) {
         Ok(Some(delegates)) => (delegates, None),
+        // The runtime's DEL after the sandbox is gone, once an earlier DEL removed the cache.
+        Ok(None) if inv.args.netns.is_empty() && !cache::path(dir, id).exists() => {
+            (from_config_only(inv), None)
+        }
         Ok(None) => (rebuild(inv)?, None),
         Err(e) => {
             tracing::error!("{e}; deleting what can be known without it");
@@ -203,6 +207,21 @@ pub fn del(inv: &Invocation) -> Result<(Plan, Option<Error>)> {
         },
         unreadable,
     ))
+}
+
+/// The networks the configuration names without the API, for a DEL that has neither a
+/// namespace nor a cache: an earlier DEL deleted the attachment, so nothing is asked of the
+/// API and nothing is worth more than an info line; what a lost cache may have left of the
+/// cluster network is still released.
+fn from_config_only(inv: &Invocation) -> Vec<Delegate> {
+    let networks = Networks {
+        api: None,
+        ..networks(inv, None, false)
+    };
+    networks.cluster_networks().unwrap_or_else(|e| {
+        tracing::info!("no delegate cache and no namespace: nothing to delete ({e})");
+        Vec::new()
+    })
 }
 
 /// The delegates of an attachment without a cache: from the API when the pod is there,
