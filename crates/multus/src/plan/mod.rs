@@ -153,7 +153,6 @@ pub fn add(inv: &Invocation) -> Result<Plan> {
     let mut delegates = networks.delegates()?;
     let auxiliary = delegates.len();
     delegates.extend(networks.auxiliary_chain()?);
-    drop(networks);
     let attachments = attachments(inv, delegates, auxiliary);
     for (index, a) in attachments.iter().enumerate() {
         a.delegate.refuse_this_binary(&inv.path)?;
