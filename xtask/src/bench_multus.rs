@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
-use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth};
+use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth, Latency};
 use testkit::{CniCall, Netns, PluginDir};
 
 use crate::measure;
@@ -103,21 +103,30 @@ pub fn run(args: &[String]) -> Result<()> {
         node: Netns::new("bench-multus"),
         dir: tempfile::tempdir()?,
     };
-    let cycles: usize = match args {
-        [flag, sizes] if flag == "--scale" => {
-            let sizes = sizes
-                .split(',')
-                .map(str::parse)
-                .collect::<std::result::Result<Vec<usize>, _>>()
-                .context("--scale N,N,...")?;
-            return scale(&bench, &sizes);
+    let (mut cycles, mut profile) = (100, "zero".to_owned());
+    let mut args = args.iter();
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--scale" => {
+                let sizes = value()?
+                    .split(',')
+                    .map(str::parse)
+                    .collect::<std::result::Result<Vec<usize>, _>>()
+                    .context("--scale N,N,...")?;
+                return scale(&bench, &sizes);
+            }
+            "--cycles" => cycles = value()?.parse().context("--cycles N")?,
+            "--profile" => profile.clone_from(value()?),
+            other => anyhow::bail!("unknown argument {other:?}: --cycles N, --profile zero|datacenter|edge, --scale N,N,..."),
         }
-        [flag, n] if flag == "--cycles" => n.parse().context("--cycles N")?,
-        _ => 100,
-    };
+    }
+    let latency = Latency::profile(&profile)
+        .with_context(|| format!("--profile {profile:?}: zero, datacenter or edge"))?;
     // The API server listens in the node namespace, where multus runs.
     let node_ns = netkit::NetNs::open(bench.node.path())?;
     let api = node_ns.run(KubeApiServer::https)??;
+    api.set_latency(latency);
     let pod_names: Vec<String> = (0..=cycles)
         .map(|i| format!("bm{i}"))
         .chain((0..(cycles / 20).max(3)).flat_map(|r| (0..50).map(move |i| format!("par{r}-{i}"))))
@@ -195,7 +204,12 @@ pub fn run(args: &[String]) -> Result<()> {
     let (pd, pd90) = measure::percentiles(&mut wall_del);
 
     println!(
-        "cycles: {cycles}; a pod with the cluster network and 2 NADs from the API (bridge + host-local each)\n"
+        "cycles: {cycles}; a pod with the cluster network and 2 NADs from the API (bridge + host-local each)"
+    );
+    println!(
+        "API latency profile {profile}: reads {} ms, writes {} ms\n",
+        latency.read.as_millis(),
+        latency.write.as_millis()
     );
     println!("| case | median (ms) | p90 (ms) |");
     println!("|---|---|---|");

@@ -44,7 +44,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N | --scale N,N,...] | vm-test | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | vm-test | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }

@@ -10,7 +10,7 @@ use k8s::ObjectMeta;
 use k8s::{Cause, ClientOptions, EventType, K8sError, KubeClient, PodEvent};
 use serde_json::json;
 use testkit::kube_api::{
-    pod_manifest, Fault, InCluster, KubeApiServer, KubeconfigAuth, LoggedRequest,
+    pod_manifest, Fault, InCluster, KubeApiServer, KubeconfigAuth, Latency, LoggedRequest,
 };
 
 struct Setup {
@@ -442,7 +442,8 @@ fn a_slow_attempt_times_out_and_the_retry_succeeds() -> Result<()> {
 fn a_slow_server_is_a_timeout_error_within_the_bound() -> Result<()> {
     let s = Setup::https(KubeconfigAuth::Token)?;
     add_web_pod(&s.server);
-    s.server.set_latency(Duration::from_secs(5));
+    s.server
+        .set_latency(Latency::uniform(Duration::from_secs(5)));
     let started = Instant::now();
     let err = s.client(300, 1)?.get_pod("ns1", "web").unwrap_err();
     let took = started.elapsed();

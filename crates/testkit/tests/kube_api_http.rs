@@ -3,11 +3,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use serde_json::{json, Value};
-use testkit::kube_api::{pod_manifest, Fault, KubeApiServer};
+use testkit::kube_api::{pod_manifest, Fault, KubeApiServer, Latency};
 
 /// One keep-alive connection that sends raw requests and reads `(status, json body)` replies.
 struct Conn {
@@ -182,6 +182,39 @@ fn status_subresource_cannot_change_spec_and_main_cannot_change_status() -> Resu
         versions[0] < versions[1] && versions[1] < versions[2],
         "{versions:?}"
     );
+    Ok(())
+}
+
+/// Reads and writes wait as long as the latency model says: at least their own delay, and a
+/// read not the write's.
+#[test]
+fn reads_and_writes_have_latencies_of_their_own() -> Result<()> {
+    let server = KubeApiServer::http()?;
+    server.add_pod(pod_manifest("ns1", "web"));
+    server.set_latency(Latency {
+        read: Duration::from_millis(50),
+        write: Duration::from_millis(1500),
+    });
+    let mut c = Conn::open(&server)?;
+    let start = Instant::now();
+    assert_eq!(c.send(&get(&server, POD, &server.token()))?.0, 200);
+    let read = start.elapsed();
+    let start = Instant::now();
+    let body = r#"{"metadata":{"annotations":{"a":"b"}}}"#;
+    let reply = c.send(&patch(&server, POD, "application/merge-patch+json", body))?;
+    assert_eq!(reply.0, 200, "{}", reply.1);
+    let write = start.elapsed();
+    assert!(read >= Duration::from_millis(50), "{read:?}");
+    assert!(read < Duration::from_millis(1500), "{read:?}");
+    assert!(write >= Duration::from_millis(1500), "{write:?}");
+    for (name, profile) in [
+        ("zero", Latency::ZERO),
+        ("datacenter", Latency::DATACENTER),
+        ("edge", Latency::EDGE),
+    ] {
+        assert_eq!(Latency::profile(name), Some(profile));
+    }
+    assert_eq!(Latency::profile("fast"), None);
     Ok(())
 }
 

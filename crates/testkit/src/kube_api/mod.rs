@@ -11,10 +11,12 @@
 
 mod http;
 mod in_cluster;
+mod latency;
 mod routes;
 mod tls;
 
 pub use in_cluster::InCluster;
+pub use latency::Latency;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -319,8 +321,8 @@ impl KubeApiServer {
         }
     }
 
-    /// Delays every reply by `latency` (zero to stop).
-    pub fn set_latency(&self, latency: Duration) {
+    /// Delays every reply as `latency` says (`Latency::ZERO` to stop).
+    pub fn set_latency(&self, latency: Latency) {
         lock(&self.shared.state).latency = latency;
     }
 
@@ -424,7 +426,7 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) {
             } else {
                 None
             };
-            (authorized, fault, state.latency)
+            (authorized, fault, state.latency.of(&req.method))
         };
         std::thread::sleep(latency);
         if let Some(Fault::Delay(d)) = fault {

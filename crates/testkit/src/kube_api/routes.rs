@@ -2,7 +2,6 @@
 //! objects for failures.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
@@ -28,7 +27,7 @@ pub(super) struct State {
     pub events: Vec<Value>,
     pub log: Vec<LoggedRequest>,
     pub faults: VecDeque<PendingFault>,
-    pub latency: Duration,
+    pub latency: super::Latency,
 }
 
 impl State {
@@ -41,7 +40,7 @@ impl State {
             events: Vec::new(),
             log: Vec::new(),
             faults: VecDeque::new(),
-            latency: Duration::ZERO,
+            latency: super::Latency::ZERO,
         }
     }
 
