@@ -161,6 +161,15 @@ fn del_works_from_the_cache_with_the_api_down_and_the_pod_deleted() {
     c.sb.assert_clean("DEL with the API down");
 }
 
+#[test]
+fn del_with_its_cache_asks_nothing_of_the_api() {
+    let c = Cluster::attached();
+    c.server.clear_requests();
+    c.cmd("DEL").ok();
+    assert_eq!(c.server.requests().len(), 0, "{:?}", c.server.requests());
+    c.sb.assert_clean("DEL from the cache");
+}
+
 /// The runtime's second DEL: after StopPodSandbox, with no namespace, once the first DEL has
 /// removed the cache. It asks nothing of the API and logs nothing at warning level or above,
 /// with the API up or down.
