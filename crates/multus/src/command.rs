@@ -74,9 +74,9 @@ fn add_locked(inv: &Invocation) -> Result<CniResult> {
     }
     report::added(inv, &plan, &attached);
     attached
-        .results
         .into_iter()
         .next()
+        .map(|first| first.result)
         .ok_or_else(|| Error::config("delegates", "no cluster network"))
 }
 

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::EventKind;
-use crate::attach::{Attached, DEVICE_INFO_EVENT};
+use crate::attach::{Added, DEVICE_INFO_EVENT};
 use crate::devinfo;
 use crate::error::Result;
 use crate::invocation::Invocation;
@@ -16,9 +16,9 @@ const SECONDARY_DEFAULT_ROUTE_EVENT: &str = "SecondaryDefaultRoute";
 /// The network-status entries of every attachment, with the device-info each delegate left.
 /// The auxiliary chain makes no interface of its own: an empty result of it shows nothing (as
 /// upstream).
-pub fn network_status(inv: &Invocation, plan: &Plan, attached: &Attached) -> Vec<NetworkStatus> {
+pub fn network_status(inv: &Invocation, plan: &Plan, attached: &[Added]) -> Vec<NetworkStatus> {
     let mut statuses = Vec::new();
-    for (a, result) in plan.attachments.iter().zip(&attached.results) {
+    for (a, Added { result, .. }) in plan.attachments.iter().zip(attached) {
         if a.role == Role::Auxiliary && result.interfaces.is_empty() && result.ips.is_empty() {
             continue;
         }
@@ -72,9 +72,9 @@ pub fn write_status(inv: &Invocation, plan: &Plan, statuses: &[NetworkStatus]) -
 
 /// The events of a successful ADD: one per interface added, then one per secondary network
 /// whose default route was kept behind the pod's.
-pub fn added(inv: &Invocation, plan: &Plan, attached: &Attached) {
+pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
     let pod = plan.pod.as_ref();
-    for (a, result) in plan.attachments.iter().zip(&attached.results) {
+    for (a, Added { result, .. }) in plan.attachments.iter().zip(attached) {
         let ips: Vec<String> = result.ips.iter().map(|ip| ip.address.to_string()).collect();
         let msg = format!(
             "Add {} [{}] from {}",
@@ -85,7 +85,7 @@ pub fn added(inv: &Invocation, plan: &Plan, attached: &Attached) {
         tracing::info!("{msg}");
         inv.event(pod, EventKind::Normal, "AddedInterface", &msg);
     }
-    for (a, demoted) in plan.attachments.iter().zip(&attached.demoted) {
+    for (a, Added { demoted, .. }) in plan.attachments.iter().zip(attached) {
         for moved in demoted {
             let msg = format!(
                 "{} from {}: {moved}; name this network with \"default-route\" in the pod's \

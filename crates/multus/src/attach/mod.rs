@@ -17,17 +17,17 @@ use route::{Demoted, PodNetns};
 /// The reason of the event a device-info file that cannot be used leaves on the pod.
 pub const DEVICE_INFO_EVENT: &str = "DeviceInfoUnusable";
 
-/// What ADD made.
-pub struct Attached {
-    /// One result per attachment of the plan, in order.
-    pub results: Vec<CniResult>,
-    /// Per attachment, its default routes kept behind the pod's.
-    pub demoted: Vec<Vec<Demoted>>,
+/// What one attachment's ADD made.
+pub struct Added {
+    pub result: CniResult,
+    /// Its default routes kept behind the pod's.
+    pub demoted: Vec<Demoted>,
 }
 
 /// ADD of every attachment in order. The delegate cache is written before the first runs, so
-/// a DEL after a crash finds them all; it is returned on its way to disk.
-pub fn add(inv: &Invocation, plan: &Plan) -> Result<(Attached, CacheSync)> {
+/// a DEL after a crash finds them all; it is returned on its way to disk, with one [`Added`]
+/// per attachment, in order.
+pub fn add(inv: &Invocation, plan: &Plan) -> Result<(Vec<Added>, CacheSync)> {
     let pod_ns = PodNetns::open(&inv.args.netns)?;
     // A name the pod has already (a repeated ADD) is refused before the delegate cache is
     // written: the cache of the attachment that is there stays for its DEL.
@@ -39,8 +39,7 @@ pub fn add(inv: &Invocation, plan: &Plan) -> Result<(Attached, CacheSync)> {
         &inv.args.container_id,
         plan.attachments.iter().map(|a| &a.delegate),
     )?;
-    let mut results = Vec::with_capacity(plan.attachments.len());
-    let mut demoted = Vec::with_capacity(plan.attachments.len());
+    let mut attached = Vec::with_capacity(plan.attachments.len());
     for (index, a) in plan.attachments.iter().enumerate() {
         // A name taken since is refused before the delegate runs: its DEL would remove the
         // interface that was there.
@@ -49,14 +48,11 @@ pub fn add(inv: &Invocation, plan: &Plan) -> Result<(Attached, CacheSync)> {
         }
         copy_device_info(inv, plan.pod.as_ref(), a);
         match exec::add(inv, &pod_ns, a) {
-            Ok((result, moved)) => {
-                results.push(result);
-                demoted.push(moved);
-            }
+            Ok((result, demoted)) => attached.push(Added { result, demoted }),
             Err(e) => return Err(fail(inv, plan, index + 1, e)),
         }
     }
-    Ok((Attached { results, demoted }, cache_sync))
+    Ok((attached, cache_sync))
 }
 
 /// A failed ADD: the first `ran` attachments are deleted again, and the pod gets a warning.
