@@ -99,6 +99,10 @@ fn get_raw_pod() -> Result<()> {
     let got: Value =
         serde_json::from_str(&k.ok(&["get", "--raw", "/api/v1/namespaces/ns1/pods/web"]))?;
     assert_eq!(Some(got), k.server.pod("ns1", "web"));
+    // kubectl offers h2 in ALPN, as every client-go program does.
+    let versions: Vec<_> = k.server.requests().iter().map(|r| r.version).collect();
+    assert!(!versions.is_empty());
+    assert!(versions.iter().all(|v| *v == http::Version::HTTP_2), "{versions:?}");
     Ok(())
 }
 

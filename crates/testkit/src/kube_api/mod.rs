@@ -1,6 +1,8 @@
 //! A Kubernetes API server for tests: the part of the API that multus uses, over HTTP or HTTPS
 //! with a bearer token, on loopback.
 //!
+//! HTTPS offers HTTP/2 and HTTP/1.1 through ALPN, as kube-apiserver does, or HTTP/1.1 alone.
+//!
 //! It serves pods (get; merge and strategic merge PATCH of the object and of `pods/status`),
 //! network-attachment-definitions (get, list), events (create, list), and the discovery
 //! documents `kubectl` needs. Failures are real `Status` objects (401, 404, 409 on a stale
@@ -9,7 +11,8 @@
 //! Tests read back what was stored (pods, events, the request log) and inject faults: latency,
 //! error replies, dropped connections, and the whole server going down and coming back.
 
-mod http;
+mod http1;
+mod http2;
 mod in_cluster;
 mod latency;
 mod routes;
@@ -40,7 +43,10 @@ use routes::State;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scheme {
     Http,
+    /// TLS offering `h2` and `http/1.1`.
     Https,
+    /// TLS offering `http/1.1` only, as a proxy in front of the API server may.
+    HttpsHttp1Only,
 }
 
 /// One injected fault, used up by the next authorized request.
@@ -69,6 +75,8 @@ pub struct LoggedRequest {
     pub status: u16,
     /// Whether the reply was sent ([`Fault::Close`] and [`Fault::LoseReply`] send none).
     pub replied: bool,
+    /// `HTTP/1.1` or `HTTP/2`.
+    pub version: ::http::Version,
 }
 
 /// The credentials a written kubeconfig carries.
@@ -133,8 +141,8 @@ impl KubeApiServer {
 
     fn serve(scheme: Scheme, netns: Option<PathBuf>) -> anyhow::Result<KubeApiServer> {
         let (ca_pem, tls) = match scheme {
-            Scheme::Https => {
-                let t = tls::make()?;
+            Scheme::Https | Scheme::HttpsHttp1Only => {
+                let t = tls::make(scheme == Scheme::Https)?;
                 (Some(t.ca_pem), Some(t.config))
             }
             Scheme::Http => (None, None),
@@ -176,9 +184,14 @@ impl KubeApiServer {
     pub fn url(&self) -> String {
         let scheme = match self.scheme {
             Scheme::Http => "http",
-            Scheme::Https => "https",
+            Scheme::Https | Scheme::HttpsHttp1Only => "https",
         };
         format!("{scheme}://{}", self.addr)
+    }
+
+    /// How many connections clients have opened (each HTTPS one is a TLS handshake).
+    pub fn connections(&self) -> u64 {
+        self.shared.next_conn.load(Ordering::Relaxed)
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -393,12 +406,8 @@ fn accept_loop(
                 .spawn(move || {
                     let shared = conn_shared;
                     match shared.tls.clone() {
-                        Some(config) => {
-                            if let Ok(conn) = rustls::ServerConnection::new(config) {
-                                serve(&shared, rustls::StreamOwned::new(conn, tcp));
-                            }
-                        }
-                        None => serve(&shared, tcp),
+                        Some(config) => serve_tls(&shared, tcp, config),
+                        None => drop(serve(&shared, tcp)),
                     }
                     lock(&shared.conns).remove(&id);
                 });
@@ -411,59 +420,114 @@ fn accept_loop(
     }
 }
 
-/// Serves requests on one connection until the client closes it, or the server goes down.
-fn serve<S: Read + Write>(shared: &Shared, stream: S) {
-    let mut conn = BufReader::new(stream);
-    while let Ok(Some(req)) = http::read_request(&mut conn) {
-        if !shared.up.load(Ordering::SeqCst) {
-            return;
+/// What the server does with one request, decided when it arrives.
+struct Ticket {
+    authorized: bool,
+    fault: Option<Fault>,
+    /// The latency model's delay, and an injected one.
+    delay: Duration,
+}
+
+fn ticket(shared: &Shared, req: &http1::Request) -> Ticket {
+    let mut state = lock(&shared.state);
+    let authorized = state.authorized(req);
+    let fault = if authorized {
+        state.take_fault(req)
+    } else {
+        None
+    };
+    let mut delay = state.latency.of(&req.method);
+    if let Some(Fault::Delay(d)) = fault {
+        delay += d;
+    }
+    Ticket {
+        authorized,
+        fault,
+        delay,
+    }
+}
+
+/// Serves and logs a request whose delay is over: the reply's status and JSON body, or `None`
+/// when the connection is to be dropped without one.
+fn answer(
+    shared: &Shared,
+    req: &http1::Request,
+    ticket: Ticket,
+    version: ::http::Version,
+) -> Option<(u16, Vec<u8>)> {
+    if !shared.up.load(Ordering::SeqCst) {
+        return None;
+    }
+    let mut state = lock(&shared.state);
+    let reply = match ticket.fault {
+        _ if !ticket.authorized => Some(routes::unauthorized()),
+        Some(Fault::Status(code)) => Some(routes::injected(code)),
+        Some(Fault::Close) => None,
+        Some(Fault::Delay(_) | Fault::LoseReply) | None => Some(routes::handle(&mut state, req)),
+    };
+    let replied = reply.is_some() && !matches!(ticket.fault, Some(Fault::LoseReply));
+    state.log.push(LoggedRequest {
+        method: req.method.clone(),
+        path: req.path.clone(),
+        query: req.query.clone(),
+        content_type: req.header("content-type").map(str::to_string),
+        body: String::from_utf8_lossy(&req.body).into_owned(),
+        status: reply.as_ref().map_or(0, |(code, _)| *code),
+        replied,
+        version,
+    });
+    let (code, body) = reply.filter(|_| replied)?;
+    Some((code, serde_json::to_vec(&body).unwrap_or_default()))
+}
+
+/// A TLS connection: HTTP/2 when the client and the server agreed on `h2`, HTTP/1.1 otherwise.
+fn serve_tls(shared: &Arc<Shared>, tcp: TcpStream, config: Arc<rustls::ServerConfig>) {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    let http1 = runtime.block_on(async {
+        tcp.set_nonblocking(true).ok()?;
+        let tcp = tokio::net::TcpStream::from_std(tcp).ok()?;
+        let tls = tokio_rustls::TlsAcceptor::from(config)
+            .accept(tcp)
+            .await
+            .ok()?;
+        if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+            http2::serve(Arc::clone(shared), tls).await;
+            return None;
         }
-        let (authorized, fault, latency) = {
-            let mut state = lock(&shared.state);
-            let authorized = state.authorized(&req);
-            let fault = if authorized {
-                state.take_fault(&req)
-            } else {
-                None
-            };
-            (authorized, fault, state.latency.of(&req.method))
-        };
-        std::thread::sleep(latency);
-        if let Some(Fault::Delay(d)) = fault {
-            std::thread::sleep(d);
-        }
-        let (code, body) = {
-            let mut state = lock(&shared.state);
-            let reply = match fault {
-                _ if !authorized => Some(routes::unauthorized()),
-                Some(Fault::Status(code)) => Some(routes::injected(code)),
-                Some(Fault::Close) => None,
-                Some(Fault::Delay(_) | Fault::LoseReply) | None => {
-                    Some(routes::handle(&mut state, &req))
-                }
-            };
-            let replied = reply.is_some() && !matches!(fault, Some(Fault::LoseReply));
-            state.log.push(LoggedRequest {
-                method: req.method.clone(),
-                path: req.path.clone(),
-                query: req.query.clone(),
-                content_type: req.header("content-type").map(str::to_string),
-                body: String::from_utf8_lossy(&req.body).into_owned(),
-                status: reply.as_ref().map_or(0, |(code, _)| *code),
-                replied,
-            });
-            match reply {
-                Some(reply) if replied => reply,
-                _ => return,
-            }
-        };
-        let body = serde_json::to_vec(&body).unwrap_or_default();
-        if http::write_json(conn.get_mut(), code, &body, req.wants_close()).is_err()
-            || req.wants_close()
-        {
-            return;
+        let (tcp, conn) = tls.into_inner();
+        Some((tcp.into_std().ok()?, conn))
+    });
+    if let Some((tcp, conn)) = http1 {
+        if tcp.set_nonblocking(false).is_ok() {
+            let mut tls = serve(shared, rustls::StreamOwned::new(conn, tcp));
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
         }
     }
+}
+
+/// Serves HTTP/1.1 requests on one connection until the client closes it, or the server goes
+/// down; gives the stream back for a TLS close.
+fn serve<S: Read + Write>(shared: &Shared, stream: S) -> S {
+    let mut conn = BufReader::new(stream);
+    while let Ok(Some(req)) = http1::read_request(&mut conn) {
+        let ticket = ticket(shared, &req);
+        std::thread::sleep(ticket.delay);
+        let Some((code, body)) = answer(shared, &req, ticket, ::http::Version::HTTP_11) else {
+            break;
+        };
+        if http1::write_json(conn.get_mut(), code, &body, req.wants_close()).is_err()
+            || req.wants_close()
+        {
+            break;
+        }
+    }
+    conn.into_inner()
 }
 
 /// Binds a listening socket, inside the network namespace at `netns` when given: a socket

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::{json, Map, Value};
 
-use super::http::Request;
+use super::http1::Request;
 use super::{Fault, LoggedRequest};
 
 pub(super) const NAD_GROUP: &str = "k8s.cni.cncf.io";

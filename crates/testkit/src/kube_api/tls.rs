@@ -15,7 +15,8 @@ pub(super) struct Tls {
     pub config: Arc<rustls::ServerConfig>,
 }
 
-pub(super) fn make() -> anyhow::Result<Tls> {
+/// With `http2`, ALPN offers `h2` before `http/1.1`, as kube-apiserver does.
+pub(super) fn make(http2: bool) -> anyhow::Result<Tls> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
@@ -35,7 +36,7 @@ pub(super) fn make() -> anyhow::Result<Tls> {
     let cert = params.signed_by(&key, &ca)?;
 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(
@@ -43,6 +44,11 @@ pub(super) fn make() -> anyhow::Result<Tls> {
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
         )
         .context("server certificate")?;
+    config.alpn_protocols = if http2 {
+        vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+    } else {
+        vec![b"http/1.1".to_vec()]
+    };
     Ok(Tls {
         ca_pem: ca.pem(),
         config: Arc::new(config),

@@ -1,10 +1,11 @@
 //! Just enough HTTP/1.1 for API clients: keep-alive, Content-Length or chunked request bodies,
 //! `Expect: 100-continue`, and every reply written in one piece (no Nagle + delayed-ACK stall).
+//! It also owns the request as both protocols hand it to the routes.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 
 const MAX_HEAD: usize = 64 * 1024;
-const MAX_BODY: usize = 16 * 1024 * 1024;
+pub(super) const MAX_BODY: usize = 16 * 1024 * 1024;
 
 pub(super) struct Request {
     pub method: String,
@@ -15,6 +16,22 @@ pub(super) struct Request {
 }
 
 impl Request {
+    pub fn new(
+        method: &str,
+        path: &str,
+        query: &str,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    ) -> Request {
+        Request {
+            method: method.to_string(),
+            path: path.to_string(),
+            query: query.to_string(),
+            headers,
+            body,
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()

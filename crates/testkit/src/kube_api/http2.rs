@@ -1,0 +1,83 @@
+//! HTTP/2, as kube-apiserver serves it to a client that offers `h2` in ALPN: each stream is
+//! answered on its own task, so requests on one connection wait out their latency side by side.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::http1::{Request, MAX_BODY};
+use super::{answer, ticket, Shared};
+
+/// Serves one connection until the client closes it, the server goes down, or a fault drops it.
+pub(super) async fn serve<S>(shared: Arc<Shared>, io: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Ok(mut connection) = h2::server::handshake(io).await else {
+        return;
+    };
+    // A fault that closes the connection drops it here, with every stream still on it.
+    let (drop_tx, mut drop_rx) = tokio::sync::mpsc::channel::<()>(1);
+    loop {
+        tokio::select! {
+            next = connection.accept() => {
+                let Some(Ok((request, respond))) = next else { return };
+                tokio::spawn(serve_stream(Arc::clone(&shared), request, respond, drop_tx.clone()));
+            }
+            _ = drop_rx.recv() => return,
+        }
+    }
+}
+
+async fn serve_stream(
+    shared: Arc<Shared>,
+    request: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    drop_connection: tokio::sync::mpsc::Sender<()>,
+) {
+    let (parts, mut stream) = request.into_parts();
+    let mut body = Vec::new();
+    while let Some(chunk) = stream.data().await {
+        let Ok(chunk) = chunk else { return };
+        let _ = stream.flow_control().release_capacity(chunk.len());
+        if body.len() + chunk.len() > MAX_BODY {
+            respond.send_reset(h2::Reason::REFUSED_STREAM);
+            return;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+            (name.as_str().to_string(), value)
+        })
+        .collect();
+    let req = Request::new(
+        parts.method.as_str(),
+        parts.uri.path(),
+        parts.uri.query().unwrap_or_default(),
+        headers,
+        body,
+    );
+    let ticket = ticket(&shared, &req);
+    tokio::time::sleep(ticket.delay).await;
+    let Some((code, body)) = answer(&shared, &req, ticket, http::Version::HTTP_2) else {
+        let _ = drop_connection.send(()).await;
+        return;
+    };
+    let Ok(head) = http::Response::builder()
+        .status(code)
+        .header("content-type", "application/json")
+        .header("cache-control", "no-cache, private")
+        .header("content-length", body.len())
+        .body(())
+    else {
+        return;
+    };
+    if let Ok(mut send) = respond.send_response(head, false) {
+        let _ = send.send_data(Bytes::from(body), true);
+    }
+}
