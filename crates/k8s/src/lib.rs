@@ -15,6 +15,7 @@ mod credentials;
 mod error;
 mod events;
 mod nad;
+mod transport;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -60,6 +61,10 @@ impl Default for ClientOptions {
     }
 }
 
+/// The most requests one batch keeps in flight: streams on one HTTP/2 connection, or HTTP/1.1
+/// connections when the server offers no HTTP/2.
+pub const CALLS_IN_FLIGHT: usize = 8;
+
 const BACKOFF_FIRST: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
@@ -88,11 +93,8 @@ impl KubeClient {
         let mut config = runtime
             .block_on(load_config(opts.kubeconfig.as_deref()))
             .map_err(|e| K8sError::setup(&from, &*e))?;
-        // Retries and deadlines are ours (kube's default retry waits up to minutes).
-        config.default_retry = false;
+        // Retries and deadlines are ours: every attempt has `timeout` as a whole.
         config.connect_timeout = Some(opts.timeout);
-        config.read_timeout = Some(opts.timeout);
-        config.write_timeout = Some(opts.timeout);
         // A token file is ours to read on every call (kube caches it for a minute); like
         // client-go, a token file wins over an inline token.
         let token_file = config.auth_info.token_file.take().map(|path| TokenFile {
@@ -103,9 +105,9 @@ impl KubeClient {
             config.auth_info.token = None;
         }
         let _entered = runtime.enter();
+        let service = transport::service(&config).map_err(|e| K8sError::setup(&from, &*e))?;
         // A reply is read whole: past the cap it is an error, not memory taken.
-        let builder = kube::client::ClientBuilder::try_from(config)
-            .map_err(|e| K8sError::setup(&from, &e))?
+        let builder = kube::client::ClientBuilder::new(service, config.default_namespace.clone())
             .with_layer(&tower::util::MapResponseLayer::new(
                 |reply: http::Response<_>| {
                     reply.map(|body| http_body_util::Limited::new(body, MAX_REPLY_BYTES))
@@ -163,13 +165,31 @@ impl KubeClient {
         namespace: &str,
         name: &str,
     ) -> Result<NetworkAttachmentDefinition, K8sError> {
+        self.runtime.block_on(self.nad(namespace, name))
+    }
+
+    /// The NADs named by `(namespace, name)`, fetched side by side, at most
+    /// [`CALLS_IN_FLIGHT`] at a time: one result per name, in order.
+    pub fn get_nads(
+        &self,
+        names: &[(&str, &str)],
+    ) -> Vec<Result<NetworkAttachmentDefinition, K8sError>> {
+        use futures_util::StreamExt;
+        let gets = futures_util::stream::iter(names)
+            .map(|(namespace, name)| self.nad(namespace, name))
+            .buffered(CALLS_IN_FLIGHT);
+        self.runtime.block_on(gets.collect())
+    }
+
+    async fn nad(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<NetworkAttachmentDefinition, K8sError> {
         let api: Api<NetworkAttachmentDefinition> =
             Api::namespaced_with(self.client.clone(), namespace, &nad_resource());
-        self.run(
-            call("get", NAD_RESOURCE_NAME, namespace, Some(name)),
-            false,
-            || api.get(name),
-        )
+        let call = call("get", NAD_RESOURCE_NAME, namespace, Some(name));
+        self.attempts(call, false, || api.get(name)).await
     }
 
     pub fn list_nads(&self, namespace: &str) -> Result<Vec<NetworkAttachmentDefinition>, K8sError> {

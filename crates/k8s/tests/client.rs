@@ -10,7 +10,7 @@ use k8s::ObjectMeta;
 use k8s::{Cause, ClientOptions, EventType, K8sError, KubeClient, PodEvent};
 use serde_json::json;
 use testkit::kube_api::{
-    pod_manifest, Fault, InCluster, KubeApiServer, KubeconfigAuth, Latency, LoggedRequest,
+    pod_manifest, Fault, InCluster, KubeApiServer, KubeconfigAuth, Latency, LoggedRequest, Scheme,
 };
 
 struct Setup {
@@ -755,5 +755,93 @@ users:
         let pod = client.get_pod("ns1", "web")?;
         assert_eq!(pod.metadata.name.as_deref(), Some("web"), "{tls}");
     }
+    Ok(())
+}
+
+fn add_nads(server: &KubeApiServer, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| {
+            let name = format!("net{i}");
+            let config = format!(r#"{{"cniVersion":"0.3.1","type":"bridge","name":"{name}"}}"#);
+            server.add_nad("ns1", &name, json!({ "config": config }));
+            name
+        })
+        .collect()
+}
+
+/// Over HTTP/2 a whole ADD's calls (the pod, its NADs side by side, the status patch, the
+/// events) share one connection and one TLS handshake. Three NAD reads delayed 300 ms each
+/// take less than the 900 ms they would take one after another.
+#[test]
+fn an_adds_calls_share_one_http2_connection() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let names = add_nads(&s.server, 3);
+    let client = s.client(5000, 0)?;
+    let pod = client.get_pod("ns1", "web")?;
+    s.server.set_latency(Latency {
+        read: Duration::from_millis(300),
+        write: Duration::ZERO,
+    });
+    let wanted: Vec<(&str, &str)> = names.iter().map(|n| ("ns1", n.as_str())).collect();
+    let start = Instant::now();
+    let nads = client.get_nads(&wanted);
+    let took = start.elapsed();
+    let got: Vec<Option<String>> = nads
+        .into_iter()
+        .map(|nad| nad.map(|n| n.metadata.name).ok().flatten())
+        .collect();
+    assert_eq!(got, names.iter().cloned().map(Some).collect::<Vec<_>>());
+    assert!(took < Duration::from_millis(900), "one by one: {took:?}");
+    s.server.set_latency(Latency::ZERO);
+    client.set_pod_annotations("ns1", "web", &BTreeMap::from([("a".into(), "b".into())]))?;
+    let events: Vec<PodEvent> = (0..3)
+        .map(|seq| PodEvent {
+            pod: &pod.metadata,
+            event_type: EventType::Normal,
+            reason: "AddedInterface",
+            message: "m",
+            seq,
+        })
+        .collect();
+    let sent = client.record_events(&events, Duration::from_secs(60));
+    assert!(sent.iter().all(Result::is_ok), "{sent:?}");
+    let versions: Vec<_> = s.server.requests().iter().map(|r| r.version).collect();
+    assert_eq!(versions, [http::Version::HTTP_2; 8]);
+    assert_eq!(s.server.connections(), 1);
+    Ok(())
+}
+
+/// Where the server offers no HTTP/2, NADs read side by side each take an HTTP/1.1
+/// connection, never more than [`k8s::CALLS_IN_FLIGHT`] at a time, and come back in the order
+/// asked, a missing one in its place.
+#[test]
+fn without_http2_reads_side_by_side_take_a_few_http1_connections() -> Result<()> {
+    let s = Setup::with(
+        KubeApiServer::start(Scheme::HttpsHttp1Only)?,
+        KubeconfigAuth::Token,
+    )?;
+    let mut names = add_nads(&s.server, 20);
+    names.insert(7, "missing".into());
+    s.server
+        .set_latency(Latency::uniform(Duration::from_millis(50)));
+    let client = s.client(5000, 0)?;
+    let wanted: Vec<(&str, &str)> = names.iter().map(|n| ("ns1", n.as_str())).collect();
+    let nads = client.get_nads(&wanted);
+    for (name, nad) in names.iter().zip(&nads) {
+        match nad {
+            Ok(nad) => assert_eq!(nad.metadata.name.as_ref(), Some(name)),
+            Err(e) => assert!(name == "missing" && e.is_not_found(), "{name}: {e}"),
+        }
+    }
+    assert_eq!(nads.len(), 21);
+    let versions: Vec<_> = s.server.requests().iter().map(|r| r.version).collect();
+    assert_eq!(versions, [http::Version::HTTP_11; 21]);
+    let connections = s.server.connections();
+    assert!(connections > 1, "read one by one on one connection");
+    assert!(
+        connections <= k8s::CALLS_IN_FLIGHT as u64,
+        "{connections} connections"
+    );
     Ok(())
 }

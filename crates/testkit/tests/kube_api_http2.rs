@@ -21,7 +21,10 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 /// A TLS connection to the server offering `h2` and `http/1.1`, and the protocol agreed.
 async fn connect(
     server: &KubeApiServer,
-) -> Result<(tokio_rustls::client::TlsStream<tokio::net::TcpStream>, Vec<u8>)> {
+) -> Result<(
+    tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    Vec<u8>,
+)> {
     let mut roots = rustls::RootCertStore::empty();
     let ca = server.ca_pem().context("an HTTPS server")?;
     roots.add(CertificateDer::from_pem_slice(ca.as_bytes())?)?;
@@ -85,7 +88,10 @@ fn http2_streams_on_one_connection_are_served_side_by_side() -> Result<()> {
         }
         let took = start.elapsed();
         assert!(took >= Duration::from_millis(400), "{took:?}");
-        assert!(took < Duration::from_millis(1200), "served one by one: {took:?}");
+        assert!(
+            took < Duration::from_millis(1200),
+            "served one by one: {took:?}"
+        );
         anyhow::Ok(())
     })?;
     let versions: Vec<_> = server.requests().iter().map(|r| r.version).collect();
@@ -106,11 +112,22 @@ fn http2_status_replies_and_a_dropped_connection() -> Result<()> {
         let (client, connection) = h2::client::handshake(tls).await?;
         let connection = tokio::spawn(connection);
         let (status, body) = get(client.clone(), POD, "wrong".into()).await?;
-        assert_eq!((status, body["reason"].as_str()), (401, Some("Unauthorized")));
-        let (status, body) = get(client.clone(), "/api/v1/namespaces/ns1/pods/gone", token.clone()).await?;
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (401, Some("Unauthorized"))
+        );
+        let (status, body) = get(
+            client.clone(),
+            "/api/v1/namespaces/ns1/pods/gone",
+            token.clone(),
+        )
+        .await?;
         assert_eq!((status, body["reason"].as_str()), (404, Some("NotFound")));
         server.inject(Fault::Close, 1);
-        assert!(get(client.clone(), POD, token.clone()).await.is_err(), "no reply");
+        assert!(
+            get(client.clone(), POD, token.clone()).await.is_err(),
+            "no reply"
+        );
         let _ = connection.await;
         let (tls, _) = connect(&server).await?;
         let (client, connection) = h2::client::handshake(tls).await?;

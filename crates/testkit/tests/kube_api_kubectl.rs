@@ -102,7 +102,10 @@ fn get_raw_pod() -> Result<()> {
     // kubectl offers h2 in ALPN, as every client-go program does.
     let versions: Vec<_> = k.server.requests().iter().map(|r| r.version).collect();
     assert!(!versions.is_empty());
-    assert!(versions.iter().all(|v| *v == http::Version::HTTP_2), "{versions:?}");
+    assert!(
+        versions.iter().all(|v| *v == http::Version::HTTP_2),
+        "{versions:?}"
+    );
     Ok(())
 }
 
