@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::cluster::{cni_error, Cluster, NETWORKS};
 use common::CONTAINER_ID;
 use serde_json::{json, Value};
-use testkit::kube_api::Fault;
+use testkit::kube_api::{Fault, Latency, Scheme};
 
 #[test]
 fn the_status_is_a_merge_patch_of_the_annotations_on_pods_status() {
@@ -388,4 +388,78 @@ fn an_api_reply_past_the_cap_is_refused() {
         .count();
     assert_eq!(gets, 1);
     c.assert_add_left_nothing("reply past the cap");
+}
+
+/// An ADD reads the pod, then every NAD it selects in one round side by side (a NAD selected
+/// twice is read once), then patches the status and records its events, all over one HTTP/2
+/// connection: one TLS handshake per process.
+#[test]
+fn an_add_reads_its_nads_side_by_side_over_one_http2_connection() {
+    let c = Cluster::new(json!({ NETWORKS: "a,b,c,a@net9" }), json!({}));
+    c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.bridge_nad("default", "b", "10.21.0.0/24");
+    c.bridge_nad("default", "c", "10.22.0.0/24");
+    c.server.set_latency(Latency {
+        read: Duration::from_millis(300),
+        write: Duration::ZERO,
+    });
+    c.cmd("ADD").ok();
+    let requests = c.server.requests();
+    let calls: Vec<String> = requests
+        .iter()
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    let nad = |name: &str| {
+        format!(
+            "GET /apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions/{name}"
+        )
+    };
+    assert_eq!(calls[0], "GET /api/v1/namespaces/default/pods/web");
+    let mut nads = calls[1..4].to_vec();
+    nads.sort();
+    assert_eq!(nads, [nad("a"), nad("b"), nad("c")], "{calls:?}");
+    assert_eq!(calls[4], "PATCH /api/v1/namespaces/default/pods/web/status");
+    assert!(
+        calls[5..].iter().all(|c| c.starts_with("POST ")),
+        "{calls:?}"
+    );
+    assert_eq!(calls.len(), 5 + 5, "an event per interface: {calls:?}");
+    let nads = &requests[1..4];
+    for nad in nads {
+        assert!(
+            nads.iter().all(|o| nad.overlaps(o)),
+            "read one after another"
+        );
+    }
+    assert!(requests.iter().all(|r| r.version == http::Version::HTTP_2));
+    assert_eq!(c.server.connections(), 1);
+    c.cmd("DEL").ok();
+    c.sb.assert_clean("after DEL");
+}
+
+/// Where the API server offers no HTTP/2, the same ADD goes over HTTP/1.1, its NAD reads side
+/// by side on connections of their own.
+#[test]
+fn without_http2_an_add_reads_its_nads_over_a_few_http1_connections() {
+    let c = Cluster::serving(
+        Scheme::HttpsHttp1Only,
+        "default",
+        json!({ NETWORKS: "a,b" }),
+        json!({}),
+    );
+    c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.bridge_nad("default", "b", "10.21.0.0/24");
+    c.server
+        .set_latency(Latency::uniform(Duration::from_millis(200)));
+    c.cmd("ADD").ok();
+    assert!(c.network_status().is_some());
+    let requests = c.server.requests();
+    assert!(requests.iter().all(|r| r.version == http::Version::HTTP_11));
+    assert!(requests[1].overlaps(&requests[2]), "{requests:?}");
+    // The pod's connection serves one NAD read, a second opens for the other; the events
+    // (three, side by side) may open one more.
+    let connections = c.server.connections();
+    assert!((2..=4).contains(&connections), "{connections} connections");
+    c.cmd("DEL").ok();
+    c.sb.assert_clean("after DEL");
 }

@@ -97,6 +97,10 @@ fn http2_streams_on_one_connection_are_served_side_by_side() -> Result<()> {
     let versions: Vec<_> = server.requests().iter().map(|r| r.version).collect();
     assert_eq!(versions, [http::Version::HTTP_2; 4]);
     assert_eq!(server.connections(), 1);
+    let requests = server.requests();
+    assert!(requests
+        .iter()
+        .all(|r| requests.iter().all(|o| r.overlaps(o))));
     Ok(())
 }
 

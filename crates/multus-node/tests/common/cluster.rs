@@ -33,9 +33,13 @@ impl Cluster {
     }
 
     pub fn in_namespace(namespace: &str, annotations: Value, extra: Value) -> Cluster {
+        Cluster::serving(Scheme::Https, namespace, annotations, extra)
+    }
+
+    /// The same, with the API server reached by `scheme`.
+    pub fn serving(scheme: Scheme, namespace: &str, annotations: Value, extra: Value) -> Cluster {
         let sb = Sandbox::new();
-        let server =
-            KubeApiServer::start_in(Scheme::Https, &sb.node).expect("start the API server");
+        let server = KubeApiServer::start_in(scheme, &sb.node).expect("start the API server");
         let kubeconfig = sb.dir.path().join("multus.kubeconfig");
         server
             .write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)

@@ -52,6 +52,24 @@ fn api_error(e: K8sError) -> Error {
     Error::from(e)
 }
 
+/// What multus reads of a NAD; not found is `None`.
+fn nad_of(
+    got: std::result::Result<k8s::NetworkAttachmentDefinition, K8sError>,
+) -> Result<Option<Nad>> {
+    match got {
+        Ok(nad) => Ok(Some(Nad {
+            resource_name: nad
+                .metadata
+                .annotations
+                .and_then(|mut a| a.remove(crate::devinfo::RESOURCE_NAME_ANNOTATION))
+                .filter(|r| !r.is_empty()),
+            config: nad.spec.config,
+        })),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(api_error(e)),
+    }
+}
+
 impl Api for KubeApi {
     fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>> {
         match self.client()?.get_pod(namespace, name) {
@@ -67,17 +85,14 @@ impl Api for KubeApi {
     }
 
     fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>> {
-        match self.client()?.get_nad(namespace, name) {
-            Ok(nad) => Ok(Some(Nad {
-                resource_name: nad
-                    .metadata
-                    .annotations
-                    .and_then(|mut a| a.remove(crate::devinfo::RESOURCE_NAME_ANNOTATION))
-                    .filter(|r| !r.is_empty()),
-                config: nad.spec.config,
-            })),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(api_error(e)),
+        nad_of(self.client()?.get_nad(namespace, name))
+    }
+
+    fn nads(&self, names: &[(&str, &str)]) -> Vec<Result<Option<Nad>>> {
+        match self.client() {
+            Ok(client) => client.get_nads(names).into_iter().map(nad_of).collect(),
+            // Each gets the setup error of its own.
+            Err(_) => names.iter().map(|(ns, name)| self.nad(ns, name)).collect(),
         }
     }
 

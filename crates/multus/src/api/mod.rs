@@ -81,6 +81,14 @@ pub trait Api {
     /// A NAD's config (empty when the spec has none) and resource name, or `None` when it does
     /// not exist.
     fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>>;
+    /// [`nad`](Api::nad) for each `(namespace, name)`, in order; an API reads them side by
+    /// side where it can.
+    fn nads(&self, names: &[(&str, &str)]) -> Vec<Result<Option<Nad>>> {
+        names
+            .iter()
+            .map(|(namespace, name)| self.nad(namespace, name))
+            .collect()
+    }
     /// Merges `annotations` into the pod's annotations.
     fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>) -> Result<()>;
     /// Records events, all at once and within a short deadline of their own: events are best

@@ -6,6 +6,7 @@
 mod devices;
 mod networks;
 
+use std::cell::RefCell;
 use std::path::PathBuf;
 
 use netkit::Family;
@@ -94,6 +95,7 @@ fn networks<'a>(inv: &'a Invocation, pod: Option<&'a Pod>, devices_required: boo
             };
             PodDevices::new(&inv.conf, pod, uid, devices_required)
         }),
+        read: RefCell::default(),
     }
 }
 

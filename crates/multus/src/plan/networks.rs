@@ -1,6 +1,8 @@
 //! Which delegates a pod gets, in order: the cluster network (or the pod's default-network
 //! annotation), the `defaultNetworks`, then the networks the pod's annotation selects.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cni::network::Network;
@@ -25,6 +27,8 @@ pub struct Networks<'a> {
     /// The pod's devices, for NADs naming a device plugin resource; `None` where the pod is
     /// not known.
     pub devices: Option<PodDevices>,
+    /// NADs read ahead, side by side, by `(namespace, name)`.
+    pub read: RefCell<BTreeMap<(String, String), Result<Option<Nad>>>>,
 }
 
 impl Networks<'_> {
@@ -37,7 +41,8 @@ impl Networks<'_> {
 
     /// The full delegate list for ADD (and for DEL without a cache).
     pub fn delegates(&self) -> Result<Vec<Delegate>> {
-        let mut delegates = self.cluster_networks()?;
+        self.read_ahead(true);
+        let mut delegates = self.resolve_cluster_networks()?;
         if let Some(text) = self.annotation(selection::DEFAULT_NETWORK_ANNOTATION) {
             let sel = selection::parse_default_network(text, &self.conf.multus_namespace)?;
             self.check_isolation(&sel, "the default network", true)?;
@@ -97,9 +102,82 @@ impl Networks<'_> {
         self.pod?.annotations.get(key).map(String::as_str)
     }
 
+    /// Reads every NAD the resolution will ask for in one round, side by side: those the
+    /// configuration names and, with `annotations`, those the pod's annotations select. A
+    /// selection that does not parse or that isolation refuses is left to the resolution,
+    /// which fails on it where it always did.
+    fn read_ahead(&self, annotations: bool) {
+        let Some(api) = self.api else { return };
+        let conf = self.conf;
+        let ns = &conf.multus_namespace;
+        let mut names: Vec<(String, String)> = Vec::new();
+        let mut by_name = |reference: &String| {
+            if !reference.contains('/') {
+                names.push((ns.clone(), reference.clone()));
+            }
+        };
+        if !conf.cluster_network.is_empty() {
+            by_name(&conf.cluster_network);
+        }
+        if !self.is_system_namespace() {
+            conf.default_networks.iter().for_each(by_name);
+        }
+        if annotations {
+            let default = self
+                .annotation(selection::DEFAULT_NETWORK_ANNOTATION)
+                .and_then(|text| selection::parse_default_network(text, ns).ok())
+                .filter(|sel| self.check_isolation(sel, "", true).is_ok());
+            let selected = self
+                .annotation(selection::NETWORKS_ANNOTATION)
+                .filter(|text| !text.is_empty())
+                .and_then(|text| {
+                    selection::parse(selection::NETWORKS_ANNOTATION, text, self.pod_namespace).ok()
+                })
+                .unwrap_or_default();
+            let allowed = selected
+                .into_iter()
+                .take_while(|sel| self.check_isolation(sel, "", false).is_ok());
+            for sel in default.into_iter().chain(allowed) {
+                names.push((sel.namespace, sel.name));
+            }
+        }
+        let mut read = self.read.borrow_mut();
+        names.sort();
+        names.dedup();
+        names.retain(|name| !read.contains_key(name));
+        if names.is_empty() {
+            return;
+        }
+        let wanted: Vec<(&str, &str)> = names
+            .iter()
+            .map(|(namespace, name)| (namespace.as_str(), name.as_str()))
+            .collect();
+        let answers = api.nads(&wanted);
+        read.extend(names.into_iter().zip(answers));
+    }
+
+    /// A NAD from the API, as read ahead (one read serves every selection of it).
+    fn nad(&self, api: &dyn Api, namespace: &str, name: &str) -> Result<Option<Nad>> {
+        let key = (namespace.to_owned(), name.to_owned());
+        let mut read = self.read.borrow_mut();
+        match read.remove(&key) {
+            Some(Ok(nad)) => {
+                read.insert(key, Ok(nad.clone()));
+                Ok(nad)
+            }
+            Some(Err(e)) => Err(e),
+            None => api.nad(namespace, name),
+        }
+    }
+
     /// The cluster network (delegate 0), the rest of the inline delegates, and the
     /// `defaultNetworks` unless the pod is in a system namespace.
     pub fn cluster_networks(&self) -> Result<Vec<Delegate>> {
+        self.read_ahead(false);
+        self.resolve_cluster_networks()
+    }
+
+    fn resolve_cluster_networks(&self) -> Result<Vec<Delegate>> {
         let conf = self.conf;
         let mut delegates = Vec::new();
         if conf.cluster_network.is_empty() {
@@ -145,7 +223,7 @@ impl Networks<'_> {
         }
         let ns = &self.conf.multus_namespace;
         if let Some(api) = self.api {
-            if let Some(nad) = api.nad(ns, reference)? {
+            if let Some(nad) = self.nad(api, ns, reference)? {
                 let sel = Selection {
                     name: reference.to_owned(),
                     namespace: ns.clone(),
@@ -193,7 +271,7 @@ impl Networks<'_> {
     /// event on the pod.
     fn nad_delegate(&self, sel: &Selection) -> Result<Delegate> {
         let found = match self.api {
-            Some(api) => api.nad(&sel.namespace, &sel.name)?,
+            Some(api) => self.nad(api, &sel.namespace, &sel.name)?,
             None => None,
         };
         let Some(nad) = found else {

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use base64::Engine;
@@ -77,6 +77,16 @@ pub struct LoggedRequest {
     pub replied: bool,
     /// `HTTP/1.1` or `HTTP/2`.
     pub version: ::http::Version,
+    /// When the request had been read, and when it was served (its latency waited out).
+    pub arrived: Instant,
+    pub served: Instant,
+}
+
+impl LoggedRequest {
+    /// Whether the two were being served at the same time.
+    pub fn overlaps(&self, other: &LoggedRequest) -> bool {
+        self.arrived < other.served && other.arrived < self.served
+    }
 }
 
 /// The credentials a written kubeconfig carries.
@@ -426,6 +436,7 @@ struct Ticket {
     fault: Option<Fault>,
     /// The latency model's delay, and an injected one.
     delay: Duration,
+    arrived: Instant,
 }
 
 fn ticket(shared: &Shared, req: &http1::Request) -> Ticket {
@@ -444,6 +455,7 @@ fn ticket(shared: &Shared, req: &http1::Request) -> Ticket {
         authorized,
         fault,
         delay,
+        arrived: Instant::now(),
     }
 }
 
@@ -475,6 +487,8 @@ fn answer(
         status: reply.as_ref().map_or(0, |(code, _)| *code),
         replied,
         version,
+        arrived: ticket.arrived,
+        served: Instant::now(),
     });
     let (code, body) = reply.filter(|_| replied)?;
     Some((code, serde_json::to_vec(&body).unwrap_or_default()))
