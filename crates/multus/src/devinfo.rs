@@ -88,7 +88,9 @@ pub fn copy(dp: &Path, cni: &Path) -> Result<bool, DeviceInfoError> {
             .create(parent)
             .map_err(|e| error(cni, format!("cannot create its directory: {e}")))?;
     }
-    cni::atomic_file::write(cni, &bytes, 0o444)
+    // Read by the delegate during this ADD and written again by the next one, so it needs no
+    // sync: a machine crash loses the pod's interfaces with it.
+    cni::atomic_file::place(cni, &bytes, 0o444)
         .map_err(|e| error(cni, format!("cannot write: {e}")))?;
     Ok(true)
 }
