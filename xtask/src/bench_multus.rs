@@ -2,14 +2,16 @@
 //! cluster network and the two NADs its annotation selects (bridge + host-local each), served
 //! by the testkit Kubernetes API server; the same three delegates are also called directly, as
 //! a runtime would call them, and the difference is multus's own time (API calls included).
-//! Then 50 pods at once, and peak RSS.
+//! The same ADD against a server that offers HTTP/1.1 only, and, with `--compare BIN`, with
+//! another multus binary (an older build), interleaved in the same run. Then 50 pods at once,
+//! the API requests and connections of one ADD and DEL, and peak RSS.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
-use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth, Latency};
+use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth, Latency, Scheme};
 use testkit::{CniCall, Netns, PluginDir};
 
 use crate::measure;
@@ -42,8 +44,9 @@ impl Bench {
         ]
     }
 
-    /// The multus config, with the two NADs and `pods` (each selecting both) in the API.
-    fn multus_conf(&self, api: &KubeApiServer, pods: &[String]) -> Result<String> {
+    /// The multus config, with the two NADs and `pods` (each selecting both) in the API, whose
+    /// kubeconfig is written to `kubeconfig` in the bench's directory.
+    fn multus_conf(&self, api: &KubeApiServer, pods: &[String], kubeconfig: &str) -> Result<String> {
         let [cluster, (a, _), (b, _)] = self.networks();
         api.add_nad("default", "net-a", json!({"config": a.to_string()}));
         api.add_nad("default", "net-b", json!({"config": b.to_string()}));
@@ -52,7 +55,7 @@ impl Bench {
             pod["metadata"]["annotations"] = json!({"k8s.v1.cni.cncf.io/networks": "net-a,net-b"});
             api.add_pod(pod);
         }
-        let kubeconfig = self.dir.path().join("multus.kubeconfig");
+        let kubeconfig = self.dir.path().join(kubeconfig);
         api.write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)?;
         Ok(
             json!({"cniVersion": "1.0.0", "name": "multus-cni-network", "type": "multus",
@@ -103,7 +106,7 @@ pub fn run(args: &[String]) -> Result<()> {
         node: Netns::new("bench-multus"),
         dir: tempfile::tempdir()?,
     };
-    let (mut cycles, mut profile) = (100, "zero".to_owned());
+    let (mut cycles, mut profile, mut compare) = (100, "zero".to_owned(), None);
     let mut args = args.iter();
     while let Some(flag) = args.next() {
         let mut value = || args.next().with_context(|| format!("{flag} needs a value"));
@@ -118,7 +121,8 @@ pub fn run(args: &[String]) -> Result<()> {
             }
             "--cycles" => cycles = value()?.parse().context("--cycles N")?,
             "--profile" => profile.clone_from(value()?),
-            other => anyhow::bail!("unknown argument {other:?}: --cycles N, --profile zero|datacenter|edge, --scale N,N,..."),
+            "--compare" => compare = Some(PathBuf::from(value()?)),
+            other => anyhow::bail!("unknown argument {other:?}: --cycles N, --profile zero|datacenter|edge, --compare BIN, --scale N,N,..."),
         }
     }
     let latency = Latency::profile(&profile)
@@ -126,12 +130,15 @@ pub fn run(args: &[String]) -> Result<()> {
     // The API server listens in the node namespace, where multus runs.
     let node_ns = netkit::NetNs::open(bench.node.path())?;
     let api = node_ns.run(KubeApiServer::https)??;
+    let api_http1 = node_ns.run(|| KubeApiServer::start(Scheme::HttpsHttp1Only))??;
     api.set_latency(latency);
+    api_http1.set_latency(latency);
     let pod_names: Vec<String> = (0..=cycles)
-        .map(|i| format!("bm{i}"))
+        .flat_map(|i| [format!("bm{i}"), format!("bm{i}-cmp")])
         .chain((0..(cycles / 20).max(3)).flat_map(|r| (0..50).map(move |i| format!("par{r}-{i}"))))
         .collect();
-    let conf = bench.multus_conf(&api, &pod_names)?;
+    let conf = bench.multus_conf(&api, &pod_names, "multus.kubeconfig")?;
+    let conf_http1 = bench.multus_conf(&api_http1, &pod_names, "http1.kubeconfig")?;
     let inline_conf = bench.inline_conf();
     let bridge = bench.plugins.path().join("bridge");
     let pod = Netns::new("bench-mpod");
@@ -140,6 +147,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let (mut direct_add, mut direct_del) = (Vec::new(), Vec::new());
     let (mut multus_add, mut multus_del) = (Vec::new(), Vec::new());
     let mut inline_add = Vec::new();
+    let (mut http1_add, mut compare_add, mut compare_del) = (Vec::new(), Vec::new(), Vec::new());
     let mut rss = 0i64;
     for i in 0..cycles {
         let id = format!("bm{i}");
@@ -153,6 +161,17 @@ pub fn run(args: &[String]) -> Result<()> {
             let call = |command| bench.call(command, &inline_conf, &inline_id, "eth0", &pod);
             inline_add.push(bench.run(&bench.multus, &call("ADD"))?.elapsed);
             bench.run(&bench.multus, &call("DEL"))?;
+            http1_add.push(
+                bench
+                    .run(&bench.multus, &bench.call("ADD", &conf_http1, &id, "eth0", &pod))?
+                    .elapsed,
+            );
+            bench.run(&bench.multus, &bench.call("DEL", &conf_http1, &id, "eth0", &pod))?;
+            if let Some(other) = &compare {
+                let id = format!("{id}-cmp");
+                compare_add.push(bench.run(other, &bench.call("ADD", &conf, &id, "eth0", &pod))?.elapsed);
+                compare_del.push(bench.run(other, &bench.call("DEL", &conf, &id, "eth0", &pod))?.elapsed);
+            }
             Ok(a.elapsed + d.elapsed)
         };
         let mut one_direct = || -> Result<Duration> {
@@ -184,6 +203,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let (ma, ma90) = measure::percentiles(&mut multus_add);
     let (md, md90) = measure::percentiles(&mut multus_del);
     let (ia, ia90) = measure::percentiles(&mut inline_add);
+    let (ha, ha90) = measure::percentiles(&mut http1_add);
     let (da, da90) = measure::percentiles(&mut direct_add);
     let (dd, dd90) = measure::percentiles(&mut direct_del);
 
@@ -224,6 +244,19 @@ pub fn run(args: &[String]) -> Result<()> {
         "| multus's own time per ADD without an API (difference of medians) | {:.2} | |",
         ia - da
     );
+    println!("| multus ADD, the server offering HTTP/1.1 only | {ha:.2} | {ha90:.2} |");
+    println!(
+        "| multus's own time per ADD over HTTP/1.1 (difference of medians) | {:.2} | |",
+        ha - da
+    );
+    if let Some(other) = &compare {
+        let (ca, ca90) = measure::percentiles(&mut compare_add);
+        let (cd, cd90) = measure::percentiles(&mut compare_del);
+        println!("| {} ADD | {ca:.2} | {ca90:.2} |", other.display());
+        println!("| its own time per ADD (difference of medians) | {:.2} | |", ca - da);
+        println!("| {} DEL | {cd:.2} | {cd90:.2} |", other.display());
+        println!("| its own time per DEL (difference of medians) | {:.2} | |", cd - dd);
+    }
     println!("| multus DEL | {md:.2} | {md90:.2} |");
     println!("| the 3 delegates' DELs called directly | {dd:.2} | {dd90:.2} |");
     println!(
@@ -234,8 +267,23 @@ pub fn run(args: &[String]) -> Result<()> {
     println!("| the delegates directly, ADD + DEL | {d:.2} | {d90:.2} |");
     println!("| 50 pods in parallel, ADD (wall) | {pa:.2} | {pa90:.2} |");
     println!("| 50 pods in parallel, DEL (wall) | {pd:.2} | {pd90:.2} |");
-    // One more pod, for multus's own peak RSS measured on its own.
+    // One more pod: the requests and connections of one ADD and one DEL, then multus's own
+    // peak RSS measured on its own.
     let id = format!("bm{cycles}");
+    for (server, conf, protocol) in [(&api, &conf, "HTTP/2"), (&api_http1, &conf_http1, "HTTP/1.1")] {
+        let mut counts = Vec::new();
+        for command in ["ADD", "DEL"] {
+            server.clear_requests();
+            let connections = server.connections();
+            bench.run(&bench.multus, &bench.call(command, conf, &id, "eth0", &pod))?;
+            counts.push(format!(
+                "{command} {} requests on {} connections",
+                server.requests().len(),
+                server.connections() - connections
+            ));
+        }
+        println!("\nAPI calls over {protocol}: {}", counts.join(", "));
+    }
     let own_rss = ["ADD", "DEL"]
         .iter()
         .map(|command| {

@@ -845,3 +845,25 @@ fn without_http2_reads_side_by_side_take_a_few_http1_connections() -> Result<()>
     );
     Ok(())
 }
+
+/// A kubeconfig that names a proxy is refused when the client is made, naming the kubeconfig
+/// and the key: the API server is reached directly or not at all.
+#[test]
+fn a_proxy_url_is_a_setup_error() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let mut kubeconfig: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&s.kubeconfig)?)?;
+    kubeconfig["clusters"][0]["cluster"]["proxy-url"] = json!("http://127.0.0.1:9");
+    std::fs::write(&s.kubeconfig, kubeconfig.to_string())?;
+    let err = match s.client(5000, 0) {
+        Ok(_) => anyhow::bail!("a client through a proxy"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.starts_with(&format!("Kubernetes client setup from kubeconfig {}", s.kubeconfig.display())),
+        "{err}"
+    );
+    assert!(err.contains("proxy-url http://127.0.0.1:9/ is not supported"), "{err}");
+    assert!(s.server.requests().is_empty());
+    Ok(())
+}
