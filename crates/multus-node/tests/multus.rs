@@ -293,6 +293,29 @@ fn add_waits_for_the_readiness_file_for_a_bounded_time() {
     sb.assert_clean("after the timeout");
 }
 
+/// An ADD waiting for the readiness file holds nothing: a DEL of the same container goes
+/// through at once instead of waiting for the ADD's lock.
+#[test]
+fn an_add_waiting_for_readiness_does_not_hold_up_a_del() {
+    let sb = Sandbox::new();
+    let ready = sb.dir.path().join("ready");
+    let conf = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0")],
+        json!({"readinessindicatorfile": ready, "readinessTimeoutSeconds": 10}),
+    );
+    std::thread::scope(|s| {
+        let add = s.spawn(|| sb.cmd("ADD", &conf));
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        sb.cmd("DEL", &conf).ok();
+        assert!(!add.is_finished(), "DEL waited for the ADD");
+        fs::write(&ready, b"").unwrap();
+        add.join().unwrap().ok();
+    });
+    sb.cmd("DEL", &conf).ok();
+    sb.assert_clean("after DEL");
+}
+
 #[test]
 fn gc_deletes_the_attachments_of_containers_no_longer_valid_on_every_network() {
     let sb = Sandbox::new();

@@ -47,8 +47,10 @@ fn wait_ready(conf: &MultusConf) -> Result<()> {
 }
 
 /// ADD, alone on its container; its events are recorded once everything else is done,
-/// success or not.
+/// success or not. It waits for the cluster network to be ready before it takes the lock, so a
+/// DEL of the same container never waits behind that wait.
 pub fn add(inv: &Invocation) -> Result<CniResult> {
+    wait_ready(&inv.conf)?;
     let lock = inv.lock()?;
     let added = add_locked(inv);
     // A failed ADD left nothing, so nothing is left for a DEL to find either.
@@ -62,7 +64,6 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
 }
 
 fn add_locked(inv: &Invocation) -> Result<CniResult> {
-    wait_ready(&inv.conf)?;
     let plan = plan::add(inv)?;
     let (attached, cache_sync) = attach::add(inv, &plan)?;
     let statuses = report::network_status(inv, &plan, &attached);
