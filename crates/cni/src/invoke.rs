@@ -3,7 +3,7 @@
 
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command as Process, Output, Stdio};
+use std::process::{ChildStdin, Command as Process, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -201,6 +201,10 @@ pub fn delegate_del(plugin_type: &str, env: &DelegateEnv, stdin: &[u8]) -> Resul
     delegate(plugin_type, Command::Del, env, stdin).map(drop)
 }
 
+/// What a new pipe holds at the least: one page, even for a user past the kernel's pipe quota
+/// (`pipe-user-pages-soft`).
+const PIPE_ALWAYS_HOLDS: usize = 4096;
+
 fn run(process: &mut Process, stdin: &[u8]) -> std::io::Result<Output> {
     let mut attempt = 0;
     let mut child = loop {
@@ -213,13 +217,21 @@ fn run(process: &mut Process, stdin: &[u8]) -> std::io::Result<Output> {
         }
     };
     let mut pipe = child.stdin.take();
+    // A plugin may exit without reading its config (VERSION does).
+    let write = move |pipe: &mut Option<ChildStdin>| match pipe.as_mut().map(|p| p.write_all(stdin))
+    {
+        Some(Err(e)) if e.kind() != ErrorKind::BrokenPipe => Err(e),
+        _ => Ok(()),
+    };
+    if stdin.len() <= PIPE_ALWAYS_HOLDS {
+        // A fresh pipe takes this much without blocking, read or not.
+        write(&mut pipe)?;
+        drop(pipe);
+        return child.wait_with_output();
+    }
     // Written from a second thread so a plugin that prints before reading cannot deadlock us.
     std::thread::scope(|s| {
-        let writer = s.spawn(move || match pipe.as_mut().map(|p| p.write_all(stdin)) {
-            // A plugin may exit without reading its config (VERSION does).
-            Some(Err(e)) if e.kind() != ErrorKind::BrokenPipe => Err(e),
-            _ => Ok(()),
-        });
+        let writer = s.spawn(move || write(&mut pipe));
         let output = child.wait_with_output()?;
         match writer.join() {
             Ok(written) => written.map(|()| output),

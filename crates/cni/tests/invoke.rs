@@ -189,6 +189,17 @@ fn no_deadlock_when_the_plugin_prints_before_reading_or_never_reads() {
     // Exits without reading stdin at all.
     plugin(dir.path(), "deaf", "exit 0");
     invoke::delegate_del("deaf", &env(&path), &big_stdin).unwrap();
+    // A config that fits in a new pipe is written without a thread, and it is whole.
+    let page = vec![b' '; 4096];
+    invoke::delegate_del("loud", &env(&path), &page).unwrap();
+    invoke::delegate_del("deaf", &env(&path), &page).unwrap();
+    plugin(dir.path(), "counts", "test \"$(wc -c)\" = 4096");
+    invoke::delegate_del("counts", &env(&path), &page).unwrap();
+    let err = invoke::delegate_del("counts", &env(&path), &page[1..]).unwrap_err();
+    assert!(
+        err.msg.contains("without printing a CNI error object"),
+        "{err}"
+    );
 }
 
 #[test]
