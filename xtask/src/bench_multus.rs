@@ -46,7 +46,12 @@ impl Bench {
 
     /// The multus config, with the two NADs and `pods` (each selecting both) in the API, whose
     /// kubeconfig is written to `kubeconfig` in the bench's directory.
-    fn multus_conf(&self, api: &KubeApiServer, pods: &[String], kubeconfig: &str) -> Result<String> {
+    fn multus_conf(
+        &self,
+        api: &KubeApiServer,
+        pods: &[String],
+        kubeconfig: &str,
+    ) -> Result<String> {
         let [cluster, (a, _), (b, _)] = self.networks();
         api.add_nad("default", "net-a", json!({"config": a.to_string()}));
         api.add_nad("default", "net-b", json!({"config": b.to_string()}));
@@ -163,14 +168,28 @@ pub fn run(args: &[String]) -> Result<()> {
             bench.run(&bench.multus, &call("DEL"))?;
             http1_add.push(
                 bench
-                    .run(&bench.multus, &bench.call("ADD", &conf_http1, &id, "eth0", &pod))?
+                    .run(
+                        &bench.multus,
+                        &bench.call("ADD", &conf_http1, &id, "eth0", &pod),
+                    )?
                     .elapsed,
             );
-            bench.run(&bench.multus, &bench.call("DEL", &conf_http1, &id, "eth0", &pod))?;
+            bench.run(
+                &bench.multus,
+                &bench.call("DEL", &conf_http1, &id, "eth0", &pod),
+            )?;
             if let Some(other) = &compare {
                 let id = format!("{id}-cmp");
-                compare_add.push(bench.run(other, &bench.call("ADD", &conf, &id, "eth0", &pod))?.elapsed);
-                compare_del.push(bench.run(other, &bench.call("DEL", &conf, &id, "eth0", &pod))?.elapsed);
+                compare_add.push(
+                    bench
+                        .run(other, &bench.call("ADD", &conf, &id, "eth0", &pod))?
+                        .elapsed,
+                );
+                compare_del.push(
+                    bench
+                        .run(other, &bench.call("DEL", &conf, &id, "eth0", &pod))?
+                        .elapsed,
+                );
             }
             Ok(a.elapsed + d.elapsed)
         };
@@ -206,6 +225,39 @@ pub fn run(args: &[String]) -> Result<()> {
     let (ha, ha90) = measure::percentiles(&mut http1_add);
     let (da, da90) = measure::percentiles(&mut direct_add);
     let (dd, dd90) = measure::percentiles(&mut direct_del);
+
+    // DEL once the pod's namespace is gone, as the runtime's DEL after a sandbox died: the
+    // delegates have only their IPAM to release, so multus's own time is not lost in the
+    // kernel's veth teardown.
+    let (mut gone_multus, mut gone_direct) = (Vec::new(), Vec::new());
+    for i in 0..cycles {
+        let id = format!("bm{i}");
+        let direct_id = format!("{id}-direct");
+        let (gone, gone_direct_ns) = (Netns::new("bench-gone"), Netns::new("bench-gone-d"));
+        bench.run(&bench.multus, &bench.call("ADD", &conf, &id, "eth0", &gone))?;
+        let networks = bench.networks();
+        for (net, ifname) in &networks {
+            let call = bench.call("ADD", &net.to_string(), &direct_id, ifname, &gone_direct_ns);
+            bench.run(&bridge, &call)?;
+        }
+        let multus_del = bench.call("DEL", &conf, &id, "eth0", &gone);
+        let direct_dels: Vec<CniCall> = networks
+            .iter()
+            .rev()
+            .map(|(net, ifname)| {
+                bench.call("DEL", &net.to_string(), &direct_id, ifname, &gone_direct_ns)
+            })
+            .collect();
+        drop((gone, gone_direct_ns));
+        gone_multus.push(bench.run(&bench.multus, &multus_del)?.elapsed);
+        let mut del = Duration::ZERO;
+        for call in &direct_dels {
+            del += bench.run(&bridge, call)?.elapsed;
+        }
+        gone_direct.push(del);
+    }
+    let (gm, gm90) = measure::percentiles(&mut gone_multus);
+    let (gd, gd90) = measure::percentiles(&mut gone_direct);
 
     // 50 pods at once, each into its own namespace: wall time of all ADDs, then all DELs.
     let pods: Vec<Netns> = (0..50).map(|i| Netns::new(&format!("bmp{i}"))).collect();
@@ -253,15 +305,27 @@ pub fn run(args: &[String]) -> Result<()> {
         let (ca, ca90) = measure::percentiles(&mut compare_add);
         let (cd, cd90) = measure::percentiles(&mut compare_del);
         println!("| {} ADD | {ca:.2} | {ca90:.2} |", other.display());
-        println!("| its own time per ADD (difference of medians) | {:.2} | |", ca - da);
+        println!(
+            "| its own time per ADD (difference of medians) | {:.2} | |",
+            ca - da
+        );
         println!("| {} DEL | {cd:.2} | {cd90:.2} |", other.display());
-        println!("| its own time per DEL (difference of medians) | {:.2} | |", cd - dd);
+        println!(
+            "| its own time per DEL (difference of medians) | {:.2} | |",
+            cd - dd
+        );
     }
     println!("| multus DEL | {md:.2} | {md90:.2} |");
     println!("| the 3 delegates' DELs called directly | {dd:.2} | {dd90:.2} |");
     println!(
         "| multus's own time per DEL (difference of medians) | {:.2} | |",
         md - dd
+    );
+    println!("| multus DEL, the pod's namespace gone | {gm:.2} | {gm90:.2} |");
+    println!("| the 3 delegates' DELs directly, the namespace gone | {gd:.2} | {gd90:.2} |");
+    println!(
+        "| multus's own time per DEL, the namespace gone (difference of medians) | {:.2} | |",
+        gm - gd
     );
     println!("| multus ADD + DEL | {m:.2} | {m90:.2} |");
     println!("| the delegates directly, ADD + DEL | {d:.2} | {d90:.2} |");
@@ -270,7 +334,10 @@ pub fn run(args: &[String]) -> Result<()> {
     // One more pod: the requests and connections of one ADD and one DEL, then multus's own
     // peak RSS measured on its own.
     let id = format!("bm{cycles}");
-    for (server, conf, protocol) in [(&api, &conf, "HTTP/2"), (&api_http1, &conf_http1, "HTTP/1.1")] {
+    for (server, conf, protocol) in [
+        (&api, &conf, "HTTP/2"),
+        (&api_http1, &conf_http1, "HTTP/1.1"),
+    ] {
         let mut counts = Vec::new();
         for command in ["ADD", "DEL"] {
             server.clear_requests();

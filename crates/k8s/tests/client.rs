@@ -860,10 +860,16 @@ fn a_proxy_url_is_a_setup_error() -> Result<()> {
         Err(e) => e.to_string(),
     };
     assert!(
-        err.starts_with(&format!("Kubernetes client setup from kubeconfig {}", s.kubeconfig.display())),
+        err.starts_with(&format!(
+            "Kubernetes client setup from kubeconfig {}",
+            s.kubeconfig.display()
+        )),
         "{err}"
     );
-    assert!(err.contains("proxy-url http://127.0.0.1:9/ is not supported"), "{err}");
+    assert!(
+        err.contains("proxy-url http://127.0.0.1:9/ is not supported"),
+        "{err}"
+    );
     assert!(s.server.requests().is_empty());
     Ok(())
 }
