@@ -15,6 +15,9 @@ use crate::delegate::Delegate;
 use crate::error::{Error, Result};
 use crate::selection::{self, Selection};
 
+/// NADs read ahead by `(namespace, name)`: what the API answered for each.
+pub type NadsRead = RefCell<BTreeMap<(String, String), Result<Option<Nad>>>>;
+
 /// Everything the resolution reads.
 pub struct Networks<'a> {
     pub conf: &'a MultusConf,
@@ -28,7 +31,7 @@ pub struct Networks<'a> {
     /// not known.
     pub devices: Option<PodDevices>,
     /// NADs read ahead, side by side, by `(namespace, name)`.
-    pub read: RefCell<BTreeMap<(String, String), Result<Option<Nad>>>>,
+    pub read: NadsRead,
 }
 
 impl Networks<'_> {
