@@ -246,7 +246,7 @@ fn installs_binaries_links_kubeconfig_and_a_config_around_the_primary_network() 
         assert_eq!(mode(&installed), 0o755);
     }
     let plugins = plugin_names(&node);
-    for name in ["bridge", "host-local", "static", "passthru"] {
+    for name in ["bridge", "host-local", "static", "passthru", "loopback"] {
         assert!(plugins.iter().any(|p| p == name), "{name} not listed");
     }
     for name in &plugins {

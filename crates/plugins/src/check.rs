@@ -19,7 +19,7 @@ pub fn prev_result(net: &NetConf) -> Result<CniResult, CniError> {
             "CHECK needs prevResult: the runtime passes the ADD result in the config",
         )
     })?;
-    CniResult::from_value(prev)
+    CniResult::from_value_at(prev, Some("prevResult"))
 }
 
 /// The result's entry for the container interface: named `CNI_IFNAME`, in `CNI_NETNS`.

@@ -1,11 +1,12 @@
-//! Interface plugins (bridge, macvlan, ipvlan), passthru, and the table of plugins in the `cni-plugins`
-//! multi-call binary.
+//! Interface plugins (bridge, macvlan, ipvlan), loopback, passthru, and the table of plugins in
+//! the `cni-plugins` multi-call binary.
 
 pub mod bridge;
 mod check;
 mod container;
 mod ipam_call;
 pub mod ipvlan;
+pub mod loopback;
 mod mac;
 pub mod macvlan;
 mod master;
@@ -65,6 +66,12 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Ipam,
         about: "dhcp IPAM: leases from a DHCP server, held by `dhcp daemon`",
         plugin: &ipam::dhcp::Dhcp,
+    },
+    Entry {
+        name: "loopback",
+        kind: Kind::Interface,
+        about: "loopback: brings the pod's lo up",
+        plugin: &loopback::Loopback,
     },
     Entry {
         name: "passthru",

@@ -60,6 +60,7 @@ fn dhcp(ipam: &str) -> String {
 }
 
 const PASSTHRU: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"passthru"}"#;
+const LOOPBACK: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"loopback"}"#;
 
 /// A bad value of a megabyte: its error must quote it short.
 fn huge() -> String {
@@ -104,7 +105,7 @@ fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
     let good_macvlan = macvlan("", RANGES);
-    let plugins: [(&'static str, String); 7] = [
+    let plugins: [(&'static str, String); 8] = [
         ("bridge", good_bridge.clone()),
         ("macvlan", good_macvlan.clone()),
         ("ipvlan", ipvlan("")),
@@ -115,6 +116,7 @@ fn corpus() -> Vec<Case> {
         ),
         ("dhcp", dhcp("")),
         ("passthru", PASSTHRU.to_owned()),
+        ("loopback", LOOPBACK.to_owned()),
     ];
 
     // The environment, for every plugin.
@@ -783,6 +785,32 @@ fn corpus() -> Vec<Case> {
         )
         .says(&[r#"dns.search: "example.org" is not a list"#]),
     );
+
+    // loopback reads the common keys and, chained, a prevResult.
+    let loopback_cases: [(&str, &str, u64, &[&str]); 3] = [
+        (
+            "a prevResult that is not an object",
+            r#","prevResult":5"#,
+            DECODE,
+            &["prevResult"],
+        ),
+        (
+            "a prevResult address without a prefix",
+            r#","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.1"}]}"#,
+            DECODE,
+            &["10.0.0.1"],
+        ),
+        (
+            "dns of the wrong type",
+            r#","dns":{"nameservers":"10.0.0.53"}"#,
+            DECODE,
+            &["dns.nameservers"],
+        ),
+    ];
+    for (what, extra, code, says) in loopback_cases {
+        let stdin = LOOPBACK.replace('}', &format!("{extra}}}"));
+        cases.push(case(format!("loopback: {what}"), "loopback", stdin, code).says(says));
+    }
     cases
 }
 

@@ -54,3 +54,47 @@ fn podman_container_gets_bridge_network_and_reaches_gateway() {
         "address reservation left behind: {reserved:?}"
     );
 }
+
+/// A network whose conflist chains our loopback after bridge, with nothing but our plugins in
+/// `CNI_PATH`: podman runs the chain's ADD and DEL, the container has its address and an lo
+/// that is up, and the teardown leaves nothing.
+#[test]
+fn podman_runs_a_chain_ending_in_our_loopback_with_no_reference_plugins() {
+    let plugins = PluginDir::new(
+        Path::new(env!("CARGO_BIN_EXE_cni-plugins")),
+        &["bridge", "host-local", "loopback"],
+    );
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let s = scratch.path();
+    let podman = Podman::new(s, plugins.path());
+    podman.add_network(
+        "lonet",
+        &format!(
+            r#"{{"cniVersion":"1.0.0","name":"lonet","plugins":[{{"type":"bridge","bridge":"rs1","isGateway":true,
+               "ipam":{{"type":"host-local","ranges":[[{{"subnet":"10.78.0.0/24"}}]],"dataDir":"{}"}}}},{{"type":"loopback"}}]}}"#,
+            s.join("ipam").display()
+        ),
+    );
+    let node = Netns::new("podman-lo");
+    let stdout = podman.run_busybox(
+        &node,
+        "lonet",
+        "ip -4 addr show eth0; ip addr show lo; ping -c1 -W2 10.78.0.1",
+    );
+    assert!(
+        stdout.contains("inet 10.78.0.2/24"),
+        "container address: {stdout}"
+    );
+    assert!(stdout.contains("inet 127.0.0.1/8"), "lo: {stdout}");
+    assert!(stdout.contains("LOOPBACK,UP"), "lo is up: {stdout}");
+    assert!(
+        stdout.contains("1 packets received"),
+        "ping to the gateway: {stdout}"
+    );
+    podman::assert_no_veth(&node);
+    let reserved = testkit::reservation_files(&s.join("ipam/lonet"));
+    assert!(
+        reserved.is_empty(),
+        "address reservation left behind: {reserved:?}"
+    );
+}

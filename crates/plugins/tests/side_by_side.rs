@@ -837,6 +837,102 @@ fn diff(ours: &Run, theirs: &Run, skip: &[&str]) -> Vec<String> {
     out
 }
 
+fn lo(version: &str, extra: &str) -> String {
+    format!(r#"{{"cniVersion":"{version}","name":"lo","type":"loopback"{extra}}}"#)
+}
+
+fn lo_down(sb: &Sandbox) {
+    sb.pod.ip(&["link", "set", "lo", "down"]);
+}
+
+/// The IPs of our ADD result carry `version`, as results of 0.3.x and 0.4.0 must.
+fn assert_ip_versions(_: &Sandbox, out: &[Outcome]) {
+    let ips = out[0].result["ips"].as_array().cloned().unwrap_or_default();
+    let versions: Vec<&str> = ips.iter().filter_map(|ip| ip["version"].as_str()).collect();
+    assert_eq!(versions, ["4", "6"], "{}", out[0].raw);
+}
+
+fn loopback_cases() -> Vec<Case> {
+    const PREV: &str = r#","prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","mac":"02:00:00:00:00:01","sandbox":"/var/run/netns/x"}],"ips":[{"address":"10.20.0.5/24","gateway":"10.20.0.1","interface":0}],"routes":[{"dst":"0.0.0.0/0"}],"dns":{"nameservers":["10.20.0.53"]}}"#;
+    let up = |name, conf| case(name, conf).before(lo_down);
+    vec![
+        up("ADD brings lo up", lo("1.0.0", "")).check(|_, out| {
+            let result: Value = serde_json::from_str(&out[0].raw).expect("a JSON result");
+            assert_eq!(result["interfaces"][0]["mac"], "00:00:00:00:00:00");
+        }),
+        up("ADD, CHECK, DEL and DEL again", lo("1.0.0", "")).steps(&[
+            Step::Add,
+            Step::Check,
+            Step::Del,
+            Step::Del,
+        ]),
+        up("CHECK after DEL fails: lo is down", lo("1.0.0", "")).steps(&[
+            Step::Add,
+            Step::Del,
+            Step::Check,
+        ]),
+        up("ADD twice", lo("1.0.0", "")).steps(&[Step::Add, Step::Add]),
+        up("CNI_IFNAME is not lo", lo("1.0.0", "")).secondary(),
+        up("DEL without a namespace", lo("1.0.0", "")).steps(&[Step::DelNoNetns]),
+        up("DEL once the namespace is gone", lo("1.0.0", "")).steps(&[
+            Step::Add,
+            Step::DeletePodNetns,
+            Step::Del,
+        ]),
+        up("chained: the prevResult is passed on", lo("1.0.0", PREV))
+            .steps(&[Step::Add, Step::Del]),
+        up(
+            "chained: a prevResult that is not a result",
+            lo("1.0.0", r#","prevResult":5"#),
+        )
+        .fails_with(6),
+        up("IPv6 off in the pod: only 127.0.0.1", lo("1.0.0", "")).before(|sb| {
+            lo_down(sb);
+            sb.pod
+                .command("sysctl")
+                .args(["-qw", "net.ipv6.conf.all.disable_ipv6=1"])
+                .output()
+                .expect("sysctl");
+        }),
+        up(
+            "a non-loopback address on lo fails the ADD",
+            lo("1.0.0", ""),
+        )
+        .before(|sb| {
+            lo_down(sb);
+            sb.pod.ip(&["addr", "add", "10.9.9.9/32", "dev", "lo"]);
+        })
+        .fails_with(999),
+        up("cniVersion 0.3.1", lo("0.3.1", "")).differs(
+            "v1.1.1 prints the IPs of a 0.3.1 result without their `version`",
+            assert_ip_versions,
+        ),
+        up("cniVersion 0.4.0", lo("0.4.0", "")).differs(
+            "v1.1.1 prints the IPs of a 0.4.0 result without their `version`",
+            assert_ip_versions,
+        ),
+        up("cniVersion 0.2.0", lo("0.2.0", "")).differs(
+            "v1.1.1 prints a 1.0.0-shaped result labelled 0.2.0",
+            |_, out| {
+                assert_eq!(out[0].result["ip4"]["ip"], "127.0.0.1/8", "{}", out[0].raw);
+                assert_eq!(out[0].result["ip6"]["ip"], "::1/128", "{}", out[0].raw);
+            },
+        ),
+        up("cniVersion 1.1.0", lo("1.1.0", "")).differs(
+            "v1.1.1 does not speak 1.1.0",
+            |sb, out| {
+                assert!(out[0].ok, "{}", out[0].raw);
+                assert_eq!(sb.snapshot()["pod_lo"]["up"], true);
+            },
+        ),
+    ]
+}
+
+#[test]
+fn loopback_matches_the_reference() {
+    compare(&loopback_cases());
+}
+
 #[test]
 fn bridge_matches_the_reference() {
     let cases = cases();

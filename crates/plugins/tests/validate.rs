@@ -226,3 +226,18 @@ fn passthru() {
     // passthru has no options, so it minds none.
     passes("passthru", r#","anything":{"at":"all"}"#);
 }
+
+#[test]
+fn loopback() {
+    passes("loopback", "");
+    passes(
+        "loopback",
+        r#","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5/24"}]}"#,
+    );
+    fails(
+        "loopback",
+        r#","prevResult":{"cniVersion":"1.0.0","ips":[{"address":"10.1.0.5"}]}"#,
+        6,
+        "prevResult.ips[0].address",
+    );
+}

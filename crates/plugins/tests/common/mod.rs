@@ -29,7 +29,14 @@ impl Plugins {
         Plugins {
             ours: PluginDir::new(
                 bin,
-                &["bridge", "macvlan", "ipvlan", "host-local", "static"],
+                &[
+                    "bridge",
+                    "macvlan",
+                    "ipvlan",
+                    "host-local",
+                    "static",
+                    "loopback",
+                ],
             ),
         }
     }
@@ -184,9 +191,17 @@ impl Sandbox {
                 .expect("sysctl");
             String::from_utf8_lossy(&o.stdout).trim().to_owned()
         };
+        let pod_lo = self
+            .pod
+            .ip_json(&["addr", "show", "dev", "lo"])
+            .as_array()
+            .and_then(|links| links.first())
+            .map(|l| json!({ "up": flags_has(l, "UP"), "addrs": addrs(l) }))
+            .unwrap_or(Value::Null);
         json!({
             "node_links": node_links,
             "pod_links": pod_links,
+            "pod_lo": pod_lo,
             "pod_routes": routes(&self.pod),
             "vlans": self.vlans(),
             "ip_forward": sysctl("net.ipv4.ip_forward"),
