@@ -73,6 +73,8 @@ const SUBLINK_DUAL: &str = r#"{"cniVersion":"1.0.0","name":"benchsub","type":"TY
 /// macvlan and ipvlan cases run at most this many cycles.
 const DAD_CASE_CYCLES: usize = 20;
 
+const LOOPBACK: &str = r#"{"cniVersion":"1.0.0","name":"benchlo","type":"loopback"}"#;
+
 const HOST_LOCAL: &str = r#"{"cniVersion":"1.0.0","name":"benchipam","type":"host-local",
  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.97.0.0/16"}]],"dataDir":"DATADIR"}}"#;
 
@@ -102,7 +104,10 @@ pub fn run(args: &[String]) -> Result<()> {
         _ => 200,
     };
     let bin = crate::build_release()?;
-    let ours_dir = PluginDir::new(&bin, &["bridge", "macvlan", "host-local", "static"]);
+    let ours_dir = PluginDir::new(
+        &bin,
+        &["bridge", "macvlan", "host-local", "static", "loopback"],
+    );
     let sides = [
         Side::new("ours", ours_dir.path().to_path_buf())?,
         Side::new("go", reference_dir())?,
@@ -114,6 +119,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let floor_ms = exec_floor(&sides[0], &pod, cycles)?;
 
     for (case, plugin, config) in [
+        ("loopback ADD / DEL", "loopback", LOOPBACK),
         ("host-local ADD / DEL", "host-local", HOST_LOCAL),
         ("bridge+host-local ADD / DEL, IPv4", "bridge", BRIDGE_V4),
         (
