@@ -147,6 +147,10 @@ impl Sandbox {
             let peer = format!("to-node{i}");
             node.add_veth(master, &peer, Some(lan_ns), None, None)
                 .map_err(nk(master))?;
+            // Without DAD the link-local address (and its local route) is there when the
+            // link comes up, not a second later, in the middle of the trial's before/after.
+            let no_dad = format!("net/ipv6/conf/{master}/accept_dad");
+            let _ = self.node.run(|| netkit::sysctl::write(&no_dad, "0"));
             let link = node.link(master).map_err(nk(master))?;
             node.set_up(link.index).map_err(nk(master))?;
             let p = lan.link(&peer).map_err(nk(master))?;
@@ -160,6 +164,7 @@ impl Sandbox {
         let gateway = net(LAN_GATEWAY)?.addr();
         node.add_route(&Route::new(net("0.0.0.0/0")?).via(gateway).dev(uplink.index))
             .map_err(nk("node default route"))?;
+        settle_link_local(&node, names.len());
         Ok(())
     }
 
@@ -347,5 +352,26 @@ pub fn plugin_configs(network: &Value) -> Vec<&Value> {
     match network.get("plugins").and_then(Value::as_array) {
         Some(list) => list.iter().collect(),
         None => vec![network],
+    }
+}
+
+/// Waits, up to a second, until `links` IPv6 link-local addresses in the node are usable (the
+/// kernel adds their local routes then), so that what the trial compares before ADD and after
+/// DEL does not include the kernel finishing them.
+fn settle_link_local(node: &Netlink, links: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        let usable = node
+            .addrs(None, Some(netkit::Family::V6))
+            .map_or(0, |addrs| {
+                addrs
+                    .iter()
+                    .filter(|a| super::is_link_local(a.net.addr()) && !a.is_tentative())
+                    .count()
+            });
+        if usable >= links {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
