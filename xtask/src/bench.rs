@@ -73,6 +73,10 @@ const SUBLINK_DUAL: &str = r#"{"cniVersion":"1.0.0","name":"benchsub","type":"TY
 /// macvlan and ipvlan cases run at most this many cycles.
 const DAD_CASE_CYCLES: usize = 20;
 
+/// host-device moving the node's `hd0` in, with static IPAM.
+const HOST_DEVICE: &str = r#"{"cniVersion":"1.0.0","name":"benchhd","type":"host-device","device":"hd0",
+ "ipam":{"type":"static","addresses":[{"address":"10.98.0.2/24"}]}}"#;
+
 const LOOPBACK: &str = r#"{"cniVersion":"1.0.0","name":"benchlo","type":"loopback"}"#;
 
 const HOST_LOCAL: &str = r#"{"cniVersion":"1.0.0","name":"benchipam","type":"host-local",
@@ -106,7 +110,14 @@ pub fn run(args: &[String]) -> Result<()> {
     let bin = crate::build_release()?;
     let ours_dir = PluginDir::new(
         &bin,
-        &["bridge", "macvlan", "host-local", "static", "loopback"],
+        &[
+            "bridge",
+            "macvlan",
+            "host-local",
+            "static",
+            "loopback",
+            "host-device",
+        ],
     );
     let sides = [
         Side::new("ours", ours_dir.path().to_path_buf())?,
@@ -139,7 +150,17 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     for side in &sides {
         veth_master(&side.node);
+        side.node
+            .ip(&["link", "add", "hd0", "type", "veth", "peer", "name", "hd0p"]);
     }
+    AddDel {
+        case: "host-device+static ADD / DEL".into(),
+        plugin: "host-device",
+        config: HOST_DEVICE.to_owned(),
+        cycles,
+        floor_ms,
+    }
+    .run(&sides, &pod, &mut rows, &mut rss)?;
     sublink_rows(
         &sides, &pod, "macvlan", cycles, floor_ms, &mut rows, &mut rss,
     )?;

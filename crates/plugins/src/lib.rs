@@ -4,6 +4,7 @@
 pub mod bridge;
 mod check;
 mod container;
+pub mod host_device;
 mod ipam_call;
 pub mod ipvlan;
 pub mod loopback;
@@ -66,6 +67,12 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Ipam,
         about: "dhcp IPAM: leases from a DHCP server, held by `dhcp daemon`",
         plugin: &ipam::dhcp::Dhcp,
+    },
+    Entry {
+        name: "host-device",
+        kind: Kind::Interface,
+        about: "host-device: moves a link of the node into the pod, and back",
+        plugin: &host_device::HostDevice,
     },
     Entry {
         name: "loopback",

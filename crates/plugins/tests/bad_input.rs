@@ -62,6 +62,11 @@ fn dhcp(ipam: &str) -> String {
 const PASSTHRU: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"passthru"}"#;
 const LOOPBACK: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"loopback"}"#;
 
+/// host-device: every case fails before anything moves.
+fn host_device(extra: &str) -> String {
+    format!(r#"{{"cniVersion":"1.0.0","name":"badnet","type":"host-device"{extra}}}"#)
+}
+
 /// A bad value of a megabyte: its error must quote it short.
 fn huge() -> String {
     "x".repeat(1 << 20)
@@ -105,7 +110,7 @@ fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
     let good_macvlan = macvlan("", RANGES);
-    let plugins: [(&'static str, String); 8] = [
+    let plugins: [(&'static str, String); 9] = [
         ("bridge", good_bridge.clone()),
         ("macvlan", good_macvlan.clone()),
         ("ipvlan", ipvlan("")),
@@ -117,6 +122,7 @@ fn corpus() -> Vec<Case> {
         ("dhcp", dhcp("")),
         ("passthru", PASSTHRU.to_owned()),
         ("loopback", LOOPBACK.to_owned()),
+        ("host-device", host_device(r#","device":"nope0""#)),
     ];
 
     // The environment, for every plugin.
@@ -807,6 +813,91 @@ fn corpus() -> Vec<Case> {
             &["dns.nameservers"],
         ),
     ];
+    let host_device_cases: [(&str, &str, u64, &[&str]); 12] = [
+        (
+            "no selection",
+            "",
+            CONFIG,
+            &[r#""device", "hwaddr", "kernelpath" or "pciBusID""#],
+        ),
+        (
+            "a device that is not there",
+            r#","device":"nope0""#,
+            CONFIG,
+            &["nope0"],
+        ),
+        (
+            "a device name with a slash",
+            r#","device":"a/b""#,
+            CONFIG,
+            &["device: "],
+        ),
+        (
+            "a device of the wrong type",
+            r#","device":5"#,
+            DECODE,
+            &["device"],
+        ),
+        (
+            "a malformed hwaddr",
+            r#","hwaddr":"02:00""#,
+            CONFIG,
+            &["hwaddr: ", "02:00"],
+        ),
+        (
+            "a hwaddr no link has",
+            r#","hwaddr":"02:de:ad:be:ef:00""#,
+            CONFIG,
+            &["02:de:ad:be:ef:00"],
+        ),
+        (
+            "kernelpath outside /sys/devices",
+            r#","kernelpath":"/etc""#,
+            CONFIG,
+            &["kernelpath: ", "/etc"],
+        ),
+        (
+            "kernelpath climbing out",
+            r#","kernelpath":"/sys/devices/../../etc""#,
+            CONFIG,
+            &["kernelpath: "],
+        ),
+        (
+            "a pciBusID that is a path",
+            r#","pciBusID":"../../../etc""#,
+            CONFIG,
+            &["pciBusID: "],
+        ),
+        (
+            "a pciBusID that is not there",
+            r#","pciBusID":"0000:99:1f.7""#,
+            CONFIG,
+            &["0000:99:1f.7"],
+        ),
+        (
+            "a deviceID that is a path",
+            r#","runtimeConfig":{"deviceID":"../../etc"}"#,
+            CONFIG,
+            &["runtimeConfig.deviceID: "],
+        ),
+        (
+            "the node's loopback",
+            r#","device":"lo""#,
+            CONFIG,
+            &["loopback"],
+        ),
+    ];
+    for (what, extra, code, says) in host_device_cases {
+        cases.push(
+            case(
+                format!("host-device: {what}"),
+                "host-device",
+                host_device(extra),
+                code,
+            )
+            .says(says),
+        );
+    }
     for (what, extra, code, says) in loopback_cases {
         let stdin = LOOPBACK.replace('}', &format!("{extra}}}"));
         cases.push(case(format!("loopback: {what}"), "loopback", stdin, code).says(says));

@@ -928,6 +928,161 @@ fn loopback_cases() -> Vec<Case> {
     ]
 }
 
+fn hd(body: &str) -> String {
+    format!(r#"{{"cniVersion":"1.0.0","name":"hd","type":"host-device"{body}}}"#)
+}
+
+const HD_STATIC: &str = r#","ipam":{"type":"static","addresses":[{"address":"10.5.0.2/24","gateway":"10.5.0.1"},{"address":"fd05::2/64"}],"routes":[{"dst":"10.6.0.0/16","gw":"10.5.0.1"}]}"#;
+
+/// The node's device: `hd0`, MTU 1400, a fixed MAC, up; its veth peer `hd0p` stays in the node.
+fn host_dev(sb: &Sandbox) {
+    sb.node.ip(&[
+        "link", "add", "hd0", "mtu", "1400", "type", "veth", "peer", "name", "hd0p",
+    ]);
+    sb.node
+        .ip(&["link", "set", "hd0", "address", "02:11:22:33:44:55"]);
+    sb.node.ip(&["link", "set", "hd0", "up"]);
+}
+
+/// After DEL the device is the node's again, as it was: name, MAC, MTU, no alias left.
+fn assert_given_back(sb: &Sandbox, out: &[Outcome]) {
+    assert!(out.iter().all(|o| o.ok), "{out:?}");
+    let link = sb.node_link("hd0");
+    assert_eq!(link["address"], "02:11:22:33:44:55", "{link}");
+    assert_eq!(link["mtu"], 1400, "{link}");
+    assert!(link.get("ifalias").is_none(), "alias left: {link}");
+    assert!(sb.pod.links().iter().all(|l| l == "lo"));
+}
+
+fn host_device_cases() -> Vec<Case> {
+    let full: &[Step] = &[Step::Add, Step::Check, Step::Del];
+    vec![
+        case("device by name, static IPAM", hd(&format!(r#","device":"hd0"{HD_STATIC}"#)))
+            .before(host_dev)
+            .steps(full)
+            .check(assert_given_back),
+        case("device by hwaddr", hd(&format!(r#","hwaddr":"02:11:22:33:44:55"{HD_STATIC}"#)))
+            .before(host_dev)
+            .steps(full),
+        case("no IPAM: layer 2 only", hd(r#","device":"hd0""#))
+            .before(host_dev)
+            .steps(full),
+        case("as a secondary network", hd(&format!(r#","device":"hd0"{HD_STATIC}"#)))
+            .before(|sb| {
+                host_dev(sb);
+                pod_eth0(sb);
+            })
+            .secondary()
+            .steps(full),
+        case("DEL without a namespace", hd(r#","device":"hd0""#))
+            .before(host_dev)
+            .steps(&[Step::DelNoNetns]),
+        case("a device the node does not have", hd(r#","device":"nope0""#)).fails_with(7),
+        case("no selection at all", hd("")).fails_with(7),
+        case("kernelpath outside /sys/devices", hd(r#","kernelpath":"/etc/x""#)).fails_with(7),
+        case("a pciBusID that is not there", hd(r#","pciBusID":"0000:99:1f.7""#)).fails_with(7),
+        case("CNI_IFNAME already in the pod", hd(r#","device":"hd0""#))
+            .before(|sb| {
+                host_dev(sb);
+                pod_eth0(sb);
+            })
+            .fails_with(999)
+            .differs(
+                "v1.1.1 leaves the device in the pod under the node's name",
+                |sb, _| {
+                    assert!(!sb.pod.links().contains(&"hd0".to_owned()));
+                    let link = sb.node_link("hd0");
+                    assert!(link.get("ifalias").is_none(), "alias left: {link}");
+                },
+            ),
+        case("the pod has a link of the device's name", hd(r#","device":"hd0""#))
+            .before(|sb| {
+                host_dev(sb);
+                sb.pod.ip(&["link", "add", "hd0", "type", "veth", "peer", "name", "hd0x"]);
+            })
+            .steps(&[Step::Add, Step::Del])
+            .differs(
+                "v1.1.1 moves the device under its own name first, which the pod has taken",
+                |sb, out| {
+                    assert!(out.iter().all(|o| o.ok), "{out:?}");
+                    assert!(sb.node.links().contains(&"hd0".to_owned()));
+                    assert!(sb.pod.links().contains(&"hd0".to_owned()));
+                },
+            ),
+        case(
+            "CHECK of a route without a gateway",
+            hd(r#","device":"hd0","ipam":{"type":"static","addresses":[{"address":"10.5.0.2/24","gateway":"10.5.0.1"}],"routes":[{"dst":"10.6.0.0/16"}]}"#),
+        )
+        .before(host_dev)
+        .steps(full)
+        .differs(
+            "v1.1.1's CHECK looks for the route without the gateway ADD gave it",
+            assert_given_back,
+        ),
+        case("DEL twice", hd(&format!(r#","device":"hd0"{HD_STATIC}"#)))
+            .before(host_dev)
+            .steps(&[Step::Add, Step::Del, Step::Del])
+            .differs(
+                "v1.1.1's second DEL fails (Link not found): DEL is not idempotent",
+                assert_given_back,
+            ),
+        case("DEL once the namespace is gone", hd(r#","device":"hd0""#))
+            .before(host_dev)
+            .steps(&[Step::Add, Step::DeletePodNetns, Step::Del])
+            .differs("v1.1.1 fails DEL when the namespace is gone", |_, out| {
+                assert!(out.iter().all(|o| o.ok), "{out:?}");
+            }),
+        case("IPAM fails after the move", hd(r#","device":"hd0","ipam":{"type":"nope"}"#))
+            .before(host_dev)
+            .fails_with(7)
+            .differs("v1.1.1 leaves the device in the pod", |sb, _| {
+                assert!(sb.pod.links().iter().all(|l| l == "lo"));
+                let link = sb.node_link("hd0");
+                let up = link["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "UP"));
+                assert!(up, "back, and up as it was: {link}");
+                assert!(link.get("ifalias").is_none(), "alias left: {link}");
+            }),
+        case("the node's default-route link", hd(r#","device":"hd0""#))
+            .before(|sb| {
+                host_dev(sb);
+                sb.node.ip(&["addr", "add", "10.9.0.2/24", "dev", "hd0"]);
+                sb.node.ip(&["route", "add", "default", "via", "10.9.0.1", "dev", "hd0"]);
+            })
+            .fails_with(7)
+            .differs("v1.1.1 moves the node's uplink into the pod", |sb, out| {
+                assert!(out[0].raw.contains("default route"), "{}", out[0].raw);
+                assert!(sb.node.links().contains(&"hd0".to_owned()));
+            }),
+        case("a bridge port", hd(r#","device":"hd0""#))
+            .before(|sb| {
+                host_dev(sb);
+                sb.node.ip(&["link", "add", "hdbr", "type", "bridge"]);
+                sb.node.ip(&["link", "set", "hd0", "master", "hdbr"]);
+            })
+            .fails_with(7)
+            .differs("v1.1.1 takes a bridge's port away from it", |sb, out| {
+                assert!(out[0].raw.contains("attached to a bridge"), "{}", out[0].raw);
+                assert!(sb.node.links().contains(&"hd0".to_owned()));
+            }),
+        case("another pod's veth", hd(r#","device":"hd0""#))
+            .before(|sb| {
+                // The pod's namespace stands in for the other pod's.
+                sb.node.ip(&["link", "add", "hd0", "type", "veth", "peer", "name", "other0"]);
+                sb.node.ip(&["link", "set", "other0", "netns", sb.pod.name()]);
+            })
+            .fails_with(7)
+            .differs("v1.1.1 moves another pod's veth end", |sb, out| {
+                assert!(out[0].raw.contains("another pod"), "{}", out[0].raw);
+                assert!(sb.node.links().contains(&"hd0".to_owned()));
+            }),
+    ]
+}
+
+#[test]
+fn host_device_matches_the_reference() {
+    compare(&host_device_cases());
+}
+
 #[test]
 fn loopback_matches_the_reference() {
     compare(&loopback_cases());

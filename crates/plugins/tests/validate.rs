@@ -241,3 +241,33 @@ fn loopback() {
         "prevResult.ips[0].address",
     );
 }
+
+#[test]
+fn host_device() {
+    // The selection's form is checked, not whether the node has the device.
+    passes("host-device", r#","device":"eth9""#);
+    passes("host-device", r#","hwaddr":"02:00:00:00:00:09""#);
+    passes(
+        "host-device",
+        r#","device":"eth9","ipam":{"type":"static","addresses":[{"address":"10.1.0.5/24"}]}"#,
+    );
+    fails(
+        "host-device",
+        "",
+        7,
+        r#""device", "hwaddr", "kernelpath" or "pciBusID""#,
+    );
+    fails(
+        "host-device",
+        r#","kernelpath":"/proc/1""#,
+        7,
+        "kernelpath: ",
+    );
+    fails("host-device", r#","pciBusID":"03:00.1""#, 7, "pciBusID: ");
+    fails(
+        "host-device",
+        r#","device":"eth9","ipam":{"type":"static","addresses":[{"address":"10.1.0.5"}]}"#,
+        7,
+        "10.1.0.5",
+    );
+}

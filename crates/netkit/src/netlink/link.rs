@@ -44,6 +44,8 @@ pub struct Link {
     pub txqlen: Option<u32>,
     /// For bridges: whether VLAN filtering is on.
     pub vlan_filtering: Option<bool>,
+    /// `IFLA_IFALIAS`, when set.
+    pub alias: Option<String>,
 }
 
 impl Link {
@@ -65,6 +67,7 @@ impl Link {
             ipvlan_mode: None,
             txqlen: None,
             vlan_filtering: None,
+            alias: None,
         };
         for attr in msg.attributes {
             match attr {
@@ -75,6 +78,7 @@ impl Link {
                 LinkAttribute::Link(l) if l != 0 => link.link = Some(l),
                 LinkAttribute::LinkNetNsId(id) => link.link_netnsid = Some(id),
                 LinkAttribute::TxQueueLen(q) => link.txqlen = Some(q),
+                LinkAttribute::IfAlias(a) if !a.is_empty() => link.alias = Some(a),
                 LinkAttribute::LinkInfo(infos) => {
                     for info in infos {
                         link.apply_info(info);
@@ -445,6 +449,30 @@ impl Netlink {
     pub fn set_txqlen(&self, index: u32, txqlen: u32) -> Result<()> {
         self.set_attr(index, LinkAttribute::TxQueueLen(txqlen), || {
             format!("setting txqueuelen {txqlen} on link {index}")
+        })
+    }
+
+    /// Sets the link's alias (`IFLA_IFALIAS`); an empty one clears it.
+    pub fn set_alias(&self, index: u32, alias: &str) -> Result<()> {
+        self.set_attr(index, LinkAttribute::IfAlias(alias.to_string()), || {
+            format!("setting alias {alias:?} on link {index}")
+        })
+    }
+
+    /// Moves a link into another namespace under another name, in one request: the kernel
+    /// renames it as it moves it, so the name is never taken on either side in between, and a
+    /// failure changes nothing.
+    pub fn move_to_ns_as(&self, index: u32, ns: &NetNs, name: &str) -> Result<()> {
+        validate_ifname(name)?;
+        let attrs = vec![
+            LinkAttribute::NetNsFd(ns.as_raw_fd()),
+            LinkAttribute::IfName(name.to_string()),
+        ];
+        self.set_link(index, attrs, LinkFlags::empty(), LinkFlags::empty(), || {
+            format!(
+                "moving link {index} to netns {} as {name:?}",
+                ns.path().display()
+            )
         })
     }
 

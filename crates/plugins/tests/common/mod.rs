@@ -36,6 +36,7 @@ impl Plugins {
                     "host-local",
                     "static",
                     "loopback",
+                    "host-device",
                 ],
             ),
         }
