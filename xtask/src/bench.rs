@@ -77,6 +77,11 @@ const DAD_CASE_CYCLES: usize = 20;
 const HOST_DEVICE: &str = r#"{"cniVersion":"1.0.0","name":"benchhd","type":"host-device","device":"hd0",
  "ipam":{"type":"static","addresses":[{"address":"10.98.0.2/24"}]}}"#;
 
+/// tuning chained after the pod's `eth0`: a sysctl and the MTU, put back by DEL.
+const TUNING: &str = r#"{"cniVersion":"1.0.0","name":"benchtune","type":"tuning","dataDir":"DATADIR/tuning",
+ "sysctl":{"net.ipv4.conf.IFNAME.arp_filter":"1"},"mtu":1400,
+ "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}]}}"#;
+
 const LOOPBACK: &str = r#"{"cniVersion":"1.0.0","name":"benchlo","type":"loopback"}"#;
 
 const HOST_LOCAL: &str = r#"{"cniVersion":"1.0.0","name":"benchipam","type":"host-local",
@@ -117,6 +122,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "static",
             "loopback",
             "host-device",
+            "tuning",
         ],
     );
     let sides = [
@@ -153,6 +159,19 @@ pub fn run(args: &[String]) -> Result<()> {
         side.node
             .ip(&["link", "add", "hd0", "type", "veth", "peer", "name", "hd0p"]);
     }
+    // tuning needs an interface of its own to tune.
+    let tuned = Netns::new("bench-tuned");
+    tuned.ip(&[
+        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
+    ]);
+    AddDel {
+        case: "tuning ADD / DEL".into(),
+        plugin: "tuning",
+        config: TUNING.to_owned(),
+        cycles,
+        floor_ms,
+    }
+    .run(&sides, &tuned, &mut rows, &mut rss)?;
     AddDel {
         case: "host-device+static ADD / DEL".into(),
         plugin: "host-device",

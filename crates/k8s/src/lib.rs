@@ -1,6 +1,5 @@
 //! The Kubernetes API client of multus-rs: pods, NetworkAttachmentDefinitions, the pod's
 //! annotations and events, with one error type ([`K8sError`]).
-
 //!
 //! multus is a short-lived synchronous CNI process, so the client is synchronous: a
 //! current-thread tokio runtime lives inside it and each call blocks until it is done. Every
@@ -9,7 +8,8 @@
 //! are never retried, so a call takes at most about `(retries + 1) * timeout` plus a few
 //! seconds of backoff. A bearer token file (in-cluster, or a
 //! kubeconfig `tokenFile`) is read again before every attempt, so a rotated service-account
-//! token is used at once.
+//! token is used at once. Calls share one HTTP/2 connection where the server offers it (see
+//! `transport`), and [`KubeClient::get_nads`] sends its reads side by side.
 
 mod credentials;
 mod error;

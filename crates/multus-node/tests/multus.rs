@@ -632,3 +632,52 @@ fn many_multus_processes_rotate_the_log_once_and_lose_no_line() {
         );
     }
 }
+
+/// A network whose conflist moves a node link into the pod (host-device) and tunes it
+/// (tuning): the link arrives renamed, with the MTU and MAC tuning gives it, and DEL (tuning's
+/// first, then host-device's) gives it back under its own name, MAC and MTU; a second DEL
+/// succeeds.
+#[test]
+fn host_device_and_tuning_give_the_link_back_as_it_was() {
+    let sb = Sandbox::new();
+    sb.node.ip(&[
+        "link", "add", "hd0", "mtu", "1500", "type", "veth", "peer", "name", "hd0p",
+    ]);
+    sb.node
+        .ip(&["link", "set", "hd0", "address", "02:11:22:33:44:55"]);
+    let tuning_dir = sb.dir.path().join("tuning");
+    let chain = json!({
+        "cniVersion": "1.0.0",
+        "name": "hdnet",
+        "plugins": [
+            {"type": "host-device", "device": "hd0",
+             "ipam": {"type": "static", "addresses": [{"address": "10.5.0.2/24"}]}},
+            {"type": "tuning", "mtu": 1400, "mac": "02:00:00:00:00:42", "dataDir": tuning_dir,
+             "sysctl": {"net.ipv4.conf.IFNAME.arp_notify": "1"}}
+        ]
+    });
+    let conf = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0"), chain],
+        json!({}),
+    );
+    sb.cmd("ADD", &conf).ok();
+    let net1 = &sb.pod.ip_json(&["-d", "link", "show", "dev", "net1"])[0];
+    assert_eq!(net1["mtu"], 1400, "{net1}");
+    assert_eq!(net1["address"], "02:00:00:00:00:42", "{net1}");
+    assert!(!sb.node.links().contains(&"hd0".to_owned()));
+    sb.cmd("CHECK", &conf).ok();
+    sb.cmd("DEL", &conf).ok();
+    let hd0 = &sb.node.ip_json(&["-d", "link", "show", "dev", "hd0"])[0];
+    assert_eq!(hd0["mtu"], 1500, "{hd0}");
+    assert_eq!(hd0["address"], "02:11:22:33:44:55", "{hd0}");
+    assert!(hd0.get("ifalias").is_none(), "{hd0}");
+    assert_eq!(
+        fs::read_dir(&tuning_dir).unwrap().count(),
+        0,
+        "tuning's saved state"
+    );
+    sb.cmd("DEL", &conf).ok();
+    sb.node.ip(&["link", "del", "hd0"]);
+    sb.assert_clean("after DEL");
+}

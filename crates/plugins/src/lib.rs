@@ -14,6 +14,7 @@ mod master;
 pub mod passthru;
 mod sublink;
 mod sys;
+pub mod tuning;
 
 /// A plugin in the multi-call binary: the name it is installed under, and its implementation.
 pub struct Entry {
@@ -79,6 +80,12 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Interface,
         about: "loopback: brings the pod's lo up",
         plugin: &loopback::Loopback,
+    },
+    Entry {
+        name: "tuning",
+        kind: Kind::Interface,
+        about: "tuning: sysctls, MAC, MTU and link modes of an attachment, put back by DEL",
+        plugin: &tuning::Tuning,
     },
     Entry {
         name: "passthru",

@@ -62,6 +62,14 @@ fn dhcp(ipam: &str) -> String {
 const PASSTHRU: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"passthru"}"#;
 const LOOPBACK: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"loopback"}"#;
 
+/// tuning chained after an interface the pod has not got: every case fails before anything
+/// is written.
+fn tuning(extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"tuning","dataDir":"DATADIR/tuning","prevResult":{{}}{extra}}}"#
+    )
+}
+
 /// host-device: every case fails before anything moves.
 fn host_device(extra: &str) -> String {
     format!(r#"{{"cniVersion":"1.0.0","name":"badnet","type":"host-device"{extra}}}"#)
@@ -110,7 +118,7 @@ fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
     let good_macvlan = macvlan("", RANGES);
-    let plugins: [(&'static str, String); 9] = [
+    let plugins: [(&'static str, String); 10] = [
         ("bridge", good_bridge.clone()),
         ("macvlan", good_macvlan.clone()),
         ("ipvlan", ipvlan("")),
@@ -123,6 +131,7 @@ fn corpus() -> Vec<Case> {
         ("passthru", PASSTHRU.to_owned()),
         ("loopback", LOOPBACK.to_owned()),
         ("host-device", host_device(r#","device":"nope0""#)),
+        ("tuning", tuning(r#","mtu":1400"#)),
     ];
 
     // The environment, for every plugin.
@@ -887,6 +896,75 @@ fn corpus() -> Vec<Case> {
             &["loopback"],
         ),
     ];
+    let tuning_cases: [(&str, &str, u64, &[&str]); 10] = [
+        (
+            "a sysctl outside net",
+            r#","sysctl":{"kernel.shmmax":"1"}"#,
+            CONFIG,
+            &["kernel.shmmax"],
+        ),
+        (
+            "a sysctl climbing out",
+            r#","sysctl":{"net/../kernel/shmmax":"1"}"#,
+            CONFIG,
+            &["net/../kernel/shmmax"],
+        ),
+        (
+            "a sysctl key given twice",
+            r#","sysctl":{"net.core.somaxconn":"1","net.core.somaxconn":"2"}"#,
+            DECODE,
+            &["given twice"],
+        ),
+        (
+            "a sysctl value that is a number",
+            r#","sysctl":{"net.core.somaxconn":1}"#,
+            DECODE,
+            &["sysctl"],
+        ),
+        (
+            "a malformed mac",
+            r#","mac":"02:00""#,
+            CONFIG,
+            &["mac: ", "02:00"],
+        ),
+        (
+            "a runtimeConfig mac that is a number",
+            r#","runtimeConfig":{"mac":5}"#,
+            CONFIG,
+            &["runtimeConfig.mac"],
+        ),
+        ("an mtu that is negative", r#","mtu":-1"#, DECODE, &["mtu"]),
+        (
+            "args.cni of the wrong shape",
+            r#","args":{"cni":{"mtu":"big"}}"#,
+            DECODE,
+            &["args.cni.mtu"],
+        ),
+        (
+            "an interface the pod does not have",
+            r#","mtu":1400"#,
+            999,
+            &["eth0"],
+        ),
+        (
+            "a sysctl on an interface the pod does not have",
+            r#","sysctl":{"net.ipv4.conf.IFNAME.arp_filter":"1"}"#,
+            999,
+            &["arp_filter"],
+        ),
+    ];
+    for (what, extra, code, says) in tuning_cases {
+        cases.push(case(format!("tuning: {what}"), "tuning", tuning(extra), code).says(says));
+    }
+    cases.push(
+        case(
+            "tuning: no prevResult",
+            "tuning",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"tuning","mtu":1400}"#.into(),
+            CONFIG,
+        )
+        .says(&["prevResult"]),
+    );
     for (what, extra, code, says) in host_device_cases {
         cases.push(
             case(

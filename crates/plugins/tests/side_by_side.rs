@@ -157,7 +157,7 @@ fn cases() -> Vec<Case> {
         .before(bridge_with_other_address)
         .fails_with(7)
         // `vlans`: the veth v1.1.1 leaves is a bridge port, in VLAN 1 on a kernel with VLANs.
-        .expect(Expect::SameExcept(&["node_links", "pod_links", "pod_routes", "reservations", "vlans"]))
+        .expect(Expect::SameExcept(&["node_links", "pod_links", "pod_routes", "pod_sysctls", "reservations", "vlans"]))
         .check(|sb, _| {
             // v1.1.1 leaves the veth, the pod interface and the reservation behind; we do not.
             assert_eq!(sb.node_links(), ["sbs0"]);
@@ -304,7 +304,7 @@ fn cases() -> Vec<Case> {
         case("cniVersion 0.2.0 without addresses", bridge_conf("0.2.0", ""))
             .fails_with(1)
             // `vlans`: the veth v1.1.1 leaves is a bridge port, in VLAN 1 on a kernel with VLANs.
-            .expect(Expect::SameExcept(&["node_links", "pod_links", "vlans"])),
+            .expect(Expect::SameExcept(&["node_links", "pod_links", "pod_sysctls", "vlans"])),
         case("cniVersion 1.1.0", bridge_conf("1.1.0", &format!(",{v4}"))).differs("v1.1.1 speaks CNI up to 1.0.0", |_, out| {
                     assert!(out[0].ok, "{:?}", out[0]);
                     assert_eq!(out[0].result["cniVersion"], "1.1.0");
@@ -1076,6 +1076,120 @@ fn host_device_cases() -> Vec<Case> {
                 assert!(sb.node.links().contains(&"hd0".to_owned()));
             }),
     ]
+}
+
+/// tuning chained after the pod's eth0 (made by [`pod_eth0`]), its state in the side's scratch.
+fn tun(body: &str) -> String {
+    const PREV: &str = r#""prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","mac":"02:00:00:00:00:01","sandbox":"/var/run/netns/x"}],"ips":[{"address":"10.88.0.5/16","gateway":"10.88.0.1","interface":0}]}"#;
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"tun","type":"tuning","dataDir":"DATADIR/tuning",{PREV}{body}}}"#
+    )
+}
+
+fn saved_files(sb: &Sandbox) -> Vec<String> {
+    std::fs::read_dir(sb.dir.path().join("tuning"))
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect()
+}
+
+/// The pod's eth0 is as it was before ADD, and nothing is saved any more.
+fn assert_put_back(sb: &Sandbox, out: &[Outcome]) {
+    assert!(out.iter().all(|o| o.ok), "{out:?}");
+    let link = &sb.pod.ip_json(&["-d", "link", "show", "dev", "eth0"])[0];
+    assert_eq!(link["mtu"], 1500, "{link}");
+    assert_eq!(link["promiscuity"], 0, "{link}");
+    assert!(saved_files(sb).is_empty(), "{:?}", saved_files(sb));
+}
+
+fn tuning_cases() -> Vec<Case> {
+    let full: &[Step] = &[Step::Add, Step::Check, Step::Del];
+    let with_eth0 = |name, conf| case(name, conf).before(pod_eth0);
+    vec![
+        with_eth0(
+            "sysctls on IFNAME and of the namespace",
+            tun(r#","sysctl":{"net.ipv4.conf.IFNAME.arp_filter":"1","net.ipv4.conf.eth0.accept_local":"1","net.core.somaxconn":"512"}"#),
+        )
+        .steps(&[Step::Add, Step::Del]),
+        with_eth0(
+            "CHECK of a sysctl on IFNAME",
+            tun(r#","sysctl":{"net.ipv4.conf.IFNAME.arp_filter":"1"}"#),
+        )
+        .steps(full)
+        .differs("v1.1.1's CHECK looks for a file named IFNAME", |sb, out| {
+            assert!(out.iter().all(|o| o.ok), "{out:?}");
+            assert_eq!(sb.snapshot()["pod_sysctls"]["eth0.arp_filter"], "1");
+        }),
+        with_eth0(
+            "mac, mtu, promisc and allmulti, put back by DEL",
+            tun(r#","mac":"02:00:00:00:00:77","mtu":1400,"promisc":true,"allmulti":true"#),
+        )
+        .steps(full)
+        .check(|sb, out| {
+            let result: Value = serde_json::from_str(&out[0].raw).expect("a JSON result");
+            assert_eq!(result["interfaces"][0]["mac"], "02:00:00:00:00:77", "{result}");
+            assert_put_back(sb, out);
+        }),
+        with_eth0("the MAC from args.cni", tun(r#","args":{"cni":{"mac":"02:00:00:00:00:78","mtu":1450}}"#))
+            .steps(&[Step::Add, Step::Check]),
+        with_eth0("the MAC from CNI_ARGS", tun(""))
+            .args("IgnoreUnknown=1;MAC=02:00:00:00:00:79")
+            .steps(&[Step::Add, Step::Check]),
+        with_eth0("only the prevResult", tun("")).steps(full),
+        with_eth0("DEL twice", tun(r#","mtu":1400"#)).steps(&[Step::Add, Step::Del, Step::Del]),
+        with_eth0("DEL without a namespace", tun(r#","mtu":1400"#))
+            .steps(&[Step::Add, Step::DelNoNetns]),
+        with_eth0("DEL once the namespace is gone", tun(r#","mtu":1400"#))
+            .steps(&[Step::Add, Step::DeletePodNetns, Step::Del])
+            .differs("v1.1.1 leaves its saved state behind", |sb, out| {
+                assert!(out.iter().all(|o| o.ok), "{out:?}");
+                assert!(saved_files(sb).is_empty(), "{:?}", saved_files(sb));
+            }),
+        with_eth0("a sysctl outside net", tun(r#","sysctl":{"kernel.shmmax":"1"}"#)).fails_with(7),
+        with_eth0(
+            "a sysctl climbing out of net",
+            tun(r#","sysctl":{"net/../kernel/shmmax":"1"}"#),
+        )
+        .fails_with(7),
+        case("without a prevResult", r#"{"cniVersion":"1.0.0","name":"tun","type":"tuning","mtu":1400}"#.into())
+            .before(pod_eth0)
+            .fails_with(7),
+        with_eth0("an interface the pod does not have", tun(r#","mtu":1400"#))
+            .secondary()
+            .fails_with(999),
+        with_eth0(
+            "a failure halfway puts back what was changed",
+            tun(r#","mac":"02:00:00:00:00:77","mtu":99999"#),
+        )
+        .fails_with(999)
+        .differs("v1.1.1 leaves the new MAC and its saved state", |sb, _| {
+            let link = &sb.pod.ip_json(&["-d", "link", "show", "dev", "eth0"])[0];
+            assert_ne!(link["address"], "02:00:00:00:00:77", "{link}");
+            assert!(saved_files(sb).is_empty(), "{:?}", saved_files(sb));
+        }),
+        with_eth0(
+            "txQLen and a key given twice",
+            tun(r#","txQLen":2000,"sysctl":{"net.core.somaxconn":"1","net.core.somaxconn":"2"}"#),
+        )
+        .fails_with(6)
+        .differs("v1.1.1 has neither txQLen nor the duplicate check", |sb, _| {
+            let link = &sb.pod.ip_json(&["-d", "link", "show", "dev", "eth0"])[0];
+            assert_eq!(link["txqlen"], 1000, "{link}");
+        }),
+        with_eth0("txQLen, put back by DEL", tun(r#","txQLen":2000"#))
+            .steps(full)
+            .differs("v1.1.1 has no txQLen", |sb, out| {
+                assert_put_back(sb, out);
+                let link = &sb.pod.ip_json(&["-d", "link", "show", "dev", "eth0"])[0];
+                assert_eq!(link["txqlen"], 1000, "{link}");
+            }),
+    ]
+}
+
+#[test]
+fn tuning_matches_the_reference() {
+    compare(&tuning_cases());
 }
 
 #[test]

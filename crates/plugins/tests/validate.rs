@@ -271,3 +271,24 @@ fn host_device() {
         "10.1.0.5",
     );
 }
+
+#[test]
+fn tuning() {
+    let prev = r#","prevResult":{"cniVersion":"1.0.0"}"#;
+    passes(
+        "tuning",
+        &format!(r#"{prev},"mtu":1400,"sysctl":{{"net.core.somaxconn":"512"}}"#),
+    );
+    passes(
+        "tuning",
+        &format!(r#"{prev},"args":{{"cni":{{"mac":"02:00:00:00:00:01"}}}}"#),
+    );
+    fails(
+        "tuning",
+        &format!(r#"{prev},"sysctl":{{"kernel.shmmax":"1"}}"#),
+        7,
+        "kernel.shmmax",
+    );
+    fails("tuning", &format!(r#"{prev},"mac":"zz""#), 7, "mac: ");
+    fails("tuning", &format!(r#"{prev},"txQLen":"long""#), 6, "txQLen");
+}

@@ -45,7 +45,14 @@ impl Sandbox {
     pub fn new() -> Sandbox {
         let plugins = PluginDir::new(
             &plugins_bin(),
-            &["bridge", "macvlan", "host-local", "static"],
+            &[
+                "bridge",
+                "macvlan",
+                "host-local",
+                "static",
+                "host-device",
+                "tuning",
+            ],
         );
         let sb = Sandbox {
             base: testkit::Sandbox::new(plugins.path(), CONTAINER_ID),

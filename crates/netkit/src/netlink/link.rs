@@ -415,6 +415,20 @@ impl Netlink {
         })
     }
 
+    pub fn set_allmulti(&self, index: u32, on: bool) -> Result<()> {
+        let flags = if on {
+            LinkFlags::Allmulti
+        } else {
+            LinkFlags::empty()
+        };
+        self.set_link(index, vec![], flags, LinkFlags::Allmulti, || {
+            format!(
+                "setting all-multicast {} on link {index}",
+                if on { "on" } else { "off" }
+            )
+        })
+    }
+
     /// Enslaves `index` to `master`, or frees it with `None`.
     pub fn set_master(&self, index: u32, master: Option<u32>) -> Result<()> {
         self.set_attr(

@@ -37,6 +37,7 @@ impl Plugins {
                     "static",
                     "loopback",
                     "host-device",
+                    "tuning",
                 ],
             ),
         }
@@ -179,6 +180,8 @@ impl Sandbox {
                     "mode": l["linkinfo"]["info_data"]["mode"],
                     "mtu": l["mtu"],
                     "up": flags_has(l, "UP"),
+                    "promisc": l["promiscuity"].as_u64().unwrap_or(0) > 0,
+                    "allmulti": flags_has(l, "ALLMULTI"),
                     "addrs": addrs(l),
                 })
             })
@@ -199,10 +202,30 @@ impl Sandbox {
             .and_then(|links| links.first())
             .map(|l| json!({ "up": flags_has(l, "UP"), "addrs": addrs(l) }))
             .unwrap_or(Value::Null);
+        let pod_sysctl = |key: &str| {
+            let o = self
+                .pod
+                .command("sysctl")
+                .args(["-n", key])
+                .output()
+                .expect("sysctl");
+            let value = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+            json!(if o.status.success() {
+                Some(value)
+            } else {
+                None
+            })
+        };
+        let pod_sysctls = json!({
+            "eth0.arp_filter": pod_sysctl("net.ipv4.conf.eth0.arp_filter"),
+            "eth0.accept_local": pod_sysctl("net.ipv4.conf.eth0.accept_local"),
+            "somaxconn": pod_sysctl("net.core.somaxconn"),
+        });
         json!({
             "node_links": node_links,
             "pod_links": pod_links,
             "pod_lo": pod_lo,
+            "pod_sysctls": pod_sysctls,
             "pod_routes": routes(&self.pod),
             "vlans": self.vlans(),
             "ip_forward": sysctl("net.ipv4.ip_forward"),
