@@ -119,6 +119,11 @@ impl Link {
     }
 }
 
+/// txqueuelen 0 for the veth, macvlan and ipvlan links the plugins create: the reference's
+/// netlink library sends `IFLA_TXQLEN` 0 for them, so a node switching implementations sees
+/// the same links (these devices have no queue of their own either way).
+pub const UNQUEUED: LinkAttribute = LinkAttribute::TxQueueLen(0);
+
 /// Options for a new bridge.
 #[derive(Debug, Clone, Default)]
 pub struct BridgeOpts {
@@ -273,7 +278,8 @@ impl Netlink {
     }
 
     /// Creates a veth pair; the peer is created directly in `peer_ns` when given. `mtu` applies
-    /// to both ends, `mac` to the `name` end.
+    /// to both ends, `mac` to the `name` end. Both ends have txqueuelen 0, as the reference
+    /// plugins make them (see [`UNQUEUED`]).
     pub fn add_veth(
         &self,
         name: &str,
@@ -282,9 +288,13 @@ impl Netlink {
         mtu: Option<u32>,
         mac: Option<[u8; 6]>,
     ) -> Result<()> {
-        let peer = link_message(0, base_attrs(peer_name, mtu, None, peer_ns)?);
+        let mut peer_attrs = base_attrs(peer_name, mtu, None, peer_ns)?;
+        peer_attrs.push(UNQUEUED);
+        let peer = link_message(0, peer_attrs);
+        let mut own = base_attrs(name, mtu, mac, None)?;
+        own.push(UNQUEUED);
         let attrs = with_info(
-            base_attrs(name, mtu, mac, None)?,
+            own,
             InfoKind::Veth,
             Some(InfoData::Veth(InfoVeth::Peer(peer))),
         );
@@ -321,7 +331,7 @@ impl Netlink {
     }
 
     /// Creates a macvlan on `parent_index` (in the socket's namespace), directly in `target_ns`
-    /// when given.
+    /// when given, with txqueuelen 0 ([`UNQUEUED`]).
     pub fn add_macvlan(
         &self,
         name: &str,
@@ -331,6 +341,7 @@ impl Netlink {
     ) -> Result<()> {
         let mut attrs = base_attrs(name, opts.mtu, opts.mac, target_ns)?;
         attrs.push(LinkAttribute::Link(parent_index));
+        attrs.push(UNQUEUED);
         let mut data = vec![InfoMacVlan::Mode((opts.mode as u32).into())];
         data.extend(opts.bc_queue_len.map(InfoMacVlan::BcQueueLen));
         let attrs = with_info(attrs, InfoKind::MacVlan, Some(InfoData::MacVlan(data)));
@@ -343,7 +354,7 @@ impl Netlink {
     }
 
     /// Creates an ipvlan on `parent_index` (in the socket's namespace), directly in `target_ns`
-    /// when given.
+    /// when given, with txqueuelen 0 ([`UNQUEUED`]).
     pub fn add_ipvlan(
         &self,
         name: &str,
@@ -354,6 +365,7 @@ impl Netlink {
     ) -> Result<()> {
         let mut attrs = base_attrs(name, mtu, None, target_ns)?;
         attrs.push(LinkAttribute::Link(parent_index));
+        attrs.push(UNQUEUED);
         let data = InfoData::IpVlan(vec![InfoIpVlan::Mode((mode as u16).into())]);
         let attrs = with_info(attrs, InfoKind::IpVlan, Some(data));
         self.create_link(attrs, || {

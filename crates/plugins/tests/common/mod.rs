@@ -158,6 +158,7 @@ impl Sandbox {
                 "mtu": l["mtu"],
                 "up": flags_has(l, "UP"),
                 "promisc": l["promiscuity"].as_u64().unwrap_or(0) > 0,
+                "txqlen": l["txqlen"],
                 "master": l["master"],
                 "hairpin": slave["hairpin"],
                 "isolated": slave["isolated"],
@@ -182,6 +183,7 @@ impl Sandbox {
                     "up": flags_has(l, "UP"),
                     "promisc": l["promiscuity"].as_u64().unwrap_or(0) > 0,
                     "allmulti": flags_has(l, "ALLMULTI"),
+                    "txqlen": l["txqlen"],
                     "addrs": addrs(l),
                 })
             })
