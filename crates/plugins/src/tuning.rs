@@ -517,7 +517,8 @@ fn apply(nl: &Netlink, link: &Link, conf: &Conf) -> netkit::Result<()> {
     Ok(())
 }
 
-/// Writes the saved state (0600, never through a symlink), making `dataDir` if needed.
+/// Writes the saved state (0600, never through a symlink), making `dataDir` if needed. It is
+/// not synced: it lives in /run by default, which a machine crash empties with the pods.
 fn save(file: &Path, saved: &Saved) -> Result<(), CniError> {
     let fail = |e: std::io::Error| CniError::io(format!("saving {}: {e}", file.display()));
     if let Some(dir) = file.parent() {
@@ -528,7 +529,9 @@ fn save(file: &Path, saved: &Saved) -> Result<(), CniError> {
             .map_err(fail)?;
     }
     let bytes = serde_json::to_vec_pretty(saved).map_err(|e| CniError::internal(e.to_string()))?;
-    cni::atomic_file::write(file, &bytes, 0o600).map_err(fail)
+    cni::atomic_file::place(file, &bytes, 0o600)
+        .map(drop)
+        .map_err(fail)
 }
 
 /// The saved state, or `None` when ADD saved none.
