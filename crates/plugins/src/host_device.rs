@@ -5,11 +5,12 @@
 //! addresses in the result.
 //!
 //! Behaviour follows containernetworking/plugins' host-device, with these deliberate changes:
-//! the move and the rename are one request each way, so the node never sees the link renamed
-//! and a failure changes nothing; DEL succeeds once the link is back (a second DEL, or one
-//! after the pod is gone); links the node cannot lose (loopback, one that carries a default
-//! route, a bridge or a bridge port, another pod's veth) are refused; `kernelpath`,
-//! `pciBusID` and `deviceID` must name a device, not a path elsewhere in sysfs.
+//! the move and the rename are one request each way, so the node never sees the link renamed;
+//! DEL gives back the link ADD recorded on the node, never one the pod names or aliases, and
+//! succeeds once it is back (a second DEL, or one after the pod is gone); links the node
+//! cannot lose (loopback, its uplink, addresses or routes, tunnels, bridges and their ports,
+//! parents of its stacked links, another pod's veth) are refused; `kernelpath`, `pciBusID` and
+//! `deviceID` must name a device, not a path elsewhere in sysfs.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -72,7 +73,9 @@ struct Conf {
 
 impl Conf {
     /// Parses and checks a config (code 7 for what is wrong, 6 for a value of the wrong type).
-    fn parse(stdin: &[u8]) -> Result<Conf, CniError> {
+    /// With `on_node`, what only the node can answer too: whether a `deviceID` is there and
+    /// whether a PCI device is bound to a userspace driver.
+    fn parse(stdin: &[u8], on_node: bool) -> Result<Conf, CniError> {
         let config = cni::decode::read(stdin)?;
         let net: NetConf = cni::decode::from_value(&config)?;
         let raw: Raw = cni::decode::from_value(&config)?;
@@ -80,7 +83,19 @@ impl Conf {
         let mut aux = None;
         // A device plugin's deviceID stands for the PCI or auxiliary device it names.
         let device_id = raw.runtime_config.device_id;
-        if !device_id.is_empty() {
+        if !device_id.is_empty() && !on_node {
+            if !is_pci_address(&device_id) && !is_device_name(&device_id) {
+                return Err(CniError::invalid_config(format!(
+                    "runtimeConfig.deviceID: {} is neither a PCI address nor a device name",
+                    cni::quote::quote(&device_id)
+                )));
+            }
+            if is_pci_address(&device_id) {
+                pci = Some(device_id);
+            } else {
+                aux = Some(device_id);
+            }
+        } else if !device_id.is_empty() {
             if is_pci_address(&device_id) && Path::new(SYS_BUS_PCI).join(&device_id).exists() {
                 pci = Some(device_id);
             } else if is_device_name(&device_id)
@@ -125,8 +140,8 @@ impl Conf {
             ));
         };
         let dpdk = match &pci {
-            Some(pci) => has_userspace_driver(Path::new(SYS_BUS_PCI), pci)?,
-            None => false,
+            Some(pci) if on_node => has_userspace_driver(Path::new(SYS_BUS_PCI), pci)?,
+            _ => false,
         };
         Ok(Conf { net, select, dpdk })
     }
@@ -255,43 +270,131 @@ fn find_link(nl: &Netlink, select: &Select) -> Result<Link, CniError> {
     }
 }
 
+/// Kinds of link that carry the node's overlay or tunnels (flannel, calico, cilium, wireguard).
+const TUNNEL_KINDS: [&str; 14] = [
+    "vxlan",
+    "geneve",
+    "wireguard",
+    "ipip",
+    "gre",
+    "gretap",
+    "ip6gre",
+    "ip6gretap",
+    "ip6tnl",
+    "sit",
+    "vti",
+    "vti6",
+    "bareudp",
+    "erspan",
+];
+
 /// Refuses a link the node cannot give away: what carries its traffic or another pod's.
 fn refuse_node_links(nl: &Netlink, link: &Link) -> Result<(), CniError> {
-    let refuse = |why: &str| {
+    let refuse = |why: String| {
         Err(CniError::invalid_config(format!(
             "host-device will not move the node's link {:?} into a pod: {why}",
             link.name
         )))
     };
     if link.name == "lo" {
-        return refuse("it is the node's loopback");
+        return refuse("it is the node's loopback".into());
     }
-    for family in [Family::V4, Family::V6] {
-        let routes = nl
-            .routes(family, Some(netkit::netlink::RT_TABLE_MAIN))
-            .map_err(sys)?;
-        if routes
-            .iter()
-            .any(|r| r.dst.prefix_len() == 0 && r.oif == Some(link.index))
-        {
-            return refuse("it carries the node's default route");
-        }
+    let kind = link.kind.as_deref();
+    if let Some(tunnel) = kind.filter(|k| TUNNEL_KINDS.contains(k)) {
+        return refuse(format!(
+            "it is a {tunnel} tunnel, which the node's networking uses"
+        ));
     }
-    if link.kind.as_deref() == Some("bridge") {
-        return refuse("it is a bridge, which other links are attached to");
+    if kind == Some("bridge") {
+        return refuse("it is a bridge, which other links are attached to".into());
     }
     if link.master.is_some() {
-        return refuse("it is attached to a bridge or bond");
+        return refuse("it is attached to a bridge or bond".into());
     }
-    if link.kind.as_deref() == Some("veth") && link.link_netnsid.is_some() {
-        return refuse("it is a veth whose peer is in another namespace (another pod's)");
+    if kind == Some("veth") && link.link_netnsid.is_some() {
+        return refuse("it is a veth whose peer is in another namespace (another pod's)".into());
+    }
+    let links = nl.links().map_err(sys)?;
+    if let Some(upper) = links.iter().find(|l| {
+        l.link == Some(link.index) && l.link_netnsid.is_none() && l.kind.as_deref() != Some("veth")
+    }) {
+        return refuse(format!("the node's link {:?} is stacked on it", upper.name));
+    }
+    let mut routes = Vec::new();
+    for family in [Family::V4, Family::V6] {
+        let all = nl
+            .routes(family, Some(netkit::netlink::RT_TABLE_MAIN))
+            .map_err(sys)?;
+        routes.extend(
+            all.into_iter()
+                .filter(|r| r.oif == Some(link.index) && !is_link_local(&r.dst)),
+        );
+    }
+    if routes.iter().any(|r| r.dst.prefix_len() == 0) {
+        return refuse("it carries the node's default route".into());
+    }
+    let addrs = nl.addrs(Some(link.index), None).map_err(sys)?;
+    if let Some(addr) = addrs.iter().find(|a| a.scope == 0) {
+        return refuse(format!("it holds the node's address {}", addr.net));
+    }
+    if let Some(route) = routes.first() {
+        return refuse(format!("the node routes {} through it", route.dst));
     }
     Ok(())
 }
 
+fn is_link_local(net: &ipnet::IpNet) -> bool {
+    match net.addr() {
+        std::net::IpAddr::V4(a) => a.is_link_local(),
+        std::net::IpAddr::V6(a) => a.segments()[0] & 0xffc0 == 0xfe80,
+    }
+}
+
+/// What ADD records on the node for DEL: which link in the pod is the node's, its name and
+/// its alias there. DEL trusts this, not what the pod can change (names, aliases).
+#[derive(serde::Serialize, Deserialize)]
+struct Moved {
+    name: String,
+    /// The link's index in the pod.
+    index: u32,
+    #[serde(default)]
+    alias: String,
+}
+
+/// The node's own directory for it (not a config's): gone with a reboot, as the pods are.
+const STATE_DIR: &str = "/run/cni/host-device";
+
+fn state_path(args: &CmdArgs) -> PathBuf {
+    Path::new(STATE_DIR).join(format!("{}_{}.json", args.container_id, args.ifname))
+}
+
+fn save_moved(args: &CmdArgs, moved: &Moved) -> Result<(), CniError> {
+    let path = state_path(args);
+    let fail = |e: std::io::Error| CniError::io(format!("saving {}: {e}", path.display()));
+    std::fs::create_dir_all(STATE_DIR).map_err(fail)?;
+    let bytes = serde_json::to_vec(moved).map_err(|e| CniError::internal(e.to_string()))?;
+    cni::atomic_file::place(&path, &bytes, 0o600)
+        .map(drop)
+        .map_err(fail)
+}
+
+fn load_moved(args: &CmdArgs) -> Result<Option<Moved>, CniError> {
+    let path = state_path(args);
+    match cni::input::read_file(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            CniError::decoding(format!(
+                "{} is not host-device's record: {e}",
+                path.display()
+            ))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(CniError::io(format!("reading {}: {e}", path.display()))),
+    }
+}
+
 impl cni::Plugin for HostDevice {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let conf = Conf::parse(&args.stdin)?;
+        let conf = Conf::parse(&args.stdin, true)?;
         let version = conf.net.version()?;
         let ipam = conf.net.ipam_type().map(|t| Ipam::new(t, args));
         let pod = open_netns(&args.netns)?;
@@ -319,27 +422,39 @@ impl cni::Plugin for HostDevice {
         if let Some(t) = net.ipam_type() {
             Ipam::new(t, args).del()?;
         }
-        let Some(pod) = pod else { return Ok(()) };
-        let pod_nl = Netlink::in_ns(&pod).map_err(sys)?;
-        let Some(link) = pod_nl.link_by_name(&args.ifname).map_err(sys)? else {
-            return Ok(());
-        };
-        // A link without the node's name for it was not moved in here: it stays.
-        let Some(name) = link.alias.clone() else {
-            return Ok(());
-        };
+        let record = load_moved(args)?;
         let node = NetNs::current().map_err(sys)?;
-        move_out(&pod_nl, &node, &link, &name).map_err(|mut e| {
+        let given_back = match (&pod, &record) {
+            (Some(pod), Some(moved)) => {
+                let pod_nl = Netlink::in_ns(pod).map_err(sys)?;
+                match pod_nl.link_by_index(moved.index).map_err(sys)? {
+                    Some(link) => move_out(&pod_nl, &node, &link, &moved.name, &moved.alias),
+                    None => Ok(()),
+                }
+            }
+            // The namespace is gone: the kernel gave a physical link back under its pod name.
+            (None, Some(moved)) => rename_returned(&moved.name, &moved.alias),
+            (Some(pod), None) => give_back_by_alias(args, pod, &node),
+            (None, None) => Ok(()),
+        };
+        given_back.map_err(|mut e| {
             e.msg = format!(
-                "giving {:?} in netns {} back to the node as {name:?}: {}",
+                "giving {:?} in netns {} back to the node: {}",
                 args.ifname, args.netns, e.msg
             );
             e
-        })
+        })?;
+        let path = state_path(args);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(CniError::io(format!("removing {}: {e}", path.display())))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = Conf::parse(&args.stdin)?;
+        let conf = Conf::parse(&args.stdin, true)?;
         let pod = open_netns(&args.netns)?;
         if let Some(t) = conf.net.ipam_type() {
             Ipam::new(t, args).check()?;
@@ -366,7 +481,7 @@ impl cni::Plugin for HostDevice {
 
     /// The selection's form (not whether the node has the link) and a built-in IPAM section.
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
-        let conf = Conf::parse(config)?;
+        let conf = Conf::parse(config, false)?;
         ipam_call::validate(&conf.net, config)
     }
 }
@@ -420,6 +535,14 @@ fn move_in_and_configure(
     let mut reserved = false;
     let configured = (|| {
         let link = pod_nl.link(&args.ifname).map_err(sys)?;
+        save_moved(
+            args,
+            &Moved {
+                name: host.name.clone(),
+                index: link.index,
+                alias: host.alias.clone().unwrap_or_default(),
+            },
+        )?;
         let iface = ContainerIface {
             ns: pod,
             nl: pod_nl,
@@ -452,10 +575,12 @@ fn move_in_and_configure(
             failures.push(format!("releasing the IPAM reservation: {e}"));
         }
     }
+    let _ = std::fs::remove_file(state_path(args));
+    let original_alias = host.alias.as_deref().unwrap_or("");
     let back = pod_nl
         .link(&args.ifname)
         .map_err(sys)
-        .and_then(|link| move_out(pod_nl, &node, &link, &host.name));
+        .and_then(|link| move_out(pod_nl, &node, &link, &host.name, original_alias));
     match back {
         Ok(()) => {
             if host.up {
@@ -469,8 +594,14 @@ fn move_in_and_configure(
     Err(with_cleanup_failures(err, &failures))
 }
 
-/// Moves the pod's `link` back to the node as `name`, and clears the alias ADD set.
-fn move_out(pod_nl: &Netlink, node: &NetNs, link: &Link, name: &str) -> Result<(), CniError> {
+/// Moves the pod's `link` back to the node as `name`, with the alias it had there.
+fn move_out(
+    pod_nl: &Netlink,
+    node: &NetNs,
+    link: &Link,
+    name: &str,
+    alias: &str,
+) -> Result<(), CniError> {
     let node_nl = Netlink::new().map_err(sys)?;
     if node_nl.link_by_name(name).map_err(sys)?.is_some() {
         return Err(CniError::internal(format!(
@@ -479,7 +610,41 @@ fn move_out(pod_nl: &Netlink, node: &NetNs, link: &Link, name: &str) -> Result<(
     }
     pod_nl.move_to_ns_as(link.index, node, name).map_err(sys)?;
     let back = node_nl.link(name).map_err(sys)?;
-    node_nl.set_alias(back.index, "").map_err(sys)
+    node_nl.set_alias(back.index, alias).map_err(sys)
+}
+
+/// An attachment ADD made without a record (an earlier version, or the reference's): the
+/// link named `CNI_IFNAME` with a node name in its alias, as the reference finds it. A link
+/// without one was not moved in by host-device and stays.
+fn give_back_by_alias(args: &CmdArgs, pod: &NetNs, node: &NetNs) -> Result<(), CniError> {
+    let pod_nl = Netlink::in_ns(pod).map_err(sys)?;
+    let Some(link) = pod_nl.link_by_name(&args.ifname).map_err(sys)? else {
+        return Ok(());
+    };
+    match link.alias.clone() {
+        Some(name) if netkit::netlink::validate_ifname(&name).is_ok() => {
+            move_out(&pod_nl, node, &link, &name, "")
+        }
+        _ => Ok(()),
+    }
+}
+
+/// After the pod's namespace went away the kernel moved a physical link back to the initial
+/// namespace under its pod name, with host-device's alias: it gets its own name again.
+fn rename_returned(name: &str, alias: &str) -> Result<(), CniError> {
+    let nl = Netlink::new().map_err(sys)?;
+    let links = nl.links().map_err(sys)?;
+    if links.iter().any(|l| l.name == name) {
+        return Ok(());
+    }
+    match links.iter().find(|l| l.alias.as_deref() == Some(name)) {
+        Some(link) => {
+            nl.set_down(link.index).map_err(sys)?;
+            nl.set_name(link.index, name).map_err(sys)?;
+            nl.set_alias(link.index, alias).map_err(sys)
+        }
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -488,7 +653,7 @@ mod tests {
 
     fn parse(extra: &str) -> Result<Conf, CniError> {
         let json = format!(r#"{{"cniVersion":"1.0.0","name":"n","type":"host-device"{extra}}}"#);
-        Conf::parse(json.as_bytes())
+        Conf::parse(json.as_bytes(), true)
     }
 
     #[test]

@@ -1053,6 +1053,46 @@ fn host_device_cases() -> Vec<Case> {
                 assert!(out[0].raw.contains("default route"), "{}", out[0].raw);
                 assert!(sb.node.links().contains(&"hd0".to_owned()));
             }),
+        case("a link holding the node's address", hd(r#","device":"hd0""#))
+            .before(|sb| {
+                host_dev(sb);
+                sb.node.ip(&["addr", "add", "10.9.0.2/24", "dev", "hd0"]);
+            })
+            .fails_with(7)
+            .differs("v1.1.1 moves a link the node has an address on", |sb, out| {
+                assert!(out[0].raw.contains("holds the node's address 10.9.0.2/24"), "{}", out[0].raw);
+                assert!(sb.node.links().contains(&"hd0".to_owned()));
+            }),
+        case("the parent of a macvlan of the node", hd(r#","device":"hd0""#))
+            .before(|sb| {
+                host_dev(sb);
+                sb.node.ip(&["link", "add", "mv0", "link", "hd0", "type", "macvlan"]);
+            })
+            .fails_with(7)
+            .differs("v1.1.1 moves a link the node has stacked others on", |sb, out| {
+                assert!(out[0].raw.contains("mv0") && out[0].raw.contains("is stacked on it"), "{}", out[0].raw);
+                assert!(sb.node.links().contains(&"hd0".to_owned()));
+            }),
+        case("DEL after the pod renamed the link and forged another", hd(r#","device":"hd0""#))
+            .before(host_dev)
+            .differs(
+                "v1.1.1 gives back whatever link has the name and an alias",
+                |sb, out| {
+                    assert!(out[0].ok, "{:?}", out[0]);
+                    // The pod renames the device and makes a veth of the same name whose
+                    // alias asks for it to go to the node.
+                    sb.pod.ip(&["link", "set", "eth0", "down"]);
+                    sb.pod.ip(&["link", "set", "eth0", "name", "stolen0"]);
+                    sb.pod.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "evilp"]);
+                    sb.pod.ip(&["link", "set", "eth0", "alias", "evil0"]);
+                    let del = sb.run(&sb.call("DEL", &hd(r#","device":"hd0""#)));
+                    assert_eq!(del.code, 0, "{}", del.stdout);
+                    let node = sb.node.links();
+                    assert!(node.contains(&"hd0".to_owned()), "the device is back: {node:?}");
+                    assert!(!node.contains(&"evil0".to_owned()), "the forged link stayed out: {node:?}");
+                    assert!(sb.pod.links().contains(&"eth0".to_owned()));
+                },
+            ),
         case("a bridge port", hd(r#","device":"hd0""#))
             .before(|sb| {
                 host_dev(sb);

@@ -292,3 +292,24 @@ fn tuning() {
     fails("tuning", &format!(r#"{prev},"mac":"zz""#), 7, "mac: ");
     fails("tuning", &format!(r#"{prev},"txQLen":"long""#), 6, "txQLen");
 }
+
+/// What only the node can answer is left to ADD: a PCI device or a deviceID this machine does
+/// not have still validates, in the right form.
+#[test]
+fn host_device_validates_without_the_node() {
+    passes("host-device", r#","pciBusID":"0000:99:1f.7""#);
+    passes(
+        "host-device",
+        r#","runtimeConfig":{"deviceID":"0000:99:1f.7"}"#,
+    );
+    passes(
+        "host-device",
+        r#","runtimeConfig":{"deviceID":"mlx5_core.sf.4"}"#,
+    );
+    fails(
+        "host-device",
+        r#","runtimeConfig":{"deviceID":"../x"}"#,
+        7,
+        "runtimeConfig.deviceID: ",
+    );
+}

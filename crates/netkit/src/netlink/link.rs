@@ -485,9 +485,10 @@ impl Netlink {
         })
     }
 
-    /// Moves a link into another namespace under another name, in one request: the kernel
-    /// renames it as it moves it, so the name is never taken on either side in between, and a
-    /// failure changes nothing.
+    /// Moves a link into another namespace under another name, in one request. The kernel
+    /// gives it the new name as it moves it when its old name is taken there, and renames it
+    /// right after the move otherwise: if that rename fails, the link is in `ns` under its old
+    /// name.
     pub fn move_to_ns_as(&self, index: u32, ns: &NetNs, name: &str) -> Result<()> {
         validate_ifname(name)?;
         let attrs = vec![
