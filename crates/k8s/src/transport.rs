@@ -5,10 +5,13 @@
 
 use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt};
 use rustls::pki_types::ServerName;
 use tower::{BoxError, ServiceBuilder};
+
+/// How long an HTTP/2 connection may stay silent before a ping, and then wait for its answer.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// An HTTP client for `config`'s server with its credentials, ready for `kube::Client::new`.
 /// Must be called inside the tokio runtime the client will run on.
@@ -43,7 +46,15 @@ pub(crate) fn service(
         https = https.with_server_name_resolver(FixedServerNameResolver::new(name));
     }
     let https = https.enable_all_versions().wrap_connector(tcp);
-    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
+    // HTTP/2 keeps one connection for every attempt, so one that went silent (a server failing
+    // over behind a VIP) must be noticed and dropped, or every retry waits on it: a ping
+    // unanswered within KEEP_ALIVE closes it, and the next attempt connects again.
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .http2_keep_alive_interval(KEEP_ALIVE)
+        .http2_keep_alive_timeout(KEEP_ALIVE)
+        .http2_keep_alive_while_idle(true)
+        .build(https);
     Ok(ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)

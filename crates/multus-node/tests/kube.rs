@@ -463,3 +463,33 @@ fn without_http2_an_add_reads_its_nads_over_a_few_http1_connections() {
     c.cmd("DEL").ok();
     c.sb.assert_clean("after DEL");
 }
+
+/// An API server that goes silent on the connection (as one failing over behind a VIP does)
+/// does not hold every retry: HTTP/2 pings find the connection dead and the retry connects
+/// again, so the ADD goes through.
+#[test]
+fn a_connection_that_goes_silent_is_dropped_and_the_retry_connects_again() {
+    let c = Cluster::new(json!({ NETWORKS: "a" }), json!({}));
+    c.bridge_nad("default", "a", "10.20.0.0/24");
+    c.server.inject_on(
+        "GET",
+        "/api/v1/namespaces/default/pods/web",
+        Fault::Stall,
+        1,
+    );
+    let start = Instant::now();
+    c.cmd("ADD").ok();
+    let took = start.elapsed();
+    let gets = c
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/namespaces/default/pods/web")
+        .count();
+    assert_eq!(gets, 2, "the stalled attempt and its retry");
+    assert_eq!(c.server.connections(), 2);
+    // Well before the attempt's own 2 s timeout would have run out twice.
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    c.cmd("DEL").ok();
+    c.sb.assert_clean("after DEL");
+}

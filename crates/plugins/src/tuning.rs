@@ -189,6 +189,7 @@ impl Conf {
             sysctl_path(key, "eth0")?;
         }
         check_allowlist(Path::new(ALLOWLIST), &sysctls)?;
+        check_data_dir(&data_dir(&raw.data_dir))?;
         Ok(Conf {
             net,
             data_dir: data_dir(&raw.data_dir),
@@ -216,6 +217,30 @@ fn data_dir(given: &str) -> PathBuf {
     } else {
         given
     })
+}
+
+/// Where a config may not have root write its saved state: the node's configuration (a
+/// `.json` file in the runtime's CNI config directory would be read as a network), its
+/// programs, and the kernel's file systems.
+const FORBIDDEN_DATA_DIRS: [&str; 12] = [
+    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/opt", "/root", "/proc", "/sys",
+    "/dev",
+];
+
+/// `dataDir`: absolute, without `..`, and outside [`FORBIDDEN_DATA_DIRS`].
+fn check_data_dir(dir: &Path) -> Result<(), CniError> {
+    let climbs = dir
+        .components()
+        .any(|c| c == std::path::Component::ParentDir);
+    let forbidden = FORBIDDEN_DATA_DIRS.iter().any(|f| dir.starts_with(f));
+    if !dir.is_absolute() || climbs || dir == Path::new("/") || forbidden {
+        return Err(CniError::invalid_config(format!(
+            "dataDir: {} must be an absolute directory without .., outside {}",
+            cni::quote::quote(&dir.display().to_string()),
+            FORBIDDEN_DATA_DIRS.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// A sysctl key as the file under /proc/sys it names (slash form), for the interface
@@ -384,7 +409,12 @@ impl cni::Plugin for Tuning {
         // Only where the saved state is: a config whose other keys no longer validate must
         // still let the attachment go.
         let raw: RawDataDir = cni::config::parse_plugin_config(&args.stdin)?;
-        let file = saved_path(&data_dir(&raw.data_dir), args);
+        let dir = data_dir(&raw.data_dir);
+        // ADD never wrote there, so there is nothing to put back (and nothing to remove).
+        if check_data_dir(&dir).is_err() {
+            return Ok(());
+        }
+        let file = saved_path(&dir, args);
         let saved = match load(&file)? {
             Some(saved) => saved,
             None => return Ok(()),
@@ -605,6 +635,23 @@ mod tests {
         assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 2]));
         let e = parse(r#","mac":"02:00""#, "").err().unwrap();
         assert!(e.msg.starts_with("mac: "), "{e}");
+    }
+
+    #[test]
+    fn the_data_dir_stays_out_of_the_nodes_configuration() {
+        for bad in [
+            "/etc/cni/net.d",
+            "relative/dir",
+            "/run/../etc",
+            "/",
+            "/usr/lib/cni",
+        ] {
+            let e = check_data_dir(Path::new(bad)).unwrap_err();
+            assert!(e.msg.starts_with("dataDir: "), "{bad}: {e}");
+        }
+        for good in ["/run/cni/tuning", "/var/lib/cni/tuning", "/tmp/x/tuning"] {
+            check_data_dir(Path::new(good)).unwrap();
+        }
     }
 
     #[test]

@@ -896,7 +896,13 @@ fn corpus() -> Vec<Case> {
             &["loopback"],
         ),
     ];
-    let tuning_cases: [(&str, &str, u64, &[&str]); 10] = [
+    let tuning_cases: [(&str, &str, u64, &[&str]); 11] = [
+        (
+            "a dataDir in the runtime's config directory",
+            r#","dataDir":"/etc/cni/net.d""#,
+            CONFIG,
+            &["dataDir: ", "/etc/cni/net.d"],
+        ),
         (
             "a sysctl outside net",
             r#","sysctl":{"kernel.shmmax":"1"}"#,

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::http1::{Request, MAX_BODY};
-use super::{answer, ticket, Shared};
+use super::{answer, ticket, Fault, Shared, STALL};
 
 /// Serves one connection until the client closes it, the server goes down, or a fault drops it.
 pub(super) async fn serve<S>(shared: Arc<Shared>, io: S)
@@ -17,15 +17,21 @@ where
     let Ok(mut connection) = h2::server::handshake(io).await else {
         return;
     };
-    // A fault that closes the connection drops it here, with every stream still on it.
-    let (drop_tx, mut drop_rx) = tokio::sync::mpsc::channel::<()>(1);
+    // A fault that closes the connection drops it here, with every stream still on it; a
+    // stall first leaves it unpolled, so nothing on it is read or answered, pings included.
+    let (drop_tx, mut drop_rx) = tokio::sync::mpsc::channel::<bool>(1);
     loop {
         tokio::select! {
             next = connection.accept() => {
                 let Some(Ok((request, respond))) = next else { return };
                 tokio::spawn(serve_stream(Arc::clone(&shared), request, respond, drop_tx.clone()));
             }
-            _ = drop_rx.recv() => return,
+            stall = drop_rx.recv() => {
+                if stall == Some(true) {
+                    tokio::time::sleep(STALL).await;
+                }
+                return;
+            }
         }
     }
 }
@@ -34,7 +40,7 @@ async fn serve_stream(
     shared: Arc<Shared>,
     request: http::Request<h2::RecvStream>,
     mut respond: h2::server::SendResponse<Bytes>,
-    drop_connection: tokio::sync::mpsc::Sender<()>,
+    drop_connection: tokio::sync::mpsc::Sender<bool>,
 ) {
     let (parts, mut stream) = request.into_parts();
     let mut body = Vec::new();
@@ -69,8 +75,14 @@ async fn serve_stream(
         let delay = ticket.delay;
         let _ = tokio::task::spawn_blocking(move || std::thread::sleep(delay)).await;
     }
+    let stall = matches!(ticket.fault, Some(Fault::Stall));
     let Some((code, body)) = answer(&shared, &req, ticket, http::Version::HTTP_2) else {
-        let _ = drop_connection.send(()).await;
+        let _ = drop_connection.send(stall).await;
+        if stall {
+            // Holding the stream: dropping it would reset it, which a silent server does not.
+            tokio::time::sleep(STALL).await;
+            drop(respond);
+        }
         return;
     };
     let Ok(head) = http::Response::builder()

@@ -61,7 +61,13 @@ pub enum Fault {
     /// Serve the request (a write is stored), then close the connection without replying: a
     /// reply lost on the way.
     LoseReply,
+    /// Stop reading and answering on the connection altogether, HTTP/2 pings included, for
+    /// [`STALL`], then drop it: a server gone silent behind a load balancer.
+    Stall,
 }
+
+/// How long a [`Fault::Stall`] keeps its connection silent.
+pub const STALL: Duration = Duration::from_secs(30);
 
 /// A request as the server saw it.
 #[derive(Clone, Debug)]
@@ -474,7 +480,7 @@ fn answer(
     let reply = match ticket.fault {
         _ if !ticket.authorized => Some(routes::unauthorized()),
         Some(Fault::Status(code)) => Some(routes::injected(code)),
-        Some(Fault::Close) => None,
+        Some(Fault::Close | Fault::Stall) => None,
         Some(Fault::Delay(_) | Fault::LoseReply) | None => Some(routes::handle(&mut state, req)),
     };
     let replied = reply.is_some() && !matches!(ticket.fault, Some(Fault::LoseReply));
@@ -532,7 +538,11 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) -> S {
     while let Ok(Some(req)) = http1::read_request(&mut conn) {
         let ticket = ticket(shared, &req);
         std::thread::sleep(ticket.delay);
+        let stall = matches!(ticket.fault, Some(Fault::Stall));
         let Some((code, body)) = answer(shared, &req, ticket, ::http::Version::HTTP_11) else {
+            if stall {
+                std::thread::sleep(STALL);
+            }
             break;
         };
         if http1::write_json(conn.get_mut(), code, &body, req.wants_close()).is_err()
