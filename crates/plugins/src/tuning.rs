@@ -297,7 +297,7 @@ fn check_allowlist(file: &Path, sysctls: &[(String, String)]) -> Result<(), CniE
 
 /// What ADD changed on the link, to put back: the reference's file, so either implementation
 /// can DEL the other's ADD.
-#[derive(Serialize, Deserialize, Default, Debug, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Default, Debug, Clone, PartialEq, Eq)]
 struct Saved {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     mac: String,
@@ -326,6 +326,21 @@ impl Saved {
             mtu: if conf.mtu.is_some() { link.mtu } else { 0 },
             allmulti: conf.allmulti.map(|_| is_allmulti(link)),
             tx_qlen: conf.tx_qlen.and(link.txqlen),
+        }
+    }
+
+    /// These values, with `later`'s for what these do not have.
+    fn keeping(&self, later: &Saved) -> Saved {
+        Saved {
+            mac: if self.mac.is_empty() {
+                later.mac.clone()
+            } else {
+                self.mac.clone()
+            },
+            promisc: self.promisc.or(later.promisc),
+            mtu: if self.mtu == 0 { later.mtu } else { self.mtu },
+            allmulti: self.allmulti.or(later.allmulti),
+            tx_qlen: self.tx_qlen.or(later.tx_qlen),
         }
     }
 
@@ -385,11 +400,21 @@ impl cni::Plugin for Tuning {
         let link = nl.link(&args.ifname).map_err(sys_ctx(&ctx))?;
         let saved = Saved::of(&link, &conf);
         let file = saved_path(&conf.data_dir, args);
-        save(&file, &saved)?;
+        // Another tuning earlier in the chain saved the originals of what it changed: they
+        // stay, and only what it left alone is added.
+        let earlier = load(&file)?;
+        let merged = match &earlier {
+            Some(earlier) => earlier.keeping(&saved),
+            None => saved.clone(),
+        };
+        save(&file, &merged)?;
         if let Err(e) = apply(&nl, &link, &conf) {
             let failures = saved.restore(&nl, &link);
             if failures.is_empty() {
-                let _ = std::fs::remove_file(&file);
+                let _ = match &earlier {
+                    Some(earlier) => save(&file, earlier),
+                    None => std::fs::remove_file(&file).map_err(|e| CniError::io(e.to_string())),
+                };
             }
             return Err(crate::sys::with_cleanup_failures(
                 sys_ctx(&ctx)(e),
@@ -635,6 +660,22 @@ mod tests {
         assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 2]));
         let e = parse(r#","mac":"02:00""#, "").err().unwrap();
         assert!(e.msg.starts_with("mac: "), "{e}");
+    }
+
+    #[test]
+    fn a_second_tuning_keeps_the_first_ones_originals() {
+        let first = Saved {
+            mac: "02:00:00:00:00:01".into(),
+            ..Saved::default()
+        };
+        let second = Saved {
+            mac: "02:00:00:00:00:77".into(),
+            mtu: 1500,
+            ..Saved::default()
+        };
+        let merged = first.keeping(&second);
+        assert_eq!(merged.mac, "02:00:00:00:00:01");
+        assert_eq!(merged.mtu, 1500);
     }
 
     #[test]

@@ -1217,6 +1217,26 @@ fn tuning_cases() -> Vec<Case> {
             let link = &sb.pod.ip_json(&["-d", "link", "show", "dev", "eth0"])[0];
             assert_eq!(link["txqlen"], 1000, "{link}");
         }),
+        with_eth0("two tunings in one chain", tun(r#","mac":"02:00:00:00:00:77""#))
+            .steps(&[Step::Add])
+            .differs(
+                "v1.1.1's second tuning overwrites the first's saved state",
+                |sb, out| {
+                    assert!(out[0].ok, "{:?}", out[0]);
+                    // The chain's second tuning changes the MAC again, and the MTU.
+                    let second = tun(r#","mac":"02:00:00:00:00:88","mtu":1400"#);
+                    assert_eq!(sb.run(&sb.call("ADD", &second)).code, 0);
+                    // DEL runs the chain backwards.
+                    assert_eq!(sb.run(&sb.call("DEL", &second)).code, 0);
+                    let first = tun(r#","mac":"02:00:00:00:00:77""#);
+                    assert_eq!(sb.run(&sb.call("DEL", &first)).code, 0);
+                    let link = &sb.pod.ip_json(&["-d", "link", "show", "dev", "eth0"])[0];
+                    assert_eq!(link["mtu"], 1500, "{link}");
+                    assert_ne!(link["address"], "02:00:00:00:00:77", "{link}");
+                    assert_ne!(link["address"], "02:00:00:00:00:88", "{link}");
+                    assert!(saved_files(sb).is_empty(), "{:?}", saved_files(sb));
+                },
+            ),
         with_eth0("txQLen, put back by DEL", tun(r#","txQLen":2000"#))
             .steps(full)
             .differs("v1.1.1 has no txQLen", |sb, out| {
