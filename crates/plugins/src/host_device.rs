@@ -21,6 +21,7 @@ use serde::Deserialize;
 
 use crate::container::{self, ContainerIface};
 use crate::ipam_call::{self, Ipam};
+use crate::state_file;
 use crate::sys::{open_netns, open_netns_for_del, sys, sys_ctx, with_cleanup_failures};
 
 /// The plugin, as registered in the multi-call binary's table.
@@ -368,30 +369,6 @@ fn state_path(args: &CmdArgs) -> PathBuf {
     Path::new(STATE_DIR).join(format!("{}_{}.json", args.container_id, args.ifname))
 }
 
-fn save_moved(args: &CmdArgs, moved: &Moved) -> Result<(), CniError> {
-    let path = state_path(args);
-    let fail = |e: std::io::Error| CniError::io(format!("saving {}: {e}", path.display()));
-    std::fs::create_dir_all(STATE_DIR).map_err(fail)?;
-    let bytes = serde_json::to_vec(moved).map_err(|e| CniError::internal(e.to_string()))?;
-    cni::atomic_file::place(&path, &bytes, 0o600)
-        .map(drop)
-        .map_err(fail)
-}
-
-fn load_moved(args: &CmdArgs) -> Result<Option<Moved>, CniError> {
-    let path = state_path(args);
-    match cni::input::read_file(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            CniError::decoding(format!(
-                "{} is not host-device's record: {e}",
-                path.display()
-            ))
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(CniError::io(format!("reading {}: {e}", path.display()))),
-    }
-}
-
 impl cni::Plugin for HostDevice {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let conf = Conf::parse(&args.stdin, true)?;
@@ -422,7 +399,7 @@ impl cni::Plugin for HostDevice {
         if let Some(t) = net.ipam_type() {
             Ipam::new(t, args).del()?;
         }
-        let record = load_moved(args)?;
+        let record: Option<Moved> = state_file::load(&state_path(args), "host-device's record")?;
         let node = NetNs::current().map_err(sys)?;
         let given_back = match (&pod, &record) {
             (Some(pod), Some(moved)) => {
@@ -444,13 +421,7 @@ impl cni::Plugin for HostDevice {
             );
             e
         })?;
-        let path = state_path(args);
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(CniError::io(format!("removing {}: {e}", path.display())))
-            }
-            _ => Ok(()),
-        }
+        state_file::remove(&state_path(args))
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -535,8 +506,8 @@ fn move_in_and_configure(
     let mut reserved = false;
     let configured = (|| {
         let link = pod_nl.link(&args.ifname).map_err(sys)?;
-        save_moved(
-            args,
+        state_file::save(
+            &state_path(args),
             &Moved {
                 name: host.name.clone(),
                 index: link.index,
@@ -575,7 +546,7 @@ fn move_in_and_configure(
             failures.push(format!("releasing the IPAM reservation: {e}"));
         }
     }
-    let _ = std::fs::remove_file(state_path(args));
+    let _ = state_file::remove(&state_path(args));
     let original_alias = host.alias.as_deref().unwrap_or("");
     let back = pod_nl
         .link(&args.ifname)

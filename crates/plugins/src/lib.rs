@@ -12,6 +12,7 @@ mod mac;
 pub mod macvlan;
 mod master;
 pub mod passthru;
+mod state_file;
 mod sublink;
 mod sys;
 pub mod tuning;

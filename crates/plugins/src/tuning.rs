@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use cni::{CmdArgs, CniError, CniResult, NetConf};
@@ -21,6 +20,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::state_file;
 use crate::sys::{open_netns, open_netns_for_del, sys, sys_ctx};
 
 /// The plugin, as registered in the multi-call binary's table.
@@ -402,18 +402,18 @@ impl cni::Plugin for Tuning {
         let file = saved_path(&conf.data_dir, args);
         // Another tuning earlier in the chain saved the originals of what it changed: they
         // stay, and only what it left alone is added.
-        let earlier = load(&file)?;
+        let earlier: Option<Saved> = state_file::load(&file, "tuning's saved state")?;
         let merged = match &earlier {
             Some(earlier) => earlier.keeping(&saved),
             None => saved.clone(),
         };
-        save(&file, &merged)?;
+        state_file::save(&file, &merged)?;
         if let Err(e) = apply(&nl, &link, &conf) {
             let failures = saved.restore(&nl, &link);
             if failures.is_empty() {
                 let _ = match &earlier {
-                    Some(earlier) => save(&file, earlier),
-                    None => std::fs::remove_file(&file).map_err(|e| CniError::io(e.to_string())),
+                    Some(earlier) => state_file::save(&file, earlier),
+                    None => state_file::remove(&file),
                 };
             }
             return Err(crate::sys::with_cleanup_failures(
@@ -440,7 +440,7 @@ impl cni::Plugin for Tuning {
             return Ok(());
         }
         let file = saved_path(&dir, args);
-        let saved = match load(&file)? {
+        let saved: Saved = match state_file::load(&file, "tuning's saved state")? {
             Some(saved) => saved,
             None => return Ok(()),
         };
@@ -464,15 +464,7 @@ impl cni::Plugin for Tuning {
                 );
             }
         }
-        std::fs::remove_file(&file)
-            .or_else(|e| {
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            })
-            .map_err(|e| CniError::io(format!("removing {}: {e}", file.display())))
+        state_file::remove(&file)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -570,37 +562,6 @@ fn apply(nl: &Netlink, link: &Link, conf: &Conf) -> netkit::Result<()> {
         nl.set_txqlen(link.index, q)?;
     }
     Ok(())
-}
-
-/// Writes the saved state (0600, never through a symlink), making `dataDir` if needed. It is
-/// not synced: it lives in /run by default, which a machine crash empties with the pods.
-fn save(file: &Path, saved: &Saved) -> Result<(), CniError> {
-    let fail = |e: std::io::Error| CniError::io(format!("saving {}: {e}", file.display()));
-    if let Some(dir) = file.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(fail)?;
-    }
-    let bytes = serde_json::to_vec_pretty(saved).map_err(|e| CniError::internal(e.to_string()))?;
-    cni::atomic_file::place(file, &bytes, 0o600)
-        .map(drop)
-        .map_err(fail)
-}
-
-/// The saved state, or `None` when ADD saved none.
-fn load(file: &Path) -> Result<Option<Saved>, CniError> {
-    match cni::input::read_file(file) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            CniError::decoding(format!(
-                "{} is not tuning's saved state: {e}",
-                file.display()
-            ))
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(CniError::io(format!("reading {}: {e}", file.display()))),
-    }
 }
 
 #[cfg(test)]
