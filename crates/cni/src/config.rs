@@ -25,8 +25,10 @@ pub struct NetConf {
     pub plugin_type: String,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub capabilities: BTreeMap<String, bool>,
+    /// An object when present: a NAD whose `ipam` is a string or a list is refused, not read
+    /// as having no IPAM (which would leave the pod without addresses).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipam: Option<Value>,
+    pub ipam: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<Dns>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -229,6 +229,13 @@ fn net_conf_accessors() {
     assert_eq!(bare.ipam_type(), None);
     let err = parse_plugin_config::<NetConf>(b"[").unwrap_err();
     assert_eq!(err.code, Code::Decoding as u32);
+    // An ipam that is not an object is an error, not "no IPAM".
+    for bad in [r#""static""#, r#"["static"]"#, "5"] {
+        let text = format!(r#"{{"name":"n","ipam":{bad}}}"#);
+        let err = parse_plugin_config::<NetConf>(text.as_bytes()).unwrap_err();
+        assert_eq!(err.code, Code::Decoding as u32, "{bad}");
+        assert!(err.msg.starts_with("ipam: "), "{bad}: {}", err.msg);
+    }
 }
 
 /// A conf dir holding the chain `podnet`'s plugin subdirectory.
