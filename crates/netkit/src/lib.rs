@@ -1,5 +1,5 @@
 //! Linux networking for the CNI plugins and multus: network namespaces, a synchronous
-//! rtnetlink layer, sysctl, and masquerade rules. Everything is synchronous and keeps the
+//! rtnetlink layer, sysctl, tap devices, and masquerade rules. Everything is synchronous and keeps the
 //! kernel's errno in its errors.
 
 pub mod error;
@@ -8,6 +8,7 @@ pub mod netlink;
 pub mod netns;
 pub mod spoofcheck;
 pub mod sysctl;
+pub mod tap;
 mod tool;
 
 pub use error::{Error, Result};

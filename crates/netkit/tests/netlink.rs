@@ -744,3 +744,108 @@ fn neighbours_are_listed() -> Result<()> {
     assert_eq!(n.state, 0x80, "NUD_PERMANENT");
     Ok(())
 }
+
+/// This kernel has no 8021q: the failure must be clear. Under the VM's kernel the vlan is
+/// created straight in the pod with its id and MTU.
+#[test]
+fn vlan_in_the_pod_or_a_clear_failure() -> Result<()> {
+    let node = Ns::new("vlan")?;
+    let pod = Ns::new("vlanpod")?;
+    node.nl.add_veth("up0", "up0p", None, None, None)?;
+    let parent = node.index("up0")?;
+    match node
+        .nl
+        .add_vlan("net1", parent, 42, Some(&pod.ns), Some(1400))
+    {
+        Err(e) => {
+            assert!(!in_vm(), "the VM kernel must have 8021q: {e}");
+            assert_eq!(e.errno(), Some(libc::EOPNOTSUPP), "{e}");
+            let text = e.to_string();
+            assert!(text.contains("creating vlan \"net1\" with id 42"), "{text}");
+            assert!(text.contains("Unknown device type"), "{text}");
+        }
+        Ok(()) => {
+            let link = pod.nl.link("net1")?;
+            assert_eq!(link.kind.as_deref(), Some("vlan"));
+            assert_eq!(link.vlan_id, Some(42));
+            assert_eq!(link.mtu, 1400);
+            assert_eq!(link.txqlen, Some(0));
+            let j = pod.link_json("net1");
+            assert_eq!(j["linkinfo"]["info_data"]["id"], 42);
+            assert_eq!(j["linkinfo"]["info_data"]["protocol"], "802.1Q");
+            assert!(!node.sandbox.links().contains(&"net1".to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// Likewise for dummy links: a clear failure here, a dummy with its MTU and MAC in the VM.
+#[test]
+fn dummy_in_the_pod_or_a_clear_failure() -> Result<()> {
+    let node = Ns::new("dmy")?;
+    let pod = Ns::new("dmypod")?;
+    let mac = [0x02, 0, 0, 0, 0, 0x42];
+    match node
+        .nl
+        .add_dummy("dm0", Some(&pod.ns), Some(1300), Some(mac))
+    {
+        Err(e) => {
+            assert!(!in_vm(), "the VM kernel must have dummy links: {e}");
+            assert_eq!(e.errno(), Some(libc::EOPNOTSUPP), "{e}");
+            let text = e.to_string();
+            assert!(text.contains("creating dummy \"dm0\""), "{text}");
+        }
+        Ok(()) => {
+            let link = pod.nl.link("dm0")?;
+            assert_eq!(link.kind.as_deref(), Some("dummy"));
+            assert_eq!(link.mtu, 1300);
+            assert_eq!(link.mac, Some(mac));
+            assert!(node.nl.link_by_name("dm0")?.is_none());
+        }
+    }
+    Ok(())
+}
+
+/// A tap made in a pod's namespace: persistent, owned as asked, multi-queue when asked, and
+/// nowhere else.
+#[test]
+fn tap_in_the_pod() -> Result<()> {
+    let pod = Ns::new("tappod")?;
+    let opts = netkit::tap::TapOpts {
+        multi_queue: true,
+        // Ids no account has, which `ip` prints as numbers.
+        owner: Some(4242),
+        group: Some(4343),
+    };
+    pod.ns.run(|| netkit::tap::create("tap0", opts))??;
+    let link = pod.nl.link("tap0")?;
+    assert_eq!(link.kind.as_deref(), Some("tun"));
+    let j = pod.link_json("tap0");
+    let info = &j["linkinfo"]["info_data"];
+    assert_eq!(info["type"], "tap", "{j}");
+    assert_eq!(info["pi"], false, "{j}");
+    assert_eq!(info["vnet_hdr"], true, "{j}");
+    assert_eq!(info["multi_queue"], true, "{j}");
+    assert_eq!(info["persist"], true, "{j}");
+    assert_eq!(info["user"], 4242, "{j}");
+    assert_eq!(info["group"], 4343, "{j}");
+
+    // Without an owner only root may attach; the name must be one the kernel takes.
+    pod.ns
+        .run(|| netkit::tap::create("tap1", Default::default()))??;
+    let j = pod.link_json("tap1");
+    assert_eq!(j["linkinfo"]["info_data"]["multi_queue"], false, "{j}");
+    assert!(j["linkinfo"]["info_data"].get("user").is_none(), "{j}");
+    let e = pod
+        .ns
+        .run(|| netkit::tap::create("tap0", Default::default()))?;
+    assert!(e.is_err(), "a second tap0");
+    let e = pod
+        .ns
+        .run(|| netkit::tap::create("bad/name", Default::default()))?;
+    assert!(e
+        .expect_err("refused")
+        .to_string()
+        .contains("invalid interface name"));
+    Ok(())
+}

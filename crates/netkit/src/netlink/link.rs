@@ -1,10 +1,10 @@
-//! Links: lookup, creation (veth, bridge, macvlan, ipvlan) and attribute changes.
+//! Links: lookup, creation (veth, bridge, macvlan, ipvlan, vlan, dummy) and attribute changes.
 
 use std::os::fd::AsRawFd;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
-    InfoBridge, InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, LinkAttribute,
+    InfoBridge, InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, InfoVlan, LinkAttribute,
     LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::RouteNetlinkMessage;
@@ -41,6 +41,8 @@ pub struct Link {
     pub link_netnsid: Option<i32>,
     pub macvlan_mode: Option<u32>,
     pub ipvlan_mode: Option<u16>,
+    /// The 802.1Q id of a vlan link.
+    pub vlan_id: Option<u16>,
     pub txqlen: Option<u32>,
     /// For bridges: whether VLAN filtering is on.
     pub vlan_filtering: Option<bool>,
@@ -65,6 +67,7 @@ impl Link {
             link_netnsid: None,
             macvlan_mode: None,
             ipvlan_mode: None,
+            vlan_id: None,
             txqlen: None,
             vlan_filtering: None,
             alias: None,
@@ -104,6 +107,13 @@ impl Link {
                 for d in data {
                     if let InfoIpVlan::Mode(m) = d {
                         self.ipvlan_mode = Some(m.into());
+                    }
+                }
+            }
+            LinkInfo::Data(InfoData::Vlan(data)) => {
+                for d in data {
+                    if let InfoVlan::Id(id) = d {
+                        self.vlan_id = Some(id);
                     }
                 }
             }
@@ -376,6 +386,55 @@ impl Netlink {
         })
     }
 
+    /// Creates an 802.1Q vlan link with id `vlan_id` on `parent_index` (in the socket's
+    /// namespace), directly in `target_ns` when given, with txqueuelen 0 ([`UNQUEUED`]).
+    pub fn add_vlan(
+        &self,
+        name: &str,
+        parent_index: u32,
+        vlan_id: u16,
+        target_ns: Option<&NetNs>,
+        mtu: Option<u32>,
+    ) -> Result<()> {
+        let mut attrs = base_attrs(name, mtu, None, target_ns)?;
+        attrs.push(LinkAttribute::Link(parent_index));
+        attrs.push(UNQUEUED);
+        let data = InfoData::Vlan(vec![InfoVlan::Id(vlan_id)]);
+        let attrs = with_info(attrs, InfoKind::Vlan, Some(data));
+        self.create_link(attrs, || {
+            format!(
+                "creating vlan {name:?} with id {vlan_id} on link {parent_index}{}",
+                ns_note(target_ns, "into")
+            )
+        })
+        .map_err(|e| match e {
+            // The kernel allows one vlan per id and parent.
+            Error::Netlink { op, errno, msg } if errno == libc::EEXIST => {
+                let msg = format!("{msg} (a vlan with id {vlan_id} is already on that link)");
+                Error::Netlink { op, errno, msg }
+            }
+            other => other,
+        })
+    }
+
+    /// Creates a dummy link, directly in `target_ns` when given.
+    pub fn add_dummy(
+        &self,
+        name: &str,
+        target_ns: Option<&NetNs>,
+        mtu: Option<u32>,
+        mac: Option<[u8; 6]>,
+    ) -> Result<()> {
+        let attrs = with_info(
+            base_attrs(name, mtu, mac, target_ns)?,
+            InfoKind::Dummy,
+            None,
+        );
+        self.create_link(attrs, || {
+            format!("creating dummy {name:?}{}", ns_note(target_ns, "in"))
+        })
+    }
+
     /// One RTM_SETLINK for `index`: attributes plus the `IFF_*` bits in `change` set to `flags`.
     fn set_link(
         &self,
@@ -404,6 +463,14 @@ impl Netlink {
     pub fn set_up(&self, index: u32) -> Result<()> {
         self.set_link(index, vec![], LinkFlags::Up, LinkFlags::Up, || {
             format!("setting link {index} up")
+        })
+        .map_err(|e| match e {
+            // A vlan, macvlan or ipvlan on a master that is down.
+            Error::Netlink { op, errno, msg } if errno == libc::ENETDOWN => {
+                let msg = format!("{msg} (the link it sits on is down: bring the master up)");
+                Error::Netlink { op, errno, msg }
+            }
+            other => other,
         })
     }
 
