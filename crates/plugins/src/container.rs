@@ -15,6 +15,8 @@ use crate::sys::{sys, sys_ctx};
 /// How long to wait for IPv6 duplicate address detection when `enabledad` asks for it.
 const DAD_TIMEOUT: Duration = Duration::from_secs(5);
 const DAD_POLL: Duration = Duration::from_millis(20);
+/// Attempts at a free random host veth name before giving up.
+const VETH_NAME_ATTEMPTS: usize = 10;
 
 /// The container interface, as seen inside the pod.
 pub struct ContainerIface<'a> {
@@ -175,6 +177,39 @@ pub fn result_entry(link: &Link, netns: &str) -> Interface {
         sandbox: netns.to_owned(),
         ..Interface::default()
     }
+}
+
+/// Creates a veth pair: the host end under a random `vethXXXXXXXX` name in `nl`'s namespace,
+/// the other end, `peer_name`, directly in `peer_ns` (or beside the host end with `None`).
+/// Returns the host end.
+pub fn create_veth(
+    nl: &Netlink,
+    peer_name: &str,
+    peer_ns: Option<&NetNs>,
+    mtu: Option<u32>,
+) -> Result<Link, CniError> {
+    let where_ = peer_ns
+        .map(|ns| format!("netns {}", ns.path().display()))
+        .unwrap_or_else(|| "the node's netns".to_owned());
+    for _ in 0..VETH_NAME_ATTEMPTS {
+        let host_name = random_veth_name()?;
+        match nl.add_veth(&host_name, peer_name, peer_ns, mtu, None) {
+            Ok(()) => return nl.link(&host_name).map_err(sys),
+            Err(e) if e.errno() == Some(libc::EEXIST) => {
+                // Either our random name is taken (try another) or the peer's name is.
+                if nl.link_by_name(&host_name).map_err(sys)?.is_none() {
+                    return Err(CniError::internal(format!(
+                        "interface {peer_name:?} already exists in {where_}"
+                    ))
+                    .with_details(e.to_string()));
+                }
+            }
+            Err(e) => return Err(sys(e)),
+        }
+    }
+    Err(CniError::internal(format!(
+        "no free host veth name found after {VETH_NAME_ATTEMPTS} random tries"
+    )))
 }
 
 /// `veth` and 8 random hex digits, like the reference (NetworkManager ignores `veth*`).

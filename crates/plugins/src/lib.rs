@@ -1,9 +1,10 @@
-//! Interface plugins (bridge, macvlan, ipvlan), loopback, passthru, and the table of plugins in
-//! the `cni-plugins` multi-call binary.
+//! Interface plugins (bridge, ptp, macvlan, ipvlan, vlan, dummy, tap, host-device), loopback, tuning,
+//! passthru, and the table of plugins in the `cni-plugins` multi-call binary.
 
 pub mod bridge;
 mod check;
 mod container;
+pub mod dummy;
 pub mod host_device;
 mod ipam_call;
 pub mod ipvlan;
@@ -12,10 +13,13 @@ mod mac;
 pub mod macvlan;
 mod master;
 pub mod passthru;
+pub mod ptp;
 mod state_file;
 mod sublink;
 mod sys;
+pub mod tap;
 pub mod tuning;
+pub mod vlan;
 
 /// A plugin in the multi-call binary: the name it is installed under, and its implementation.
 pub struct Entry {
@@ -51,6 +55,30 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Interface,
         about: "ipvlan: a link sharing the MAC address of a master interface",
         plugin: &ipvlan::Ipvlan,
+    },
+    Entry {
+        name: "vlan",
+        kind: Kind::Interface,
+        about: "vlan: an 802.1Q link on a master interface",
+        plugin: &vlan::Vlan,
+    },
+    Entry {
+        name: "ptp",
+        kind: Kind::Interface,
+        about: "ptp: a veth pair per attachment, routed by the node without a bridge",
+        plugin: &ptp::Ptp,
+    },
+    Entry {
+        name: "dummy",
+        kind: Kind::Interface,
+        about: "dummy: a link of its own in the pod, with addresses but no traffic out",
+        plugin: &dummy::Dummy,
+    },
+    Entry {
+        name: "tap",
+        kind: Kind::Interface,
+        about: "tap: a persistent tap device in the pod, for a VM inside it",
+        plugin: &tap::Tap,
     },
     Entry {
         name: "host-local",

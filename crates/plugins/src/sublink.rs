@@ -1,6 +1,6 @@
-//! What macvlan and ipvlan share: a link on a master interface, created straight into the pod
-//! under a temporary name and renamed, addressed from IPAM (or, for ipvlan, a previous plugin's
-//! result), and removed again on any failure.
+//! What macvlan, ipvlan and vlan share: a link on a master interface, created straight into
+//! the pod under a temporary name and renamed, addressed from IPAM (or, for ipvlan, a previous
+//! plugin's result), and removed again on any failure.
 //!
 //! DEL needs neither the master nor a default route: it releases the IPAM reservation while
 //! the interface still exists, then deletes the interface if the pod still has it.
@@ -16,7 +16,7 @@ use crate::ipam_call::{self, Ipam};
 use crate::master;
 use crate::sys::{open_netns, open_netns_for_del, sys, sys_ctx, with_cleanup_failures};
 
-/// The keys macvlan and ipvlan share, as written (the common ones are a [`NetConf`]).
+/// The keys macvlan, ipvlan and vlan share, as written (the common ones are a [`NetConf`]).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawConf {
@@ -72,8 +72,12 @@ impl SubConf {
 }
 
 /// Picks a mode from a plugin's table (names and values, the default first); `""` is the
-/// default.
+/// default. A plugin with a single nameless mode (vlan) has no `mode` key: it is ignored, as
+/// the reference ignores keys it does not know.
 fn parse_mode<M: Copy>(kind: &str, modes: &[(&str, M)], name: &str) -> Result<M, CniError> {
+    if let [("", only)] = modes {
+        return Ok(*only);
+    }
     if name.is_empty() {
         if let Some((_, default)) = modes.first() {
             return Ok(*default);
@@ -126,7 +130,7 @@ pub fn check_mode<M: Copy>(
     )))
 }
 
-/// What differs between macvlan and ipvlan.
+/// What differs between macvlan, ipvlan and vlan.
 pub trait Flavor {
     /// The link kind, as the kernel names it.
     const KIND: &'static str;
@@ -136,8 +140,8 @@ pub trait Flavor {
     /// Creates the link `name` on `master` (an index in `nl`'s namespace) straight into `pod`.
     fn create(&self, nl: &Netlink, name: &str, master: u32, pod: &NetNs) -> netkit::Result<()>;
 
-    /// The link has the configured mode.
-    fn check_mode(&self, link: &Link) -> Result<(), CniError>;
+    /// The link has the configured mode (vlan: id and MTU).
+    fn check_link(&self, link: &Link) -> Result<(), CniError>;
 
     /// The addresses to configure when the config has no IPAM (an empty result is layer 2
     /// only). Called before anything is created, so a refusal leaves nothing behind.
@@ -165,7 +169,8 @@ pub fn validate(f: &impl Flavor, config: &[u8]) -> Result<(), CniError> {
 
 pub fn add<F: Flavor>(args: &CmdArgs, f: &F) -> Result<CniResult, CniError> {
     let conf = f.conf();
-    let version = conf.net.version()?;
+    // An unknown version is refused before anything is made.
+    conf.net.version()?;
     let ipam = conf.net.ipam_type().map(|t| Ipam::new(t, args));
     let given = if ipam.is_none() {
         Some(f.without_ipam()?)
@@ -190,8 +195,38 @@ pub fn add<F: Flavor>(args: &CmdArgs, f: &F) -> Result<CniResult, CniError> {
         name: &args.ifname,
         index: link.index,
     };
+    attach(
+        args,
+        &conf.net,
+        conf.enable_dad,
+        &iface,
+        ipam.as_ref(),
+        given,
+    )
+}
+
+/// The rest of an ADD once the link `iface` exists in the pod: addresses from `ipam` (or the
+/// `given` ones), the link up, the result; on any failure the reservation is released and the
+/// link deleted.
+pub fn attach(
+    args: &CmdArgs,
+    net: &NetConf,
+    enable_dad: bool,
+    iface: &ContainerIface,
+    ipam: Option<&Ipam>,
+    given: Option<CniResult>,
+) -> Result<CniResult, CniError> {
+    let version = net.version()?;
     let mut ipam_reserved = false;
-    match configure(args, conf, &iface, ipam.as_ref(), given, &mut ipam_reserved) {
+    match configure(
+        args,
+        net,
+        enable_dad,
+        iface,
+        ipam,
+        given,
+        &mut ipam_reserved,
+    ) {
         Ok(mut result) => {
             result.cni_version = version.to_string();
             Ok(result)
@@ -199,12 +234,12 @@ pub fn add<F: Flavor>(args: &CmdArgs, f: &F) -> Result<CniResult, CniError> {
         Err(err) => {
             let mut failures = Vec::new();
             // IPAM first, while the interface still exists (a DHCP release can go out).
-            if let (true, Some(ipam)) = (ipam_reserved, &ipam) {
+            if let (true, Some(ipam)) = (ipam_reserved, ipam) {
                 if let Err(e) = ipam.del() {
                     failures.push(format!("releasing the IPAM reservation: {e}"));
                 }
             }
-            if let Err(e) = pod_nl.del_link_if_exists(link.index) {
+            if let Err(e) = iface.nl.del_link_if_exists(iface.index) {
                 failures.push(e.to_string());
             }
             Err(with_cleanup_failures(err, &failures))
@@ -215,14 +250,15 @@ pub fn add<F: Flavor>(args: &CmdArgs, f: &F) -> Result<CniResult, CniError> {
 /// Addresses the new interface, brings it up, and builds the result.
 fn configure(
     args: &CmdArgs,
-    conf: &SubConf,
+    net: &NetConf,
+    enable_dad: bool,
     iface: &ContainerIface,
     ipam: Option<&Ipam>,
     given: Option<CniResult>,
     ipam_reserved: &mut bool,
 ) -> Result<CniResult, CniError> {
     let mut result = match (ipam, given) {
-        (Some(ipam), _) => ipam.add_addresses(conf.net.version()?, ipam_reserved)?,
+        (Some(ipam), _) => ipam.add_addresses(net.version()?, ipam_reserved)?,
         (None, given) => given.unwrap_or_default(),
     };
     let ctx = || format!("interface {:?} in netns {}", args.ifname, args.netns);
@@ -232,7 +268,7 @@ fn configure(
         for ip in &mut result.ips {
             ip.interface = Some(0);
         }
-        iface.apply(&result, conf.enable_dad, true)?;
+        iface.apply(&result, enable_dad, true)?;
     }
     let link = iface
         .nl
@@ -240,7 +276,7 @@ fn configure(
         .map_err(sys_ctx(ctx()))?
         .ok_or_else(|| CniError::internal(format!("{} disappeared during ADD", ctx())))?;
     result.interfaces = vec![container::result_entry(&link, &args.netns)];
-    result.dns = ipam_call::result_dns(conf.net.dns.as_ref(), &result.dns);
+    result.dns = ipam_call::result_dns(net.dns.as_ref(), &result.dns);
     Ok(result)
 }
 
@@ -291,7 +327,7 @@ pub fn check<F: Flavor>(args: &CmdArgs, f: &F) -> Result<(), CniError> {
     }
     let link = check::pod_link(&pod_nl, args)?;
     check::kind(&link, F::KIND)?;
-    f.check_mode(&link)?;
+    f.check_link(&link)?;
     check::mac(entry, &link)?;
     check::addresses(&pod_nl, &link, &prev)?;
     check::routes(&pod_nl, &prev)

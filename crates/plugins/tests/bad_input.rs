@@ -35,7 +35,33 @@ fn ipvlan(extra: &str) -> String {
     )
 }
 
-/// The master macvlan and ipvlan attach to; not a leftover.
+/// The same for vlan, with id 10.
+fn vlan(extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"vlan","master":"up0","vlanId":10{extra},
+            "ipam":{{"type":"host-local","dataDir":"DATADIR"{RANGES}}}}}"#
+    )
+}
+
+/// ptp with host-local.
+fn ptp(extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"ptp"{extra},
+            "ipam":{{"type":"host-local","dataDir":"DATADIR"{RANGES}}}}}"#
+    )
+}
+
+/// tap at layer 2.
+const TAP: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"tap"}"#;
+
+/// dummy with static IPAM.
+fn dummy(extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"dummy"{extra},"ipam":{{"type":"static","addresses":[{{"address":"10.66.0.5/24"}}]}}}}"#
+    )
+}
+
+/// The master macvlan, ipvlan and vlan attach to; not a leftover.
 const MASTER: [&str; 2] = ["up0", "up0p"];
 
 const RANGES: &str = r#","ranges":[[{"subnet":"10.66.0.0/24"}]]"#;
@@ -118,7 +144,7 @@ fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
     let good_macvlan = macvlan("", RANGES);
-    let plugins: [(&'static str, String); 10] = [
+    let plugins: [(&'static str, String); 14] = [
         ("bridge", good_bridge.clone()),
         ("macvlan", good_macvlan.clone()),
         ("ipvlan", ipvlan("")),
@@ -132,6 +158,10 @@ fn corpus() -> Vec<Case> {
         ("loopback", LOOPBACK.to_owned()),
         ("host-device", host_device(r#","device":"nope0""#)),
         ("tuning", tuning(r#","mtu":1400"#)),
+        ("vlan", vlan("")),
+        ("dummy", dummy("")),
+        ("ptp", ptp("")),
+        ("tap", TAP.to_owned()),
     ];
 
     // The environment, for every plugin.
@@ -981,6 +1011,158 @@ fn corpus() -> Vec<Case> {
             )
             .says(says),
         );
+    }
+    let vlan_cases: [(&str, String, u64, &[&str]); 8] = [
+        (
+            "vlanId 4095",
+            vlan("").replace(r#""vlanId":10"#, r#""vlanId":4095"#),
+            CONFIG,
+            &["vlanId: 4095 is not a VLAN id"],
+        ),
+        (
+            "negative vlanId",
+            vlan("").replace(r#""vlanId":10"#, r#""vlanId":-1"#),
+            CONFIG,
+            &["vlanId: -1"],
+        ),
+        (
+            "vlanId a string",
+            vlan("").replace(r#""vlanId":10"#, r#""vlanId":"10""#),
+            DECODE,
+            &["vlanId"],
+        ),
+        (
+            "no master",
+            vlan("").replace(r#""master":"up0","#, ""),
+            CONFIG,
+            &["master: required"],
+        ),
+        (
+            "master missing",
+            vlan("").replace("up0", "nope0"),
+            CONFIG,
+            &[r#"master: "nope0" is not found"#],
+        ),
+        (
+            "mtu above the master's",
+            vlan(r#","mtu":9000"#),
+            CONFIG,
+            &["mtu: 9000 is larger than the MTU 1500"],
+        ),
+        (
+            "no ipam",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"vlan","master":"up0","vlanId":10}"#
+                .into(),
+            CONFIG,
+            &["vlan needs addresses"],
+        ),
+        (
+            "a master name of 16 bytes",
+            vlan("").replace("up0", "abcdefghijklmnop"),
+            CONFIG,
+            &["master: \"abcdefghijklmnop\" is not an interface name"],
+        ),
+    ];
+    for (what, stdin, code, says) in vlan_cases {
+        cases.push(case(format!("vlan: {what}"), "vlan", stdin, code).says(says));
+    }
+    let dummy_cases: [(&str, String, u64, &[&str]); 4] = [
+        (
+            "an ipam that is a string",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"dummy","ipam":"static"}"#.into(),
+            DECODE,
+            &[r#"ipam: "static" is not an object"#],
+        ),
+        (
+            "no ipam",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"dummy"}"#.into(),
+            CONFIG,
+            &["dummy needs addresses"],
+        ),
+        (
+            "enabledad a string",
+            dummy(r#","enabledad":"yes""#),
+            DECODE,
+            &["enabledad"],
+        ),
+        (
+            "an ipam without a type",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"dummy","ipam":{}}"#.into(),
+            CONFIG,
+            &["dummy needs addresses"],
+        ),
+    ];
+    let ptp_cases: [(&str, String, u64, &[&str]); 6] = [
+        (
+            "no ipam",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"ptp"}"#.into(),
+            CONFIG,
+            &["ptp needs addresses"],
+        ),
+        (
+            "an unknown ipMasqBackend",
+            ptp(r#","ipMasq":true,"ipMasqBackend":"pf""#),
+            CONFIG,
+            &[r#"ipMasqBackend: "pf" is not"#],
+        ),
+        ("a negative mtu", ptp(r#","mtu":-1"#), DECODE, &["mtu"]),
+        ("ipMasq a string", ptp(r#","ipMasq":"yes""#), DECODE, &["ipMasq"]),
+        (
+            "a static address without a gateway",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"ptp","ipMasq":true,"ipam":{"type":"static","addresses":[{"address":"10.66.0.5/24"}]}}"#.into(),
+            CONFIG,
+            &["ptp needs a gateway for address 10.66.0.5/24"],
+        ),
+        (
+            "a gateway of the other family",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"ptp","ipam":{"type":"static","addresses":[{"address":"10.66.0.5/24","gateway":"fd66::1"}]}}"#.into(),
+            CONFIG,
+            &["fd66::1 and 10.66.0.5/24 are of different address families"],
+        ),
+    ];
+    let tap_cases: [(&str, &str, u64, &[&str]); 7] = [
+        (
+            "a MAC of five bytes",
+            r#","mac":"02:00:00:00:00""#,
+            CONFIG,
+            &[r#"mac: "02:00:00:00:00" is not a MAC address"#],
+        ),
+        ("a negative owner", r#","owner":-1"#, DECODE, &["owner"]),
+        ("a group name", r#","group":"kvm""#, DECODE, &["group"]),
+        (
+            "a bridge name with a slash",
+            r#","bridge":"a/b""#,
+            CONFIG,
+            &[r#"bridge: "a/b" is not an interface name"#],
+        ),
+        (
+            "a bridge the pod has not got",
+            r#","bridge":"br9""#,
+            CONFIG,
+            &[r#"bridge: "br9" is not a bridge"#],
+        ),
+        (
+            "an selinuxContext of one field",
+            r#","selinuxContext":"unconfined_t""#,
+            CONFIG,
+            &["selinuxContext: \"unconfined_t\" is not an SELinux context"],
+        ),
+        (
+            "an selinuxContext with a newline",
+            r#","selinuxContext":"u:r:t:s0\nx""#,
+            CONFIG,
+            &["selinuxContext: "],
+        ),
+    ];
+    for (what, extra, code, says) in tap_cases {
+        let stdin = TAP.replace('}', &format!("{extra}}}"));
+        cases.push(case(format!("tap: {what}"), "tap", stdin, code).says(says));
+    }
+    for (what, stdin, code, says) in ptp_cases {
+        cases.push(case(format!("ptp: {what}"), "ptp", stdin, code).says(says));
+    }
+    for (what, stdin, code, says) in dummy_cases {
+        cases.push(case(format!("dummy: {what}"), "dummy", stdin, code).says(says));
     }
     for (what, extra, code, says) in loopback_cases {
         let stdin = LOOPBACK.replace('}', &format!("{extra}}}"));

@@ -649,6 +649,253 @@ fn ipvlan_cases() -> Vec<Case> {
     ]
 }
 
+/// A vlan config with id 100 on the node's master `up0`; `body` starts with a comma.
+fn vl(body: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"sbs","type":"vlan","master":"up0","vlanId":100{body}}}"#
+    )
+}
+
+fn vlan_cases() -> Vec<Case> {
+    let hl4 = hl(V4);
+    let v = |name: &'static str, conf: String| case(name, conf).before(veth_master);
+    vec![
+        v(
+            "vlan static dual-stack with routes",
+            vl(&format!(",{STATIC}")),
+        ),
+        v("vlan host-local", vl(&format!(",{hl4}"))),
+        v("vlan mtu", vl(&format!(r#","mtu":1400,{hl4}"#))),
+        v(
+            "vlan id 0",
+            vl(&format!(",{hl4}")).replace(r#""vlanId":100"#, r#""vlanId":0"#),
+        ),
+        v(
+            "vlan id 4094, CNI 0.3.1",
+            vl(&format!(",{hl4}"))
+                .replace(r#""vlanId":100"#, r#""vlanId":4094"#)
+                .replace("1.0.0", "0.3.1"),
+        ),
+        v(
+            "vlan id 4095",
+            vl(&format!(",{hl4}")).replace(r#""vlanId":100"#, r#""vlanId":4095"#),
+        )
+        .fails_with(7),
+        v(
+            "vlan negative id",
+            vl(&format!(",{hl4}")).replace(r#""vlanId":100"#, r#""vlanId":-2"#),
+        )
+        .fails_with(7),
+        v(
+            "vlan without master",
+            vl(&format!(",{hl4}")).replace(r#","master":"up0""#, ""),
+        )
+        .fails_with(7),
+        v(
+            "vlan master missing",
+            vl(&format!(",{hl4}")).replace("up0", "nosuch0"),
+        )
+        .fails_with(7),
+        v(
+            "vlan mtu above the master's",
+            vl(&format!(r#","mtu":1600,{hl4}"#)),
+        )
+        .fails_with(7),
+        v(
+            "vlan beside the pod's eth0",
+            vl(&format!(
+                ",{}",
+                host_local(V4, r#","routes":[{"dst":"10.30.0.0/16"}]"#)
+            )),
+        )
+        .secondary()
+        .before(|sb| {
+            veth_master(sb);
+            pod_eth0(sb);
+        })
+        .steps(&[Step::Add, Step::Check, Step::Del])
+        .differs(
+            "v1.1.1's CHECK looks for a route without `gw` with no gateway, but its ADD \
+             installed it via the range's gateway: CHECK fails after its own ADD",
+            |sb, out| {
+                assert!(out.iter().all(|o| o.ok), "{out:?}");
+                let routes = out[0].result["routes"].to_string();
+                assert!(routes.contains("10.30.0.0/16"), "{routes}");
+                let mut links = sb.pod.links();
+                links.sort();
+                assert_eq!(links, ["eth0", "eth0p", "lo"]);
+            },
+        ),
+        v("vlan CHECK after ADD", vl(&format!(",{STATIC}"))).steps(&[Step::Add, Step::Check]),
+        v("vlan DEL twice", vl(&format!(",{hl4}"))).steps(&[Step::Add, Step::Del, Step::Del]),
+        v(
+            "vlan DEL after the pod netns was deleted",
+            vl(&format!(",{hl4}")),
+        )
+        .steps(&[Step::Add, Step::DeletePodNetns, Step::Del]),
+        v("vlan DEL with empty CNI_NETNS", vl(&format!(",{hl4}"))).steps(&[
+            Step::Add,
+            Step::DelNoNetns,
+            Step::Del,
+        ]),
+        v("vlan without ipam", vl("")).fails_with(7).differs(
+            "v1.1.1 creates the vlan, then fails looking for an IPAM plugin with an empty name \
+             and leaves the link in the pod",
+            assert_nothing_left,
+        ),
+        v("vlan IPAM refuses the address", vl(&format!(",{hl4}")))
+            .args("IgnoreUnknown=1;IP=10.9.9.9")
+            .fails_with(7)
+            .differs(
+                "v1.1.1 leaves the vlan link in the pod when IPAM fails",
+                assert_nothing_left,
+            ),
+        v(
+            "vlan DEL after the master was deleted",
+            vl(&format!(",{hl4}")),
+        )
+        .steps(&[Step::Add, Step::DeleteNodeLink("up0p"), Step::Del])
+        .differs(
+            "v1.1.1's DEL looks the master up and fails without it",
+            |sb, out| {
+                assert!(out.iter().all(|o| o.ok), "{out:?}");
+                assert!(sb.pod.links().iter().all(|l| l == "lo"));
+                assert!(sb.reservations().is_empty());
+            },
+        ),
+        v("vlan DNS from IPAM and config", vl(DNS_BOTH))
+            .differs("v1.1.1 drops the DNS that IPAM returned", assert_merged_dns),
+    ]
+}
+
+/// A ptp config; `body` starts with a comma.
+fn pt(body: &str) -> String {
+    format!(r#"{{"cniVersion":"1.0.0","name":"sbs","type":"ptp"{body}}}"#)
+}
+
+/// The node and the pod reach each other over the pair: the pod's address from the node, the
+/// gateway from the pod.
+fn assert_ptp_reachable(sb: &Sandbox, out: &[Outcome]) {
+    assert!(out[0].ok, "{:?}", out[0]);
+    let addr = out[0].result["ips"][0]["address"]
+        .as_str()
+        .unwrap_or_default();
+    let ip = addr.split('/').next().unwrap_or_default();
+    common::ping(&sb.node, ip).expect("the node reaches the pod");
+    let gw = out[0].result["ips"][0]["gateway"]
+        .as_str()
+        .unwrap_or_default();
+    common::ping(&sb.pod, gw).expect("the pod reaches its gateway");
+}
+
+/// Our DEL left no veth in the node, no address in the pod and no firewall rule.
+fn assert_ptp_gone(sb: &Sandbox, out: &[Outcome]) {
+    assert!(out.iter().all(|o| o.ok), "{out:?}");
+    let veths: Vec<String> = sb
+        .node_links()
+        .into_iter()
+        .filter(|l| l.starts_with("veth"))
+        .collect();
+    assert!(veths.is_empty(), "{veths:?}");
+    let fw = sb.firewall();
+    // The nftables table and its chains are shared and stay, as the reference leaves them.
+    assert!(!fw.contains("CNI-") && !fw.contains("saddr"), "{fw}");
+    assert!(sb.reservations().is_empty());
+}
+
+fn ptp_cases() -> Vec<Case> {
+    let hl4 = hl(V4);
+    let gw_static = r#""ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24","gateway":"10.20.0.1"},{"address":"fd20::5/64","gateway":"fd20::1"}],"routes":[{"dst":"0.0.0.0/0"},{"dst":"fd21::/64"}]}"#;
+    vec![
+        case("ptp host-local", pt(&format!(",{hl4}"))).check(assert_ptp_reachable),
+        case("ptp static dual-stack with routes", pt(&format!(",{gw_static}"))),
+        case("ptp host-local dual-stack", pt(&format!(",{}", hl(DUAL)))),
+        case("ptp mtu", pt(&format!(r#","mtu":1400,{hl4}"#))),
+        case("ptp ipMasq", pt(&format!(r#","ipMasq":true,{hl4}"#))),
+        case("ptp ipMasq, ADD then DEL", pt(&format!(r#","ipMasq":true,{hl4}"#)))
+            .steps(&[Step::Add, Step::Del]),
+        case(
+            "ptp CNI 0.3.1",
+            pt(&format!(",{hl4}")).replace("1.0.0", "0.3.1"),
+        ),
+        case(
+            "ptp CHECK after ADD",
+            pt(&format!(",{gw_static}")).replace(r#""fd21::/64""#, r#""fd21::/64","gw":"fd20::1""#),
+        )
+        .steps(&[Step::Add, Step::Check]),
+        case("ptp CHECK of a route without gw", pt(&format!(",{gw_static}")))
+            .steps(&[Step::Add, Step::Check])
+            .differs(
+                "v1.1.1's CHECK looks for a route without `gw` with no gateway, but its ADD \
+                 installed it via the address's gateway: CHECK fails after its own ADD",
+                |_, out| assert!(out.iter().all(|o| o.ok), "{out:?}"),
+            ),
+        case("ptp DEL twice", pt(&format!(",{hl4}"))).steps(&[Step::Add, Step::Del, Step::Del]),
+        case("ptp DEL with empty CNI_NETNS", pt(&format!(",{hl4}")))
+            .steps(&[Step::Add, Step::DelNoNetns, Step::Del]),
+        case(
+            "ptp beside the pod's eth0",
+            pt(&format!(",{}", host_local(V4, r#","routes":[{"dst":"10.30.0.0/16"}]"#))),
+        )
+        .secondary()
+        .before(pod_eth0)
+        .steps(&[Step::Add, Step::Del]),
+        case("ptp without ipam", pt("")).fails_with(7),
+        case("ptp IPAM refuses the address", pt(&format!(",{hl4}")))
+            .args("IgnoreUnknown=1;IP=10.9.9.9")
+            .fails_with(7),
+        case(
+            "ptp ipMasq DEL after the pod netns was deleted",
+            pt(&format!(r#","ipMasq":true,{hl4}"#)),
+        )
+        .steps(&[Step::Add, Step::DeletePodNetns, Step::Del])
+        .differs(
+            "v1.1.1 finds the addresses to unmasquerade on the pod's interface: with the \
+             namespace gone its rules stay",
+            assert_ptp_gone,
+        ),
+        case(
+            "ptp static address without a gateway",
+            pt(r#","ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24"}]}"#),
+        )
+        .fails_with(7)
+        .differs(
+            "v1.1.1 fails halfway, adding the gateway address, and leaves the veth pair",
+            |sb, out| {
+                assert_nothing_left(sb, out);
+                assert_ptp_gone(sb, &[]);
+                assert!(out[0].raw.contains("needs a gateway for address 10.20.0.5/24"));
+            },
+        ),
+        case(
+            "ptp /32 address with a gateway",
+            pt(r#","ipam":{"type":"static","addresses":[{"address":"10.20.0.5/32","gateway":"10.20.0.1"}]}"#),
+        )
+        .steps(&[Step::Add, Step::Check, Step::Del])
+        .differs(
+            "v1.1.1 fails deleting the prefix route a /32 does not have",
+            |sb, out| {
+                assert!(out.iter().all(|o| o.ok), "{out:?}");
+                assert_ptp_gone(sb, out);
+            },
+        ),
+        case(
+            "ptp ipMasqBackend nftables",
+            pt(&format!(r#","ipMasq":true,"ipMasqBackend":"nftables",{hl4}"#)),
+        )
+        .steps(&[Step::Add, Step::Del])
+        .differs("v1.1.1 has no ipMasqBackend: it writes iptables rules", |sb, out| {
+            assert!(out.iter().all(|o| o.ok), "{out:?}");
+            assert_ptp_gone(sb, out);
+        }),
+        case("ptp DNS from IPAM and config", pt(DNS_BOTH_GW))
+            .differs("v1.1.1 drops the DNS that IPAM returned", assert_merged_dns),
+    ]
+}
+
+/// [`DNS_BOTH`] with a gateway, which ptp needs.
+const DNS_BOTH_GW: &str = r#","dns":{"nameservers":["10.20.0.53"],"search":["cluster.local"]},"ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24","gateway":"10.20.0.1"}],"dns":{"nameservers":["10.20.0.54"]}}"#;
+
 trait RawIface {
     fn raw_iface(&self, i: usize) -> String;
 }
@@ -1286,6 +1533,26 @@ fn ipvlan_matches_the_reference() {
     }
     let cases = ipvlan_cases();
     assert!(cases.len() >= 10, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+#[test]
+fn ptp_matches_the_reference() {
+    let cases = ptp_cases();
+    assert!(cases.len() >= 15, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+/// vlan needs 8021q: here only under `cargo xtask vm-test`, where [`common::kernel_has_vlan`]
+/// insists.
+#[test]
+fn vlan_matches_the_reference() {
+    if !common::kernel_has_vlan() {
+        eprintln!("this kernel has no 8021q: the vlan comparison runs in `cargo xtask vm-test`");
+        return;
+    }
+    let cases = vlan_cases();
+    assert!(cases.len() >= 15, "only {} cases", cases.len());
     compare(&cases);
 }
 

@@ -313,3 +313,83 @@ fn host_device_validates_without_the_node() {
         "runtimeConfig.deviceID: ",
     );
 }
+
+#[test]
+fn vlan() {
+    // The master need not exist: nothing on the node is looked at.
+    passes(
+        "vlan",
+        &format!(r#","master":"nosuch9","vlanId":4094{HOST_LOCAL}"#),
+    );
+    passes(
+        "vlan",
+        &format!(r#","master":"eth1","mtu":1400{HOST_LOCAL}"#),
+    );
+    fails(
+        "vlan",
+        &format!(r#","master":"eth1","vlanId":4095{HOST_LOCAL}"#),
+        7,
+        "vlanId: 4095 is not a VLAN id: use 0 to 4094",
+    );
+    fails(
+        "vlan",
+        &format!(r#","master":"eth1","vlanId":"7"{HOST_LOCAL}"#),
+        6,
+        "vlanId",
+    );
+    fails("vlan", HOST_LOCAL, 7, "master: required");
+    fails("vlan", r#","master":"eth1""#, 7, "vlan needs addresses");
+    fails(
+        "vlan",
+        &format!(r#","master":"eth1","mtu":-1{HOST_LOCAL}"#),
+        7,
+        "mtu: -1 is out of range",
+    );
+}
+
+#[test]
+fn dummy() {
+    passes("dummy", HOST_LOCAL);
+    fails("dummy", "", 7, "dummy needs addresses");
+    fails(
+        "dummy",
+        r#","ipam":{"type":"static","addresses":[{"address":"10.1.0.5"}]}"#,
+        7,
+        "10.1.0.5",
+    );
+}
+
+#[test]
+fn ptp() {
+    passes("ptp", HOST_LOCAL);
+    passes(
+        "ptp",
+        &format!(r#","ipMasq":true,"ipMasqBackend":"nftables","mtu":1400{HOST_LOCAL}"#),
+    );
+    fails("ptp", "", 7, "ptp needs addresses");
+    fails(
+        "ptp",
+        &format!(r#","ipMasqBackend":"pf"{HOST_LOCAL}"#),
+        7,
+        "ipMasqBackend",
+    );
+    fails("ptp", &format!(r#","mtu":"9000"{HOST_LOCAL}"#), 6, "mtu");
+}
+
+#[test]
+fn tap() {
+    // The bridge need not exist: nothing in any namespace is looked at.
+    passes(
+        "tap",
+        r#","multiQueue":true,"mtu":9000,"owner":107,"group":107,"bridge":"br9","mac":"02:00:00:00:00:09""#,
+    );
+    passes("tap", HOST_LOCAL);
+    fails("tap", r#","mac":"zz""#, 7, "mac: ");
+    fails("tap", r#","owner":"qemu""#, 6, "owner");
+    fails(
+        "tap",
+        r#","selinuxContext":"x""#,
+        7,
+        "selinuxContext: \"x\" is not an SELinux context",
+    );
+}

@@ -14,6 +14,19 @@ const MAX_VLAN: u16 = 4094;
 /// goes through unchanged.
 pub use netkit::masq::Backend as MasqBackend;
 
+/// `ipMasqBackend` (bridge and ptp): `None` leaves the choice to [`netkit::masq::setup`].
+pub fn parse_masq_backend(raw: Option<&str>) -> Result<Option<MasqBackend>, CniError> {
+    match raw {
+        None => Ok(None),
+        Some("nftables") => Ok(Some(MasqBackend::Nftables)),
+        Some("iptables") => Ok(Some(MasqBackend::Iptables)),
+        Some(other) => Err(CniError::invalid_config(format!(
+            "ipMasqBackend: {} is not \"nftables\" or \"iptables\"",
+            quote(other)
+        ))),
+    }
+}
+
 /// The bridge's own keys as written, before checks (the common ones are a [`NetConf`]).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -124,17 +137,7 @@ impl BridgeConf {
                 ))
             })?;
         let mtu = (raw.mtu != 0).then_some(raw.mtu);
-        let ip_masq_backend = match raw.ip_masq_backend.as_deref() {
-            None => None,
-            Some("nftables") => Some(MasqBackend::Nftables),
-            Some("iptables") => Some(MasqBackend::Iptables),
-            Some(other) => {
-                return Err(CniError::invalid_config(format!(
-                    "ipMasqBackend: {} is not \"nftables\" or \"iptables\"",
-                    quote(other)
-                )))
-            }
-        };
+        let ip_masq_backend = parse_masq_backend(raw.ip_masq_backend.as_deref())?;
         if raw.hairpin_mode && raw.promisc_mode {
             return Err(CniError::invalid_config(
                 "hairpinMode and promiscMode cannot both be set: choose one",

@@ -17,7 +17,10 @@ mod port;
 use cni::{CmdArgs, CniError, CniResult};
 
 use crate::ipam_call::{self, Ipam};
-pub use config::{BridgeConf, MasqBackend};
+pub use config::{parse_masq_backend, BridgeConf, MasqBackend};
+/// DEL of a veth attachment: the IPAM reservation, the pair, and the attachment's masquerade
+/// and spoof-check rules. ptp's DEL is the same.
+pub use del::del;
 
 /// The plugin, as registered in the multi-call binary's table.
 pub struct Bridge;

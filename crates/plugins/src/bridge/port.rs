@@ -7,11 +7,9 @@ use netkit::netlink::{BridgeOpts, BridgePortOpts, Link};
 use netkit::{NetNs, Netlink};
 
 use super::config::BridgeConf;
-use crate::container::random_veth_name;
+use crate::container;
 use crate::sys::{sys, sys_ctx};
 
-/// Attempts at a free random host veth name before giving up.
-const VETH_NAME_ATTEMPTS: usize = 10;
 /// The VLAN a trunk-only port gets as its untagged native VLAN.
 const NATIVE_VLAN: u16 = 1;
 
@@ -132,7 +130,7 @@ pub fn create_port(
     peer_ns: Option<&NetNs>,
     opts: &PortOpts,
 ) -> Result<Link, CniError> {
-    let host = create_veth(nl, peer_name, peer_ns, opts.mtu)?;
+    let host = container::create_veth(nl, peer_name, peer_ns, opts.mtu)?;
     match configure_port(nl, bridge, &host, opts) {
         Ok(()) => Ok(host),
         Err(e) => {
@@ -141,36 +139,6 @@ pub fn create_port(
             Err(e)
         }
     }
-}
-
-fn create_veth(
-    nl: &Netlink,
-    peer_name: &str,
-    peer_ns: Option<&NetNs>,
-    mtu: Option<u32>,
-) -> Result<Link, CniError> {
-    let where_ = peer_ns
-        .map(|ns| format!("netns {}", ns.path().display()))
-        .unwrap_or_else(|| "the node's netns".to_owned());
-    for _ in 0..VETH_NAME_ATTEMPTS {
-        let host_name = random_veth_name()?;
-        match nl.add_veth(&host_name, peer_name, peer_ns, mtu, None) {
-            Ok(()) => return nl.link(&host_name).map_err(sys),
-            Err(e) if e.errno() == Some(libc::EEXIST) => {
-                // Either our random name is taken (try another) or the peer's name is.
-                if nl.link_by_name(&host_name).map_err(sys)?.is_none() {
-                    return Err(CniError::internal(format!(
-                        "interface {peer_name:?} already exists in {where_}"
-                    ))
-                    .with_details(e.to_string()));
-                }
-            }
-            Err(e) => return Err(sys(e)),
-        }
-    }
-    Err(CniError::internal(format!(
-        "no free host veth name found after {VETH_NAME_ATTEMPTS} random tries"
-    )))
 }
 
 fn configure_port(

@@ -59,7 +59,7 @@ impl Flavor for IpvlanConf {
         nl.add_ipvlan(name, master, self.mode, Some(pod), self.common.mtu)
     }
 
-    fn check_mode(&self, link: &Link) -> Result<(), CniError> {
+    fn check_link(&self, link: &Link) -> Result<(), CniError> {
         sublink::check_mode(
             link,
             &config::MODES,

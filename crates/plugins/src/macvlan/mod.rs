@@ -62,7 +62,7 @@ impl Flavor for MacvlanConf {
         nl.add_macvlan(name, master, &opts, Some(pod))
     }
 
-    fn check_mode(&self, link: &Link) -> Result<(), CniError> {
+    fn check_link(&self, link: &Link) -> Result<(), CniError> {
         sublink::check_mode(
             link,
             &config::MODES,

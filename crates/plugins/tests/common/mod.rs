@@ -38,6 +38,10 @@ impl Plugins {
                     "loopback",
                     "host-device",
                     "tuning",
+                    "vlan",
+                    "dummy",
+                    "ptp",
+                    "tap",
                 ],
             ),
         }
@@ -179,6 +183,9 @@ impl Sandbox {
                     "name": l["ifname"],
                     "kind": l["linkinfo"]["info_kind"],
                     "mode": l["linkinfo"]["info_data"]["mode"],
+                    "vlan": l["linkinfo"]["info_data"]["id"],
+                    "vlan_protocol": l["linkinfo"]["info_data"]["protocol"],
+                    "vlan_flags": l["linkinfo"]["info_data"]["flags"],
                     "mtu": l["mtu"],
                     "up": flags_has(l, "UP"),
                     "promisc": l["promiscuity"].as_u64().unwrap_or(0) > 0,
@@ -229,6 +236,7 @@ impl Sandbox {
             "pod_lo": pod_lo,
             "pod_sysctls": pod_sysctls,
             "pod_routes": routes(&self.pod),
+            "node_routes": routes(&self.node),
             "vlans": self.vlans(),
             "ip_forward": sysctl("net.ipv4.ip_forward"),
             "ip6_forward": sysctl("net.ipv6.conf.all.forwarding"),
@@ -282,7 +290,8 @@ pub fn routes(ns: &Netns) -> Vec<Value> {
             out.push(json!({
                 "dst": dst,
                 "gateway": r["gateway"],
-                "dev": r["dev"],
+                "dev": veth_alias(r["dev"].as_str().unwrap_or_default()),
+                "prefsrc": r["prefsrc"],
                 "nexthops": r["nexthops"],
                 "scope": r["scope"],
                 "protocol": r["protocol"],
@@ -372,6 +381,24 @@ pub fn kernel_has_ipvlan() -> bool {
                     "link", "add", "probe0", "type", "veth", "peer", "name", "probe1",
                 ],
                 &["link", "add", "probe2", "link", "probe0", "type", "ipvlan"],
+            ],
+        )
+    })
+}
+
+/// Whether this kernel can make 802.1Q vlan links (CONFIG_VLAN_8021Q).
+pub fn kernel_has_vlan() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        kernel_can(
+            "8021q",
+            &[
+                &[
+                    "link", "add", "probe0", "type", "veth", "peer", "name", "probe1",
+                ],
+                &[
+                    "link", "add", "probe2", "link", "probe0", "type", "vlan", "id", "5",
+                ],
             ],
         )
     })
