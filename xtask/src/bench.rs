@@ -2,7 +2,7 @@
 //! the same harness. Prints medians, p90, peak RSS, binary sizes and ratios; the dhcp part is
 //! in [`crate::dhcp_bench`].
 //!
-//! `cargo xtask vm-bench` runs the macvlan and ipvlan cases inside the VM of `cargo xtask
+//! `cargo xtask vm-bench` runs the macvlan, ipvlan and vlan cases inside the VM of `cargo xtask
 //! vm-test` (this kernel has no ipvlan): there the VM's init runs this program's
 //! `bench-in-vm` task, which is [`run_in_vm`].
 
@@ -62,7 +62,7 @@ const BRIDGE_V4: &str = r#"{"cniVersion":"1.0.0","name":"bench","type":"bridge",
  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.99.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"DATADIR"}}"#;
 const BRIDGE_DUAL: &str = r#"{"cniVersion":"1.0.0","name":"bench6","type":"bridge","bridge":"bench1","isGateway":true,
  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.98.0.0/16"}],[{"subnet":"fd00:98::/64"}]],"dataDir":"DATADIR"}}"#;
-/// macvlan and ipvlan with static IPAM on the master `up0` ("TYPE" replaced), IPv4 and
+/// macvlan, ipvlan and vlan with static IPAM on the master `up0` ("TYPE" replaced), IPv4 and
 /// dual-stack, with gateways and default routes as a real network would have them.
 const SUBLINK_V4: &str = r#"{"cniVersion":"1.0.0","name":"benchsub","type":"TYPE","master":"up0",
  "ipam":{"type":"static","addresses":[{"address":"10.96.0.5/24","gateway":"10.96.0.1"}],"routes":[{"dst":"0.0.0.0/0"}]}}"#;
@@ -70,7 +70,7 @@ const SUBLINK_DUAL: &str = r#"{"cniVersion":"1.0.0","name":"benchsub","type":"TY
  "ipam":{"type":"static","addresses":[{"address":"10.96.0.5/24","gateway":"10.96.0.1"},{"address":"fd00:96::5/64","gateway":"fd00:96::1"}],
  "routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"}]}}"#;
 /// The reference waits for IPv6 duplicate address detection (about 2 s per ADD): dual-stack
-/// macvlan and ipvlan cases run at most this many cycles.
+/// macvlan, ipvlan and vlan cases run at most this many cycles.
 const DAD_CASE_CYCLES: usize = 20;
 
 /// host-device moving the node's `hd0` in, with static IPAM.
@@ -81,6 +81,10 @@ const HOST_DEVICE: &str = r#"{"cniVersion":"1.0.0","name":"benchhd","type":"host
 const TUNING: &str = r#"{"cniVersion":"1.0.0","name":"benchtune","type":"tuning","dataDir":"DATADIR/tuning",
  "sysctl":{"net.ipv4.conf.IFNAME.arp_filter":"1"},"mtu":1400,
  "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}]}}"#;
+
+/// ptp with host-local, masquerading: the pair, both ends' routes, and the rules.
+const PTP: &str = r#"{"cniVersion":"1.0.0","name":"benchptp","type":"ptp","ipMasq":true,
+ "ipam":{"type":"host-local","ranges":[[{"subnet":"10.95.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"DATADIR"}}"#;
 
 const LOOPBACK: &str = r#"{"cniVersion":"1.0.0","name":"benchlo","type":"loopback"}"#;
 
@@ -117,6 +121,7 @@ pub fn run(args: &[String]) -> Result<()> {
         &bin,
         &[
             "bridge",
+            "ptp",
             "macvlan",
             "host-local",
             "static",
@@ -144,6 +149,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "bridge",
             BRIDGE_DUAL,
         ),
+        ("ptp+host-local ADD / DEL, ipMasq", "ptp", PTP),
     ] {
         let bench = AddDel {
             case: case.to_owned(),
@@ -315,7 +321,10 @@ fn sublink_rows(
         let bench = AddDel {
             case: format!("{kind}+static ADD / DEL, {family} ({n} cycles)"),
             plugin: kind,
-            config: config.replace("TYPE", kind),
+            // vlan's own key; the others have none.
+            config: config
+                .replace("TYPE", kind)
+                .replace(r#""master""#, r#""vlanId":100,"master""#),
             cycles: n,
             floor_ms,
         };
@@ -341,7 +350,7 @@ fn exec_floor(side: &Side, pod: &Netns, cycles: usize) -> Result<f64> {
     Ok(measure::percentiles(&mut floor.times).0)
 }
 
-/// `bench-in-vm --bin <cni-plugins> --cycles N`: macvlan and ipvlan on a dummy master, ours
+/// `bench-in-vm --bin <cni-plugins> --cycles N`: macvlan, ipvlan and vlan on a dummy master, ours
 /// against the reference in /usr/lib/cni, inside the VM that `cargo xtask vm-bench` boots.
 pub fn run_in_vm(args: &[String]) -> Result<()> {
     let (mut bin, mut cycles) = (None, 50);
@@ -354,7 +363,7 @@ pub fn run_in_vm(args: &[String]) -> Result<()> {
         }
     }
     let bin = bin.context("bench-in-vm needs --bin <cni-plugins>")?;
-    let ours_dir = PluginDir::new(&bin, &["macvlan", "ipvlan", "static"]);
+    let ours_dir = PluginDir::new(&bin, &["macvlan", "ipvlan", "vlan", "static"]);
     let sides = [
         Side::new("ours", ours_dir.path().to_path_buf())?,
         Side::new("go", reference_dir())?,
@@ -367,7 +376,7 @@ pub fn run_in_vm(args: &[String]) -> Result<()> {
     let floor_ms = exec_floor(&sides[0], &pod, cycles)?;
     let mut rows = Vec::new();
     let mut rss = [0i64; 2];
-    for kind in ["macvlan", "ipvlan"] {
+    for kind in ["macvlan", "ipvlan", "vlan"] {
         sublink_rows(&sides, &pod, kind, cycles, floor_ms, &mut rows, &mut rss)?;
     }
     println!("in the VM (qemu TCG, one vCPU), cycles per case: {cycles}; harness exec floor: {floor_ms:.2} ms median\n");
@@ -396,15 +405,21 @@ fn print_report(
         "\npeak RSS of one plugin call: ours {} KB, Go {} KB",
         rss[0], rss[1]
     );
+    // The reference binaries ours replaces: those of its plugins that Debian ships.
+    let listed = Command::new(bin).arg("--list").output()?;
     let ref_dir = reference_dir();
-    let go_total: u64 = ["bridge", "macvlan", "ipvlan", "host-local", "static"]
-        .iter()
-        .map(|p| file_size(&ref_dir.join(p)))
-        .sum();
+    let replaced: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .filter(|p| ref_dir.join(p).exists())
+        .map(str::to_owned)
+        .collect();
+    let go_total: u64 = replaced.iter().map(|p| file_size(&ref_dir.join(p))).sum();
     println!(
-        "binary size: ours {} KB (one cni-plugins binary for bridge, macvlan, ipvlan, host-local, static); Go {} KB (the same five)",
+        "binary size: ours {} KB (one cni-plugins binary); Go {} KB (the {} binaries it replaces: {})",
         file_size(bin) / 1024,
-        go_total / 1024
+        go_total / 1024,
+        replaced.len(),
+        replaced.join(", ")
     );
     Ok(())
 }

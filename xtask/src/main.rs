@@ -1,7 +1,7 @@
 //! Project tasks: `cargo xtask build` (the static release binaries; scripts/demo.sh runs
 //! `multus try` with them), `cargo xtask image` (the container image, built and tried),
 //! `cargo xtask bench`, `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need
-//! a full kernel) and `cargo xtask vm-bench` (the macvlan and ipvlan benchmarks in that kernel).
+//! a full kernel) and `cargo xtask vm-bench` (the macvlan, ipvlan and vlan benchmarks in that kernel).
 
 mod bench;
 mod bench_multus;
@@ -33,7 +33,7 @@ fn main() -> Result<()> {
             _ => bench::run(&rest),
         },
         "bench-multus" => bench_multus::run(&rest),
-        "vm-test" => vm::run(),
+        "vm-test" => vm::run(&rest),
         "image" => image::run(),
         "vm-bench" => vm::bench(&rest),
         // What `vm-bench` runs inside the VM.
@@ -44,7 +44,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | vm-test | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | vm-test [TEST [FILTER...]] | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }

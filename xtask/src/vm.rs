@@ -27,6 +27,8 @@ const TESTS: &[(&str, &str)] = &[
     ("macvlan", "test"),
     ("ipvlan", "test"),
     ("dhcp_macvlan_ipvlan", "test"),
+    ("dummy", "test"),
+    ("vlan", "test"),
 ];
 
 /// Kernel modules to load (with their dependencies): the link types, and netfilter for the
@@ -75,14 +77,28 @@ const TIMEOUT: Duration = Duration::from_secs(1200);
 
 const MARK: &str = "=== vm-test";
 
-pub fn run() -> Result<()> {
-    let built = build()?;
+/// `args`: none for every test binary, or a binary's name and libtest filters for a quicker
+/// run of some of its tests while working on them.
+pub fn run(args: &[String]) -> Result<()> {
+    let mut built = build()?;
+    let mut filters = String::new();
+    if let Some((only, rest)) = args.split_first() {
+        built.tests.retain(|(name, _)| name == only);
+        ensure!(
+            !built.tests.is_empty(),
+            "vm-test: no test binary {only:?}; they are {:?}",
+            TESTS.iter().map(|(n, _)| *n).collect::<Vec<_>>()
+        );
+        for f in rest {
+            write!(filters, " {f}")?;
+        }
+    }
     let jobs: Vec<Job> = built
         .tests
         .iter()
         .map(|(name, exe)| Job {
             name: name.clone(),
-            command: format!("{} --test-threads=1", exe.display()),
+            command: format!("{} --test-threads=1{filters}", exe.display()),
         })
         .collect();
     let mut files = vec![built.plugins_bin];
@@ -91,7 +107,7 @@ pub fn run() -> Result<()> {
     report(&log, &built.tests)
 }
 
-/// `cargo xtask vm-bench [--cycles N]`: the macvlan and ipvlan benchmarks (`bench-in-vm`, see
+/// `cargo xtask vm-bench [--cycles N]`: the macvlan, ipvlan and vlan benchmarks (`bench-in-vm`, see
 /// [`crate::bench::run_in_vm`]) inside the VM, with the static release binary.
 pub fn bench(args: &[String]) -> Result<()> {
     let cycles: usize = match args {
