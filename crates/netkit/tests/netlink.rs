@@ -849,3 +849,34 @@ fn tap_in_the_pod() -> Result<()> {
         .contains("invalid interface name"));
     Ok(())
 }
+
+#[test]
+fn rules_are_added_listed_and_deleted() -> Result<()> {
+    let pod = Ns::new("rules")?;
+    let v4 = netkit::netlink::Rule::to_table(net("10.1.0.5/32"), 100);
+    let v6 = netkit::netlink::Rule::to_table(net("fd01::5/128"), 1000);
+    pod.nl.add_rule(&v4)?;
+    pod.nl.add_rule(&v6)?;
+    let find = |family, table| -> Result<Option<netkit::netlink::Rule>> {
+        Ok(pod.nl.rules(family)?.into_iter().find(|r| r.table == table))
+    };
+    let got = find(Family::V4, 100)?.expect("the IPv4 rule");
+    assert_eq!(got.src, Some(net("10.1.0.5/32")));
+    assert!(got.to_table && got.priority.is_some());
+    let got = find(Family::V6, 1000)?.expect("the IPv6 rule, in a table above 255");
+    assert_eq!(got.src, Some(net("fd01::5/128")));
+    let text = pod.sandbox.ip_json(&["-4", "rule", "show"]).to_string();
+    assert!(
+        text.contains(r#""src":"10.1.0.5""#) && text.contains(r#""table":"100""#),
+        "{text}"
+    );
+    // The kernel's own rules are listed too (local, main, default).
+    assert!(find(Family::V4, 254)?.is_some());
+
+    pod.nl.del_rule(&v4)?;
+    assert!(find(Family::V4, 100)?.is_none());
+    let again = pod.nl.del_rule(&v4).expect_err("deleted already");
+    assert_eq!(again.errno(), Some(libc::ENOENT), "{again}");
+    pod.nl.del_rule(&v6)?;
+    Ok(())
+}

@@ -12,6 +12,7 @@ mod fuzz;
 mod link;
 mod neigh;
 mod route;
+mod rule;
 
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -31,6 +32,7 @@ pub use bridge::{BridgePortOpts, BridgeVlan};
 pub use link::{validate_ifname, BridgeOpts, IpvlanMode, Link, MacvlanMode, MacvlanOpts};
 pub use neigh::Neighbour;
 pub use route::{Route, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
+pub use rule::Rule;
 
 /// An IP address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -52,6 +54,15 @@ impl Family {
     /// The family of a network.
     pub fn of_net(net: &ipnet::IpNet) -> Family {
         Family::of(&net.addr())
+    }
+
+    /// The family of an rtnetlink header; `None` for one that is not IP.
+    fn from_address_family(af: AddressFamily) -> Option<Family> {
+        match af {
+            AddressFamily::Inet => Some(Family::V4),
+            AddressFamily::Inet6 => Some(Family::V6),
+            _ => None,
+        }
     }
 
     /// The family as rtnetlink headers carry it.
