@@ -637,6 +637,50 @@ fn many_multus_processes_rotate_the_log_once_and_lose_no_line() {
 /// (tuning): the link arrives renamed, with the MTU and MAC tuning gives it, and DEL (tuning's
 /// first, then host-device's) gives it back under its own name, MAC and MTU; a second DEL
 /// succeeds.
+/// sbr moves bridge's routes into a table of their own: the chain's CHECK still passes (bridge
+/// looks for its routes in every table), and DEL, twice, leaves no rule.
+#[test]
+fn bridge_then_sbr_checks_and_deletes() {
+    let sb = Sandbox::new();
+    let chain = json!({
+        "cniVersion": "1.0.0",
+        "name": "sbrnet",
+        "plugins": [
+            {"type": "bridge", "bridge": "sbr0", "isGateway": true,
+             "ipam": {"type": "host-local", "subnet": "10.6.0.0/24", "dataDir": sb.ipam_dir(),
+                      "routes": [{"dst": "10.60.0.0/16"}]}},
+            {"type": "sbr"}
+        ]
+    });
+    let conf = sb.multus(
+        "1.0.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.0.0"), chain],
+        json!({}),
+    );
+    sb.cmd("ADD", &conf).ok();
+    let rules = sb.pod.ip_json(&["-4", "rule", "show"]);
+    let sbr_rule = rules
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["table"] == "100"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(sbr_rule["src"], "10.6.0.2", "{rules}");
+    let table = sb.pod.ip_json(&["-4", "route", "show", "table", "100"]);
+    let text = table.to_string();
+    assert!(
+        text.contains("10.60.0.0/16") && text.contains("10.6.0.0/24"),
+        "{text}"
+    );
+    let main = sb.pod.ip_json(&["-4", "route", "show", "dev", "net1"]);
+    assert_eq!(main, json!([]), "net1's routes left the main table");
+    sb.cmd("CHECK", &conf).ok();
+    sb.cmd("DEL", &conf).ok();
+    sb.cmd("DEL", &conf).ok();
+    let rules = sb.pod.ip_json(&["-4", "rule", "show"]).to_string();
+    assert!(!rules.contains("10.6.0.2"), "{rules}");
+    sb.assert_clean("after DEL");
+}
+
 #[test]
 fn host_device_and_tuning_give_the_link_back_as_it_was() {
     let sb = Sandbox::new();

@@ -1,5 +1,6 @@
-//! Interface plugins (bridge, ptp, macvlan, ipvlan, vlan, dummy, tap, host-device), loopback, tuning,
-//! passthru, and the table of plugins in the `cni-plugins` multi-call binary.
+//! Interface plugins (bridge, ptp, macvlan, ipvlan, vlan, dummy, tap, host-device), loopback,
+//! the chained tuning and sbr, passthru, and the table of plugins in the `cni-plugins`
+//! multi-call binary.
 
 pub mod bridge;
 mod check;
@@ -14,6 +15,7 @@ pub mod macvlan;
 mod master;
 pub mod passthru;
 pub mod ptp;
+pub mod sbr;
 mod state_file;
 mod sublink;
 mod sys;
@@ -115,6 +117,12 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Interface,
         about: "tuning: sysctls, MAC, MTU and link modes of an attachment, put back by DEL",
         plugin: &tuning::Tuning,
+    },
+    Entry {
+        name: "sbr",
+        kind: Kind::Interface,
+        about: "sbr: source-based routing, a table per address of the interface it follows",
+        plugin: &sbr::Sbr,
     },
     Entry {
         name: "passthru",

@@ -54,6 +54,14 @@ fn ptp(extra: &str) -> String {
 /// tap at layer 2.
 const TAP: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"tap"}"#;
 
+/// sbr chained after an interface the pod has not got: every case fails before anything is
+/// added. (The prevResult's version differs from the config's, which cases replace.)
+fn sbr(extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"sbr","prevResult":{{"cniVersion":"1.1.0","interfaces":[{{"name":"eth0"}}],"ips":[{{"address":"10.66.0.5/24","interface":0}}]}}{extra}}}"#
+    )
+}
+
 /// dummy with static IPAM.
 fn dummy(extra: &str) -> String {
     format!(
@@ -144,7 +152,7 @@ fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
     let good_macvlan = macvlan("", RANGES);
-    let plugins: [(&'static str, String); 14] = [
+    let plugins: [(&'static str, String); 15] = [
         ("bridge", good_bridge.clone()),
         ("macvlan", good_macvlan.clone()),
         ("ipvlan", ipvlan("")),
@@ -162,6 +170,7 @@ fn corpus() -> Vec<Case> {
         ("dummy", dummy("")),
         ("ptp", ptp("")),
         ("tap", TAP.to_owned()),
+        ("sbr", sbr("")),
     ];
 
     // The environment, for every plugin.
@@ -1154,6 +1163,47 @@ fn corpus() -> Vec<Case> {
             &["selinuxContext: "],
         ),
     ];
+    let sbr_cases: [(&str, String, u64, &[&str]); 6] = [
+        (
+            "no prevResult",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"sbr"}"#.into(),
+            CONFIG,
+            &["sbr needs prevResult"],
+        ),
+        (
+            "a prevResult without addresses on the interface",
+            sbr("").replace(r#""name":"eth0""#, r#""name":"net7""#),
+            CONFIG,
+            &["prevResult has no IP address on \"eth0\""],
+        ),
+        (
+            "a negative table",
+            sbr(r#","table":-4"#),
+            DECODE,
+            &["table"],
+        ),
+        (
+            "a gateway with a prefix",
+            sbr(r#","gateways":["10.66.0.1/24"]"#),
+            CONFIG,
+            &[r#"gateways[0]: "10.66.0.1/24" is not an IP address"#],
+        ),
+        (
+            "two IPv4 gateways",
+            sbr(r#","gateways":["10.66.0.1","10.66.0.2"]"#),
+            CONFIG,
+            &["gateways[1]: 10.66.0.2 is a second gateway"],
+        ),
+        (
+            "a prevResult address without a prefix",
+            sbr("").replace("10.66.0.5/24", "10.66.0.5"),
+            DECODE,
+            &["prevResult.ips[0].address"],
+        ),
+    ];
+    for (what, stdin, code, says) in sbr_cases {
+        cases.push(case(format!("sbr: {what}"), "sbr", stdin, code).says(says));
+    }
     for (what, extra, code, says) in tap_cases {
         let stdin = TAP.replace('}', &format!("{extra}}}"));
         cases.push(case(format!("tap: {what}"), "tap", stdin, code).says(says));

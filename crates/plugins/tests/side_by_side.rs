@@ -31,6 +31,8 @@ enum Step {
     DeleteNodeLink(&'static str),
     /// Deletes the node's default route.
     DeleteDefaultRoute,
+    /// Runs `ip` with these arguments in the pod.
+    InPod(&'static [&'static str]),
 }
 
 /// How the two sides compare.
@@ -896,6 +898,154 @@ fn ptp_cases() -> Vec<Case> {
 /// [`DNS_BOTH`] with a gateway, which ptp needs.
 const DNS_BOTH_GW: &str = r#","dns":{"nameservers":["10.20.0.53"],"search":["cluster.local"]},"ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24","gateway":"10.20.0.1"}],"dns":{"nameservers":["10.20.0.54"]}}"#;
 
+/// sbr chained after the pod's eth0 (made by [`pod_eth0`]), whose ADD result is `prev`.
+fn sb_conf(body: &str, prev: &str) -> String {
+    format!(r#"{{"cniVersion":"1.0.0","name":"sbs","type":"sbr"{body},"prevResult":{prev}}}"#)
+}
+
+/// eth0's result: 10.88.0.5/16 via 10.88.0.1, with the default route.
+const ETH0_V4: &str = r#"{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],"ips":[{"address":"10.88.0.5/16","gateway":"10.88.0.1","interface":0}],"routes":[{"dst":"0.0.0.0/0"}]}"#;
+
+/// The same, dual-stack.
+const ETH0_DUAL: &str = r#"{"cniVersion":"1.0.0","interfaces":[{"name":"eth0","sandbox":"/var/run/netns/x"}],"ips":[{"address":"10.88.0.5/16","gateway":"10.88.0.1","interface":0},{"address":"fd88::5/64","gateway":"fd88::1","interface":0}],"routes":[{"dst":"0.0.0.0/0"},{"dst":"::/0"}]}"#;
+
+/// Our DEL removed every rule from eth0's addresses.
+fn assert_no_sbr_rules(sb: &Sandbox, out: &[Outcome]) {
+    assert!(out.iter().all(|o| o.ok), "{out:?}");
+    let rules = serde_json::to_string(&common::rules(&sb.pod)).unwrap_or_default();
+    assert!(
+        !rules.contains("10.88.0.5") && !rules.contains("fd88::5"),
+        "{rules}"
+    );
+}
+
+fn sbr_cases() -> Vec<Case> {
+    let s = |name: &'static str, conf: String| case(name, conf).before(pod_eth0);
+    vec![
+        s("sbr after eth0", sb_conf("", ETH0_V4)),
+        s("sbr after eth0, dual-stack", sb_conf("", ETH0_DUAL)),
+        s("sbr ADD then DEL", sb_conf("", ETH0_DUAL)).steps(&[Step::Add, Step::Del]),
+        s("sbr DEL twice", sb_conf("", ETH0_V4)).steps(&[Step::Add, Step::Del, Step::Del]),
+        s("sbr CHECK after ADD", sb_conf("", ETH0_DUAL)).steps(&[Step::Add, Step::Check]),
+        s(
+            "sbr CNI 0.4.0",
+            sb_conf("", ETH0_V4).replace("1.0.0", "0.4.0"),
+        ),
+        s("sbr with table 100 taken by a rule", sb_conf("", ETH0_V4)).before(|sb| {
+            pod_eth0(sb);
+            sb.pod
+                .ip(&["rule", "add", "from", "10.99.0.1", "lookup", "100"]);
+        }),
+        s(
+            "sbr without prevResult",
+            r#"{"cniVersion":"1.0.0","name":"sbs","type":"sbr"}"#.into(),
+        )
+        .fails_with(7),
+        s("sbr DEL after the interface is gone", sb_conf("", ETH0_V4))
+            .steps(&[
+                Step::Add,
+                Step::InPod(&["link", "del", "eth0"]),
+                Step::Del,
+                Step::Del,
+            ])
+            .differs(
+                "v1.1.1's DEL looks the interface up and fails without it, every time",
+                assert_no_sbr_rules,
+            ),
+        s("sbr CHECK after its rule is gone", sb_conf("", ETH0_V4))
+            .steps(&[
+                Step::Add,
+                Step::InPod(&["rule", "del", "from", "10.88.0.5", "lookup", "100"]),
+                Step::Check,
+            ])
+            .differs("v1.1.1's CHECK checks nothing", |_, out| {
+                assert!(out[0].ok && !out[1].ok, "{out:?}");
+                assert!(out[1]
+                    .raw
+                    .contains("no rule routes traffic from 10.88.0.5/32"));
+            }),
+        s(
+            "sbr with a prevResult whose addresses are on another interface",
+            sb_conf("", &ETH0_V4.replace(r#""name":"eth0""#, r#""name":"net9""#)),
+        )
+        .fails_with(7)
+        .differs(
+            "v1.1.1 adds no rule and moves nothing, but still deletes eth0's routes",
+            |sb, out| {
+                assert!(!out[0].ok, "{out:?}");
+                assert!(!common::routes(&sb.pod).is_empty(), "eth0 kept its routes");
+            },
+        ),
+        s("sbr with table 100 holding routes", sb_conf("", ETH0_V4))
+            .before(|sb| {
+                pod_eth0(sb);
+                sb.pod.ip(&[
+                    "route",
+                    "add",
+                    "10.77.0.0/16",
+                    "dev",
+                    "eth0",
+                    "table",
+                    "100",
+                ]);
+            })
+            .differs(
+                "v1.1.1 looks only at rules and main-table routes: it puts eth0's routes in \
+                 table 100 beside the routes already there",
+                |sb, out| {
+                    assert!(out[0].ok, "{out:?}");
+                    let rules = common::rules(&sb.pod);
+                    assert!(
+                        rules
+                            .iter()
+                            .any(|r| r["src"] == "10.88.0.5" && r["table"] == "101"),
+                        "{rules:?}"
+                    );
+                },
+            ),
+        s("sbr with table", sb_conf(r#","table":500"#, ETH0_DUAL))
+            .steps(&[Step::Add, Step::Check, Step::Del])
+            .differs("v1.1.1 has no `table`", |sb, out| {
+                assert!(out.iter().all(|o| o.ok), "{out:?}");
+                // The rules went to table 500 and went again; eth0's routes never moved.
+                let main: Vec<Value> = common::routes(&sb.pod)
+                    .into_iter()
+                    .filter(|r| r["table"].is_null() && r["dst"] == "default")
+                    .collect();
+                assert_eq!(main.len(), 2, "{main:?}");
+                assert_no_sbr_rules(sb, out);
+            }),
+        s(
+            "sbr with gateways",
+            sb_conf(r#","gateways":["10.88.0.254"]"#, ETH0_V4),
+        )
+        .differs("v1.1.1 has no `gateways`", |sb, out| {
+            assert!(out[0].ok, "{out:?}");
+            let routes = common::routes(&sb.pod);
+            assert!(
+                routes.iter().any(|r| r["table"] == "100"
+                    && r["dst"] == "default"
+                    && r["gateway"] == "10.88.0.254"),
+                "{routes:?}"
+            );
+        }),
+        s(
+            "sbr with addSourceHints",
+            sb_conf(r#","addSourceHints":true"#, ETH0_V4),
+        )
+        .differs("v1.1.1 has no `addSourceHints`", |sb, out| {
+            assert!(out[0].ok, "{out:?}");
+            let routes = common::routes(&sb.pod);
+            assert!(
+                routes.iter().any(|r| r["table"].is_null()
+                    && r["dst"] == "10.88.0.0/16"
+                    && r["prefsrc"] == "10.88.0.5"),
+                "{routes:?}"
+            );
+        }),
+    ]
+}
+
 trait RawIface {
     fn raw_iface(&self, i: usize) -> String;
 }
@@ -1012,6 +1162,10 @@ fn run_case(plugins: &Plugins, side: Side, c: &Case) -> (Sandbox, Run) {
             }
             Step::DeleteDefaultRoute => {
                 sb.node.ip(&["route", "del", "default"]);
+                None
+            }
+            Step::InPod(args) => {
+                sb.pod.ip(args);
                 None
             }
         };
@@ -1533,6 +1687,13 @@ fn ipvlan_matches_the_reference() {
     }
     let cases = ipvlan_cases();
     assert!(cases.len() >= 10, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+#[test]
+fn sbr_matches_the_reference() {
+    let cases = sbr_cases();
+    assert!(cases.len() >= 12, "only {} cases", cases.len());
     compare(&cases);
 }
 

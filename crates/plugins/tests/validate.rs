@@ -393,3 +393,15 @@ fn tap() {
         "selinuxContext: \"x\" is not an SELinux context",
     );
 }
+
+#[test]
+fn sbr() {
+    // In a NAD's chain sbr has no prevResult yet: its keys are checked alone.
+    passes("sbr", "");
+    passes(
+        "sbr",
+        r#","table":500,"gateways":["10.1.0.1","fd01::1"],"addSourceHints":true"#,
+    );
+    fails("sbr", r#","gateways":["x"]"#, 7, "gateways[0]: \"x\"");
+    fails("sbr", r#","table":"main""#, 6, "table");
+}

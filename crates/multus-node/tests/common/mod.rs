@@ -52,6 +52,7 @@ impl Sandbox {
                 "static",
                 "host-device",
                 "tuning",
+                "sbr",
             ],
         );
         let sb = Sandbox {

@@ -42,6 +42,7 @@ impl Plugins {
                     "dummy",
                     "ptp",
                     "tap",
+                    "sbr",
                 ],
             ),
         }
@@ -237,6 +238,7 @@ impl Sandbox {
             "pod_sysctls": pod_sysctls,
             "pod_routes": routes(&self.pod),
             "node_routes": routes(&self.node),
+            "pod_rules": rules(&self.pod),
             "vlans": self.vlans(),
             "ip_forward": sysctl("net.ipv4.ip_forward"),
             "ip6_forward": sysctl("net.ipv6.conf.all.forwarding"),
@@ -302,6 +304,27 @@ pub fn routes(ns: &Netns) -> Vec<Value> {
         }
     }
     sort_values(&mut out);
+    out
+}
+
+/// The policy routing rules of both families, in the kernel's order.
+pub fn rules(ns: &Netns) -> Vec<Value> {
+    let mut out = Vec::new();
+    for family in ["-4", "-6"] {
+        for r in ns
+            .ip_json(&[family, "rule", "show"])
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            out.push(json!({
+                "priority": r["priority"],
+                "src": r["src"],
+                "srclen": r["srclen"],
+                "table": r["table"],
+            }));
+        }
+    }
     out
 }
 
