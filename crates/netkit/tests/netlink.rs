@@ -880,3 +880,27 @@ fn rules_are_added_listed_and_deleted() -> Result<()> {
     pod.nl.del_rule(&v6)?;
     Ok(())
 }
+
+/// A clear failure on this kernel; under the VM's, a vrf with its table and no queue.
+#[test]
+fn vrf_or_a_clear_failure() -> Result<()> {
+    let pod = Ns::new("vrfpod")?;
+    match pod.nl.add_vrf("blue", 1001) {
+        Err(e) => {
+            assert!(!in_vm(), "the VM kernel must have VRFs: {e}");
+            assert_eq!(e.errno(), Some(libc::EOPNOTSUPP), "{e}");
+            assert!(
+                e.to_string()
+                    .contains("creating vrf \"blue\" with table 1001"),
+                "{e}"
+            );
+        }
+        Ok(()) => {
+            let link = pod.nl.link("blue")?;
+            assert_eq!(link.kind.as_deref(), Some("vrf"));
+            assert_eq!(link.vrf_table, Some(1001));
+            assert_eq!(link.txqlen, Some(0));
+        }
+    }
+    Ok(())
+}

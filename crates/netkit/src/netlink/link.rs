@@ -1,11 +1,12 @@
-//! Links: lookup, creation (veth, bridge, macvlan, ipvlan, vlan, dummy) and attribute changes.
+//! Links: lookup, creation (veth, bridge, macvlan, ipvlan, vlan, dummy, vrf) and attribute
+//! changes.
 
 use std::os::fd::AsRawFd;
 
 use netlink_packet_core::{NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{
-    InfoBridge, InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, InfoVlan, LinkAttribute,
-    LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
+    InfoBridge, InfoData, InfoIpVlan, InfoKind, InfoMacVlan, InfoVeth, InfoVlan, InfoVrf,
+    LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo, LinkMessage,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 
@@ -43,6 +44,8 @@ pub struct Link {
     pub ipvlan_mode: Option<u16>,
     /// The 802.1Q id of a vlan link.
     pub vlan_id: Option<u16>,
+    /// The routing table of a vrf.
+    pub vrf_table: Option<u32>,
     pub txqlen: Option<u32>,
     /// For bridges: whether VLAN filtering is on.
     pub vlan_filtering: Option<bool>,
@@ -68,6 +71,7 @@ impl Link {
             macvlan_mode: None,
             ipvlan_mode: None,
             vlan_id: None,
+            vrf_table: None,
             txqlen: None,
             vlan_filtering: None,
             alias: None,
@@ -117,6 +121,13 @@ impl Link {
                     }
                 }
             }
+            LinkInfo::Data(InfoData::Vrf(data)) => {
+                for d in data {
+                    if let InfoVrf::TableId(t) = d {
+                        self.vrf_table = Some(t);
+                    }
+                }
+            }
             LinkInfo::Data(InfoData::Bridge(data)) => {
                 for d in data {
                     if let InfoBridge::VlanFiltering(on) = d {
@@ -129,7 +140,7 @@ impl Link {
     }
 }
 
-/// txqueuelen 0 for the veth, macvlan and ipvlan links the plugins create: the reference's
+/// txqueuelen 0 for the veth, macvlan, ipvlan, vlan and vrf links the plugins create: the reference's
 /// netlink library sends `IFLA_TXQLEN` 0 for them, so a node switching implementations sees
 /// the same links (these devices have no queue of their own either way).
 pub const UNQUEUED: LinkAttribute = LinkAttribute::TxQueueLen(0);
@@ -414,6 +425,18 @@ impl Netlink {
                 Error::Netlink { op, errno, msg }
             }
             other => other,
+        })
+    }
+
+    /// Creates a vrf whose routes live in `table`, with txqueuelen 0 as the reference makes
+    /// it ([`UNQUEUED`]).
+    pub fn add_vrf(&self, name: &str, table: u32) -> Result<()> {
+        let data = InfoData::Vrf(vec![InfoVrf::TableId(table)]);
+        let mut attrs = base_attrs(name, None, None, None)?;
+        attrs.push(UNQUEUED);
+        let attrs = with_info(attrs, InfoKind::Vrf, Some(data));
+        self.create_link(attrs, || {
+            format!("creating vrf {name:?} with table {table}")
         })
     }
 
