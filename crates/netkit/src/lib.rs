@@ -1,6 +1,6 @@
 //! Linux networking for the CNI plugins and multus: network namespaces, a synchronous
-//! rtnetlink layer, sysctl, tap devices, and masquerade rules. Everything is synchronous and keeps the
-//! kernel's errno in its errors.
+//! rtnetlink layer, sysctl, tap devices, traffic shaping, and masquerade rules. Everything is
+//! synchronous and keeps the kernel's errno in its errors.
 
 pub mod error;
 pub mod masq;
@@ -9,11 +9,13 @@ pub mod netns;
 pub mod spoofcheck;
 pub mod sysctl;
 pub mod tap;
+pub mod tc;
 mod tool;
 
 pub use error::{Error, Result};
 pub use netlink::{Family, Netlink};
 pub use netns::NetNs;
+use sha2::{Digest, Sha512};
 
 /// `aa:bb:cc:dd:ee:ff`.
 pub fn format_mac(mac: &[u8; 6]) -> String {
@@ -39,6 +41,17 @@ pub fn parse_mac(text: &str) -> Result<[u8; 6]> {
         return Err(bad());
     }
     Ok(mac)
+}
+
+/// The first `len` hex digits of the SHA-512 of `data`: the reference's rule, chain and
+/// device names (masquerade chains, bandwidth's ifb) are such prefixes.
+pub fn sha512_hex_prefix(data: &str, len: usize) -> String {
+    let mut hex: String = Sha512::digest(data.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    hex.truncate(len);
+    hex
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@
 //!   source address, every rule commented `name: "<net>" id: "<cid>"`.
 
 use ipnet::IpNet;
-use sha2::{Digest, Sha512};
 
 use crate::error::{Error, Result};
 use crate::tool;
@@ -82,8 +81,8 @@ pub fn teardown(network: &str, container_id: &str, ifname: &str, addrs: &[IpNet]
 fn nft_tag(network: &str, ifname: &str, container_id: &str) -> String {
     format!(
         "{}-{}",
-        hex_prefix(network, 16),
-        hex_prefix(&format!("{ifname}:{container_id}"), 16)
+        crate::sha512_hex_prefix(network, 16),
+        crate::sha512_hex_prefix(&format!("{ifname}:{container_id}"), 16)
     )
 }
 
@@ -169,7 +168,7 @@ fn nft_teardown(network: &str, container_id: &str, ifname: &str) -> Result<()> {
 fn ipt_chain(network: &str, container_id: &str) -> String {
     format!(
         "CNI-{}",
-        hex_prefix(&format!("{network}{container_id}"), 24)
+        crate::sha512_hex_prefix(&format!("{network}{container_id}"), 24)
     )
 }
 
@@ -326,28 +325,23 @@ fn ipt_teardown(network: &str, container_id: &str, addrs: &[IpNet]) -> Result<()
     first_err.map_or(Ok(()), Err)
 }
 
-/// The first `len` hex digits of the SHA-512 of `data`: the reference's rule and chain names
-/// are such prefixes.
-fn hex_prefix(data: &str, len: usize) -> String {
-    let mut hex: String = Sha512::digest(data.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    hex.truncate(len);
-    hex
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn hex_prefixes_of_known_digests() {
-        assert_eq!(hex_prefix("abc", 32), "ddaf35a193617abacc417349ae204131");
-        assert_eq!(hex_prefix("", 32), "cf83e1357eefb8bdf1542850d66d8007");
+        assert_eq!(
+            crate::sha512_hex_prefix("abc", 32),
+            "ddaf35a193617abacc417349ae204131"
+        );
+        assert_eq!(
+            crate::sha512_hex_prefix("", 32),
+            "cf83e1357eefb8bdf1542850d66d8007"
+        );
         // Two blocks of input.
         assert_eq!(
-            hex_prefix(&"a".repeat(200), 128),
+            crate::sha512_hex_prefix(&"a".repeat(200), 128),
             "4b11459c33f52a22ee8236782714c150a3b2c60994e9acee17fe68947a3e6789\
              f31e7668394592da7bef827cddca88c4e6f86e4df7ed1ae6cba71f3e98faee9f"
         );

@@ -1,5 +1,5 @@
-//! Links: lookup, creation (veth, bridge, macvlan, ipvlan, vlan, dummy, vrf) and attribute
-//! changes.
+//! Links: lookup, creation (veth, bridge, macvlan, ipvlan, vlan, dummy, vrf, ifb) and
+//! attribute changes.
 
 use std::os::fd::AsRawFd;
 
@@ -140,7 +140,7 @@ impl Link {
     }
 }
 
-/// txqueuelen 0 for the veth, macvlan, ipvlan, vlan and vrf links the plugins create: the reference's
+/// txqueuelen 0 for the veth, macvlan, ipvlan, vlan, vrf and ifb links the plugins create: the reference's
 /// netlink library sends `IFLA_TXQLEN` 0 for them, so a node switching implementations sees
 /// the same links (these devices have no queue of their own either way).
 pub const UNQUEUED: LinkAttribute = LinkAttribute::TxQueueLen(0);
@@ -438,6 +438,15 @@ impl Netlink {
         self.create_link(attrs, || {
             format!("creating vrf {name:?} with table {table}")
         })
+    }
+
+    /// Creates an ifb device (what a redirect sends packets through, to be shaped there),
+    /// with txqueuelen 0 as the reference makes it ([`UNQUEUED`]).
+    pub fn add_ifb(&self, name: &str, mtu: Option<u32>) -> Result<()> {
+        let mut attrs = base_attrs(name, mtu, None, None)?;
+        attrs.push(UNQUEUED);
+        let attrs = with_info(attrs, InfoKind::Ifb, None);
+        self.create_link(attrs, || format!("creating ifb {name:?}"))
     }
 
     /// Creates a dummy link, directly in `target_ns` when given.
