@@ -1,4 +1,4 @@
-//! `cargo xtask vm-test`: runs the test binaries that have VLAN, ipvlan, dummy and 8021q parts under
+//! `cargo xtask vm-test`: runs the test binaries that have VLAN, ipvlan, dummy, vrf and 8021q parts under
 //! Debian's cloud kernel in qemu, because the kernel of the development and CI machines lacks
 //! them and cannot load modules. The kernel package is downloaded once into `<target>/vm`; the
 //! initramfs (busybox, the tools the tests run, the test binaries at their own absolute paths)
@@ -29,6 +29,7 @@ const TESTS: &[(&str, &str)] = &[
     ("dhcp_macvlan_ipvlan", "test"),
     ("dummy", "test"),
     ("vlan", "test"),
+    ("vrf", "test"),
 ];
 
 /// Kernel modules to load (with their dependencies): the link types, and netfilter for the
@@ -40,6 +41,7 @@ const MODULES: &[&str] = &[
     "ipvlan",
     "8021q",
     "dummy",
+    "vrf",
     "nf_tables",
     "nft_chain_nat",
     "nft_masq",

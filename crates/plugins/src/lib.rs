@@ -1,7 +1,8 @@
 //! Interface plugins (bridge, ptp, macvlan, ipvlan, vlan, dummy, tap, host-device), loopback,
-//! the chained tuning and sbr, passthru, and the table of plugins in the `cni-plugins`
+//! the chained tuning, sbr, vrf and bandwidth, passthru, and the table of plugins in the `cni-plugins`
 //! multi-call binary.
 
+pub mod bandwidth;
 pub mod bridge;
 mod check;
 mod container;
@@ -22,6 +23,7 @@ mod sys;
 pub mod tap;
 pub mod tuning;
 pub mod vlan;
+pub mod vrf;
 
 /// A plugin in the multi-call binary: the name it is installed under, and its implementation.
 pub struct Entry {
@@ -123,6 +125,18 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Interface,
         about: "sbr: source-based routing, a table per address of the interface it follows",
         plugin: &sbr::Sbr,
+    },
+    Entry {
+        name: "vrf",
+        kind: Kind::Interface,
+        about: "vrf: puts the interface it follows into a VRF of the pod",
+        plugin: &vrf::Vrf,
+    },
+    Entry {
+        name: "bandwidth",
+        kind: Kind::Interface,
+        about: "bandwidth: limits a veth attachment's traffic with token buckets on the node",
+        plugin: &bandwidth::Bandwidth,
     },
     Entry {
         name: "passthru",

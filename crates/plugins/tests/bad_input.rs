@@ -10,6 +10,7 @@ const DECODE: u64 = 6;
 const CONFIG: u64 = 7;
 const ENV: u64 = 4;
 const VERSION: u64 = 1;
+const INTERNAL: u64 = 999;
 
 /// A valid bridge config with host-local; cases change one thing in it.
 fn bridge(extra: &str, ipam: &str) -> String {
@@ -59,6 +60,20 @@ const TAP: &str = r#"{"cniVersion":"1.0.0","name":"badnet","type":"tap"}"#;
 fn sbr(extra: &str) -> String {
     format!(
         r#"{{"cniVersion":"1.0.0","name":"badnet","type":"sbr","prevResult":{{"cniVersion":"1.1.0","interfaces":[{{"name":"eth0"}}],"ips":[{{"address":"10.66.0.5/24","interface":0}}]}}{extra}}}"#
+    )
+}
+
+/// vrf chained after an interface the pod has not got.
+fn vrf(extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"vrf","vrfname":"blue","prevResult":{{"cniVersion":"1.1.0","interfaces":[{{"name":"eth0"}}]}}{extra}}}"#
+    )
+}
+
+/// bandwidth chained after a pair the pod has not got.
+fn bandwidth(extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"bandwidth","ingressRate":1000000,"ingressBurst":100000,"prevResult":{{"cniVersion":"1.1.0","interfaces":[{{"name":"vethbad0"}},{{"name":"eth0","sandbox":"/x"}}]}}{extra}}}"#
     )
 }
 
@@ -152,7 +167,7 @@ fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
     let good_macvlan = macvlan("", RANGES);
-    let plugins: [(&'static str, String); 15] = [
+    let plugins: [(&'static str, String); 17] = [
         ("bridge", good_bridge.clone()),
         ("macvlan", good_macvlan.clone()),
         ("ipvlan", ipvlan("")),
@@ -171,6 +186,8 @@ fn corpus() -> Vec<Case> {
         ("ptp", ptp("")),
         ("tap", TAP.to_owned()),
         ("sbr", sbr("")),
+        ("vrf", vrf("")),
+        ("bandwidth", bandwidth("")),
     ];
 
     // The environment, for every plugin.
@@ -1201,6 +1218,82 @@ fn corpus() -> Vec<Case> {
             &["prevResult.ips[0].address"],
         ),
     ];
+    let vrf_cases: [(&str, String, u64, &[&str]); 5] = [
+        (
+            "no vrfname",
+            vrf("").replace(r#""vrfname":"blue","#, ""),
+            CONFIG,
+            &["vrfname: required"],
+        ),
+        (
+            "a vrfname with a slash",
+            vrf("").replace("blue", "bl/ue"),
+            CONFIG,
+            &[r#"vrfname: "bl/ue" is not an interface name"#],
+        ),
+        (
+            "a negative table",
+            vrf(r#","table":-1"#),
+            DECODE,
+            &["table"],
+        ),
+        (
+            "no prevResult",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"vrf","vrfname":"blue"}"#.into(),
+            CONFIG,
+            &["vrf needs prevResult"],
+        ),
+        (
+            "an interface the pod has not got",
+            vrf(""),
+            INTERNAL,
+            &[r#"link "eth0" in netns"#, "not found"],
+        ),
+    ];
+    let bandwidth_cases: [(&str, String, u64, &[&str]); 6] = [
+        (
+            "a rate without a burst",
+            bandwidth("").replace(r#","ingressBurst":100000"#, ""),
+            CONFIG,
+            &["ingressBurst: set it too"],
+        ),
+        (
+            "a burst without a rate",
+            bandwidth(r#","egressBurst":5000"#),
+            CONFIG,
+            &["egressRate: set it too"],
+        ),
+        (
+            "a negative rate",
+            bandwidth("").replace("1000000", "-1000000"),
+            DECODE,
+            &["ingressRate"],
+        ),
+        (
+            "a burst of more than 4 GB",
+            bandwidth("").replace("100000,", "40000000000,"),
+            CONFIG,
+            &["ingressBurst: 40000000000 bits is more than 4 GB"],
+        ),
+        (
+            "a runtimeConfig rate of 1 bit per second",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"bandwidth","runtimeConfig":{"bandwidth":{"egressRate":1,"egressBurst":8}},"prevResult":{"cniVersion":"1.1.0"}}"#.into(),
+            CONFIG,
+            &["runtimeConfig.bandwidth.egressRate: 1 is below 8 bits per second"],
+        ),
+        (
+            "an interface that is not a veth",
+            bandwidth(""),
+            CONFIG,
+            &["interface \"eth0\" in netns", "is not a veth"],
+        ),
+    ];
+    for (what, stdin, code, says) in bandwidth_cases {
+        cases.push(case(format!("bandwidth: {what}"), "bandwidth", stdin, code).says(says));
+    }
+    for (what, stdin, code, says) in vrf_cases {
+        cases.push(case(format!("vrf: {what}"), "vrf", stdin, code).says(says));
+    }
     for (what, stdin, code, says) in sbr_cases {
         cases.push(case(format!("sbr: {what}"), "sbr", stdin, code).says(says));
     }

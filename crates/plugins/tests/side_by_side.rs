@@ -1046,6 +1046,236 @@ fn sbr_cases() -> Vec<Case> {
     ]
 }
 
+/// vrf chained after the pod's eth0 (made by [`pod_eth0`]), whose ADD result is `prev`.
+fn vr_conf(body: &str, prev: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"sbs","type":"vrf","vrfname":"blue"{body},"prevResult":{prev}}}"#
+    )
+}
+
+/// Our ADD moved eth0's default route into the VRF's `table` (v1.1.1 loses it).
+fn assert_default_in_vrf_table(sb: &Sandbox, table: &str) {
+    let routes = common::routes(&sb.pod);
+    assert!(
+        routes
+            .iter()
+            .any(|r| r["dst"] == "default" && r["gateway"] == "10.88.0.1" && r["table"] == table),
+        "{routes:?}"
+    );
+}
+
+fn vrf_cases() -> Vec<Case> {
+    // eth0's routes move to the VRF's table with ours, as current releases do; v1.1.1 loses
+    // them. Everything else is compared.
+    const ROUTES_MOVE: Expect = Expect::SameExcept(&["pod_routes"]);
+    let v = |name: &'static str, conf: String| case(name, conf).before(pod_eth0);
+    vec![
+        v("vrf after eth0", vr_conf("", ETH0_V4))
+            .expect(ROUTES_MOVE)
+            .check(|sb, out| {
+                assert!(out[0].ok, "{out:?}");
+                assert_default_in_vrf_table(sb, "1");
+            }),
+        v("vrf with table 42", vr_conf(r#","table":42"#, ETH0_V4))
+            .expect(ROUTES_MOVE)
+            .check(|sb, _| assert_default_in_vrf_table(sb, "42")),
+        v("vrf after eth0, dual-stack", vr_conf("", ETH0_DUAL)).expect(ROUTES_MOVE),
+        v("vrf ADD then DEL", vr_conf("", ETH0_V4)).steps(&[Step::Add, Step::Del]),
+        v("vrf DEL twice", vr_conf("", ETH0_V4)).steps(&[Step::Add, Step::Del, Step::Del]),
+        v("vrf CHECK after ADD", vr_conf(r#","table":42"#, ETH0_DUAL))
+            .steps(&[Step::Add, Step::Check])
+            .expect(ROUTES_MOVE),
+        v(
+            "vrf CNI 0.4.0",
+            vr_conf("", ETH0_V4).replace("1.0.0", "0.4.0"),
+        )
+        .expect(ROUTES_MOVE),
+        v(
+            "vrf that exists with another table",
+            vr_conf(r#","table":42"#, ETH0_V4),
+        )
+        .before(|sb| {
+            pod_eth0(sb);
+            sb.pod
+                .ip(&["link", "add", "blue", "type", "vrf", "table", "5"]);
+        })
+        .fails_with(7),
+        v("vrf joined beside another member", vr_conf("", ETH0_V4))
+            .before(|sb| {
+                pod_eth0(sb);
+                sb.pod
+                    .ip(&["link", "add", "blue", "type", "vrf", "table", "5"]);
+                sb.pod.ip(&["link", "set", "eth0p", "master", "blue"]);
+            })
+            .steps(&[Step::Add, Step::Check, Step::Del]),
+        v("vrf when eth0 has a master", vr_conf("", ETH0_V4))
+            .before(|sb| {
+                pod_eth0(sb);
+                sb.pod.ip(&["link", "add", "br0", "type", "bridge"]);
+                sb.pod.ip(&["link", "set", "eth0", "master", "br0"]);
+            })
+            .fails_with(7)
+            .differs(
+                "v1.1.1 creates the VRF before it finds the master, and leaves it",
+                |sb, out| {
+                    assert!(!out[0].ok, "{out:?}");
+                    assert!(
+                        !sb.pod.links().contains(&"blue".to_owned()),
+                        "a VRF was left"
+                    );
+                },
+            ),
+        v(
+            "vrf named like a link that is not a VRF",
+            vr_conf("", ETH0_V4).replace(r#""vrfname":"blue""#, r#""vrfname":"eth0p""#),
+        )
+        .fails_with(7),
+        v(
+            "vrf without vrfname",
+            vr_conf("", ETH0_V4).replace(r#","vrfname":"blue""#, ""),
+        )
+        .fails_with(7),
+        v(
+            "vrf without prevResult",
+            r#"{"cniVersion":"1.0.0","name":"sbs","type":"vrf","vrfname":"blue"}"#.into(),
+        )
+        .fails_with(7),
+        v("vrf DEL after the interface is gone", vr_conf("", ETH0_V4))
+            .steps(&[
+                Step::Add,
+                Step::InPod(&["link", "del", "eth0"]),
+                Step::Del,
+                Step::Del,
+            ])
+            .differs(
+                "v1.1.1's DEL fails when the interface is gone, every time",
+                |sb, out| {
+                    assert!(out.iter().all(|o| o.ok), "{out:?}");
+                    assert!(
+                        !sb.pod.links().contains(&"blue".to_owned()),
+                        "the VRF stayed"
+                    );
+                },
+            ),
+        v("vrf picks a table no route uses", vr_conf("", ETH0_V4))
+            .before(|sb| {
+                pod_eth0(sb);
+                sb.pod
+                    .ip(&["route", "add", "10.77.0.0/16", "dev", "eth0", "table", "1"]);
+            })
+            .differs(
+                "v1.1.1 looks only at other VRFs' tables, and puts the VRF's routes in table 1 \
+                 beside the routes already there",
+                |sb, out| {
+                    assert!(out[0].ok, "{out:?}");
+                    let blue = sb.pod.ip_json(&["-d", "link", "show", "dev", "blue"]);
+                    assert_eq!(blue[0]["linkinfo"]["info_data"]["table"], 2, "{blue}");
+                },
+            ),
+    ]
+}
+
+/// bandwidth chained after a veth pair: the node's `vethbw0`, the pod's eth0 (made by
+/// [`bw_pair`]).
+fn bw_conf(body: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"sbs","type":"bandwidth"{body},"prevResult":{{"cniVersion":"1.0.0","interfaces":[{{"name":"vethbw0"}},{{"name":"eth0","sandbox":"/var/run/netns/x"}}],"ips":[{{"address":"10.20.0.5/24","interface":1}}]}}}}"#
+    )
+}
+
+/// The veth pair a bridge or ptp leaves: `vethbw0` up in the node, eth0 in the pod.
+fn bw_pair(sb: &Sandbox) {
+    sb.node.ip(&[
+        "link",
+        "add",
+        "vethbw0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        sb.pod.name(),
+    ]);
+    sb.node.ip(&["link", "set", "vethbw0", "up"]);
+    sb.pod.ip(&["link", "set", "eth0", "up"]);
+}
+
+const BW_IN: &str = r#","ingressRate":1000000,"ingressBurst":100000"#;
+const BW_OUT: &str = r#","egressRate":2000000,"egressBurst":300000"#;
+
+fn bandwidth_cases() -> Vec<Case> {
+    let b = |name: &'static str, conf: String| case(name, conf).before(bw_pair);
+    vec![
+        b("bandwidth ingress", bw_conf(BW_IN)),
+        b("bandwidth egress", bw_conf(BW_OUT)),
+        b("bandwidth both", bw_conf(&format!("{BW_IN}{BW_OUT}"))),
+        b(
+            "bandwidth from runtimeConfig",
+            bw_conf(
+                r#","runtimeConfig":{"bandwidth":{"ingressRate":8000000,"ingressBurst":800000,"egressRate":4000000,"egressBurst":400000}}"#,
+            ),
+        ),
+        b(
+            "bandwidth config keys hide runtimeConfig",
+            bw_conf(&format!(
+                r#"{BW_IN},"runtimeConfig":{{"bandwidth":{{"egressRate":4000000,"egressBurst":400000}}}}"#
+            )),
+        ),
+        b("bandwidth without limits", bw_conf("")),
+        b(
+            "bandwidth ADD then DEL",
+            bw_conf(&format!("{BW_IN}{BW_OUT}")),
+        )
+        .steps(&[Step::Add, Step::Del]),
+        b("bandwidth DEL twice", bw_conf(BW_OUT)).steps(&[Step::Add, Step::Del, Step::Del]),
+        b(
+            "bandwidth CHECK after ADD",
+            bw_conf(&format!("{BW_IN}{BW_OUT}")),
+        )
+        .steps(&[Step::Add, Step::Check]),
+        b(
+            "bandwidth CNI 0.4.0",
+            bw_conf(BW_OUT).replace("1.0.0", "0.4.0"),
+        ),
+        b(
+            "bandwidth rate without burst",
+            bw_conf(r#","ingressRate":1000000"#),
+        )
+        .fails_with(7),
+        b(
+            "bandwidth prevResult without the node's end",
+            bw_conf(BW_IN).replace(r#"{"name":"vethbw0"},"#, ""),
+        )
+        .fails_with(7),
+        b(
+            "bandwidth rate below a byte per second",
+            bw_conf(r#","egressRate":7,"egressBurst":800"#),
+        )
+        .fails_with(7)
+        .differs(
+            "v1.1.1 divides the burst by a rate of 0 bytes per second",
+            assert_no_ifb,
+        ),
+        b(
+            "bandwidth DEL of a config that does not validate",
+            bw_conf(r#","ingressRate":1000000"#),
+        )
+        .steps(&[Step::Del])
+        .differs("v1.1.1's DEL validates the limits and fails", |_, out| {
+            assert!(out[0].ok, "{out:?}")
+        }),
+    ]
+}
+
+/// No ifb and no qdisc of ours is left on the node.
+fn assert_no_ifb(sb: &Sandbox, _: &[Outcome]) {
+    let links = sb.node_links();
+    assert!(!links.iter().any(|l| l.starts_with("bwp")), "{links:?}");
+    let qdiscs = sb.node.ip_json(&["link", "show", "dev", "vethbw0"])[0]["qdisc"].clone();
+    assert_eq!(qdiscs, "noqueue");
+}
+
 trait RawIface {
     fn raw_iface(&self, i: usize) -> String;
 }
@@ -1693,6 +1923,26 @@ fn ipvlan_matches_the_reference() {
 #[test]
 fn sbr_matches_the_reference() {
     let cases = sbr_cases();
+    assert!(cases.len() >= 12, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+/// VRFs need CONFIG_NET_VRF: here only under `cargo xtask vm-test`, where
+/// [`common::kernel_has_vrf`] insists.
+#[test]
+fn vrf_matches_the_reference() {
+    if !common::kernel_has_vrf() {
+        eprintln!("this kernel has no vrf: the vrf comparison runs in `cargo xtask vm-test`");
+        return;
+    }
+    let cases = vrf_cases();
+    assert!(cases.len() >= 12, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+#[test]
+fn bandwidth_matches_the_reference() {
+    let cases = bandwidth_cases();
     assert!(cases.len() >= 12, "only {} cases", cases.len());
     compare(&cases);
 }

@@ -405,3 +405,30 @@ fn sbr() {
     fails("sbr", r#","gateways":["x"]"#, 7, "gateways[0]: \"x\"");
     fails("sbr", r#","table":"main""#, 6, "table");
 }
+
+#[test]
+fn vrf() {
+    passes("vrf", r#","vrfname":"blue""#);
+    passes("vrf", r#","vrfname":"blue","table":1001"#);
+    fails("vrf", "", 7, "vrfname: required");
+    fails("vrf", r#","vrfname":"blue","table":"x""#, 6, "table");
+}
+
+#[test]
+fn bandwidth() {
+    passes(
+        "bandwidth",
+        r#","ingressRate":1000000,"ingressBurst":100000"#,
+    );
+    passes(
+        "bandwidth",
+        r#","runtimeConfig":{"bandwidth":{"egressRate":8000,"egressBurst":800}}"#,
+    );
+    fails(
+        "bandwidth",
+        r#","egressRate":8000"#,
+        7,
+        "egressBurst: set it too",
+    );
+    fails("bandwidth", r#","ingressRate":"fast""#, 6, "ingressRate");
+}

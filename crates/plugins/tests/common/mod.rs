@@ -43,6 +43,8 @@ impl Plugins {
                     "ptp",
                     "tap",
                     "sbr",
+                    "vrf",
+                    "bandwidth",
                 ],
             ),
         }
@@ -169,6 +171,7 @@ impl Sandbox {
                 "isolated": slave["isolated"],
                 "vlan_filtering": l["linkinfo"]["info_data"]["vlan_filtering"],
                 "addrs": addrs(l),
+                "tc": tc_state(&self.node, name),
             }));
         }
         sort_values(&mut node_links);
@@ -184,6 +187,8 @@ impl Sandbox {
                     "name": l["ifname"],
                     "kind": l["linkinfo"]["info_kind"],
                     "mode": l["linkinfo"]["info_data"]["mode"],
+                    "master": l["master"],
+                    "vrf_table": l["linkinfo"]["info_data"]["table"],
                     "vlan": l["linkinfo"]["info_data"]["id"],
                     "vlan_protocol": l["linkinfo"]["info_data"]["protocol"],
                     "vlan_flags": l["linkinfo"]["info_data"]["flags"],
@@ -244,6 +249,48 @@ impl Sandbox {
             "ip6_forward": sysctl("net.ipv6.conf.all.forwarding"),
         })
     }
+}
+
+/// The qdiscs of `dev` (kind, handle, where, and a tbf's rate, burst and latency) and the
+/// first action of each filter on its ingress, as `tc -j` lists them.
+fn tc_state(ns: &Netns, dev: &str) -> Value {
+    let tc = |args: &[&str]| -> Value {
+        let o = ns.command("tc").args(args).output().expect("run tc");
+        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null)
+    };
+    let qdiscs: Vec<Value> = tc(&["-j", "qdisc", "show", "dev", dev])
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|q| {
+            json!({
+                "kind": q["kind"],
+                "handle": q["handle"],
+                "root": q["root"],
+                "parent": q["parent"],
+                "rate": q["options"]["rate"],
+                "burst": q["options"]["burst"],
+                "lat": q["options"]["lat"],
+            })
+        })
+        .collect();
+    let filters: Vec<Value> = tc(&["-j", "filter", "show", "dev", dev, "ingress"])
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| f["options"]["flowid"].is_string())
+        .map(|f| {
+            let action = &f["options"]["actions"][0];
+            json!({
+                "kind": f["kind"],
+                "protocol": f["protocol"],
+                "pref": f["pref"],
+                "flowid": f["options"]["flowid"],
+                "action": [action["kind"], action["mirred_action"], action["direction"], action["to_dev"]],
+            })
+        })
+        .collect();
+    json!({ "qdiscs": qdiscs, "ingress_filters": filters })
 }
 
 /// Random host veth names become `veth*`.
@@ -427,6 +474,17 @@ pub fn kernel_has_vlan() -> bool {
     })
 }
 
+/// Whether this kernel has VRFs (CONFIG_NET_VRF).
+pub fn kernel_has_vrf() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        kernel_can(
+            "vrf",
+            &[&["link", "add", "probe0", "type", "vrf", "table", "10"]],
+        )
+    })
+}
+
 /// Whether this kernel has dummy links (CONFIG_DUMMY).
 pub fn kernel_has_dummy() -> bool {
     static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -551,16 +609,28 @@ pub fn assert_error(out: &CniOutput, code: u64, words: &str, what: &str) {
 
 /// Pings `to` once from inside `from`; the ping output on failure.
 pub fn ping(from: &Netns, to: &str) -> Result<(), String> {
+    ping_with(from, &[], to)
+}
+
+/// The same, bound to the VRF device `vrf`.
+pub fn ping_from_vrf(from: &Netns, vrf: &str, to: &str) -> Result<(), String> {
+    ping_with(from, &["-I", vrf], to)
+}
+
+fn ping_with(from: &Netns, options: &[&str], to: &str) -> Result<(), String> {
     let out = from
         .command("ping")
-        .args(["-c1", "-W2", to])
+        .args(["-c1", "-W2"])
+        .args(options)
+        .arg(to)
         .output()
         .expect("run ping");
     if out.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "ping {to}: {}{}",
+            "ping {} {to}: {}{}",
+            options.join(" "),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         ))
