@@ -1,5 +1,5 @@
 //! Interface plugins (bridge, ptp, macvlan, ipvlan, vlan, dummy, tap, host-device), loopback,
-//! the chained tuning, sbr, vrf and bandwidth, passthru, and the table of plugins in the `cni-plugins`
+//! the chained tuning, sbr, vrf, bandwidth and portmap, passthru, and the table of plugins in the `cni-plugins`
 //! multi-call binary.
 
 pub mod bandwidth;
@@ -15,6 +15,7 @@ mod mac;
 pub mod macvlan;
 mod master;
 pub mod passthru;
+pub mod portmap;
 pub mod ptp;
 pub mod sbr;
 mod state_file;
@@ -137,6 +138,12 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Interface,
         about: "bandwidth: limits a veth attachment's traffic with token buckets on the node",
         plugin: &bandwidth::Bandwidth,
+    },
+    Entry {
+        name: "portmap",
+        kind: Kind::Interface,
+        about: "portmap: forwards the node's ports to the pod (hostPort), with iptables DNAT",
+        plugin: &portmap::Portmap,
     },
     Entry {
         name: "passthru",

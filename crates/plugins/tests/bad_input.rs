@@ -77,6 +77,15 @@ fn bandwidth(extra: &str) -> String {
     )
 }
 
+/// portmap chained after an interface, with one mapping; cases change one thing.
+fn portmap(extra: &str, mapping: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"portmap"{extra},"runtimeConfig":{{"portMappings":[{mapping}]}},"prevResult":{{"cniVersion":"1.1.0","ips":[{{"address":"10.66.0.5/24"}}]}}}}"#
+    )
+}
+
+const MAPPING: &str = r#"{"hostPort":8080,"containerPort":80,"protocol":"tcp"}"#;
+
 /// dummy with static IPAM.
 fn dummy(extra: &str) -> String {
     format!(
@@ -167,7 +176,7 @@ fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
     let good_macvlan = macvlan("", RANGES);
-    let plugins: [(&'static str, String); 17] = [
+    let plugins: [(&'static str, String); 18] = [
         ("bridge", good_bridge.clone()),
         ("macvlan", good_macvlan.clone()),
         ("ipvlan", ipvlan("")),
@@ -188,6 +197,7 @@ fn corpus() -> Vec<Case> {
         ("sbr", sbr("")),
         ("vrf", vrf("")),
         ("bandwidth", bandwidth("")),
+        ("portmap", portmap("", MAPPING)),
     ];
 
     // The environment, for every plugin.
@@ -1288,6 +1298,80 @@ fn corpus() -> Vec<Case> {
             &["interface \"eth0\" in netns", "is not a veth"],
         ),
     ];
+    let portmap_cases: [(&str, String, u64, &[&str]); 9] = [
+        (
+            "host port 0",
+            portmap("", r#"{"hostPort":0,"containerPort":80,"protocol":"tcp"}"#),
+            CONFIG,
+            &["runtimeConfig.portMappings[0].hostPort: 0 is not a port"],
+        ),
+        (
+            "container port 65536",
+            portmap(
+                "",
+                r#"{"hostPort":80,"containerPort":65536,"protocol":"tcp"}"#,
+            ),
+            CONFIG,
+            &["containerPort: 65536 is not a port"],
+        ),
+        (
+            "protocol icmp",
+            portmap(
+                "",
+                r#"{"hostPort":80,"containerPort":80,"protocol":"icmp"}"#,
+            ),
+            CONFIG,
+            &[r#"protocol: "icmp" is not tcp, udp or sctp"#],
+        ),
+        (
+            "a host IP that is not one",
+            portmap(
+                "",
+                r#"{"hostPort":80,"containerPort":80,"protocol":"tcp","hostIP":"localhost"}"#,
+            ),
+            CONFIG,
+            &[r#"hostIP: "localhost" is not an IP address"#],
+        ),
+        (
+            "a condition that is a new rule",
+            portmap(
+                r#","conditionsV4":["-s\n-A PREROUTING -j ACCEPT"]"#,
+                MAPPING,
+            ),
+            CONFIG,
+            &["conditionsV4[0]: ", "is not a match argument"],
+        ),
+        (
+            "a condition that jumps",
+            portmap(r#","conditionsV4":["-j","ACCEPT"]"#, MAPPING),
+            CONFIG,
+            &["conditionsV4[0]: \"-j\" is not a match argument"],
+        ),
+        (
+            "a mark bit of 32",
+            portmap(r#","markMasqBit":32"#, MAPPING),
+            CONFIG,
+            &["markMasqBit: 32 is not a bit"],
+        ),
+        (
+            "both mark settings",
+            portmap(
+                r#","markMasqBit":3,"externalSetMarkChain":"KUBE-MARK-MASQ""#,
+                MAPPING,
+            ),
+            CONFIG,
+            &["cannot both be set"],
+        ),
+        (
+            "the nftables backend",
+            portmap(r#","backend":"nftables""#, MAPPING),
+            CONFIG,
+            &[r#"backend: "nftables" is not supported"#],
+        ),
+    ];
+    for (what, stdin, code, says) in portmap_cases {
+        cases.push(case(format!("portmap: {what}"), "portmap", stdin, code).says(says));
+    }
     for (what, stdin, code, says) in bandwidth_cases {
         cases.push(case(format!("bandwidth: {what}"), "bandwidth", stdin, code).says(says));
     }

@@ -1276,6 +1276,118 @@ fn assert_no_ifb(sb: &Sandbox, _: &[Outcome]) {
     assert_eq!(qdiscs, "noqueue");
 }
 
+/// The pair portmap follows: `vethpm0` (10.20.0.1/24) in the node, eth0 (10.20.0.5/24,
+/// fd20::5/64) in the pod.
+fn pm_pair(sb: &Sandbox) {
+    sb.node.ip(&[
+        "link",
+        "add",
+        "vethpm0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        sb.pod.name(),
+    ]);
+    sb.node.ip(&["link", "set", "vethpm0", "up"]);
+    sb.node
+        .ip(&["addr", "add", "10.20.0.1/24", "dev", "vethpm0"]);
+    sb.pod.ip(&["link", "set", "eth0", "up"]);
+    sb.pod.ip(&["addr", "add", "10.20.0.5/24", "dev", "eth0"]);
+    sb.pod
+        .ip(&["-6", "addr", "add", "fd20::5/64", "dev", "eth0", "nodad"]);
+}
+
+/// portmap after that pair; `maps` is the portMappings list, `ips` prevResult's addresses.
+fn pm_conf(body: &str, maps: &str, ips: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"sbs","type":"portmap"{body},"runtimeConfig":{{"portMappings":[{maps}]}},"prevResult":{{"cniVersion":"1.0.0","interfaces":[{{"name":"vethpm0"}},{{"name":"eth0","sandbox":"/var/run/netns/x"}}],"ips":[{ips}]}}}}"#
+    )
+}
+
+const PM_V4: &str = r#"{"address":"10.20.0.5/24","gateway":"10.20.0.1","interface":1}"#;
+const PM_DUAL: &str = r#"{"address":"10.20.0.5/24","gateway":"10.20.0.1","interface":1},{"address":"fd20::5/64","gateway":"fd20::1","interface":1}"#;
+const PM_TCP: &str = r#"{"hostPort":8080,"containerPort":80,"protocol":"tcp"}"#;
+const PM_UDP_IP: &str =
+    r#"{"hostPort":5353,"containerPort":53,"protocol":"udp","hostIP":"10.20.0.1"}"#;
+
+/// No chain of this attachment, and no jump to one, is left.
+fn assert_no_dnat_chain(sb: &Sandbox, out: &[Outcome]) {
+    assert!(out.iter().all(|o| o.ok), "{out:?}");
+    let fw = sb.firewall();
+    assert!(!fw.contains("CNI-DN-"), "{fw}");
+}
+
+fn portmap_cases() -> Vec<Case> {
+    let p = |name: &'static str, conf: String| case(name, conf).before(pm_pair);
+    let many: String = (9001..=9016)
+        .map(|port| format!(r#"{{"hostPort":{port},"containerPort":{port},"protocol":"tcp"}}"#))
+        .collect::<Vec<_>>()
+        .join(",");
+    vec![
+        p("portmap tcp", pm_conf("", PM_TCP, PM_V4)),
+        p("portmap tcp and udp on a host address", pm_conf("", &format!("{PM_TCP},{PM_UDP_IP}"), PM_V4)),
+        p("portmap dual-stack", pm_conf("", PM_TCP, PM_DUAL)),
+        p("portmap without snat", pm_conf(r#","snat":false"#, PM_TCP, PM_V4)),
+        p("portmap markMasqBit", pm_conf(r#","markMasqBit":5"#, PM_TCP, PM_V4)),
+        p(
+            "portmap externalSetMarkChain",
+            pm_conf(r#","externalSetMarkChain":"KUBE-MARK-MASQ""#, PM_TCP, PM_V4),
+        )
+        .before(|sb| {
+            pm_pair(sb);
+            sb.node
+                .command("iptables")
+                .args(["-t", "nat", "-N", "KUBE-MARK-MASQ"])
+                .status()
+                .expect("iptables");
+        }),
+        p(
+            "portmap externalSetMarkChain that does not exist",
+            pm_conf(r#","externalSetMarkChain":"KUBE-MARK-MASQ""#, PM_TCP, PM_V4),
+        )
+        .differs(
+            "v1.1.1 fails adding the jump and leaves its chains behind",
+            |sb, out| {
+                assert!(!out[0].ok, "{out:?}");
+                let fw = sb.firewall();
+                assert!(!fw.contains("CNI-DN-") && !fw.contains("CNI-HOSTPORT"), "{fw}");
+            },
+        ),
+        p(
+            "portmap conditionsV4",
+            pm_conf(r#","conditionsV4":["-s","192.0.2.0/24"]"#, PM_TCP, PM_V4),
+        ),
+        p("portmap sixteen ports", pm_conf("", &many, PM_V4)),
+        p("portmap without mappings", pm_conf("", "", PM_V4)),
+        p("portmap ADD then DEL", pm_conf("", &format!("{PM_TCP},{PM_UDP_IP}"), PM_DUAL))
+            .steps(&[Step::Add, Step::Del]),
+        p("portmap DEL twice", pm_conf("", PM_TCP, PM_V4)).steps(&[Step::Add, Step::Del, Step::Del]),
+        p("portmap DEL with empty CNI_NETNS", pm_conf("", PM_TCP, PM_V4))
+            .steps(&[Step::Add, Step::DelNoNetns]),
+        p("portmap CHECK after a dual-stack ADD", pm_conf("", PM_TCP, PM_DUAL))
+            .steps(&[Step::Add, Step::Check])
+            .differs(
+                "v1.1.1's CHECK looks for the IPv4 rules in ip6tables too, and fails",
+                |_, out| assert!(out.iter().all(|o| o.ok), "{out:?}"),
+            ),
+        p("portmap host port 0", pm_conf("", r#"{"hostPort":0,"containerPort":80,"protocol":"tcp"}"#, PM_V4))
+            .fails_with(7),
+        p("portmap without prevResult", r#"{"cniVersion":"1.0.0","name":"sbs","type":"portmap","runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}}"#.into())
+            .fails_with(7),
+        p("portmap CHECK after an IPv4 ADD", pm_conf("", PM_TCP, PM_V4))
+            .steps(&[Step::Add, Step::Check])
+            .differs("v1.1.1's CHECK also looks for IPv6 rules and fails", |_, out| {
+                assert!(out.iter().all(|o| o.ok), "{out:?}")
+            }),
+        p("portmap DEL after a dual-stack ADD", pm_conf("", PM_TCP, PM_DUAL))
+            .steps(&[Step::Add, Step::Del])
+            .check(assert_no_dnat_chain),
+    ]
+}
+
 trait RawIface {
     fn raw_iface(&self, i: usize) -> String;
 }
@@ -1944,6 +2056,13 @@ fn vrf_matches_the_reference() {
 fn bandwidth_matches_the_reference() {
     let cases = bandwidth_cases();
     assert!(cases.len() >= 12, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+#[test]
+fn portmap_matches_the_reference() {
+    let cases = portmap_cases();
+    assert!(cases.len() >= 15, "only {} cases", cases.len());
     compare(&cases);
 }
 

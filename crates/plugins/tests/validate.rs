@@ -432,3 +432,24 @@ fn bandwidth() {
     );
     fails("bandwidth", r#","ingressRate":"fast""#, 6, "ingressRate");
 }
+
+#[test]
+fn portmap() {
+    passes(
+        "portmap",
+        r#","snat":false,"conditionsV4":["-s","10.0.0.0/8"],"runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}"#,
+    );
+    passes("portmap", r#","capabilities":{"portMappings":true}"#);
+    fails(
+        "portmap",
+        r#","runtimeConfig":{"portMappings":[{"hostPort":"80","containerPort":80,"protocol":"tcp"}]}"#,
+        6,
+        "hostPort",
+    );
+    fails(
+        "portmap",
+        r#","conditionsV6":["a b"]"#,
+        7,
+        "conditionsV6[0]: ",
+    );
+}

@@ -45,6 +45,7 @@ impl Plugins {
                     "sbr",
                     "vrf",
                     "bandwidth",
+                    "portmap",
                 ],
             ),
         }
@@ -106,8 +107,21 @@ impl Sandbox {
     }
 
     /// The node's masquerade and spoof-check rules (see [`Netns::firewall`]).
+    /// nftables tables with nothing in them are left out: the reference's iptables-nft makes
+    /// an empty `ip6 nat` just by looking for rules to delete.
     pub fn firewall(&self) -> String {
-        self.node.firewall()
+        let mut out = String::new();
+        let text = self.node.firewall();
+        let mut lines = text.lines().peekable();
+        while let Some(line) = lines.next() {
+            if line.starts_with("table ") && lines.peek() == Some(&"}") {
+                lines.next();
+                continue;
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
     }
 
     /// `bridge -j vlan show` in the node: port name to sorted (vid, pvid, untagged).
@@ -246,6 +260,9 @@ impl Sandbox {
             "pod_rules": rules(&self.pod),
             "vlans": self.vlans(),
             "ip_forward": sysctl("net.ipv4.ip_forward"),
+            "route_localnet": self.node_links().iter().map(|l| {
+                (veth_alias(l), sysctl(&format!("net.ipv4.conf.{l}.route_localnet")))
+            }).collect::<std::collections::BTreeMap<_, _>>(),
             "ip6_forward": sysctl("net.ipv6.conf.all.forwarding"),
         })
     }
