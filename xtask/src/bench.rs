@@ -86,6 +86,16 @@ const TUNING: &str = r#"{"cniVersion":"1.0.0","name":"benchtune","type":"tuning"
 const PTP: &str = r#"{"cniVersion":"1.0.0","name":"benchptp","type":"ptp","ipMasq":true,
  "ipam":{"type":"host-local","ranges":[[{"subnet":"10.95.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}],"dataDir":"DATADIR"}}"#;
 
+/// The chained plugins after a pair whose node end is `vethch0` and whose pod end is eth0
+/// with 10.94.0.5/16 (see [`chained_rows`]).
+const CHAINED_PREV: &str = r#""prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"vethch0"},{"name":"eth0","sandbox":"/x"}],
+ "ips":[{"address":"10.94.0.5/16","gateway":"10.94.0.1","interface":1}],"routes":[{"dst":"0.0.0.0/0"}]}"#;
+const SBR: &str = r#"{"cniVersion":"1.0.0","name":"benchsbr","type":"sbr",PREV}"#;
+const BANDWIDTH: &str = r#"{"cniVersion":"1.0.0","name":"benchbw","type":"bandwidth",
+ "ingressRate":100000000,"ingressBurst":1000000,"egressRate":100000000,"egressBurst":1000000,PREV}"#;
+const PORTMAP: &str = r#"{"cniVersion":"1.0.0","name":"benchpm","type":"portmap",
+ "runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"},{"hostPort":5353,"containerPort":53,"protocol":"udp"}]},PREV}"#;
+
 const LOOPBACK: &str = r#"{"cniVersion":"1.0.0","name":"benchlo","type":"loopback"}"#;
 
 const HOST_LOCAL: &str = r#"{"cniVersion":"1.0.0","name":"benchipam","type":"host-local",
@@ -128,6 +138,9 @@ pub fn run(args: &[String]) -> Result<()> {
             "loopback",
             "host-device",
             "tuning",
+            "sbr",
+            "bandwidth",
+            "portmap",
         ],
     );
     let sides = [
@@ -189,6 +202,7 @@ pub fn run(args: &[String]) -> Result<()> {
     sublink_rows(
         &sides, &pod, "macvlan", cycles, floor_ms, &mut rows, &mut rss,
     )?;
+    chained_rows(&sides, cycles, floor_ms, &mut rows, &mut rss)?;
 
     // The kernel's floor for DEL: deleting the pod's veth with iproute2, net of the exec floor.
     let mut veth_del = Vec::new();
@@ -265,6 +279,19 @@ impl AddDel {
         rows: &mut Vec<Row>,
         rss: &mut [i64; 2],
     ) -> Result<()> {
+        self.run_in(sides, [pod, pod], |_| {}, rows, rss)
+    }
+
+    /// [`AddDel::run`] with a pod per side, and `reset(side)` after each DEL, untimed: for
+    /// chained plugins whose DEL leaves what the interface plugin's DEL would remove.
+    fn run_in(
+        &self,
+        sides: &[Side; 2],
+        pods: [&Netns; 2],
+        reset: impl Fn(usize),
+        rows: &mut Vec<Row>,
+        rss: &mut [i64; 2],
+    ) -> Result<()> {
         let (case, plugin, config) = (self.case.as_str(), self.plugin, self.config.as_str());
         let mut add = [Series::default(), Series::default()];
         let mut del = [Series::default(), Series::default()];
@@ -274,8 +301,10 @@ impl AddDel {
             let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
             for s in order {
                 let id = format!("bench-{i}");
+                let pod = pods[s];
                 let a = sides[s].run(plugin, &sides[s].call("ADD", config, &id, pod))?;
                 let d = sides[s].run(plugin, &sides[s].call("DEL", config, &id, pod))?;
+                reset(s);
                 cycle[s].push(a.elapsed + d.elapsed);
                 add[s].push(&a);
                 del[s].push(&d);
@@ -331,6 +360,83 @@ fn sublink_rows(
         bench.run(sides, pod, rows, rss)?;
     }
     Ok(())
+}
+
+/// sbr, bandwidth and portmap after a veth pair per side (`vethch0` in the side's node, eth0 in
+/// a pod of its own), put back between cycles as the interface plugin's DEL and ADD would.
+fn chained_rows(
+    sides: &[Side; 2],
+    cycles: usize,
+    floor_ms: f64,
+    rows: &mut Vec<Row>,
+    rss: &mut [i64; 2],
+) -> Result<()> {
+    let pods = [Netns::new("bench-ch-ours"), Netns::new("bench-ch-go")];
+    for (side, pod) in sides.iter().zip(&pods) {
+        side.node.ip(&[
+            "link",
+            "add",
+            "vethch0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            pod.name(),
+        ]);
+        side.node.ip(&["link", "set", "vethch0", "up"]);
+        pod.ip(&["link", "set", "eth0", "up"]);
+        pod_routes(pod);
+    }
+    let reset_sbr = |s: usize| {
+        let pod = &pods[s];
+        for table in ["100", "101", "102"] {
+            pod.try_ip(&["route", "flush", "table", table]);
+        }
+        pod.ip(&["addr", "flush", "dev", "eth0"]);
+        pod_routes(pod);
+    };
+    let reset_bandwidth = |s: usize| {
+        for qdisc in ["root", "ingress"] {
+            let _ = sides[s]
+                .node
+                .command("tc")
+                .args(["qdisc", "del", "dev", "vethch0", qdisc])
+                .output();
+        }
+    };
+    for (case, plugin, config, reset) in [
+        ("sbr ADD / DEL", "sbr", SBR, &reset_sbr as &dyn Fn(usize)),
+        (
+            "bandwidth ADD / DEL, both ways",
+            "bandwidth",
+            BANDWIDTH,
+            &reset_bandwidth,
+        ),
+        (
+            "portmap ADD / DEL, tcp and udp",
+            "portmap",
+            PORTMAP,
+            &|_| {},
+        ),
+    ] {
+        AddDel {
+            case: case.into(),
+            plugin,
+            config: config.replace("PREV", CHAINED_PREV),
+            cycles,
+            floor_ms,
+        }
+        .run_in(sides, [&pods[0], &pods[1]], reset, rows, rss)?;
+    }
+    Ok(())
+}
+
+/// eth0's address and default route, as the interface plugin leaves them.
+fn pod_routes(pod: &Netns) {
+    pod.ip(&["addr", "add", "10.94.0.5/16", "dev", "eth0"]);
+    pod.ip(&["route", "add", "default", "via", "10.94.0.1"]);
 }
 
 /// The master `up0` in a node namespace: a veth end whose peer is up, so it has a carrier.
