@@ -1,8 +1,9 @@
 //! Linux networking for the CNI plugins and multus: network namespaces, a synchronous
-//! rtnetlink layer, sysctl, tap devices, traffic shaping, masquerade and host port rules.
-//! Everything is synchronous and keeps the kernel's errno in its errors.
+//! rtnetlink layer, sysctl, tap devices, traffic shaping, and masquerade, host port and
+//! forwarding rules. Everything is synchronous and keeps the kernel's errno in its errors.
 
 pub mod error;
+pub mod forward;
 pub mod hostport;
 pub mod masq;
 pub mod netlink;

@@ -1,12 +1,13 @@
 //! Interface plugins (bridge, ptp, macvlan, ipvlan, vlan, dummy, tap, host-device), loopback,
-//! the chained tuning, sbr, vrf, bandwidth and portmap, passthru, and the table of plugins in the `cni-plugins`
-//! multi-call binary.
+//! the chained tuning, sbr, vrf, bandwidth, portmap and firewall, passthru, and the table of
+//! plugins in the `cni-plugins` multi-call binary.
 
 pub mod bandwidth;
 pub mod bridge;
 mod check;
 mod container;
 pub mod dummy;
+pub mod firewall;
 pub mod host_device;
 mod ipam_call;
 pub mod ipvlan;
@@ -144,6 +145,12 @@ pub const PLUGINS: &[Entry] = &[
         kind: Kind::Interface,
         about: "portmap: forwards the node's ports to the pod (hostPort), with iptables DNAT",
         plugin: &portmap::Portmap,
+    },
+    Entry {
+        name: "firewall",
+        kind: Kind::Interface,
+        about: "firewall: lets the pod's forwarded traffic through the node's FORWARD chain",
+        plugin: &firewall::Firewall,
     },
     Entry {
         name: "passthru",

@@ -86,6 +86,13 @@ fn portmap(extra: &str, mapping: &str) -> String {
 
 const MAPPING: &str = r#"{"hostPort":8080,"containerPort":80,"protocol":"tcp"}"#;
 
+/// firewall after a bridge, for one address.
+fn firewall(extra: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"badnet","type":"firewall"{extra},"prevResult":{{"cniVersion":"1.1.0","interfaces":[{{"name":"bad0"}}],"ips":[{{"address":"10.66.0.5/24"}}]}}}}"#
+    )
+}
+
 /// dummy with static IPAM.
 fn dummy(extra: &str) -> String {
     format!(
@@ -176,7 +183,7 @@ fn corpus() -> Vec<Case> {
     let mut cases = Vec::new();
     let good_bridge = bridge("", RANGES);
     let good_macvlan = macvlan("", RANGES);
-    let plugins: [(&'static str, String); 18] = [
+    let plugins: [(&'static str, String); 19] = [
         ("bridge", good_bridge.clone()),
         ("macvlan", good_macvlan.clone()),
         ("ipvlan", ipvlan("")),
@@ -198,6 +205,7 @@ fn corpus() -> Vec<Case> {
         ("vrf", vrf("")),
         ("bandwidth", bandwidth("")),
         ("portmap", portmap("", MAPPING)),
+        ("firewall", firewall("")),
     ];
 
     // The environment, for every plugin.
@@ -1369,6 +1377,41 @@ fn corpus() -> Vec<Case> {
             &[r#"backend: "nftables" is not supported"#],
         ),
     ];
+    let firewall_cases: [(&str, String, u64, &[&str]); 5] = [
+        (
+            "an unknown backend",
+            firewall(r#","backend":"pf""#),
+            CONFIG,
+            &[r#"backend: "pf" is not a backend"#],
+        ),
+        (
+            "the firewalld backend",
+            firewall(r#","backend":"firewalld""#),
+            CONFIG,
+            &[r#"backend: "firewalld" is not supported"#],
+        ),
+        (
+            "an admin chain name with a space",
+            firewall(r#","iptablesAdminChainName":"MY ADMIN""#),
+            CONFIG,
+            &[r#"iptablesAdminChainName: "MY ADMIN" is not an iptables chain name"#],
+        ),
+        (
+            "an unknown ingress policy",
+            firewall(r#","ingressPolicy":"closed""#),
+            CONFIG,
+            &[r#"ingressPolicy: "closed" is not a policy"#],
+        ),
+        (
+            "no prevResult",
+            r#"{"cniVersion":"1.0.0","name":"badnet","type":"firewall"}"#.into(),
+            CONFIG,
+            &["firewall needs prevResult"],
+        ),
+    ];
+    for (what, stdin, code, says) in firewall_cases {
+        cases.push(case(format!("firewall: {what}"), "firewall", stdin, code).says(says));
+    }
     for (what, stdin, code, says) in portmap_cases {
         cases.push(case(format!("portmap: {what}"), "portmap", stdin, code).says(says));
     }

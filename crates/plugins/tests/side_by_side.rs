@@ -1388,6 +1388,94 @@ fn portmap_cases() -> Vec<Case> {
     ]
 }
 
+/// firewall after a bridge whose result is `prev` (the bridge first, as bridge's result has it).
+fn fw_conf(body: &str, ips: &str) -> String {
+    format!(
+        r#"{{"cniVersion":"1.0.0","name":"sbs","type":"firewall"{body},"prevResult":{{"cniVersion":"1.0.0","interfaces":[{{"name":"sbs0"}},{{"name":"vethfw0"}},{{"name":"eth0","sandbox":"/var/run/netns/x"}}],"ips":[{ips}]}}}}"#
+    )
+}
+
+const FW_V4: &str = r#"{"address":"10.20.0.5/24","gateway":"10.20.0.1","interface":2}"#;
+const FW_DUAL: &str = r#"{"address":"10.20.0.5/24","gateway":"10.20.0.1","interface":2},{"address":"fd20::5/64","interface":2}"#;
+
+fn firewall_cases() -> Vec<Case> {
+    let f = |name: &'static str, conf: String| case(name, conf);
+    vec![
+        f("firewall IPv4", fw_conf("", FW_V4)),
+        f(
+            "firewall dual-stack",
+            fw_conf(r#","backend":"iptables""#, FW_DUAL),
+        ),
+        f(
+            "firewall admin chain",
+            fw_conf(
+                r#","backend":"iptables","iptablesAdminChainName":"MY-ADMIN""#,
+                FW_V4,
+            ),
+        ),
+        f(
+            "firewall same-bridge",
+            fw_conf(
+                r#","backend":"iptables","ingressPolicy":"same-bridge""#,
+                FW_DUAL,
+            ),
+        ),
+        f(
+            "firewall ADD then DEL",
+            fw_conf(r#","backend":"iptables""#, FW_DUAL),
+        )
+        .steps(&[Step::Add, Step::Del]),
+        f(
+            "firewall DEL twice",
+            fw_conf(r#","backend":"iptables""#, FW_V4),
+        )
+        .steps(&[Step::Add, Step::Del, Step::Del]),
+        f(
+            "firewall CHECK after ADD",
+            fw_conf(r#","backend":"iptables""#, FW_DUAL),
+        )
+        .steps(&[Step::Add, Step::Check]),
+        f(
+            "firewall CNI 0.4.0",
+            fw_conf(r#","backend":"iptables""#, FW_V4).replace("1.0.0", "0.4.0"),
+        ),
+        f(
+            "firewall without prevResult",
+            r#"{"cniVersion":"1.0.0","name":"sbs","type":"firewall","backend":"iptables"}"#.into(),
+        )
+        .fails_with(7),
+        f(
+            "firewall unknown ingress policy",
+            fw_conf(r#","backend":"iptables","ingressPolicy":"closed""#, FW_V4),
+        )
+        .fails_with(7)
+        .differs(
+            "v1.1.1 writes the pod's rules, then fails on the policy and leaves them",
+            |sb, out| {
+                assert!(!out[0].ok, "{out:?}");
+                assert!(!sb.firewall().contains("CNI-FORWARD"));
+            },
+        ),
+        f(
+            "firewall unknown backend",
+            fw_conf(r#","backend":"pf""#, FW_V4),
+        )
+        .fails_with(7)
+        .differs(
+            "v1.1.1 accepts any backend and falls back to iptables (or firewalld)",
+            |sb, out| {
+                assert!(!out[0].ok, "{out:?}");
+                assert!(
+                    out[0].raw.contains(r#"backend: \"pf\" is not a backend"#),
+                    "{}",
+                    out[0].raw
+                );
+                assert!(!sb.firewall().contains("CNI-FORWARD"));
+            },
+        ),
+    ]
+}
+
 trait RawIface {
     fn raw_iface(&self, i: usize) -> String;
 }
@@ -2063,6 +2151,13 @@ fn bandwidth_matches_the_reference() {
 fn portmap_matches_the_reference() {
     let cases = portmap_cases();
     assert!(cases.len() >= 15, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+#[test]
+fn firewall_matches_the_reference() {
+    let cases = firewall_cases();
+    assert!(cases.len() >= 10, "only {} cases", cases.len());
     compare(&cases);
 }
 

@@ -453,3 +453,14 @@ fn portmap() {
         "conditionsV6[0]: ",
     );
 }
+
+#[test]
+fn firewall() {
+    passes("firewall", "");
+    passes(
+        "firewall",
+        r#","backend":"iptables","iptablesAdminChainName":"MY-ADMIN","ingressPolicy":"same-bridge""#,
+    );
+    fails("firewall", r#","backend":"nftables""#, 7, "backend: ");
+    fails("firewall", r#","ingressPolicy":7"#, 6, "ingressPolicy");
+}

@@ -81,12 +81,15 @@ impl Netns {
             .unwrap_or_default()
     }
 
-    /// The `nat` rules of iptables and ip6tables (`-S`) and the whole nft ruleset, in one text.
+    /// The `nat` and `filter` rules of iptables and ip6tables (`-S`) and the whole nft ruleset,
+    /// in one text.
     pub fn firewall(&self) -> String {
         let mut out = String::new();
         for (tool, args) in [
             ("iptables", &["-t", "nat", "-S"][..]),
             ("ip6tables", &["-t", "nat", "-S"][..]),
+            ("iptables", &["-t", "filter", "-S"][..]),
+            ("ip6tables", &["-t", "filter", "-S"][..]),
             ("nft", &["list", "ruleset"][..]),
         ] {
             let o = self

@@ -46,6 +46,7 @@ impl Plugins {
                     "vrf",
                     "bandwidth",
                     "portmap",
+                    "firewall",
                 ],
             ),
         }
@@ -107,20 +108,35 @@ impl Sandbox {
     }
 
     /// The node's masquerade and spoof-check rules (see [`Netns::firewall`]).
-    /// nftables tables with nothing in them are left out: the reference's iptables-nft makes
-    /// an empty `ip6 nat` just by looking for rules to delete.
+    /// nftables tables with nothing in them are left out (the reference's iptables-nft makes
+    /// an empty `ip6 nat` just by looking for rules to delete), and so are packet counters,
+    /// which traffic of the moment moves; the tables are sorted, as the reference's firewall
+    /// plugin fills the two families in random order.
     pub fn firewall(&self) -> String {
         let mut out = String::new();
+        let mut tables: Vec<String> = Vec::new();
         let text = self.node.firewall();
-        let mut lines = text.lines().peekable();
+        let mut lines = text.lines();
         while let Some(line) = lines.next() {
-            if line.starts_with("table ") && lines.peek() == Some(&"}") {
-                lines.next();
+            if !line.starts_with("table ") {
+                out.push_str(line);
+                out.push('\n');
                 continue;
             }
-            out.push_str(line);
-            out.push('\n');
+            let mut table = format!("{line}\n");
+            for inner in lines.by_ref() {
+                table.push_str(&without_counters(inner));
+                table.push('\n');
+                if inner == "}" {
+                    break;
+                }
+            }
+            if table.lines().count() > 2 {
+                tables.push(table);
+            }
         }
+        tables.sort();
+        out.extend(tables);
         out
     }
 
@@ -260,12 +276,35 @@ impl Sandbox {
             "pod_rules": rules(&self.pod),
             "vlans": self.vlans(),
             "ip_forward": sysctl("net.ipv4.ip_forward"),
-            "route_localnet": self.node_links().iter().map(|l| {
-                (veth_alias(l), sysctl(&format!("net.ipv4.conf.{l}.route_localnet")))
-            }).collect::<std::collections::BTreeMap<_, _>>(),
+            // Of the links with fixed names: a random veth may be going as this is read.
+            "route_localnet": self
+                .node_links()
+                .iter()
+                .filter(|l| veth_alias(l) != "veth*")
+                .map(|l| (l.clone(), sysctl(&format!("net.ipv4.conf.{l}.route_localnet"))))
+                .collect::<std::collections::BTreeMap<_, _>>(),
             "ip6_forward": sysctl("net.ipv6.conf.all.forwarding"),
         })
     }
+}
+
+/// `counter packets N bytes M` as `counter`.
+fn without_counters(line: &str) -> String {
+    let words: Vec<&str> = line.split(' ').collect();
+    let mut out = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        out.push(words[i]);
+        if words[i] == "counter"
+            && words.get(i + 1) == Some(&"packets")
+            && words.get(i + 3) == Some(&"bytes")
+        {
+            i += 5;
+        } else {
+            i += 1;
+        }
+    }
+    out.join(" ")
 }
 
 /// The qdiscs of `dev` (kind, handle, where, and a tbf's rate, burst and latency) and the
