@@ -11,7 +11,6 @@ pub mod netns;
 pub mod spoofcheck;
 pub mod sysctl;
 pub mod tap;
-pub mod tc;
 mod tool;
 
 pub use error::{Error, Result};

@@ -904,3 +904,75 @@ fn vrf_or_a_clear_failure() -> Result<()> {
     }
     Ok(())
 }
+
+/// A tbf and an ingress redirect to an ifb over netlink, read back, and removed.
+#[test]
+fn shaping_with_tbf_and_an_ifb_redirect() -> Result<()> {
+    use netkit::netlink::Bucket;
+    let node = Ns::new("tc")?;
+    node.nl.add_veth("vtc0", "vtc1", None, None, None)?;
+    node.nl.add_ifb("ifbtc0", Some(1500))?;
+    let (veth, ifb) = (node.index("vtc0")?, node.index("ifbtc0")?);
+    node.nl.set_up(ifb)?;
+    let ticks = netkit::netlink::ticks_per_usec()?;
+    let bucket = Bucket {
+        rate: 125_000,
+        burst: 12_500,
+    };
+    node.nl.add_tbf(veth, bucket, ticks)?;
+    node.nl.add_redirect(veth, ifb)?;
+    node.nl.add_tbf(
+        ifb,
+        Bucket {
+            rate: 250_000,
+            burst: 37_500,
+        },
+        ticks,
+    )?;
+
+    let (kinds, tbf) = node.nl.qdiscs(veth)?;
+    assert!(
+        kinds.contains(&"tbf".to_owned()) && kinds.contains(&"ingress".to_owned()),
+        "{kinds:?}"
+    );
+    let tbf = tbf.expect("the root tbf");
+    assert_eq!(
+        (tbf.rate, tbf.limit, tbf.buffer),
+        (125_000, 15_625, bucket.buffer(ticks))
+    );
+    // tc reads back what the reference makes: rate, burst and latency.
+    let out = node
+        .sandbox
+        .command("tc")
+        .args(["-j", "qdisc", "show", "dev", "vtc0"])
+        .output()?;
+    let listed: Value = serde_json::from_slice(&out.stdout)?;
+    let root = listed
+        .as_array()
+        .and_then(|q| q.iter().find(|q| q["kind"] == "tbf"))
+        .cloned();
+    let root = root.unwrap_or_default();
+    assert_eq!(root["options"]["rate"], 125_000, "{listed}");
+    assert_eq!(root["options"]["burst"], 12_500, "{listed}");
+    assert_eq!(root["options"]["lat"], 25_000, "{listed}");
+    let out = node
+        .sandbox
+        .command("tc")
+        .args(["-j", "filter", "show", "dev", "vtc0", "ingress"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(r#""to_dev":"ifbtc0""#) && text.contains(r#""flowid":"1:1""#),
+        "{text}"
+    );
+
+    node.nl.del_qdiscs(veth)?;
+    let (kinds, tbf) = node.nl.qdiscs(veth)?;
+    assert!(
+        tbf.is_none() && !kinds.contains(&"ingress".to_owned()),
+        "{kinds:?}"
+    );
+    // Again: nothing to remove is no error.
+    node.nl.del_qdiscs(veth)?;
+    Ok(())
+}

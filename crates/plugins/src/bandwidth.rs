@@ -8,12 +8,13 @@
 //! `runtimeConfig.bandwidth` (the runtime's, from a pod's bandwidth annotations). DEL deletes
 //! the ifb; the veth's qdiscs go with the veth.
 //!
-//! Deliberate changes: a failed ADD removes what it added; DEL of a config that no longer
+//! The qdiscs and filter are made over netlink with the parameters the reference's netlink
+//! library sends. Deliberate changes: a failed ADD removes what it added; DEL of a config that no longer
 //! validates still deletes the ifb; a rate below 8 bits per second is refused (the reference
 //! divides by zero); CHECK also checks the egress side and the latency.
 
 use cni::{CmdArgs, CniError, CniResult, Interface, NetConf};
-use netkit::tc::{Bucket, LATENCY_USEC};
+use netkit::netlink::{Bucket, Link, LATENCY_USEC};
 use netkit::Netlink;
 use serde::Deserialize;
 
@@ -167,7 +168,7 @@ fn host_veth(
     node: &Netlink,
     prev: &CniResult,
     args: &CmdArgs,
-) -> Result<netkit::netlink::Link, CniError> {
+) -> Result<Link, CniError> {
     let cont = pod_nl
         .link_by_name(&args.ifname)
         .map_err(sys)?
@@ -202,7 +203,8 @@ fn host_veth(
 /// What a failing ADD has to undo.
 #[derive(Default)]
 struct Done {
-    qdiscs_on: Option<String>,
+    /// The node link ADD gave qdiscs to.
+    qdiscs_on: Option<u32>,
     ifb: Option<String>,
 }
 
@@ -218,11 +220,14 @@ impl cni::Plugin for Bandwidth {
         let pod_nl = Netlink::in_ns(&pod).map_err(sys)?;
         let node = Netlink::new().map_err(sys)?;
         let host = host_veth(&pod_nl, &node, &result, args)?;
+        let ticks = netkit::netlink::ticks_per_usec().map_err(sys)?;
+        let ctx = format!("shaping {:?}", host.name);
         let mut done = Done::default();
         let outcome = (|| -> Result<(), CniError> {
             if let Some(bucket) = ingress {
-                done.qdiscs_on = Some(host.name.clone());
-                netkit::tc::shape(&host.name, bucket).map_err(sys)?;
+                done.qdiscs_on = Some(host.index);
+                node.add_tbf(host.index, bucket, ticks)
+                    .map_err(sys_ctx(&ctx))?;
             }
             if let Some(bucket) = egress {
                 let name = ifb_name(&conf.net.name, &args.container_id);
@@ -231,8 +236,11 @@ impl cni::Plugin for Bandwidth {
                 done.ifb = Some(name.clone());
                 let ifb = node.link(&name).map_err(sys_ctx(&ctx))?;
                 node.set_up(ifb.index).map_err(sys_ctx(&ctx))?;
-                done.qdiscs_on = Some(host.name.clone());
-                netkit::tc::shape_arriving(&host.name, &name, bucket).map_err(sys)?;
+                done.qdiscs_on = Some(host.index);
+                node.add_redirect(host.index, ifb.index)
+                    .map_err(sys_ctx(&ctx))?;
+                node.add_tbf(ifb.index, bucket, ticks)
+                    .map_err(sys_ctx(&ctx))?;
                 result.interfaces.push(Interface {
                     name,
                     mac: ifb.mac.map(|m| netkit::format_mac(&m)).unwrap_or_default(),
@@ -265,19 +273,24 @@ impl cni::Plugin for Bandwidth {
         let pod_nl = Netlink::in_ns(&pod).map_err(sys)?;
         let node = Netlink::new().map_err(sys)?;
         let host = host_veth(&pod_nl, &node, &prev, args)?;
+        let ticks = netkit::netlink::ticks_per_usec().map_err(sys)?;
         if let Some(bucket) = conf.limits.ingress {
-            check_tbf(&host.name, bucket)?;
+            check_tbf(&node, &host, bucket, ticks)?;
         }
         if let Some(bucket) = conf.limits.egress {
-            let ifb = ifb_name(&conf.net.name, &args.container_id);
-            let on_host = netkit::tc::qdiscs(&host.name).map_err(sys)?;
-            if !on_host.iter().any(|q| q.kind == "ingress") {
+            let name = ifb_name(&conf.net.name, &args.container_id);
+            let (on_host, _) = node.qdiscs(host.index).map_err(sys)?;
+            if !on_host.iter().any(|kind| kind == "ingress") {
                 return Err(check::fail(format!(
                     "{:?} has no ingress qdisc to redirect the pod's traffic",
                     host.name
                 )));
             }
-            check_tbf(&ifb, bucket)?;
+            let ifb = node
+                .link_by_name(&name)
+                .map_err(sys)?
+                .ok_or_else(|| check::fail(format!("the ifb {name:?} is missing")))?;
+            check_tbf(&node, &ifb, bucket, ticks)?;
         }
         Ok(())
     }
@@ -299,19 +312,22 @@ impl cni::Plugin for Bandwidth {
     }
 }
 
-/// `dev` has a root tbf of `bucket`'s rate, burst and latency. tc lists the burst and latency
-/// it computes back from ticks: a byte or a microsecond off is the same bucket.
-fn check_tbf(dev: &str, bucket: Bucket) -> Result<(), CniError> {
-    let qdiscs = netkit::tc::qdiscs(dev).map_err(sys)?;
-    let Some((rate, burst, lat)) = qdiscs.iter().find(|q| q.root).and_then(|q| q.tbf) else {
-        return Err(check::fail(format!("{dev:?} has no root tbf qdisc")));
-    };
-    let near = |a: u64, b: u64| a.abs_diff(b) <= 1 + b / 1000;
-    if rate != bucket.rate || !near(burst, bucket.burst) || !near(lat, LATENCY_USEC) {
+/// `link` has a root tbf of `bucket`, as ADD makes it.
+fn check_tbf(node: &Netlink, link: &Link, bucket: Bucket, ticks: f64) -> Result<(), CniError> {
+    let (_, tbf) = node.qdiscs(link.index).map_err(sys)?;
+    let Some(tbf) = tbf else {
         return Err(check::fail(format!(
-            "{dev:?} shapes to {rate} bytes/s with a {burst}-byte burst and {lat} us latency, \
-             the config says {} bytes/s, {} bytes and {LATENCY_USEC} us",
-            bucket.rate, bucket.burst
+            "{:?} has no root tbf qdisc",
+            link.name
+        )));
+    };
+    let (buffer, limit) = (bucket.buffer(ticks), bucket.limit());
+    if (tbf.rate, tbf.buffer, tbf.limit) != (bucket.rate, buffer, limit) {
+        return Err(check::fail(format!(
+            "{:?} shapes to {} bytes/s with a buffer of {} ticks and a {}-byte limit, the \
+             config says {} bytes/s, {buffer} ticks and {limit} bytes ({LATENCY_USEC} us of \
+             queue)",
+            link.name, tbf.rate, tbf.buffer, tbf.limit, bucket.rate
         )));
     }
     Ok(())
@@ -325,8 +341,8 @@ fn undo(err: CniError, node: &Netlink, done: &Done) -> CniError {
             failures.push(e.to_string());
         }
     }
-    if let Some(dev) = &done.qdiscs_on {
-        if let Err(e) = netkit::tc::unshape(dev) {
+    if let Some(index) = done.qdiscs_on {
+        if let Err(e) = node.del_qdiscs(index) {
             failures.push(e.to_string());
         }
     }

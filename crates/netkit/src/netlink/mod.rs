@@ -13,6 +13,7 @@ mod link;
 mod neigh;
 mod route;
 mod rule;
+mod tc;
 
 use std::cell::Cell;
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ pub use link::{validate_ifname, BridgeOpts, IpvlanMode, Link, MacvlanMode, Macvl
 pub use neigh::Neighbour;
 pub use route::{Route, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
 pub use rule::Rule;
+pub use tc::{ticks_per_usec, Bucket, Tbf, LATENCY_USEC};
 
 /// An IP address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
