@@ -119,6 +119,8 @@ struct Row {
     ours: (f64, f64),
     reference: (f64, f64),
     floor: f64,
+    /// Peak RSS of one call, ours and Go's, in KB (for a full ADD / DEL cycle).
+    rss: Option<[i64; 2]>,
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -251,6 +253,7 @@ pub fn run(args: &[String]) -> Result<()> {
         ours: measure::percentiles(ours),
         reference: measure::percentiles(go),
         floor: 0.0,
+        rss: None,
     });
 
     print_report(cycles, floor_ms, &rows, rss, &bin)?;
@@ -320,6 +323,7 @@ impl AddDel {
                 ours: measure::percentiles(&mut ours.times),
                 reference: measure::percentiles(&mut go.times),
                 floor: self.floor_ms,
+                rss: None,
             });
         }
         let [ours, go] = &mut cycle;
@@ -328,6 +332,7 @@ impl AddDel {
             ours: measure::percentiles(ours),
             reference: measure::percentiles(go),
             floor: 2.0 * self.floor_ms,
+            rss: Some([0, 1].map(|s| add[s].max_rss_kb.max(del[s].max_rss_kb))),
         });
         Ok(())
     }
@@ -531,13 +536,13 @@ fn print_report(
 }
 
 fn print_table(rows: &[Row]) {
-    println!("| case | ours median / p90 (ms) | Go median / p90 (ms) | ratio | ratio net of exec floor |");
-    println!("|---|---|---|---|---|");
+    println!("| case | ours median / p90 (ms) | Go median / p90 (ms) | ratio | ratio net of exec floor | peak RSS ours / Go (KB) |");
+    println!("|---|---|---|---|---|---|");
     for r in rows {
         let ratio = r.ours.0 / r.reference.0;
         let net = (r.ours.0 - r.floor).max(0.0) / (r.reference.0 - r.floor);
         println!(
-            "| {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2}x | {} |",
+            "| {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2}x | {} | {} |",
             r.case,
             r.ours.0,
             r.ours.1,
@@ -548,7 +553,9 @@ fn print_table(rows: &[Row]) {
                 format!("{net:.2}x")
             } else {
                 "-".into()
-            }
+            },
+            r.rss
+                .map_or_else(|| "-".to_owned(), |[o, g]| format!("{o} / {g}"))
         );
     }
 }
