@@ -93,6 +93,8 @@ const CHAINED_PREV: &str = r#""prevResult":{"cniVersion":"1.0.0","interfaces":[{
 const SBR: &str = r#"{"cniVersion":"1.0.0","name":"benchsbr","type":"sbr",PREV}"#;
 const BANDWIDTH: &str = r#"{"cniVersion":"1.0.0","name":"benchbw","type":"bandwidth",
  "ingressRate":100000000,"ingressBurst":1000000,"egressRate":100000000,"egressBurst":1000000,PREV}"#;
+const FIREWALL: &str =
+    r#"{"cniVersion":"1.0.0","name":"benchfw","type":"firewall","backend":"iptables",PREV}"#;
 const PORTMAP: &str = r#"{"cniVersion":"1.0.0","name":"benchpm","type":"portmap",
  "runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"},{"hostPort":5353,"containerPort":53,"protocol":"udp"}]},PREV}"#;
 
@@ -143,6 +145,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "sbr",
             "bandwidth",
             "portmap",
+            "firewall",
         ],
     );
     let sides = [
@@ -367,7 +370,7 @@ fn sublink_rows(
     Ok(())
 }
 
-/// sbr, bandwidth and portmap after a veth pair per side (`vethch0` in the side's node, eth0 in
+/// sbr, bandwidth, portmap and firewall after a veth pair per side (`vethch0` in the side's node, eth0 in
 /// a pod of its own), put back between cycles as the interface plugin's DEL and ADD would.
 fn chained_rows(
     sides: &[Side; 2],
@@ -425,6 +428,7 @@ fn chained_rows(
             PORTMAP,
             &|_| {},
         ),
+        ("firewall ADD / DEL", "firewall", FIREWALL, &|_| {}),
     ] {
         AddDel {
             case: case.into(),
