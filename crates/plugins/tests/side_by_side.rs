@@ -2181,6 +2181,92 @@ fn vlan_matches_the_reference() {
     compare(&cases);
 }
 
+/// Rules, qdiscs and links one implementation's ADD made, the other's DEL removes: a node can
+/// switch implementations with pods running. Each case: ADD by one side, DEL by the other, in
+/// both directions; then nothing of the attachment may be left.
+#[test]
+fn either_implementation_deletes_what_the_other_made() {
+    let plugins = Plugins::new();
+    let gone_dnat = |sb: &Sandbox| !sb.firewall().contains("CNI-DN-");
+    let gone_forward = |sb: &Sandbox| !sb.firewall().contains("-s 10.20.0.5/32 -j ACCEPT");
+    let gone_ifb = |sb: &Sandbox| !sb.node_links().iter().any(|l| l.starts_with("bwp"));
+    let gone_rules = |sb: &Sandbox| {
+        !serde_json::to_string(&common::rules(&sb.pod))
+            .unwrap_or_default()
+            .contains("10.88.0.5")
+    };
+    let gone_masq = |sb: &Sandbox| {
+        let fw = sb.firewall();
+        !fw.contains("-A POSTROUTING -s 10.20.0.") && !fw.contains("ip saddr 10.20.0.")
+    };
+    type Gone = Box<dyn Fn(&Sandbox) -> bool>;
+    /// Plugin, config, setup, and whether the attachment is gone.
+    type CrossCase = (&'static str, String, fn(&Sandbox), Gone);
+    let cases: Vec<CrossCase> = vec![
+        (
+            "portmap",
+            pm_conf("", &format!("{PM_TCP},{PM_UDP_IP}"), PM_DUAL),
+            pm_pair,
+            Box::new(gone_dnat),
+        ),
+        (
+            "firewall",
+            fw_conf(r#","backend":"iptables""#, FW_DUAL),
+            |_| {},
+            Box::new(gone_forward),
+        ),
+        (
+            "bandwidth",
+            bw_conf(&format!("{BW_IN}{BW_OUT}")),
+            bw_pair,
+            Box::new(gone_ifb),
+        ),
+        (
+            "sbr",
+            sb_conf("", ETH0_DUAL),
+            pod_eth0,
+            Box::new(gone_rules),
+        ),
+        (
+            "ptp",
+            pt(&format!(r#","ipMasq":true,{}"#, hl(V4))),
+            |_| {},
+            Box::new(gone_masq),
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (name, conf, before, gone) in &cases {
+        for (adder, deleter) in [(Side::Ours, Side::Reference), (Side::Reference, Side::Ours)] {
+            let sb = Sandbox::new(&plugins, adder);
+            before(&sb);
+            let add = sb.add(conf);
+            if add.code != 0 {
+                failures.push(format!("{name}: {adder:?} ADD failed: {}", add.stdout));
+                continue;
+            }
+            // The check sees what ADD made, so it can fail.
+            if gone(&sb) {
+                failures.push(format!(
+                    "{name}: the check does not see {adder:?} ADD's work"
+                ));
+            }
+            let mut del = sb.call("DEL", &common::with_prev(conf, &add.ok()));
+            del.path = plugins.dir(deleter).display().to_string();
+            let plugin = plugins.dir(deleter).join(name);
+            let out = sb.run_in_node(&plugin, &del);
+            if out.code != 0 {
+                failures.push(format!("{name}: {deleter:?} DEL failed: {}", out.stdout));
+            } else if !gone(&sb) {
+                failures.push(format!(
+                    "{name}: {deleter:?} DEL left what {adder:?} ADD made:\n{}",
+                    sb.firewall()
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
 /// Runs every case on both sides and fails with all differences at once.
 fn compare(cases: &[Case]) {
     let plugins = Plugins::new();
