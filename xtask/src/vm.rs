@@ -32,8 +32,9 @@ const TESTS: &[(&str, &str)] = &[
     ("vrf", "test"),
 ];
 
-/// Kernel modules to load (with their dependencies): the link types, and netfilter for the
-/// bridge plugin's ipMasq (nft and iptables-nft) and spoof check (meta in the bridge family).
+/// Kernel modules to load (with their dependencies): the link types, tun, the traffic
+/// control bandwidth uses, and netfilter for ipMasq (nft and iptables-nft), the spoof check
+/// (meta in the bridge family), portmap and firewall.
 const MODULES: &[&str] = &[
     "bridge",
     "veth",
@@ -42,12 +43,24 @@ const MODULES: &[&str] = &[
     "8021q",
     "dummy",
     "vrf",
+    "tun",
+    "ifb",
+    "sch_tbf",
+    "sch_ingress",
+    "cls_u32",
+    "act_mirred",
     "nf_tables",
     "nft_chain_nat",
     "nft_masq",
     "nft_compat",
     "xt_MASQUERADE",
     "xt_comment",
+    "xt_addrtype",
+    "xt_multiport",
+    "xt_mark",
+    "xt_conntrack",
+    "xt_nat",
+    "xt_tcpudp",
     "nft_meta_bridge",
 ];
 
@@ -64,6 +77,7 @@ const TOOLS: &[&str] = &[
     "ip6tables-restore",
     "ping",
     "dnsmasq",
+    "tc",
 ];
 
 /// The Go reference plugins, which side-by-side tests run from this fixed path.

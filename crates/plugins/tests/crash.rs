@@ -62,10 +62,15 @@ fn crash(conf: &str, plugin: &str) {
     let sb = Sandbox::new(&plugins, Side::Ours);
     veth_master(&sb.node, 1500);
     let bin = plugins.dir(Side::Ours).join(plugin);
-    let started = Instant::now();
-    sb.add(conf).ok();
-    let took = started.elapsed();
-    sb.del(conf).ok();
+    // The shortest of a few ADDs: the first also makes what the later ones find (the bridge,
+    // shared firewall chains), and a kill must land inside the typical run.
+    let mut took = std::time::Duration::MAX;
+    for _ in 0..3 {
+        let started = Instant::now();
+        sb.add(conf).ok();
+        took = took.min(started.elapsed());
+        sb.del(conf).ok();
+    }
     let writes = testkit::count_file_changes(&sb.call("ADD", conf), &bin, Some(&sb.node));
     sb.del(conf).ok();
     assert_clean(&sb, "after the measuring runs");
