@@ -12,8 +12,14 @@ pub trait Plugin {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError>;
     fn del(&self, args: &CmdArgs) -> Result<(), CniError>;
     fn check(&self, args: &CmdArgs) -> Result<(), CniError>;
-    fn status(&self, args: &CmdArgs) -> Result<(), CniError>;
-    fn gc(&self, args: &CmdArgs) -> Result<(), CniError>;
+    /// STATUS; a plugin that keeps no state of its own is always ready.
+    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
+        Ok(())
+    }
+    /// GC; a plugin that keeps no state of its own has nothing to collect.
+    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
+        Ok(())
+    }
     /// Checks a network config (as ADD would receive it on stdin, without `CNI_ARGS`) the way
     /// ADD checks it before touching the system: the plugin's own options and, for an interface
     /// plugin, an `ipam` section whose plugin is built in. Nothing on the node is read or

@@ -38,14 +38,6 @@ impl Plugin for StaticIpam {
         Ok(check(args)?)
     }
 
-    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
         Config::load(config, "")?;
         Ok(())

@@ -13,7 +13,7 @@
 use std::net::IpAddr;
 
 use crate::error::Result;
-use crate::tool;
+use crate::ipt::{self, declared, has_exact, has_rule, quote, tools};
 
 pub const FORWARD_CHAIN: &str = "CNI-FORWARD";
 pub const ADMIN_CHAIN: &str = "CNI-ADMIN";
@@ -22,35 +22,6 @@ const STAGE2: &str = "CNI-ISOLATION-STAGE-2";
 const PLUGIN_COMMENT: &str = "CNI firewall plugin rules";
 const ADMIN_COMMENT: &str = "CNI firewall plugin admin overrides";
 const ISOLATION_COMMENT: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge)";
-
-struct Tools {
-    save: &'static str,
-    restore: &'static str,
-    cmd: &'static str,
-}
-
-const V4: Tools = Tools {
-    save: "iptables-save",
-    restore: "iptables-restore",
-    cmd: "iptables",
-};
-const V6: Tools = Tools {
-    save: "ip6tables-save",
-    restore: "ip6tables-restore",
-    cmd: "ip6tables",
-};
-
-fn tools(v4: bool) -> &'static Tools {
-    if v4 {
-        &V4
-    } else {
-        &V6
-    }
-}
-
-fn quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
-}
 
 /// The rules `CNI-FORWARD` holds for `ip` (as `/32` or `/128`).
 fn pod_rules(ip: &IpAddr) -> [String; 2] {
@@ -61,47 +32,24 @@ fn pod_rules(ip: &IpAddr) -> [String; 2] {
     ]
 }
 
-/// Whether `saved` (iptables-save output) has a rule in `chain` with every one of `words`.
-fn has_rule(saved: &str, chain: &str, words: &[&str]) -> bool {
-    let head = format!("-A {chain} ");
-    saved
-        .lines()
-        .filter(|l| l.starts_with(&head))
-        .any(|l| words.iter().all(|w| l.split_whitespace().any(|x| x == *w)))
+/// The families `ips` has, each with its tools and its addresses.
+fn by_family(ips: &[IpAddr]) -> impl Iterator<Item = (&'static ipt::Tools, Vec<&IpAddr>)> {
+    [true, false].into_iter().filter_map(move |v4| {
+        let family: Vec<&IpAddr> = ips.iter().filter(|ip| ip.is_ipv4() == v4).collect();
+        (!family.is_empty()).then(|| (tools(v4), family))
+    })
 }
 
-fn declared(saved: &str, chain: &str) -> bool {
-    saved.lines().any(|l| l.starts_with(&format!(":{chain} ")))
-}
-
-/// The saved form of a pod rule: iptables-save prints `-d ip/32 -m conntrack ...` as given.
-fn saved_has(saved: &str, chain: &str, rule: &str) -> bool {
-    saved
-        .lines()
-        .any(|l| l.strip_prefix(&format!("-A {chain} ")) == Some(rule))
-}
-
-fn run_script(t: &Tools, lines: &[String]) -> Result<()> {
-    if lines.is_empty() {
-        return Ok(());
-    }
-    let script = format!("*filter\n{}\nCOMMIT\n", lines.join("\n"));
-    tool::run_installed(t.restore, &["-w", "--noflush"], Some(&script)).map(drop)
-}
-
-fn saved(t: &Tools) -> Result<String> {
-    tool::run_installed(t.save, &["-t", "filter"], None)
+/// The filter table's listing; missing tools are an error here.
+fn listing(t: &ipt::Tools) -> Result<String> {
+    ipt::save(t, "filter")?
+        .ok_or_else(|| crate::tool::not_installed("listing the filter table".into(), t.save))
 }
 
 /// Accepts forwarded traffic from `ips` and back to them, with the admin's chain `admin` ahead.
 pub fn allow(ips: &[IpAddr], admin: &str) -> Result<()> {
-    for v4 in [true, false] {
-        let family: Vec<&IpAddr> = ips.iter().filter(|ip| ip.is_ipv4() == v4).collect();
-        if family.is_empty() {
-            continue;
-        }
-        let t = tools(v4);
-        let saved = saved(t)?;
+    for (t, family) in by_family(ips) {
+        let saved = listing(t)?;
         let mut lines = Vec::new();
         for chain in [FORWARD_CHAIN, admin] {
             if !declared(&saved, chain) {
@@ -122,12 +70,12 @@ pub fn allow(ips: &[IpAddr], admin: &str) -> Result<()> {
         }
         for ip in family {
             for rule in pod_rules(ip) {
-                if !saved_has(&saved, FORWARD_CHAIN, &rule) {
+                if !has_exact(&saved, FORWARD_CHAIN, &rule) {
                     lines.push(format!("-A {FORWARD_CHAIN} {rule}"));
                 }
             }
         }
-        run_script(t, &lines)?;
+        ipt::restore(t, "filter", &lines)?;
     }
     Ok(())
 }
@@ -135,35 +83,25 @@ pub fn allow(ips: &[IpAddr], admin: &str) -> Result<()> {
 /// Removes the rules of `ips` from `CNI-FORWARD`; the chains stay, shared. Idempotent, and a
 /// family whose tools are missing has nothing to remove.
 pub fn revoke(ips: &[IpAddr]) -> Result<()> {
-    for v4 in [true, false] {
-        let family: Vec<&IpAddr> = ips.iter().filter(|ip| ip.is_ipv4() == v4).collect();
-        if family.is_empty() {
-            continue;
-        }
-        let t = tools(v4);
-        let Some(saved) = tool::run(t.save, &["-t", "filter"], None)? else {
+    for (t, family) in by_family(ips) {
+        let Some(saved) = ipt::save(t, "filter")? else {
             continue;
         };
         let lines: Vec<String> = family
             .iter()
             .flat_map(|ip| pod_rules(ip))
-            .filter(|rule| saved_has(&saved, FORWARD_CHAIN, rule))
+            .filter(|rule| has_exact(&saved, FORWARD_CHAIN, rule))
             .map(|rule| format!("-D {FORWARD_CHAIN} {rule}"))
             .collect();
-        run_script(t, &lines)?;
+        ipt::restore(t, "filter", &lines)?;
     }
     Ok(())
 }
 
 /// Whether the rules [`allow`] makes for `ips` are all there; the first missing as an error.
 pub fn check(ips: &[IpAddr], admin: &str) -> Result<()> {
-    for v4 in [true, false] {
-        let family: Vec<&IpAddr> = ips.iter().filter(|ip| ip.is_ipv4() == v4).collect();
-        if family.is_empty() {
-            continue;
-        }
-        let t = tools(v4);
-        let saved = saved(t)?;
+    for (t, family) in by_family(ips) {
+        let saved = listing(t)?;
         let missing = |what: String| crate::error::Error::NotFound {
             what: format!("{} {what}", t.cmd),
         };
@@ -175,7 +113,7 @@ pub fn check(ips: &[IpAddr], admin: &str) -> Result<()> {
         }
         for ip in family {
             for rule in pod_rules(ip) {
-                if !saved_has(&saved, FORWARD_CHAIN, &rule) {
+                if !has_exact(&saved, FORWARD_CHAIN, &rule) {
                     return Err(missing(format!("rule {rule:?} in {FORWARD_CHAIN}")));
                 }
             }
@@ -195,7 +133,7 @@ pub fn isolate_bridge(bridge: &str, v4: bool, v6: bool) -> Result<()> {
             continue;
         }
         let t = tools(family);
-        let saved = saved(t)?;
+        let saved = listing(t)?;
         let mut lines = Vec::new();
         for chain in [STAGE1, STAGE2] {
             if !declared(&saved, chain) {
@@ -227,7 +165,7 @@ pub fn isolate_bridge(bridge: &str, v4: bool, v6: bool) -> Result<()> {
                 "-A {STAGE2} -j RETURN -m comment --comment {comment}"
             ));
         }
-        run_script(t, &lines)?;
+        ipt::restore(t, "filter", &lines)?;
     }
     Ok(())
 }

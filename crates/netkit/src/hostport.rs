@@ -17,6 +17,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::error::{Error, Result};
+use crate::ipt::{self, declared, has_rule, jumps_to, quote};
 use crate::tool;
 
 pub const TOP_DNAT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
@@ -73,39 +74,6 @@ fn chain_name(prefix: &str, network: &str, container_id: &str) -> String {
         CHAIN_MAX - prefix.len(),
     );
     format!("{prefix}{hash}")
-}
-
-struct Tools {
-    save: &'static str,
-    restore: &'static str,
-    cmd: &'static str,
-    localhost: Option<&'static str>,
-}
-
-const V4: Tools = Tools {
-    save: "iptables-save",
-    restore: "iptables-restore",
-    cmd: "iptables",
-    localhost: Some("127.0.0.1"),
-};
-const V6: Tools = Tools {
-    save: "ip6tables-save",
-    restore: "ip6tables-restore",
-    cmd: "ip6tables",
-    localhost: None,
-};
-
-fn tools_for(ip: &IpAddr) -> &'static Tools {
-    if ip.is_ipv4() {
-        &V4
-    } else {
-        &V6
-    }
-}
-
-/// A word of an iptables-restore line, in double quotes.
-fn quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 fn mark(bit: u8) -> String {
@@ -170,7 +138,6 @@ impl Forwarding<'_> {
     /// The rules of the attachment's chain, in order.
     fn dnat_rules(&self) -> Vec<String> {
         let pod_ip = self.pod.addr();
-        let tools = tools_for(&pod_ip);
         let set_mark = self.external_set_mark.unwrap_or(SET_MARK_CHAIN);
         let mut rules = Vec::new();
         for m in self.mappings {
@@ -185,8 +152,9 @@ impl Forwarding<'_> {
             }
             if self.snat {
                 rules.push(format!("{base} -s {} -j {set_mark}", self.pod));
-                if let Some(lo) = tools.localhost {
-                    rules.push(format!("{base} -s {lo} -j {set_mark}"));
+                // IPv4 only: the reference marks no IPv6 localhost traffic.
+                if pod_ip.is_ipv4() {
+                    rules.push(format!("{base} -s 127.0.0.1 -j {set_mark}"));
                 }
             }
             rules.push(format!(
@@ -198,46 +166,11 @@ impl Forwarding<'_> {
     }
 }
 
-/// A rule of `saved` (iptables-save output) in `chain` that has every one of `words`.
-fn has_rule(saved: &str, chain: &str, words: &[&str]) -> bool {
-    let head = format!("-A {chain} ");
-    saved
-        .lines()
-        .filter(|l| l.starts_with(&head))
-        .any(|l| words.iter().all(|w| l.split_whitespace().any(|x| x == *w)))
-}
-
-fn declared(saved: &str, chain: &str) -> bool {
-    saved.lines().any(|l| l.starts_with(&format!(":{chain} ")))
-}
-
-/// The `-D` lines removing every rule of `saved` in `from` that jumps to `chain`.
-fn jumps_to(saved: &str, from: &str, chain: &str) -> Vec<String> {
-    let head = format!("-A {from} ");
-    saved
-        .lines()
-        .filter(|l| l.starts_with(&head))
-        .filter(|l| {
-            let words: Vec<&str> = l.split_whitespace().collect();
-            words.ends_with(&["-j", chain])
-        })
-        .map(|l| format!("-D{}", &l[2..]))
-        .collect()
-}
-
-fn save(tools: &Tools) -> Result<Option<String>> {
-    tool::run(tools.save, &["-t", "nat"], None)
-}
-
-fn restore(tools: &Tools, script: &str) -> Result<()> {
-    tool::run_installed(tools.restore, &["-w", "--noflush"], Some(script)).map(drop)
-}
-
 /// Sets up the forwarding to `f.pod`. Running it again for the attachment replaces its
 /// rules; the shared chains get what they lack.
 pub fn setup(f: &Forwarding) -> Result<()> {
-    let tools = tools_for(&f.pod.addr());
-    let saved = save(tools)?.ok_or_else(|| {
+    let tools = ipt::tools(f.pod.addr().is_ipv4());
+    let saved = ipt::save(tools, "nat")?.ok_or_else(|| {
         tool::not_installed(format!("forwarding host ports to {}", f.pod), tools.save)
     })?;
     let chain = dnat_chain(f.network, f.container_id);
@@ -292,8 +225,7 @@ pub fn setup(f: &Forwarding) -> Result<()> {
             .into_iter()
             .map(|r| format!("-A {TOP_DNAT_CHAIN} {r} -j {chain}")),
     );
-    let script = format!("*nat\n{}\nCOMMIT\n", lines.join("\n"));
-    restore(tools, &script).map_err(|e| match e {
+    ipt::restore(tools, "nat", &lines).map_err(|e| match e {
         Error::Command { msg, .. } => Error::Command {
             op: format!("forwarding host ports to {}", f.pod),
             msg,
@@ -307,28 +239,19 @@ pub fn setup(f: &Forwarding) -> Result<()> {
 pub fn teardown(network: &str, container_id: &str) -> Result<()> {
     let dnat = dnat_chain(network, container_id);
     let snat = chain_name("CNI-SN-", network, container_id);
-    for tools in [&V4, &V6] {
-        let Some(saved) = save(tools)? else {
+    for tools in [&ipt::V4, &ipt::V6] {
+        let Some(saved) = ipt::save(tools, "nat")? else {
             continue;
         };
-        let mut script = String::from("*nat\n");
-        let mut any = false;
+        let mut lines = Vec::new();
         for (chain, from) in [(&dnat, TOP_DNAT_CHAIN), (&snat, OLD_SNAT_CHAIN)] {
-            let jumps = jumps_to(&saved, from, chain);
-            any |= !jumps.is_empty();
-            for j in jumps {
-                script.push_str(&j);
-                script.push('\n');
-            }
+            lines.extend(jumps_to(&saved, from, chain));
             if declared(&saved, chain) {
-                any = true;
-                script.push_str(&format!("-F {chain}\n-X {chain}\n"));
+                lines.push(format!("-F {chain}"));
+                lines.push(format!("-X {chain}"));
             }
         }
-        if any {
-            script.push_str("COMMIT\n");
-            restore(tools, &script)?;
-        }
+        ipt::restore(tools, "nat", &lines)?;
     }
     Ok(())
 }
@@ -336,12 +259,12 @@ pub fn teardown(network: &str, container_id: &str) -> Result<()> {
 /// Whether every rule of the forwarding to `f.pod` is in place; the first one missing as an
 /// error.
 pub fn check(f: &Forwarding) -> Result<()> {
-    let tools = tools_for(&f.pod.addr());
+    let tools = ipt::tools(f.pod.addr().is_ipv4());
     let chain = dnat_chain(f.network, f.container_id);
     let missing = |what: String| Error::NotFound {
         what: format!("{} {what}", tools.cmd),
     };
-    let saved = save(tools)?.ok_or_else(|| missing("nat table".into()))?;
+    let saved = ipt::save(tools, "nat")?.ok_or_else(|| missing("nat table".into()))?;
     if !declared(&saved, &chain) {
         return Err(missing(format!("chain {chain}")));
     }

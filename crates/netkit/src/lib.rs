@@ -5,6 +5,7 @@
 pub mod error;
 pub mod forward;
 pub mod hostport;
+mod ipt;
 pub mod masq;
 pub mod netlink;
 pub mod netns;

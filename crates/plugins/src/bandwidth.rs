@@ -295,14 +295,6 @@ impl cni::Plugin for Bandwidth {
         Ok(())
     }
 
-    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
         let conf = BandwidthConf::parse(config)?;
         if conf.net.prev_result.is_some() {

@@ -170,14 +170,6 @@ impl cni::Plugin for Firewall {
             .map_err(|e| check::fail(e.to_string()))
     }
 
-    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
         let conf = FirewallConf::parse(config)?;
         if conf.net.prev_result.is_some() {

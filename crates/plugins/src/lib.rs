@@ -9,6 +9,7 @@ mod container;
 pub mod dummy;
 pub mod firewall;
 pub mod host_device;
+mod ip_masq;
 mod ipam_call;
 pub mod ipvlan;
 pub mod loopback;

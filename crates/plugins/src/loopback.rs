@@ -72,14 +72,6 @@ impl cni::Plugin for Loopback {
         Ok(())
     }
 
-    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
     /// loopback has no options; a `prevResult` must be a result.
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
         parse(config).map(drop)

@@ -21,14 +21,6 @@ impl Plugin for Passthru {
         Ok(())
     }
 
-    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
     /// Any valid network config will do: passthru has no options of its own.
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
         cni::config::parse_plugin_config::<NetConf>(config).map(drop)

@@ -352,14 +352,6 @@ impl cni::Plugin for Portmap {
         Ok(())
     }
 
-    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
         let conf = PortmapConf::parse(config)?;
         if conf.net.prev_result.is_some() {

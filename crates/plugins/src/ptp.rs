@@ -21,9 +21,9 @@ use netkit::netlink::{AddrOpts, Link, Route, RT_SCOPE_HOST, RT_SCOPE_LINK};
 use netkit::{Family, NetNs, Netlink};
 use serde::Deserialize;
 
-use crate::bridge::{parse_masq_backend, MasqBackend};
 use crate::check;
 use crate::container::{self, ContainerIface};
+use crate::ip_masq::{self, Backend as MasqBackend};
 use crate::ipam_call::{self, Ipam};
 use crate::sys::{open_netns, sys, sys_ctx, with_cleanup_failures};
 
@@ -65,7 +65,7 @@ impl PtpConf {
             .to_owned();
         Ok(PtpConf {
             ipam_type,
-            ip_masq_backend: parse_masq_backend(raw.ip_masq_backend.as_deref())?,
+            ip_masq_backend: ip_masq::parse_backend(raw.ip_masq_backend.as_deref())?,
             ip_masq: raw.ip_masq,
             mtu: (raw.mtu != 0).then_some(raw.mtu),
             net,
@@ -179,17 +179,13 @@ fn attach(
     node_side(node, &host, &gateways).map_err(sys_ctx(host_ctx()))?;
 
     if conf.ip_masq {
-        let addrs: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();
-        // Recorded first: a setup that fails half-way is undone too (teardown is idempotent).
-        done.masq = Some(addrs.clone());
-        netkit::masq::setup(
+        ip_masq::setup(
             conf.ip_masq_backend,
             &conf.net.name,
-            &args.container_id,
-            &args.ifname,
-            &addrs,
-        )
-        .map_err(sys)?;
+            args,
+            &result,
+            &mut done.masq,
+        )?;
     }
 
     let cont = pod_nl
@@ -285,11 +281,7 @@ fn undo(
 ) -> CniError {
     let mut failures = Vec::new();
     if let Some(addrs) = &done.masq {
-        if let Err(e) =
-            netkit::masq::teardown(&conf.net.name, &args.container_id, &args.ifname, addrs)
-        {
-            failures.push(e.to_string());
-        }
+        failures.extend(ip_masq::undo(&conf.net.name, args, addrs));
     }
     // IPAM first, while the interface still exists.
     if done.ipam {

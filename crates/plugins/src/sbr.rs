@@ -227,14 +227,6 @@ impl cni::Plugin for Sbr {
         Ok(())
     }
 
-    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
         let conf = SbrConf::parse(config)?;
         conf.prev_result().map(drop)

@@ -521,14 +521,6 @@ impl cni::Plugin for Tuning {
         Ok(())
     }
 
-    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
         Conf::parse(config, "").map(drop)
     }

@@ -194,14 +194,6 @@ impl cni::Plugin for Vrf {
         }
     }
 
-    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
-    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
-        Ok(())
-    }
-
     fn validate(&self, config: &[u8]) -> Result<(), CniError> {
         let conf = VrfConf::parse(config)?;
         if conf.net.prev_result.is_some() {

@@ -15,6 +15,7 @@
 use ipnet::IpNet;
 
 use crate::error::{Error, Result};
+use crate::ipt;
 use crate::tool;
 
 const NFT_TABLE: &str = "cni_plugins_masquerade";
@@ -198,63 +199,12 @@ fn go_quote(s: &str) -> String {
     out
 }
 
-/// The tools of one address family.
-struct Ipt {
-    cmd: &'static str,
-    save: &'static str,
-    restore: &'static str,
-    multicast: &'static str,
-}
-
-const IPT4: Ipt = Ipt {
-    cmd: "iptables",
-    save: "iptables-save",
-    restore: "iptables-restore",
-    multicast: "224.0.0.0/4",
-};
-const IPT6: Ipt = Ipt {
-    cmd: "ip6tables",
-    save: "ip6tables-save",
-    restore: "ip6tables-restore",
-    multicast: "ff00::/8",
-};
-
-fn ipt_for(net: &IpNet) -> &'static Ipt {
-    match net {
-        IpNet::V4(_) => &IPT4,
-        IpNet::V6(_) => &IPT6,
-    }
-}
-
-impl Ipt {
-    /// Deletes `chain` and every POSTROUTING rule jumping to it, in one iptables-restore
-    /// transaction. Nothing to do (or tools not installed) is success; an iptables-save that
-    /// fails is an error, as its empty output would hide the rules.
-    fn remove_chain(&self, chain: &str) -> Result<()> {
-        let Some(saved) = tool::run(self.save, &["-t", "nat"], None)? else {
-            return Ok(());
-        };
-        let declared = saved.lines().any(|l| l.starts_with(&format!(":{chain} ")));
-        let jumps: Vec<&str> = saved
-            .lines()
-            .filter(|l| l.starts_with("-A POSTROUTING "))
-            .filter(|l| {
-                let words: Vec<&str> = l.split_whitespace().collect();
-                words.windows(2).any(|w| w == ["-j", chain])
-            })
-            .collect();
-        if !declared && jumps.is_empty() {
-            return Ok(());
-        }
-        let mut script = String::from("*nat\n");
-        for rule in jumps {
-            script.push_str(&format!("-D{}\n", &rule[2..]));
-        }
-        if declared {
-            script.push_str(&format!("-F {chain}\n-X {chain}\n"));
-        }
-        script.push_str("COMMIT\n");
-        tool::run_installed(self.restore, &["-w", "--noflush"], Some(&script)).map(drop)
+/// The multicast range the masquerade rule leaves alone, per family.
+fn multicast(v4: bool) -> &'static str {
+    if v4 {
+        "224.0.0.0/4"
+    } else {
+        "ff00::/8"
     }
 }
 
@@ -264,61 +214,66 @@ impl Ipt {
 /// reference's, in the same order.
 fn ipt_setup(network: &str, container_id: &str, addrs: &[IpNet]) -> Result<()> {
     let chain = ipt_chain(network, container_id);
-    let comment = restore_quote(&ipt_comment(network, container_id));
-    for ipt in [&IPT4, &IPT6] {
-        let nets: Vec<&IpNet> = addrs.iter().filter(|a| ipt_for(a).cmd == ipt.cmd).collect();
+    let comment = ipt::quote(&ipt_comment(network, container_id));
+    for v4 in [true, false] {
+        let nets: Vec<&IpNet> = addrs.iter().filter(|a| a.addr().is_ipv4() == v4).collect();
         if nets.is_empty() {
             continue;
         }
-        let saved = tool::run_installed(ipt.save, &["-t", "nat"], None)?;
-        let mut script = format!("*nat\n:{chain} - [0:0]\n");
+        let tools = ipt::tools(v4);
+        let saved = ipt::save(tools, "nat")?.ok_or_else(|| {
+            tool::not_installed(format!("masquerading for {network}"), tools.save)
+        })?;
+        let mut lines = vec![format!(":{chain} - [0:0]")];
         let mut subnets: Vec<IpNet> = Vec::new();
         for net in &nets {
             let subnet = net.trunc();
             if !subnets.contains(&subnet) {
-                script.push_str(&format!(
-                    "-A {chain} -d {subnet} -m comment --comment {comment} -j ACCEPT\n"
+                lines.push(format!(
+                    "-A {chain} -d {subnet} -m comment --comment {comment} -j ACCEPT"
                 ));
                 subnets.push(subnet);
             }
         }
-        script.push_str(&format!(
-            "-A {chain} ! -d {} -m comment --comment {comment} -j MASQUERADE\n",
-            ipt.multicast
+        lines.push(format!(
+            "-A {chain} ! -d {} -m comment --comment {comment} -j MASQUERADE",
+            multicast(v4)
         ));
         for net in &nets {
             let source = IpNet::from(net.addr()).to_string();
-            let jumped = saved.lines().any(|l| {
-                let words: Vec<&str> = l.split_whitespace().collect();
-                l.starts_with("-A POSTROUTING ")
-                    && words.windows(2).any(|w| w == ["-s", source.as_str()])
-                    && words.windows(2).any(|w| w == ["-j", chain.as_str()])
-            });
-            if !jumped {
-                script.push_str(&format!(
-                    "-A POSTROUTING -s {source} -m comment --comment {comment} -j {chain}\n"
+            if !ipt::has_rule(&saved, "POSTROUTING", &["-s", &source, &chain]) {
+                lines.push(format!(
+                    "-A POSTROUTING -s {source} -m comment --comment {comment} -j {chain}"
                 ));
             }
         }
-        script.push_str("COMMIT\n");
-        tool::run_installed(ipt.restore, &["-w", "--noflush"], Some(&script))?;
+        ipt::restore(tools, "nat", &lines)?;
     }
     Ok(())
 }
 
-/// A word of an iptables-restore line, in double quotes.
-fn restore_quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
+/// Deletes the attachment's chain and every POSTROUTING rule jumping to it, in one
+/// iptables-restore per family: the families of `addrs`, both when it is empty. Tools that are
+/// not installed have no rules; an iptables-save that fails is an error, as its empty output
+/// would hide them.
 fn ipt_teardown(network: &str, container_id: &str, addrs: &[IpNet]) -> Result<()> {
     let chain = ipt_chain(network, container_id);
-    let families = [&IPT4, &IPT6]
-        .into_iter()
-        .filter(|ipt| addrs.is_empty() || addrs.iter().any(|a| ipt_for(a).cmd == ipt.cmd));
     let mut first_err = None;
-    for ipt in families {
-        if let Err(e) = ipt.remove_chain(&chain) {
+    for v4 in [true, false] {
+        if !addrs.is_empty() && !addrs.iter().any(|a| a.addr().is_ipv4() == v4) {
+            continue;
+        }
+        let tools = ipt::tools(v4);
+        let removed = ipt::save(tools, "nat").and_then(|saved| {
+            let Some(saved) = saved else { return Ok(()) };
+            let mut lines = ipt::jumps_to(&saved, "POSTROUTING", &chain);
+            if ipt::declared(&saved, &chain) {
+                lines.push(format!("-F {chain}"));
+                lines.push(format!("-X {chain}"));
+            }
+            ipt::restore(tools, "nat", &lines)
+        });
+        if let Err(e) = removed {
             first_err.get_or_insert(e);
         }
     }

@@ -14,6 +14,7 @@ use super::config::BridgeConf;
 use super::gateway;
 use super::port::{self, PortOpts, PortVlans};
 use crate::container::{self, ContainerIface};
+use crate::ip_masq;
 use crate::ipam_call::{self, Ipam};
 use crate::sys::{open_netns, sys, sys_ctx, with_cleanup_failures};
 
@@ -129,17 +130,13 @@ fn attach(
             applied?;
         }
         if conf.ip_masq {
-            let addrs: Vec<_> = result.ips.iter().map(|ip| ip.address).collect();
-            // Recorded first: a setup that fails half-way is undone too (teardown is idempotent).
-            done.masq = Some(addrs.clone());
-            netkit::masq::setup(
+            ip_masq::setup(
                 conf.ip_masq_backend,
                 &conf.net.name,
-                &args.container_id,
-                &args.ifname,
-                &addrs,
-            )
-            .map_err(sys)?;
+                args,
+                &result,
+                &mut done.masq,
+            )?;
         }
     } else if !conf.disable_container_interface {
         pod_nl.set_up(cont.index).map_err(sys_ctx(cont_ctx()))?;
@@ -215,11 +212,7 @@ fn undo(
 ) -> CniError {
     let mut failures = Vec::new();
     if let Some(addrs) = &done.masq {
-        if let Err(e) =
-            netkit::masq::teardown(&conf.net.name, &args.container_id, &args.ifname, addrs)
-        {
-            failures.push(e.to_string());
-        }
+        failures.extend(ip_masq::undo(&conf.net.name, args, addrs));
     }
     if done.spoofcheck {
         if let Err(e) = netkit::spoofcheck::teardown(&unique_id(args)) {

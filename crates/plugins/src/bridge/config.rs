@@ -10,22 +10,7 @@ pub const DEFAULT_BRIDGE: &str = "cni0";
 /// Highest usable 802.1Q VLAN ID (4095 is reserved).
 const MAX_VLAN: u16 = 4094;
 
-/// Which firewall tool programs `ipMasq` rules: netkit's own choice, so the config's value
-/// goes through unchanged.
-pub use netkit::masq::Backend as MasqBackend;
-
-/// `ipMasqBackend` (bridge and ptp): `None` leaves the choice to [`netkit::masq::setup`].
-pub fn parse_masq_backend(raw: Option<&str>) -> Result<Option<MasqBackend>, CniError> {
-    match raw {
-        None => Ok(None),
-        Some("nftables") => Ok(Some(MasqBackend::Nftables)),
-        Some("iptables") => Ok(Some(MasqBackend::Iptables)),
-        Some(other) => Err(CniError::invalid_config(format!(
-            "ipMasqBackend: {} is not \"nftables\" or \"iptables\"",
-            quote(other)
-        ))),
-    }
-}
+pub use crate::ip_masq::Backend as MasqBackend;
 
 /// The bridge's own keys as written, before checks (the common ones are a [`NetConf`]).
 #[derive(Deserialize)]
@@ -137,7 +122,7 @@ impl BridgeConf {
                 ))
             })?;
         let mtu = (raw.mtu != 0).then_some(raw.mtu);
-        let ip_masq_backend = parse_masq_backend(raw.ip_masq_backend.as_deref())?;
+        let ip_masq_backend = crate::ip_masq::parse_backend(raw.ip_masq_backend.as_deref())?;
         if raw.hairpin_mode && raw.promisc_mode {
             return Err(CniError::invalid_config(
                 "hairpinMode and promiscMode cannot both be set: choose one",

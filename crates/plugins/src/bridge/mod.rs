@@ -17,7 +17,7 @@ mod port;
 use cni::{CmdArgs, CniError, CniResult};
 
 use crate::ipam_call::{self, Ipam};
-pub use config::{parse_masq_backend, BridgeConf, MasqBackend};
+pub use config::{BridgeConf, MasqBackend};
 /// DEL of a veth attachment: the IPAM reservation, the pair, and the attachment's masquerade
 /// and spoof-check rules. ptp's DEL is the same.
 pub use del::del;

@@ -1,0 +1,104 @@
+//! What the iptables users (masquerade, host ports, forwarding) share: each family's tools, and
+//! reading an `iptables-save` listing and writing an `iptables-restore` script, so a change is
+//! one save and one restore per family.
+
+use crate::error::Result;
+use crate::tool;
+
+/// The tools of one address family.
+pub(crate) struct Tools {
+    pub save: &'static str,
+    pub restore: &'static str,
+    pub cmd: &'static str,
+}
+
+pub(crate) const V4: Tools = Tools {
+    save: "iptables-save",
+    restore: "iptables-restore",
+    cmd: "iptables",
+};
+
+pub(crate) const V6: Tools = Tools {
+    save: "ip6tables-save",
+    restore: "ip6tables-restore",
+    cmd: "ip6tables",
+};
+
+/// The tools of IPv4 (`true`) or IPv6.
+pub(crate) fn tools(v4: bool) -> &'static Tools {
+    if v4 {
+        &V4
+    } else {
+        &V6
+    }
+}
+
+/// A word of an iptables-restore line, in double quotes.
+pub(crate) fn quote(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// `table`'s listing; `None` when the tool is not installed.
+pub(crate) fn save(t: &Tools, table: &str) -> Result<Option<String>> {
+    tool::run(t.save, &["-t", table], None)
+}
+
+/// Applies `lines` to `table` in one transaction, leaving the rest of the table as it is.
+pub(crate) fn restore(t: &Tools, table: &str, lines: &[String]) -> Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let script = format!("*{table}\n{}\nCOMMIT\n", lines.join("\n"));
+    tool::run_installed(t.restore, &["-w", "--noflush"], Some(&script)).map(drop)
+}
+
+/// Whether `saved` declares `chain`.
+pub(crate) fn declared(saved: &str, chain: &str) -> bool {
+    saved.lines().any(|l| l.starts_with(&format!(":{chain} ")))
+}
+
+/// Whether a rule of `saved` in `chain` has every one of `words`.
+pub(crate) fn has_rule(saved: &str, chain: &str, words: &[&str]) -> bool {
+    rules_of(saved, chain).any(|l| words.iter().all(|w| l.split_whitespace().any(|x| x == *w)))
+}
+
+/// Whether `saved` has exactly `rule` (as iptables-save prints it) in `chain`.
+pub(crate) fn has_exact(saved: &str, chain: &str, rule: &str) -> bool {
+    rules_of(saved, chain).any(|l| l.strip_prefix(&format!("-A {chain} ")) == Some(rule))
+}
+
+/// The `-D` lines removing every rule of `saved` in `from` that jumps to `chain`.
+pub(crate) fn jumps_to(saved: &str, from: &str, chain: &str) -> Vec<String> {
+    rules_of(saved, from)
+        .filter(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.windows(2).any(|w| w == ["-j", chain])
+        })
+        .map(|l| format!("-D{}", &l[2..]))
+        .collect()
+}
+
+fn rules_of<'a>(saved: &'a str, chain: &str) -> impl Iterator<Item = &'a str> {
+    let head = format!("-A {chain} ");
+    saved.lines().filter(move |l| l.starts_with(&head))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAVED: &str = "*nat\n:CNI-X - [0:0]\n-A POSTROUTING -s 10.0.0.5/32 -m comment --comment \"a b\" -j CNI-X\n-A CNI-X -d 10.0.0.0/24 -j ACCEPT\nCOMMIT\n";
+
+    #[test]
+    fn listings_are_read() {
+        assert!(declared(SAVED, "CNI-X") && !declared(SAVED, "CNI-Y"));
+        assert!(has_rule(SAVED, "POSTROUTING", &["-s", "CNI-X"]));
+        assert!(!has_rule(SAVED, "CNI-X", &["MASQUERADE"]));
+        assert!(has_exact(SAVED, "CNI-X", "-d 10.0.0.0/24 -j ACCEPT"));
+        assert_eq!(
+            jumps_to(SAVED, "POSTROUTING", "CNI-X"),
+            ["-D POSTROUTING -s 10.0.0.5/32 -m comment --comment \"a b\" -j CNI-X"]
+        );
+        assert_eq!(quote(r#"a "b""#), r#""a \"b\"""#);
+    }
+}
