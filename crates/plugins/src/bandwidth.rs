@@ -261,9 +261,15 @@ impl cni::Plugin for Bandwidth {
         let net: NetConf = cni::config::parse_plugin_config(&args.stdin)?;
         let name = ifb_name(&net.name, &args.container_id);
         let node = Netlink::new().map_err(sys)?;
-        node.del_link_by_name(&name)
-            .map(drop)
-            .map_err(sys_ctx(format!("deleting ifb {name:?}")))
+        let ctx = format!("deleting ifb {name:?}");
+        // Only an ifb: a link of that name of another kind is not ours.
+        match node.link_by_name(&name).map_err(sys_ctx(&ctx))? {
+            Some(link) if link.kind.as_deref() == Some("ifb") => node
+                .del_link_if_exists(link.index)
+                .map(drop)
+                .map_err(sys_ctx(&ctx)),
+            _ => Ok(()),
+        }
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {

@@ -151,7 +151,9 @@ impl cni::Plugin for Vrf {
         };
         let nl = Netlink::in_ns(&pod).map_err(sys)?;
         let ctx = format!("vrf {:?} in netns {}", conf.name, args.netns);
-        let Some(vrf) = find_vrf(&nl, &conf.name)? else {
+        // No VRF of that name (or a link of another kind, which ADD refused to use): nothing
+        // joined it.
+        let Ok(Some(vrf)) = find_vrf(&nl, &conf.name) else {
             return Ok(());
         };
         if let Some(iface) = nl.link_by_name(&args.ifname).map_err(sys)? {

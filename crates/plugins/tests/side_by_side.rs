@@ -1137,6 +1137,18 @@ fn vrf_cases() -> Vec<Case> {
         )
         .fails_with(7),
         v(
+            "vrf DEL after an ADD refused for a name that is not a VRF",
+            vr_conf("", ETH0_V4).replace(r#""vrfname":"blue""#, r#""vrfname":"eth0p""#),
+        )
+        .steps(&[Step::Add, Step::Del, Step::Del])
+        .differs(
+            "v1.1.1's DEL fails on a link of that name that is not a VRF, every time",
+            |sb, out| {
+                assert!(!out[0].ok && out[1].ok && out[2].ok, "{out:?}");
+                assert!(sb.pod.links().contains(&"eth0p".to_owned()), "eth0p stays");
+            },
+        ),
+        v(
             "vrf without vrfname",
             vr_conf("", ETH0_V4).replace(r#","vrfname":"blue""#, ""),
         )
@@ -1235,6 +1247,29 @@ fn bandwidth_cases() -> Vec<Case> {
         )
         .steps(&[Step::Add, Step::Del]),
         b("bandwidth DEL twice", bw_conf(BW_OUT)).steps(&[Step::Add, Step::Del, Step::Del]),
+        b(
+            "bandwidth DEL beside a node link with the ifb's name",
+            bw_conf(BW_OUT),
+        )
+        .before(|sb| {
+            bw_pair(sb);
+            // The name DEL would give the ifb of network "sbs", container c0ffee.
+            sb.node.ip(&[
+                "link",
+                "add",
+                "bwp172c33929985",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "bwpeer0",
+            ]);
+        })
+        .steps(&[Step::Del])
+        .differs("v1.1.1 deletes any link of that name", |sb, out| {
+            assert!(out[0].ok, "{out:?}");
+            assert!(sb.node_links().contains(&"bwp172c33929985".to_owned()));
+        }),
         b(
             "bandwidth CHECK after ADD",
             bw_conf(&format!("{BW_IN}{BW_OUT}")),
