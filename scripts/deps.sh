@@ -13,6 +13,7 @@ packages=(
   qemu-system-x86 cpio  # cargo xtask vm-test: a Debian kernel with VLAN filtering, ipvlan, 8021q
   time                 # cargo xtask bench-multus: a call's own peak RSS
   strace               # the crash-consistency suites: SIGKILL at a chosen file write
+  dbus-daemon python3-dbus python3-gi python3-nftables gir1.2-glib-2.0  # firewalld's runtime (firewalld itself is unpacked below)
 )
 
 missing=()
@@ -46,6 +47,21 @@ if ! ls "$cache/${pkg}"_*.deb >/dev/null 2>&1; then
   # apt's sandbox user cannot write to a root-only directory; download as root, quietly.
   (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null) \
     || { apt-get update -qq && (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null); }
+fi
+
+# firewalld for the firewall plugin's firewalld backend, unpacked and never installed: the
+# package would enable and start it on a systemd host, in charge of the host's own firewall. The
+# tests run it in a namespace of their own, on a bus of their own.
+firewalld_root=$cache/firewalld
+if [ ! -x "$firewalld_root/usr/sbin/firewalld" ]; then
+  echo "unpacking firewalld into $firewalld_root for the firewall plugin's tests"
+  debs=$(mktemp -d)
+  download() { (cd "$debs" && apt-get download -q -o APT::Sandbox::User=root firewalld python3-firewall >/dev/null); }
+  download || { apt-get update -qq && download; }
+  rm -rf "$firewalld_root"
+  mkdir -p "$firewalld_root"
+  for deb in "$debs"/*.deb; do dpkg-deb -x "$deb" "$firewalld_root"; done
+  rm -rf "$debs"
 fi
 
 # kubernetes-validate checks the rendered manifests (deploy/) against Kubernetes' own schemas,

@@ -26,9 +26,17 @@ pub enum Error {
     /// A reply could not be decoded.
     #[error("{op}: cannot decode the kernel's reply: {msg}")]
     Decode { op: String, msg: String },
-    /// An external command (nft, iptables) failed.
+    /// An external command (nft, iptables) failed, or a service did not answer.
     #[error("{op}: {msg}")]
     Command { op: String, msg: String },
+    /// A D-Bus service answered with an error: its name (`org.fedoraproject.FirewallD1.Exception`,
+    /// say) and message.
+    #[error("{op}: {name}: {msg}")]
+    Dbus {
+        op: String,
+        name: String,
+        msg: String,
+    },
 }
 
 impl Error {

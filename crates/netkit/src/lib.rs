@@ -1,8 +1,11 @@
 //! Linux networking for the CNI plugins and multus: network namespaces, a synchronous
-//! rtnetlink layer, sysctl, tap devices, traffic shaping, and masquerade, host port and
-//! forwarding rules. Everything is synchronous and keeps the kernel's errno in its errors.
+//! rtnetlink layer, sysctl, tap devices, traffic shaping, masquerade, host port and
+//! forwarding rules, and firewalld's zones over D-Bus. Everything is synchronous and keeps the
+//! kernel's errno in its errors.
 
+pub mod dbus;
 pub mod error;
+pub mod firewalld;
 pub mod forward;
 pub mod hostport;
 mod ipt;

@@ -1377,7 +1377,7 @@ fn corpus() -> Vec<Case> {
             &[r#"backend: "nftables" is not supported"#],
         ),
     ];
-    let firewall_cases: [(&str, String, u64, &[&str]); 5] = [
+    let firewall_cases: [(&str, String, u64, &[&str]); 6] = [
         (
             "an unknown backend",
             firewall(r#","backend":"pf""#),
@@ -1385,10 +1385,19 @@ fn corpus() -> Vec<Case> {
             &[r#"backend: "pf" is not a backend"#],
         ),
         (
-            "the firewalld backend",
+            "the firewalld backend on a node without firewalld",
             firewall(r#","backend":"firewalld""#),
+            11,
+            &[
+                r#"backend "firewalld""#,
+                "is firewalld running on this node?",
+            ],
+        ),
+        (
+            "a firewalld zone name with a space",
+            firewall(r#","backend":"firewalld","firewalldZone":"my zone""#),
             CONFIG,
-            &[r#"backend: "firewalld" is not supported"#],
+            &[r#"firewalldZone: "my zone" is not a firewalld zone name"#],
         ),
         (
             "an admin chain name with a space",

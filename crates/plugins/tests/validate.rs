@@ -461,6 +461,16 @@ fn firewall() {
         "firewall",
         r#","backend":"iptables","iptablesAdminChainName":"MY-ADMIN","ingressPolicy":"same-bridge""#,
     );
+    passes(
+        "firewall",
+        r#","backend":"firewalld","firewalldZone":"pods""#,
+    );
     fails("firewall", r#","backend":"nftables""#, 7, "backend: ");
+    fails(
+        "firewall",
+        r#","firewalldZone":"a/b/c""#,
+        7,
+        "firewalldZone: ",
+    );
     fails("firewall", r#","ingressPolicy":7"#, 6, "ingressPolicy");
 }

@@ -8,6 +8,7 @@
 //! moved into a "node" namespace that the test created. DHCP servers and daemons run there too.
 
 pub mod dhcp;
+pub mod firewalld;
 pub mod fuzz;
 pub mod kube_api;
 mod netns;

@@ -189,7 +189,10 @@ impl CniCall {
             .env("CNI_NETNS", &self.netns)
             .env("CNI_IFNAME", &self.ifname)
             .env("CNI_ARGS", &self.args)
-            .env("CNI_PATH", &self.path);
+            .env("CNI_PATH", &self.path)
+            // No system bus unless a test brings its own: a plugin under test never reaches
+            // the machine's firewalld.
+            .env("DBUS_SYSTEM_BUS_ADDRESS", NO_BUS);
         for (k, v) in &self.env {
             match v {
                 Some(v) => cmd.env(k, v),
@@ -202,6 +205,9 @@ impl CniCall {
         cmd
     }
 }
+
+/// The `DBUS_SYSTEM_BUS_ADDRESS` of every call that does not set one: a socket that is not there.
+pub const NO_BUS: &str = "unix:path=/nonexistent/multus-rs-tests/bus";
 
 /// The syscalls that change files, where [`CniCall::run_killed_at`] kills.
 pub const FILE_CHANGES: &str =
