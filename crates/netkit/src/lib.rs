@@ -12,6 +12,7 @@ mod ipt;
 pub mod masq;
 pub mod netlink;
 pub mod netns;
+pub mod nftables;
 pub mod spoofcheck;
 pub mod sysctl;
 pub mod tap;

@@ -151,6 +151,11 @@ fn nft_setup(network: &str, container_id: &str, ifname: &str, addrs: &[IpNet]) -
 }
 
 fn nft_teardown(network: &str, container_id: &str, ifname: &str) -> Result<()> {
+    // No table, no rule of ours: one netlink request instead of running nft (the common case,
+    // iptables masquerade, pays nothing more). When the kernel cannot say, nft decides.
+    if !crate::nftables::table_exists(crate::nftables::INET, NFT_TABLE).unwrap_or(true) {
+        return Ok(());
+    }
     // Without a working nft (not installed, or nf_tables unusable) no rule of ours can exist.
     let handles = match nft_rule_handles(&nft_tag(network, ifname, container_id)) {
         Ok(Some(h)) if !h.is_empty() => h,
