@@ -95,6 +95,10 @@ const BANDWIDTH: &str = r#"{"cniVersion":"1.0.0","name":"benchbw","type":"bandwi
  "ingressRate":100000000,"ingressBurst":1000000,"egressRate":100000000,"egressBurst":1000000,PREV}"#;
 const FIREWALL: &str =
     r#"{"cniVersion":"1.0.0","name":"benchfw","type":"firewall","backend":"iptables",PREV}"#;
+const FIREWALLD: &str =
+    r#"{"cniVersion":"1.0.0","name":"benchfwd","type":"firewall","backend":"firewalld",PREV}"#;
+/// firewalld answers slowly: fewer cycles keep the run short.
+const FIREWALLD_CYCLES: usize = 30;
 const PORTMAP: &str = r#"{"cniVersion":"1.0.0","name":"benchpm","type":"portmap",
  "runtimeConfig":{"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"},{"hostPort":5353,"containerPort":53,"protocol":"udp"}]},PREV}"#;
 
@@ -175,6 +179,7 @@ pub fn run(args: &[String]) -> Result<()> {
             config: config.to_owned(),
             cycles,
             floor_ms,
+            env: Default::default(),
         };
         bench.run(&sides, &pod, &mut rows, &mut rss)?;
     }
@@ -194,6 +199,7 @@ pub fn run(args: &[String]) -> Result<()> {
         config: TUNING.to_owned(),
         cycles,
         floor_ms,
+        env: Default::default(),
     }
     .run(&sides, &tuned, &mut rows, &mut rss)?;
     AddDel {
@@ -202,6 +208,7 @@ pub fn run(args: &[String]) -> Result<()> {
         config: HOST_DEVICE.to_owned(),
         cycles,
         floor_ms,
+        env: Default::default(),
     }
     .run(&sides, &pod, &mut rows, &mut rss)?;
     sublink_rows(
@@ -275,6 +282,8 @@ struct AddDel {
     config: String,
     cycles: usize,
     floor_ms: f64,
+    /// Each side's extra environment (a D-Bus address, say).
+    env: [Vec<(String, Option<String>)>; 2],
 }
 
 impl AddDel {
@@ -308,8 +317,13 @@ impl AddDel {
             for s in order {
                 let id = format!("bench-{i}");
                 let pod = pods[s];
-                let a = sides[s].run(plugin, &sides[s].call("ADD", config, &id, pod))?;
-                let d = sides[s].run(plugin, &sides[s].call("DEL", config, &id, pod))?;
+                let call = |command| {
+                    let mut call = sides[s].call(command, config, &id, pod);
+                    call.env.extend(self.env[s].iter().cloned());
+                    call
+                };
+                let a = sides[s].run(plugin, &call("ADD"))?;
+                let d = sides[s].run(plugin, &call("DEL"))?;
                 reset(s);
                 cycle[s].push(a.elapsed + d.elapsed);
                 add[s].push(&a);
@@ -364,13 +378,14 @@ fn sublink_rows(
                 .replace(r#""master""#, r#""vlanId":100,"master""#),
             cycles: n,
             floor_ms,
+            env: Default::default(),
         };
         bench.run(sides, pod, rows, rss)?;
     }
     Ok(())
 }
 
-/// sbr, bandwidth, portmap and firewall after a veth pair per side (`vethch0` in the side's node, eth0 in
+/// sbr, bandwidth, portmap and firewall (iptables, then firewalld) after a veth pair per side (`vethch0` in the side's node, eth0 in
 /// a pod of its own), put back between cycles as the interface plugin's DEL and ADD would.
 fn chained_rows(
     sides: &[Side; 2],
@@ -436,9 +451,30 @@ fn chained_rows(
             config: config.replace("PREV", CHAINED_PREV),
             cycles,
             floor_ms,
+            env: Default::default(),
         }
         .run_in(sides, [&pods[0], &pods[1]], reset, rows, rss)?;
     }
+    // firewalld in each side's node, on a bus of its own: firewalld's own answers (tens of
+    // milliseconds each) are most of either side's time.
+    let firewalld = [0, 1].map(|s| testkit::firewalld::Firewalld::start(&sides[s].node));
+    AddDel {
+        case: format!(
+            "firewall ADD / DEL, firewalld ({} cycles)",
+            cycles.min(FIREWALLD_CYCLES)
+        ),
+        plugin: "firewall",
+        config: FIREWALLD.replace("PREV", CHAINED_PREV),
+        cycles: cycles.min(FIREWALLD_CYCLES),
+        floor_ms,
+        env: [0, 1].map(|s| {
+            vec![(
+                "DBUS_SYSTEM_BUS_ADDRESS".to_owned(),
+                Some(firewalld[s].address().to_owned()),
+            )]
+        }),
+    }
+    .run_in(sides, [&pods[0], &pods[1]], |_| {}, rows, rss)?;
     Ok(())
 }
 
