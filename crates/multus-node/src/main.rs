@@ -6,7 +6,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "multus",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MULTUS_RS_COMMIT"), ")"),
     about = "multus-rs: pods on more than one network"
 )]
 struct Cli {

@@ -1,8 +1,9 @@
 //! `cni-plugins`: one binary for every plugin, chosen by the name it is run under
 //! (a link named `bridge`, `host-local`, ...) or by its first argument. `cni-plugins --list`
-//! prints the names; `cni-plugins validate <name>` checks a config on stdin as that plugin's
-//! ADD would, printing nothing when it passes and the CNI error object (exit 1) when not;
-//! `dhcp daemon [flags]` runs the dhcp daemon instead of the plugin.
+//! prints the names, `cni-plugins --version` the version and commit; `cni-plugins validate
+//! <name>` checks a config on stdin as that plugin's ADD would, printing nothing when it passes
+//! and the CNI error object (exit 1) when not; `dhcp daemon [flags]` runs the dhcp daemon
+//! instead of the plugin.
 
 use std::path::Path;
 
@@ -19,6 +20,14 @@ fn main() {
     } else {
         called_as
     };
+    if name == "--version" {
+        println!(
+            "cni-plugins {} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("MULTUS_RS_COMMIT")
+        );
+        return;
+    }
     // The names to install links under, for `multus install`.
     if name == "--list" {
         for entry in plugins::PLUGINS {
