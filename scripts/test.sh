@@ -22,6 +22,9 @@ cargo xtask vm-test || status=$?
 # The container image: built with podman from deploy/Containerfile and run as the DaemonSet runs
 # it, installing into a scratch node tree.
 cargo xtask image || status=$?
+# The RPMs and the .deb: built, listed, installed into scratch roots and checked there, upgraded,
+# and built again to the same bytes.
+cargo xtask package || status=$?
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"

@@ -27,9 +27,12 @@ pub fn run() -> Result<()> {
         &root.join("deploy/Containerfile").display().to_string(),
         "-t",
         IMAGE,
+        // The release's own tag, as the packages' manifests and release info name it.
+        "-t",
+        &format!("localhost/multus-rs:{}", env!("CARGO_PKG_VERSION")),
         &context.display().to_string(),
     ])?;
-    println!("built {IMAGE}");
+    println!("built {IMAGE} (also tagged {})", env!("CARGO_PKG_VERSION"));
 
     // A node as the DaemonSet mounts it.
     let node = tempfile::tempdir()?;

@@ -1,6 +1,6 @@
 //! Project tasks: `cargo xtask build` (the static release binaries; scripts/demo.sh runs
 //! `multus try` with them), `cargo xtask image` (the container image, built and tried),
-//! `cargo xtask bench`, `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need
+//! `cargo xtask package` (the RPMs and the .deb, built and checked), `cargo xtask bench`, `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need
 //! a full kernel) and `cargo xtask vm-bench` (the macvlan, ipvlan and vlan benchmarks in that kernel).
 
 mod bench;
@@ -8,6 +8,7 @@ mod bench_multus;
 mod dhcp_bench;
 mod image;
 mod measure;
+mod package;
 mod vm;
 
 use std::path::PathBuf;
@@ -35,6 +36,7 @@ fn main() -> Result<()> {
         "bench-multus" => bench_multus::run(&rest),
         "vm-test" => vm::run(&rest),
         "image" => image::run(),
+        "package" => package::run(&rest),
         "vm-bench" => vm::bench(&rest),
         // What `vm-bench` runs inside the VM.
         "bench-in-vm" => bench::run_in_vm(&rest),
@@ -44,7 +46,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | vm-test [TEST [FILTER...]] | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | vm-test [TEST [FILTER...]] | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }
@@ -61,6 +63,18 @@ const NODE_TARGET: &str = "x86_64-unknown-linux-gnu";
 /// Static linking keeps a plugin call's memory at about 2.2 MB: a dynamically linked process
 /// also maps (and counts) ld.so and the whole of libc.so.
 pub fn build_release() -> Result<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .context("workspace root")?
+        .to_path_buf();
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    build_release_into(&target)
+}
+
+/// [`build_release`] into the target directory `target`.
+pub fn build_release_into(target: &std::path::Path) -> Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args([
@@ -79,17 +93,11 @@ pub fn build_release() -> Result<PathBuf> {
             "RUSTFLAGS",
             "-C target-feature=+crt-static --cfg sha2_backend=\"soft\" --cfg sha2_backend_soft=\"compact\"",
         )
+        .env("CARGO_TARGET_DIR", target)
         .status()
         .context("running cargo build")?;
     if !status.success() {
         bail!("cargo build --release -p plugins -p multus-node failed");
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("workspace root")?
-        .to_path_buf();
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
     Ok(target.join(NODE_TARGET).join("release/cni-plugins"))
 }

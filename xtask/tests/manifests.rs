@@ -2,15 +2,11 @@
 //! Kubernetes' own schemas (strict: no unknown fields), and the objects say what a node needs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use serde_json::Value;
-
-/// Installed by scripts/deps.sh.
-const VALIDATOR: &str = "/var/cache/multus-rs/venv/bin/kubernetes-validate";
-/// The oldest Kubernetes the manifests are checked against.
-const KUBERNETES_VERSION: &str = "1.32.0";
+use testkit::manifests::validate;
 
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
@@ -29,31 +25,6 @@ fn render(tree: &str) -> Result<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8(out.stdout)?)
-}
-
-/// Runs kubernetes-validate in strict mode; Ok(stdout) when every object passed.
-fn validate(yaml: &str) -> Result<String> {
-    ensure!(
-        Path::new(VALIDATOR).exists(),
-        "{VALIDATOR} is missing: run scripts/deps.sh"
-    );
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("rendered.yaml");
-    std::fs::write(&file, yaml)?;
-    let out = Command::new(VALIDATOR)
-        .args(["--strict", "-k", KUBERNETES_VERSION])
-        .arg(&file)
-        .stdin(Stdio::null())
-        .output()?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() {
-        bail!("kubernetes-validate rejected the objects:\n{text}");
-    }
-    Ok(text)
 }
 
 fn objects(yaml: &str) -> Result<Vec<Value>> {

@@ -4,6 +4,7 @@
 mod common;
 mod dhcp_env;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dhcp_env::*;
@@ -434,18 +435,34 @@ fn the_broadcast_flag_per_network_and_per_daemon() {
     s.del(&conf).ok();
 }
 
+/// The daemon under socket activation, as the packages' units run it.
 #[test]
 fn systemd_socket_activation() {
     let mut s = Setup::new(Server::Dnsmasq(&["--dhcp-option=option:router,10.97.0.1"]));
     s.stop_daemon();
+    // The packages' units: the socket at the daemon's path, root only, and the service's
+    // command line, run here with the plugin directory, socket and state of the test's own.
+    let packaging = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/systemd");
+    let socket_unit = std::fs::read_to_string(packaging.join("cni-dhcp.socket")).unwrap();
+    assert!(socket_unit.contains("\nListenStream=/run/cni/dhcp.sock\n"));
+    assert!(socket_unit.contains("\nSocketMode=0600\n"));
+    let service_unit = std::fs::read_to_string(packaging.join("cni-dhcp.service")).unwrap();
+    let exec = service_unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    let dir = testkit::PluginDir::new(bin(), &["dhcp"]);
+    let exec = exec.replace("@CNI_DIR@", &dir.path().display().to_string());
+    let mut words = exec.split_whitespace();
     // systemd-socket-activate listens on the socket and starts the daemon on the first
     // connection, passing the socket as fd 3 (LISTEN_FDS=1, LISTEN_PID).
     let unused = s.work.path().join("not-used.sock");
     let mut cmd = s.net.node.command("systemd-socket-activate");
     cmd.arg("-l")
         .arg(s.socket())
-        .arg(bin())
-        .args(["dhcp", "daemon", "-socketpath"])
+        .arg(words.next().expect("the daemon"))
+        .args(words)
+        .arg("-socketpath")
         .arg(&unused)
         .arg("-statedir")
         .arg(s.state_dir())

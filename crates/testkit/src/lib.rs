@@ -11,6 +11,7 @@ pub mod dhcp;
 pub mod firewalld;
 pub mod fuzz;
 pub mod kube_api;
+pub mod manifests;
 mod netns;
 mod plugin;
 pub mod pod_resources;

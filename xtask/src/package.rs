@@ -1,0 +1,704 @@
+//! `cargo xtask package [--image REPO] [--out DIR]`: the packages of this commit, from the
+//! static release binaries, into target/package (or DIR):
+//!
+//! - RPMs from packaging/rpm/multus-rs.spec with Debian's rpmbuild: `multus-rs` (the node
+//!   binaries in /usr/libexec/cni, links in /opt/cni/bin, the dhcp daemon's units),
+//!   `multus-rs-microshift` (in place of microshift-multus) and
+//!   `multus-rs-microshift-release-info`;
+//! - a .deb of the node binaries in /usr/lib/cni, with dpkg-deb.
+//!
+//! Then it checks them: their file lists, an install into a scratch root (manifests rendered
+//! and validated, release info against the manifests' images, `--version`, the units), an
+//! upgrade that keeps an edited config, and that a second build gives the same bytes.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, ensure, Context, Result};
+
+/// The image the manifests name when no `--image` is given: what `cargo xtask image` builds.
+const DEFAULT_IMAGE: &str = "localhost/multus-rs";
+/// The name deploy/base's kustomization gives the image, which the MicroShift tree rewrites.
+const BASE_IMAGE: &str = "localhost/multus-rs";
+const MANIFESTS: &str = "usr/lib/microshift/manifests.d/003-microshift-multus";
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Where the rpm node package puts the binaries, and the .deb.
+const RPM_CNI_DIR: &str = "usr/libexec/cni";
+const DEB_CNI_DIR: &str = "usr/lib/cni";
+
+struct Options {
+    image: String,
+    out: PathBuf,
+}
+
+/// The four files `build` makes.
+pub struct Packages {
+    pub node_rpm: PathBuf,
+    pub microshift_rpm: PathBuf,
+    pub release_info_rpm: PathBuf,
+    pub deb: PathBuf,
+}
+
+impl Packages {
+    fn all(&self) -> [&Path; 4] {
+        [
+            &self.node_rpm,
+            &self.microshift_rpm,
+            &self.release_info_rpm,
+            &self.deb,
+        ]
+    }
+}
+
+/// What goes into one build: the binaries and the facts the packages carry.
+struct Inputs {
+    bins: PathBuf,
+    plugins: Vec<String>,
+    commit: String,
+    epoch: String,
+    image: String,
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let root = workspace();
+    let mut opts = Options {
+        image: DEFAULT_IMAGE.to_owned(),
+        out: root.join("target/package"),
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--image" => opts.image = it.next().context("--image REPO")?.clone(),
+            "--out" => opts.out = PathBuf::from(it.next().context("--out DIR")?),
+            other => {
+                bail!("unknown flag {other:?}: cargo xtask package [--image REPO] [--out DIR]")
+            }
+        }
+    }
+    let bins = crate::build_release()?
+        .parent()
+        .context("release dir")?
+        .to_path_buf();
+    let inputs = Inputs::new(bins, &opts.image)?;
+    let packages = build(&inputs, &opts.out, 1)?;
+    for p in packages.all() {
+        let kb = std::fs::metadata(p)?.len().div_ceil(1024);
+        println!("{} ({kb} KB)", p.display());
+    }
+    check(&inputs, &packages)?;
+    println!("packages checked");
+    Ok(())
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    ensure!(
+        out.status.success(),
+        "{cmd:?} failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl Inputs {
+    fn new(bins: PathBuf, image: &str) -> Result<Inputs> {
+        let plugins = output(Command::new(bins.join("cni-plugins")).arg("--list"))?
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let git = |args: &[&str]| output(Command::new("git").arg("-C").arg(workspace()).args(args));
+        let commit = git(&["rev-parse", "HEAD"])?.trim().to_owned();
+        // The commit's time, unless the caller fixed one: the same commit, the same packages.
+        let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
+            Ok(e) if !e.is_empty() => e,
+            _ => git(&["log", "-1", "--format=%ct"])?.trim().to_owned(),
+        };
+        Ok(Inputs {
+            bins,
+            plugins,
+            commit,
+            epoch,
+            image: image.to_owned(),
+        })
+    }
+
+    /// The image reference of this release.
+    fn image_ref(&self) -> String {
+        format!("{}:{VERSION}", self.image)
+    }
+}
+
+/// Writes `data` at `root/path` with `mode`, making the directories.
+fn put(root: &Path, path: &str, data: &[u8], mode: u32) -> Result<()> {
+    let file = root.join(path);
+    std::fs::create_dir_all(file.parent().context("parent")?)?;
+    std::fs::write(&file, data).with_context(|| format!("writing {}", file.display()))?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))?;
+    Ok(())
+}
+
+fn link(root: &Path, path: &str, target: &str) -> Result<()> {
+    let at = root.join(path);
+    std::fs::create_dir_all(at.parent().context("parent")?)?;
+    symlink(target, &at).with_context(|| format!("linking {}", at.display()))
+}
+
+fn read(path: &str) -> Result<String> {
+    std::fs::read_to_string(workspace().join(path)).with_context(|| format!("reading {path}"))
+}
+
+/// The node binaries under `cni_dir`: multus, cni-plugins, a link per plugin, /usr/bin/multus
+/// and the dhcp daemon's units in `unit_dir`. Returns the paths it made.
+fn stage_node(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) -> Result<Vec<String>> {
+    let mut made = Vec::new();
+    for bin in ["multus", "cni-plugins"] {
+        let data = std::fs::read(inputs.bins.join(bin))?;
+        put(root, &format!("{cni_dir}/{bin}"), &data, 0o755)?;
+        made.push(format!("{cni_dir}/{bin}"));
+    }
+    for name in &inputs.plugins {
+        link(root, &format!("{cni_dir}/{name}"), "cni-plugins")?;
+        made.push(format!("{cni_dir}/{name}"));
+    }
+    link(root, "usr/bin/multus", &format!("../../{cni_dir}/multus"))?;
+    made.push("usr/bin/multus".into());
+    for unit in ["cni-dhcp.socket", "cni-dhcp.service"] {
+        let text = read(&format!("packaging/systemd/{unit}"))?
+            .replace("@CNI_DIR@", &format!("/{cni_dir}"));
+        put(root, &format!("{unit_dir}/{unit}"), text.as_bytes(), 0o644)?;
+        made.push(format!("{unit_dir}/{unit}"));
+    }
+    Ok(made)
+}
+
+/// The MicroShift files: the kustomize tree (deploy/microshift over deploy/base, made one tree,
+/// with this release's image appended), the two drop-ins and the release info.
+fn stage_microshift(inputs: &Inputs, root: &Path) -> Result<Vec<String>> {
+    let mut made = Vec::new();
+    let base = workspace().join("deploy/base");
+    let mut names: Vec<String> = std::fs::read_dir(&base)?
+        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_>>()?;
+    names.sort();
+    for name in names {
+        let data = std::fs::read(base.join(&name))?;
+        put(root, &format!("{MANIFESTS}/base/{name}"), &data, 0o644)?;
+        made.push(format!("{MANIFESTS}/base/{name}"));
+    }
+    let scc = std::fs::read(workspace().join("deploy/microshift/scc.yaml"))?;
+    put(root, &format!("{MANIFESTS}/scc.yaml"), &scc, 0o644)?;
+    made.push(format!("{MANIFESTS}/scc.yaml"));
+    let kustomization = read("deploy/microshift/kustomization.yaml")?;
+    ensure!(
+        kustomization.contains("\n  - ../base\n") && !kustomization.contains("\nimages:"),
+        "deploy/microshift/kustomization.yaml no longer has the shape packaging rewrites"
+    );
+    let kustomization = format!(
+        "{}\n# This release's image, appended by the package.\nimages:\n  - name: {BASE_IMAGE}\n    newName: {}\n    newTag: \"{VERSION}\"\n",
+        kustomization.replace("\n  - ../base\n", "\n  - base\n").trim_end(),
+        inputs.image
+    );
+    put(
+        root,
+        &format!("{MANIFESTS}/kustomization.yaml"),
+        kustomization.as_bytes(),
+        0o644,
+    )?;
+    made.push(format!("{MANIFESTS}/kustomization.yaml"));
+    put(
+        root,
+        "etc/microshift/config.d/00-enable-multus.yaml",
+        read("packaging/microshift/00-enable-multus.yaml")?.as_bytes(),
+        0o644,
+    )?;
+    put(
+        root,
+        "etc/crio/crio.conf.d/12-microshift-multus.conf",
+        read("deploy/microshift/crio/12-multus.conf")?.as_bytes(),
+        0o644,
+    )?;
+    let info = serde_json::to_string_pretty(&serde_json::json!({
+        "release": { "base": VERSION },
+        "images": { "multus-rs": inputs.image_ref() },
+    }))? + "\n";
+    for arch in ["x86_64", "aarch64"] {
+        put(
+            root,
+            &format!("usr/share/microshift/release/release-multus-{arch}.json"),
+            info.as_bytes(),
+            0o644,
+        )?;
+    }
+    Ok(made)
+}
+
+/// Every staged path's time set to `epoch`, so what the tools read from the tree is the same
+/// in every build.
+fn settle_times(root: &Path, epoch: &str) -> Result<()> {
+    output(
+        Command::new("find")
+            .arg(root)
+            .args(["-exec", "touch", "-h", "-d"])
+            .arg(format!("@{epoch}"))
+            .args(["{}", "+"]),
+    )
+    .map(drop)
+}
+
+/// The rpm `%files` lines for `paths` and the directories only they use.
+fn file_list(paths: &[String], own_dirs: &[&str]) -> String {
+    let mut lines: Vec<String> = own_dirs.iter().map(|d| format!("%dir /{d}")).collect();
+    lines.extend(paths.iter().map(|p| format!("/{p}")));
+    lines.join("\n") + "\n"
+}
+
+/// Builds the four packages into `out`, with rpm release `release`.
+fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
+    let work = tempfile::tempdir()?;
+    std::fs::create_dir_all(out)?;
+
+    // The RPMs: one staged tree, one spec, three packages.
+    let sources = work.path().join("sources");
+    let root = sources.join("root");
+    let node = stage_node(inputs, &root, RPM_CNI_DIR, "usr/lib/systemd/system")?;
+    let mut node_all = node.clone();
+    for name in inputs
+        .plugins
+        .iter()
+        .chain(["multus", "cni-plugins"].map(String::from).iter())
+    {
+        link(
+            &root,
+            &format!("opt/cni/bin/{name}"),
+            &format!("/{RPM_CNI_DIR}/{name}"),
+        )?;
+        node_all.push(format!("opt/cni/bin/{name}"));
+    }
+    let microshift = stage_microshift(inputs, &root)?;
+    settle_times(&root, &inputs.epoch)?;
+    std::fs::write(
+        sources.join("files-node"),
+        file_list(&node_all, &[RPM_CNI_DIR, "opt/cni", "opt/cni/bin"]),
+    )?;
+    let manifests: Vec<String> = microshift
+        .iter()
+        .filter(|p| p.starts_with(MANIFESTS))
+        .cloned()
+        .collect();
+    std::fs::write(
+        sources.join("files-microshift"),
+        file_list(&manifests, &[MANIFESTS, &format!("{MANIFESTS}/base")]),
+    )?;
+    let define = |k: &str, v: &str| ["--define".to_owned(), format!("{k} {v}")];
+    let mut rpmbuild = Command::new("rpmbuild");
+    rpmbuild
+        .args(["-bb", "--quiet", "--target", "x86_64"])
+        .args(define(
+            "_topdir",
+            &work.path().join("rpmbuild").display().to_string(),
+        ))
+        .args(define("_sourcedir", &sources.display().to_string()))
+        .args(define("_rpmdir", &out.display().to_string()))
+        .args(define(
+            "_build_name_fmt",
+            "%%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm",
+        ))
+        .args(define("version", VERSION))
+        .args(define("release", &release.to_string()))
+        .args(define("commit", &inputs.commit))
+        .arg(workspace().join("packaging/rpm/multus-rs.spec"))
+        .env("SOURCE_DATE_EPOCH", &inputs.epoch);
+    output(&mut rpmbuild).context("rpmbuild (Debian's rpm package)")?;
+    let rpm = |name: &str, arch: &str| out.join(format!("{name}-{VERSION}-{release}.{arch}.rpm"));
+
+    // The .deb.
+    let deb_root = work.path().join("deb");
+    stage_node(inputs, &deb_root, DEB_CNI_DIR, "lib/systemd/system")?;
+    let size_kb: u64 = ["multus", "cni-plugins"]
+        .iter()
+        .map(|b| std::fs::metadata(inputs.bins.join(b)).map(|m| m.len().div_ceil(1024)))
+        .sum::<std::io::Result<u64>>()?;
+    put(
+        &deb_root,
+        "DEBIAN/control",
+        read("packaging/deb/control")?
+            .replace("@VERSION@", VERSION)
+            .replace("@SIZE_KB@", &size_kb.to_string())
+            .as_bytes(),
+        0o644,
+    )?;
+    for script in ["postinst", "prerm"] {
+        put(
+            &deb_root,
+            &format!("DEBIAN/{script}"),
+            read(&format!("packaging/deb/{script}"))?.as_bytes(),
+            0o755,
+        )?;
+    }
+    settle_times(&deb_root, &inputs.epoch)?;
+    let deb = out.join(format!("multus-rs_{VERSION}_amd64.deb"));
+    output(
+        Command::new("dpkg-deb")
+            .args(["--root-owner-group", "-Zxz", "--build"])
+            .arg(&deb_root)
+            .arg(&deb)
+            .env("SOURCE_DATE_EPOCH", &inputs.epoch),
+    )?;
+    Ok(Packages {
+        node_rpm: rpm("multus-rs", "x86_64"),
+        microshift_rpm: rpm("multus-rs-microshift", "x86_64"),
+        release_info_rpm: rpm("multus-rs-microshift-release-info", "noarch"),
+        deb,
+    })
+}
+
+/// `mode owner:group path` lines, the way the checks compare file lists.
+type Listing = BTreeSet<String>;
+
+/// What `rpm -qlp` says the package holds.
+fn rpm_listing(package: &Path) -> Result<Listing> {
+    let text = output(
+        Command::new("rpm")
+            .args([
+                "-qp",
+                "--qf",
+                "[%{FILEMODES:perms} %{FILEUSERNAME}:%{FILEGROUPNAME} %{FILENAMES}\\n]",
+            ])
+            .arg(package),
+    )?;
+    Ok(text.lines().map(str::to_owned).collect())
+}
+
+/// What `dpkg-deb -c` says the package holds (directories left out).
+fn deb_listing(package: &Path) -> Result<Listing> {
+    let text = output(Command::new("dpkg-deb").arg("-c").arg(package))?;
+    let mut listing = Listing::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        ensure!(fields.len() >= 6, "dpkg-deb -c line {line:?}");
+        let (perms, owner, path) = (fields[0], fields[1].replace('/', ":"), fields[5]);
+        if perms.starts_with('d') {
+            continue;
+        }
+        listing.insert(format!("{perms} {owner} {}", path.trim_start_matches('.')));
+    }
+    Ok(listing)
+}
+
+/// The listing the node binaries must have under `cni_dir`.
+fn expected_node(inputs: &Inputs, cni_dir: &str, unit_dir: &str) -> Listing {
+    let mut want = Listing::new();
+    for bin in ["multus", "cni-plugins"] {
+        want.insert(format!("-rwxr-xr-x root:root /{cni_dir}/{bin}"));
+    }
+    for name in &inputs.plugins {
+        want.insert(format!("lrwxrwxrwx root:root /{cni_dir}/{name}"));
+    }
+    want.insert("lrwxrwxrwx root:root /usr/bin/multus".into());
+    for unit in ["cni-dhcp.socket", "cni-dhcp.service"] {
+        want.insert(format!("-rw-r--r-- root:root /{unit_dir}/{unit}"));
+    }
+    want
+}
+
+fn check_listings(inputs: &Inputs, p: &Packages) -> Result<()> {
+    let mut node = expected_node(inputs, RPM_CNI_DIR, "usr/lib/systemd/system");
+    for dir in [RPM_CNI_DIR, "opt/cni", "opt/cni/bin"] {
+        node.insert(format!("drwxr-xr-x root:root /{dir}"));
+    }
+    for name in inputs
+        .plugins
+        .iter()
+        .chain(["multus", "cni-plugins"].map(String::from).iter())
+    {
+        node.insert(format!("lrwxrwxrwx root:root /opt/cni/bin/{name}"));
+    }
+    let mut microshift: Listing = [
+        "-rw-r--r-- root:root /etc/crio/crio.conf.d/12-microshift-multus.conf".to_owned(),
+        "-rw-r--r-- root:root /etc/microshift/config.d/00-enable-multus.yaml".to_owned(),
+        format!("drwxr-xr-x root:root /{MANIFESTS}"),
+        format!("drwxr-xr-x root:root /{MANIFESTS}/base"),
+        format!("-rw-r--r-- root:root /{MANIFESTS}/kustomization.yaml"),
+        format!("-rw-r--r-- root:root /{MANIFESTS}/scc.yaml"),
+    ]
+    .into_iter()
+    .collect();
+    for e in std::fs::read_dir(workspace().join("deploy/base"))? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        microshift.insert(format!("-rw-r--r-- root:root /{MANIFESTS}/base/{name}"));
+    }
+    let release_info: Listing = ["x86_64", "aarch64"]
+        .map(|a| {
+            format!("-rw-r--r-- root:root /usr/share/microshift/release/release-multus-{a}.json")
+        })
+        .into_iter()
+        .collect();
+    for (package, want) in [
+        (&p.node_rpm, node),
+        (&p.microshift_rpm, microshift),
+        (&p.release_info_rpm, release_info),
+    ] {
+        let got = rpm_listing(package)?;
+        ensure!(
+            got == want,
+            "{}: files differ\n  missing: {:?}\n  unexpected: {:?}",
+            package.display(),
+            want.difference(&got).collect::<Vec<_>>(),
+            got.difference(&want).collect::<Vec<_>>()
+        );
+    }
+    let want_deb = expected_node(inputs, DEB_CNI_DIR, "lib/systemd/system");
+    let got = deb_listing(&p.deb)?;
+    ensure!(
+        got == want_deb,
+        "{}: files differ\n  missing: {:?}\n  unexpected: {:?}",
+        p.deb.display(),
+        want_deb.difference(&got).collect::<Vec<_>>(),
+        got.difference(&want_deb).collect::<Vec<_>>()
+    );
+    // The config file is the admin's once installed, the CRI-O drop-in is not.
+    let configs = output(Command::new("rpm").args(["-qcp"]).arg(&p.microshift_rpm))?;
+    ensure!(
+        configs.trim() == "/etc/microshift/config.d/00-enable-multus.yaml",
+        "config files of the MicroShift package: {configs:?}"
+    );
+    let deps = output(
+        Command::new("rpm")
+            .args(["-qp", "--provides", "--obsoletes"])
+            .arg(&p.microshift_rpm),
+    )?;
+    ensure!(
+        deps.contains("microshift-multus = ")
+            && deps.lines().any(|l| l.trim() == "microshift-multus"),
+        "the MicroShift package must provide and obsolete microshift-multus: {deps}"
+    );
+    let fields = output(Command::new("dpkg-deb").args(["-f"]).arg(&p.deb).args([
+        "Conflicts",
+        "Replaces",
+        "Provides",
+        "Version",
+    ]))?;
+    ensure!(
+        fields.matches("containernetworking-plugins").count() == 3 && fields.contains(VERSION),
+        "the .deb must conflict with, replace and provide containernetworking-plugins: {fields}"
+    );
+    Ok(())
+}
+
+/// Installs the RPMs into a new scratch root, as `rpm --root` does on an image build (no
+/// scriptlets: the root has no shell).
+fn rpm_install(root: &Path, args: &[&str], packages: &[&Path]) -> Result<()> {
+    output(
+        Command::new("rpm")
+            .arg("--root")
+            .arg(root)
+            .args(["--dbpath", "/var/lib/rpm", "--nodeps", "--noscripts"])
+            .args(args)
+            .args(packages),
+    )
+    .map(drop)
+}
+
+/// Every `image:` the rendered manifests name.
+fn images_of(yaml: &str) -> BTreeSet<String> {
+    yaml.lines()
+        .filter_map(|l| l.trim().strip_prefix("image: "))
+        .map(|i| i.trim_matches('"').to_owned())
+        .collect()
+}
+
+fn check_microshift_root(inputs: &Inputs, root: &Path) -> Result<()> {
+    let rendered = output(
+        Command::new("kubectl")
+            .arg("kustomize")
+            .arg(root.join(MANIFESTS)),
+    )
+    .context("rendering the installed manifests")?;
+    testkit::manifests::validate(&rendered).context("the installed manifests")?;
+    let images = images_of(&rendered);
+    ensure!(
+        images == BTreeSet::from([inputs.image_ref()]),
+        "the installed manifests name {images:?}, not {}",
+        inputs.image_ref()
+    );
+    ensure!(
+        rendered.contains("namespace: openshift-multus"),
+        "the installed manifests are not MicroShift's"
+    );
+    for arch in ["x86_64", "aarch64"] {
+        let path = root.join(format!(
+            "usr/share/microshift/release/release-multus-{arch}.json"
+        ));
+        let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
+            .with_context(|| format!("parsing {}", path.display()))?;
+        ensure!(
+            info["release"]["base"] == VERSION,
+            "{}: {info}",
+            path.display()
+        );
+        let listed: BTreeSet<String> = info["images"]
+            .as_object()
+            .context("images")?
+            .values()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect();
+        ensure!(
+            listed == images,
+            "{} lists {listed:?}, the manifests use {images:?}",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// The installed binaries say this version and commit, every link leads to them, and the
+/// units pass systemd-analyze.
+fn check_node_root(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) -> Result<()> {
+    for bin in ["multus", "cni-plugins"] {
+        let said = output(Command::new(root.join(cni_dir).join(bin)).arg("--version"))?;
+        let want = format!("{bin} {VERSION} (commit {})", inputs.commit);
+        ensure!(
+            said.trim() == want,
+            "{bin} --version said {said:?}, not {want:?}"
+        );
+    }
+    for name in &inputs.plugins {
+        let at = root.join(cni_dir).join(name);
+        ensure!(
+            std::fs::read_link(&at)? == Path::new("cni-plugins"),
+            "{} does not lead to cni-plugins",
+            at.display()
+        );
+    }
+    ensure!(
+        std::fs::canonicalize(root.join("usr/bin/multus"))?
+            == std::fs::canonicalize(root.join(cni_dir).join("multus"))?,
+        "/usr/bin/multus does not lead to /{cni_dir}/multus"
+    );
+    let units = root.join(unit_dir);
+    // systemd's own units (the targets ours are ordered against), as on a node: this
+    // machine's, but for the cni-dhcp units a containernetworking-plugins package left here.
+    let system = root.join("etc/systemd/system");
+    std::fs::create_dir_all(&system)?;
+    for entry in std::fs::read_dir("/lib/systemd/system")? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !name.to_string_lossy().starts_with("cni-dhcp.") {
+            output(
+                Command::new("cp")
+                    .arg("-a")
+                    .arg(entry.path())
+                    .arg(system.join(&name)),
+            )?;
+        }
+    }
+    let service = std::fs::read_to_string(units.join("cni-dhcp.service"))?;
+    ensure!(
+        service.contains(&format!("\nExecStart=/{cni_dir}/dhcp daemon\n")),
+        "cni-dhcp.service does not start /{cni_dir}/dhcp: {service}"
+    );
+    let verify = Command::new("systemd-analyze")
+        .arg(format!("--root={}", root.display()))
+        .arg("verify")
+        .arg(units.join("cni-dhcp.socket"))
+        .arg(units.join("cni-dhcp.service"))
+        .output()
+        .context("running systemd-analyze")?;
+    let said = String::from_utf8_lossy(&verify.stderr);
+    // Only what concerns our units counts: the scratch root has no other units.
+    let ours: Vec<&str> = said.lines().filter(|l| l.contains("cni-dhcp")).collect();
+    ensure!(
+        verify.status.success() && ours.is_empty(),
+        "systemd-analyze verify: {said}"
+    );
+    Ok(())
+}
+
+fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
+    check_listings(inputs, p)?;
+
+    let rpm_root = tempfile::tempdir()?;
+    rpm_install(
+        rpm_root.path(),
+        &["-i"],
+        &[&p.node_rpm, &p.microshift_rpm, &p.release_info_rpm],
+    )?;
+    check_node_root(
+        inputs,
+        rpm_root.path(),
+        RPM_CNI_DIR,
+        "usr/lib/systemd/system",
+    )?;
+    check_microshift_root(inputs, rpm_root.path())?;
+    for name in &inputs.plugins {
+        let at = rpm_root.path().join("opt/cni/bin").join(name);
+        ensure!(
+            std::fs::read_link(&at)? == Path::new("/").join(RPM_CNI_DIR).join(name),
+            "{} does not lead to /{RPM_CNI_DIR}/{name}",
+            at.display()
+        );
+    }
+
+    let deb_root = tempfile::tempdir()?;
+    output(
+        Command::new("dpkg")
+            .arg("-x")
+            .arg(&p.deb)
+            .arg(deb_root.path()),
+    )?;
+    check_node_root(inputs, deb_root.path(), DEB_CNI_DIR, "lib/systemd/system")?;
+
+    // Upgrade: the next release over this one keeps the admin's edit of the config drop-in.
+    let config = rpm_root
+        .path()
+        .join("etc/microshift/config.d/00-enable-multus.yaml");
+    let edited = "network:\n  multusStatus: Enabled\n# edited on this node\n";
+    std::fs::write(&config, edited)?;
+    let next_dir = tempfile::tempdir()?;
+    let next = build(inputs, next_dir.path(), 2)?;
+    rpm_install(rpm_root.path(), &["-U"], &[&next.microshift_rpm])?;
+    let installed = output(
+        Command::new("rpm")
+            .arg("--root")
+            .arg(rpm_root.path())
+            .args(["--dbpath", "/var/lib/rpm", "-q", "multus-rs-microshift"]),
+    )?;
+    ensure!(
+        installed.trim() == format!("multus-rs-microshift-{VERSION}-2.x86_64"),
+        "after the upgrade: {installed}"
+    );
+    ensure!(
+        std::fs::read_to_string(&config)? == edited,
+        "the upgrade replaced the edited {}",
+        config.display()
+    );
+
+    // The same commit gives the same binaries (built again in a target directory of their
+    // own) and the same inputs the same packages, byte for byte.
+    let again_bins = crate::build_release_into(&workspace().join("target/reproduce"))?;
+    for bin in ["multus", "cni-plugins"] {
+        let again = again_bins.parent().context("release dir")?.join(bin);
+        ensure!(
+            std::fs::read(inputs.bins.join(bin))? == std::fs::read(&again)?,
+            "{bin} differs when built again from the same commit ({})",
+            again.display()
+        );
+    }
+    let again_dir = tempfile::tempdir()?;
+    let again = build(inputs, again_dir.path(), 1)?;
+    for (first, second) in p.all().into_iter().zip(again.all()) {
+        ensure!(
+            std::fs::read(first)? == std::fs::read(second)?,
+            "{} differs when built again",
+            first.display()
+        );
+    }
+    Ok(())
+}
