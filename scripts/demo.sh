@@ -8,6 +8,6 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "scripts/demo.sh runs as root: it creates network namespaces" >&2
   exit 1
 fi
-scripts/deps.sh
+scripts/deps.sh demo
 plugins=$(cargo xtask build)
 exec "$(dirname "$plugins")/multus" try "$@"

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests, the demo and the benchmarks use, when missing.
+# Installs what the tests and the benchmarks use, when missing: Debian packages, a kernel for
+# the VM, firewalld unpacked, a validator. `scripts/deps.sh demo` installs only what the demo
+# (`multus try`) uses: a few small packages.
 set -euo pipefail
 
-packages=(
+demo_packages=(
   iproute2             # ip: tests inspect kernel state with ip -j
   iputils-ping         # connectivity checks from pod namespaces
   nftables iptables    # bridge ipMasq backends
+  dnsmasq-base         # the DHCP server of the dhcp example (and of the tests)
+)
+packages=(
+  "${demo_packages[@]}"
   containernetworking-plugins  # the Go reference plugins, /usr/lib/cni
-  dnsmasq-base udhcpd  # real DHCP servers for tests (dnsmasq, and busybox udhcpd as a second one)
+  udhcpd               # busybox udhcpd, a second DHCP server for the tests
   systemd              # systemd-socket-activate: the dhcp daemon under socket activation
   podman runc busybox-static  # a real container runtime calling our plugins
   qemu-system-x86 cpio  # cargo xtask vm-test: a Debian kernel with VLAN filtering, ipvlan, 8021q
@@ -17,6 +23,9 @@ packages=(
   dbus-daemon python3-dbus python3-gi python3-nftables gir1.2-glib-2.0  # firewalld's runtime (firewalld itself is unpacked below)
 )
 
+if [ "${1:-}" = demo ]; then
+  packages=("${demo_packages[@]}")
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -30,6 +39,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ "${1:-}" = demo ]; then
+  exit 0
 fi
 
 # Debian's cloud kernel for the VM tests (cargo xtask vm-test), which this machine's kernel cannot
