@@ -51,24 +51,7 @@ pub fn run() -> Result<()> {
         host.join("etc/cni/net.d/10-bridge.conf"),
         r#"{"cniVersion": "0.4.0", "name": "cluster", "type": "bridge"}"#,
     )?;
-    let result = podman.run(&[
-        "run",
-        "--rm",
-        "--network=none",
-        "-e",
-        "KUBERNETES_SERVICE_HOST=10.43.0.1",
-        "-v",
-        &format!("{}:/host", host.display()),
-        "-v",
-        &format!(
-            "{}:/var/run/secrets/kubernetes.io/serviceaccount:ro",
-            sa.display()
-        ),
-        IMAGE,
-        "install",
-        "--skip-config-watch",
-    ]);
-    result?;
+    podman.run_as_daemonset(&host, &sa, &["--rm"], &["--skip-config-watch"])?;
 
     let conf = std::fs::read_to_string(host.join("etc/cni/net.d/00-multus.conf"))?;
     ensure!(
@@ -91,6 +74,72 @@ pub fn run() -> Result<()> {
         bridge.display()
     );
     println!("the image installed multus, cni-plugins, the plugin links and 00-multus.conf");
+
+    // The DaemonSet's log: the container relays what multus calls append to the node's log
+    // file, across a rotation.
+    let log = host.join("var/log/multus/multus.log");
+    std::fs::create_dir_all(log.parent().context("log dir")?)?;
+    podman.run_as_daemonset(
+        &host,
+        &sa,
+        &["-d", "--name=multus-relay"],
+        &["--relay-log=/host/var/log/multus/multus.log"],
+    )?;
+    let relayed = relay_survives_rotation(&podman, &host, &log);
+    let _ = podman.run(&["rm", "-f", "multus-relay"]);
+    relayed?;
+    println!("the container relayed multus's log lines to its own, across a rotation");
+    Ok(())
+}
+
+/// Two multus DELs, the node's log rotated between them: `podman logs` shows each call's line.
+fn relay_survives_rotation(podman: &Podman, host: &Path, log: &Path) -> Result<()> {
+    podman.wait_for_log("multus-relay", "multus install: watching")?;
+    for (n, pod) in ["relay-pod-1", "relay-pod-2"].iter().enumerate() {
+        if n == 1 {
+            // As multus rotates: the file becomes a backup, the next call starts a new one.
+            std::fs::rename(log, log.with_extension("log.1"))?;
+        }
+        multus_del(host, log, pod)?;
+        podman.wait_for_log("multus-relay", &format!("pod=default/{pod}"))?;
+    }
+    Ok(())
+}
+
+/// A DEL by the installed multus, as a runtime calls it, logging to `log`.
+fn multus_del(host: &Path, log: &Path, pod: &str) -> Result<()> {
+    let conf = serde_json::json!({
+        "cniVersion": "0.4.0", "name": "multus-cni-network", "type": "multus",
+        "logFile": log, "logLevel": "verbose", "logToStderr": false,
+        "cniDir": host.join("var/lib/cni/multus"),
+        "delegates": [{"cniVersion": "0.4.0", "name": "cluster", "type": "bridge"}],
+    });
+    let mut child = std::process::Command::new(host.join("opt/cni/bin/multus"))
+        .env_clear()
+        .env("CNI_COMMAND", "DEL")
+        .env("CNI_CONTAINERID", pod)
+        .env("CNI_NETNS", "")
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", host.join("opt/cni/bin"))
+        .env(
+            "CNI_ARGS",
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .context("stdin")?
+        .write_all(conf.to_string().as_bytes())?;
+    let out = child.wait_with_output()?;
+    ensure!(
+        out.status.success(),
+        "multus DEL: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     Ok(())
 }
 
@@ -110,6 +159,62 @@ impl Podman {
             podman,
             _scratch: scratch,
         })
+    }
+
+    /// `multus install` in the image with `install_args`, as the DaemonSet runs it: the node's
+    /// tree `host` at /host and the service account `sa`.
+    fn run_as_daemonset(
+        &self,
+        host: &Path,
+        sa: &Path,
+        run_args: &[&str],
+        install_args: &[&str],
+    ) -> Result<()> {
+        let mounts = [
+            format!("{}:/host", host.display()),
+            format!(
+                "{}:/var/run/secrets/kubernetes.io/serviceaccount:ro",
+                sa.display()
+            ),
+        ];
+        let mut args = vec!["run"];
+        args.extend_from_slice(run_args);
+        args.extend_from_slice(&[
+            "--network=none",
+            "-e",
+            "KUBERNETES_SERVICE_HOST=10.43.0.1",
+            "-v",
+            &mounts[0],
+            "-v",
+            &mounts[1],
+            IMAGE,
+            "install",
+        ]);
+        args.extend_from_slice(install_args);
+        self.run(&args)
+    }
+
+    /// Waits (at most 30 s) until `container`'s log has a line containing `needle`.
+    fn wait_for_log(&self, container: &str, needle: &str) -> Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let out = self
+                .podman
+                .command()
+                .args(["logs", container])
+                .output()
+                .context("running podman logs")?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            if text.lines().any(|l| l.contains(needle)) {
+                return Ok(());
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "{container}'s log has no {needle:?} after 30 s:\n{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
     }
 
     fn run(&self, args: &[&str]) -> Result<()> {

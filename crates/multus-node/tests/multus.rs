@@ -377,6 +377,23 @@ fn logs_go_to_the_log_file_with_the_pod_container_and_interface_and_stdout_stays
         !text.contains("DEBUG"),
         "verbose leaves out debug lines: {text}"
     );
+    // CHECK and DEL say what they did, one line each.
+    for (command, says) in [
+        ("CHECK", "Check eth0 from cluster"),
+        ("DEL", "Del eth0 from cluster"),
+    ] {
+        sb.cmd(command, &conf).ok();
+        let text = fs::read_to_string(&log).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.contains(says))
+            .unwrap_or_else(|| panic!("no {command} line in {text}"));
+        assert!(
+            line.contains("default/web") && line.contains(CONTAINER_ID),
+            "{line}"
+        );
+    }
+    sb.cmd("ADD", &conf).ok();
 
     let quiet = sb.multus(
         "1.0.0",

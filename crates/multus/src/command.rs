@@ -106,6 +106,9 @@ fn del_locked(inv: &Invocation) -> Result<()> {
     }
     let (plan, unreadable) = plan::del(inv)?;
     let failures = attach::del(inv, &plan.attachments);
+    if failures.is_empty() {
+        tracing::info!("Del {}", summary(&plan.attachments));
+    }
     // Also removes an empty cache, which the plan read as none.
     if failures.is_empty() || !inv.conf.retry_delete_on_error {
         cache::remove(&inv.conf.cni_dir, &inv.args.container_id)?;
@@ -116,7 +119,22 @@ fn del_locked(inv: &Invocation) -> Result<()> {
 pub fn check(inv: &Invocation) -> Result<()> {
     let _lock = inv.lock()?;
     let plan = plan::check(inv)?;
-    one_or_many(attach::check(inv, &plan.attachments))
+    one_or_many(attach::check(inv, &plan.attachments))?;
+    tracing::info!("Check {}", summary(&plan.attachments));
+    Ok(())
+}
+
+/// `eth0 from cluster, net1 from default/macvlan`: a call's interfaces and networks, for the
+/// one line DEL and CHECK log (ADD logs one per interface, with its addresses).
+fn summary(attachments: &[plan::Attachment]) -> String {
+    if attachments.is_empty() {
+        return "nothing: no attachment to act on".into();
+    }
+    attachments
+        .iter()
+        .map(|a| format!("{} from {}", a.ifname, a.delegate.name))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// No error, one, or all of them.

@@ -222,6 +222,19 @@ impl<'a> Generator<'a> {
         if let Some(file) = &o.multus_log_file {
             multus.insert("logFile".into(), json!(file));
         }
+        let mut rotation = serde_json::Map::new();
+        if let Some(mb) = o.multus_log_max_size {
+            rotation.insert("maxSize".into(), json!(mb));
+        }
+        if let Some(n) = o.multus_log_max_backups {
+            rotation.insert("maxBackups".into(), json!(n));
+        }
+        if let Some(on) = o.multus_log_compress {
+            rotation.insert("compress".into(), json!(on));
+        }
+        if !rotation.is_empty() {
+            multus.insert("logOptions".into(), json!(rotation));
+        }
         if let Some(dir) = &o.additional_bin_dir {
             multus.insert("binDir".into(), json!(dir));
         }

@@ -6,6 +6,7 @@
 mod binaries;
 mod conf;
 mod kubeconfig;
+mod relay;
 mod signals;
 
 use std::path::{Path, PathBuf};
@@ -70,6 +71,19 @@ pub struct Options {
     /// multus's log file on the host.
     #[arg(long)]
     pub multus_log_file: Option<String>,
+    /// Rotate the log file once past this many MB (`logOptions.maxSize`).
+    #[arg(long)]
+    pub multus_log_max_size: Option<u64>,
+    /// Keep this many rotated log files (`logOptions.maxBackups`).
+    #[arg(long)]
+    pub multus_log_max_backups: Option<u64>,
+    /// Compress rotated log files (`logOptions.compress`).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub multus_log_compress: Option<bool>,
+    /// Copy the lines multus appends to this file (the log file, as this container sees it)
+    /// to stdout, so the DaemonSet's log shows every CNI call on the node.
+    #[arg(long)]
+    pub relay_log: Option<PathBuf>,
     /// Name the multus network after the primary network instead of multus-cni-network.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     pub override_network_name: bool,
@@ -175,6 +189,9 @@ pub fn run(opts: &Options) -> Result<(), InstallError> {
         }
     }
     binaries::install(opts)?;
+    if let Some(path) = &opts.relay_log {
+        relay::spawn(path.clone());
+    }
     let mut kube = kubeconfig::Kubeconfig::new(opts);
     kube.refresh()?;
 
