@@ -9,5 +9,5 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 scripts/deps.sh demo
-plugins=$(cargo xtask build)
+plugins=$(scripts/build.sh)
 exec "$(dirname "$plugins")/multus" try "$@"

@@ -12,7 +12,7 @@ pub fn run() -> Result<()> {
     let podman = Podman::new()?;
     let plugins = crate::build_release()?;
     let bins = plugins.parent().context("release dir")?;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = crate::workspace_root();
     let context = bins.join("image");
     std::fs::create_dir_all(&context)?;
     for name in ["multus", "cni-plugins"] {

@@ -1,7 +1,8 @@
-//! Project tasks: `cargo xtask build` (the static release binaries; scripts/demo.sh runs
-//! `multus try` with them), `cargo xtask image` (the container image, built and tried),
-//! `cargo xtask package` (the RPMs and the .deb, built and checked), `cargo xtask bench`, `cargo xtask bench-multus`, `cargo xtask vm-test` (the tests that need
-//! a full kernel) and `cargo xtask vm-bench` (the macvlan, ipvlan and vlan benchmarks in that kernel).
+//! Project tasks: `cargo xtask build` (the static release binaries, by scripts/build.sh),
+//! `cargo xtask image` (the container image, built and tried), `cargo xtask package` (the RPMs
+//! and the .deb, built and checked), `cargo xtask bench`, `cargo xtask bench-multus`,
+//! `cargo xtask vm-test` (the tests that need a full kernel) and `cargo xtask vm-bench` (the
+//! macvlan, ipvlan and vlan benchmarks in that kernel).
 
 mod bench;
 mod bench_multus;
@@ -53,51 +54,31 @@ fn main() -> Result<()> {
     }
 }
 
-/// The target the node binaries are built for: this machine's, named explicitly so that
-/// `RUSTFLAGS` reach the binaries and not the build's proc-macros.
-const NODE_TARGET: &str = "x86_64-unknown-linux-gnu";
-
-/// Builds the release `cni-plugins` and `multus`, statically linked, and returns the path of
+/// Builds the release `cni-plugins` and `multus` (scripts/build.sh) and returns the path of
 /// `cni-plugins`; `multus` is beside it.
-///
-/// Static linking keeps a plugin call's memory at about 2.2 MB: a dynamically linked process
-/// also maps (and counts) ld.so and the whole of libc.so.
 pub fn build_release() -> Result<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .context("workspace root")?
-        .to_path_buf();
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+        .unwrap_or_else(|| workspace_root().join("target"));
     build_release_into(&target)
 }
 
 /// [`build_release`] into the target directory `target`.
 pub fn build_release_into(target: &std::path::Path) -> Result<PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "plugins",
-            "-p",
-            "multus-node",
-            "--target",
-            NODE_TARGET,
-        ])
-        // sha2's compact software SHA-512: masquerade chain names hash a few bytes a call.
-        .env(
-            "RUSTFLAGS",
-            "-C target-feature=+crt-static --cfg sha2_backend=\"soft\" --cfg sha2_backend_soft=\"compact\"",
-        )
+    let script = workspace_root().join("scripts/build.sh");
+    let out = Command::new(&script)
         .env("CARGO_TARGET_DIR", target)
-        .status()
-        .context("running cargo build")?;
-    if !status.success() {
-        bail!("cargo build --release -p plugins -p multus-node failed");
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !out.status.success() {
+        bail!("{} failed", script.display());
     }
-    Ok(target.join(NODE_TARGET).join("release/cni-plugins"))
+    let path = String::from_utf8(out.stdout).context("scripts/build.sh printed non-UTF-8")?;
+    Ok(PathBuf::from(path.trim_end()))
+}
+
+/// The repository's root, above xtask's own directory.
+pub fn workspace_root() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }

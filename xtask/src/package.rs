@@ -62,7 +62,7 @@ struct Inputs {
 }
 
 pub fn run(args: &[String]) -> Result<()> {
-    let root = workspace();
+    let root = crate::workspace_root();
     let mut opts = Options {
         image: DEFAULT_IMAGE.to_owned(),
         out: root.join("target/package"),
@@ -92,10 +92,6 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     ensure!(
@@ -113,7 +109,14 @@ impl Inputs {
             .lines()
             .map(str::to_owned)
             .collect();
-        let git = |args: &[&str]| output(Command::new("git").arg("-C").arg(workspace()).args(args));
+        let git = |args: &[&str]| {
+            output(
+                Command::new("git")
+                    .arg("-C")
+                    .arg(crate::workspace_root())
+                    .args(args),
+            )
+        };
         let commit = git(&["rev-parse", "HEAD"])?.trim().to_owned();
         // The commit's time, unless the caller fixed one: the same commit, the same packages.
         let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
@@ -151,7 +154,8 @@ fn link(root: &Path, path: &str, target: &str) -> Result<()> {
 }
 
 fn read(path: &str) -> Result<String> {
-    std::fs::read_to_string(workspace().join(path)).with_context(|| format!("reading {path}"))
+    std::fs::read_to_string(crate::workspace_root().join(path))
+        .with_context(|| format!("reading {path}"))
 }
 
 /// The node binaries under `cni_dir`: multus, cni-plugins, a link per plugin, /usr/bin/multus
@@ -182,7 +186,7 @@ fn stage_node(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) -> Re
 /// with this release's image appended), the two drop-ins and the release info.
 fn stage_microshift(inputs: &Inputs, root: &Path) -> Result<Vec<String>> {
     let mut made = Vec::new();
-    let base = workspace().join("deploy/base");
+    let base = crate::workspace_root().join("deploy/base");
     let mut names: Vec<String> = std::fs::read_dir(&base)?
         .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
         .collect::<Result<_>>()?;
@@ -192,7 +196,7 @@ fn stage_microshift(inputs: &Inputs, root: &Path) -> Result<Vec<String>> {
         put(root, &format!("{MANIFESTS}/base/{name}"), &data, 0o644)?;
         made.push(format!("{MANIFESTS}/base/{name}"));
     }
-    let scc = std::fs::read(workspace().join("deploy/microshift/scc.yaml"))?;
+    let scc = std::fs::read(crate::workspace_root().join("deploy/microshift/scc.yaml"))?;
     put(root, &format!("{MANIFESTS}/scc.yaml"), &scc, 0o644)?;
     made.push(format!("{MANIFESTS}/scc.yaml"));
     let kustomization = read("deploy/microshift/kustomization.yaml")?;
@@ -313,7 +317,7 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
         .args(define("version", VERSION))
         .args(define("release", &release.to_string()))
         .args(define("commit", &inputs.commit))
-        .arg(workspace().join("packaging/rpm/multus-rs.spec"))
+        .arg(crate::workspace_root().join("packaging/rpm/multus-rs.spec"))
         .env("SOURCE_DATE_EPOCH", &inputs.epoch);
     output(&mut rpmbuild).context("rpmbuild (Debian's rpm package)")?;
     let rpm = |name: &str, arch: &str| out.join(format!("{name}-{VERSION}-{release}.{arch}.rpm"));
@@ -430,7 +434,7 @@ fn check_listings(inputs: &Inputs, p: &Packages) -> Result<()> {
     ]
     .into_iter()
     .collect();
-    for e in std::fs::read_dir(workspace().join("deploy/base"))? {
+    for e in std::fs::read_dir(crate::workspace_root().join("deploy/base"))? {
         let name = e?.file_name().to_string_lossy().into_owned();
         microshift.insert(format!("-rw-r--r-- root:root /{MANIFESTS}/base/{name}"));
     }
@@ -682,7 +686,7 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
 
     // The same commit gives the same binaries (built again in a target directory of their
     // own) and the same inputs the same packages, byte for byte.
-    let again_bins = crate::build_release_into(&workspace().join("target/reproduce"))?;
+    let again_bins = crate::build_release_into(&crate::workspace_root().join("target/reproduce"))?;
     for bin in ["multus", "cni-plugins"] {
         let again = again_bins.parent().context("release dir")?.join(bin);
         ensure!(

@@ -239,7 +239,7 @@ fn plugins_binary(opts: &Options) -> Result<PathBuf, Error> {
     };
     if !path.is_file() {
         return Err(Error::Usage(format!(
-            "{} not found: build it (cargo xtask build) or name it with --plugins",
+            "{} not found: build it (scripts/build.sh) or name it with --plugins",
             path.display()
         )));
     }
