@@ -3,23 +3,37 @@
 //!
 //! HTTPS offers HTTP/2 and HTTP/1.1 through ALPN, as kube-apiserver does, or HTTP/1.1 alone.
 //!
-//! It serves pods (get; merge and strategic merge PATCH of the object and of `pods/status`),
-//! network-attachment-definitions (get, list), events (create, list), and the discovery
-//! documents `kubectl` needs. Failures are real `Status` objects (401, 404, 409 on a stale
-//! `metadata.resourceVersion` or UID, ...). Every write bumps the resourceVersion.
+//! It serves:
+//! - pods: get; merge and strategic merge PATCH of the object and of `pods/status`;
+//! - network-attachment-definitions: get, list;
+//! - events: create, list;
+//! - generically, the namespaced [`Resource`]s whereabouts uses (its `ippools`,
+//!   `overlappingrangeipreservations` and `nodeslicepools`, and `coordination.k8s.io` Leases):
+//!   create, get, list in a namespace or in all, PUT, JSON patch (RFC 6902, `test` included),
+//!   merge patch, delete with preconditions;
+//! - the discovery documents `kubectl` needs, for all of these.
 //!
-//! Tests read back what was stored (pods, events, the request log) and inject faults: latency,
-//! error replies, dropped connections, and the whole server going down and coming back.
+//! Failures are real `Status` objects (401, 404, 409 on a stale `metadata.resourceVersion` or
+//! UID or an existing name, 422 on a failed JSON patch `test`, ...). Every write bumps the
+//! server-wide resourceVersion and gives the object written that version.
+//!
+//! Tests seed and read back what was stored (pods, NADs, events, [`Resource`] objects, the
+//! request log) and inject faults, into every request or only into one method on one path or
+//! the paths under it: latency, error replies, dropped connections, and the whole server going
+//! down and coming back.
 
 mod http1;
 mod http2;
 mod in_cluster;
+mod json_patch;
 mod latency;
+mod objects;
 mod routes;
 mod tls;
 
 pub use in_cluster::InCluster;
 pub use latency::Latency;
+pub use objects::Resource;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -315,6 +329,53 @@ impl KubeApiServer {
         nad
     }
 
+    /// Stores an object of `resource`; namespace and name come from its metadata. Returns it as
+    /// stored (with apiVersion, kind, uid, resourceVersion and creationTimestamp filled in).
+    pub fn add_object(&self, resource: Resource, mut object: Value) -> Value {
+        let ns = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut state = lock(&self.shared.state);
+        state.admit(&mut object, &ns, &name);
+        object["apiVersion"] = json!(resource.api_version());
+        object["kind"] = json!(resource.kind());
+        state
+            .objects
+            .entry(resource)
+            .or_default()
+            .insert((ns, name), object.clone());
+        object
+    }
+
+    pub fn object(&self, resource: Resource, namespace: &str, name: &str) -> Option<Value> {
+        lock(&self.shared.state)
+            .objects
+            .get(&resource)?
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Every stored object of `resource`, by namespace and name.
+    pub fn objects(&self, resource: Resource) -> Vec<Value> {
+        lock(&self.shared.state)
+            .objects
+            .get(&resource)
+            .map(|objects| objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn delete_object(&self, resource: Resource, namespace: &str, name: &str) -> Option<Value> {
+        lock(&self.shared.state)
+            .objects
+            .get_mut(&resource)?
+            .remove(&(namespace.to_string(), name.to_string()))
+    }
+
     /// Every event created so far, in order.
     pub fn events(&self) -> Vec<Value> {
         lock(&self.shared.state).events.clone()
@@ -337,10 +398,17 @@ impl KubeApiServer {
     /// Queues `fault` for the next `times` authorized requests with this method and path
     /// (e.g. `"PATCH"`, `"/api/v1/namespaces/ns1/pods/web/status"`); others pass.
     pub fn inject_on(&self, method: &str, path: &str, fault: Fault, times: usize) {
-        self.queue(Some((method.to_string(), path.to_string())), fault, times);
+        self.queue(Some(routes::Aim::exact(method, path)), fault, times);
     }
 
-    fn queue(&self, only: Option<(String, String)>, fault: Fault, times: usize) {
+    /// Queues `fault` for the next `times` authorized requests with this method on `prefix` or
+    /// a path under it (e.g. `"PATCH"`, [`Resource::IP_POOLS`]`.path("kube-system")`: a
+    /// conflict storm on every pool there); others pass.
+    pub fn inject_under(&self, method: &str, prefix: &str, fault: Fault, times: usize) {
+        self.queue(Some(routes::Aim::under(method, prefix)), fault, times);
+    }
+
+    fn queue(&self, only: Option<routes::Aim>, fault: Fault, times: usize) {
         let mut state = lock(&self.shared.state);
         for _ in 0..times {
             state.faults.push_back(routes::PendingFault {

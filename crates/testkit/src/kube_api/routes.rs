@@ -1,22 +1,62 @@
 //! The API routes the server answers, on its in-memory store, with real Kubernetes `Status`
 //! objects for failures.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde_json::{json, Map, Value};
 
 use super::http1::Request;
+use super::objects::{self, Resource};
 use super::{Fault, LoggedRequest};
 
 pub(super) const NAD_GROUP: &str = "k8s.cni.cncf.io";
 pub(super) const NAD_RESOURCE: &str = "network-attachment-definitions";
 
-type Key = (String, String);
+/// Namespace and name.
+pub(super) type Key = (String, String);
 
-/// A fault waiting for a request, for any request or one method and path.
+/// A fault waiting for a request: any request, or only those this aims at.
 pub(super) struct PendingFault {
-    pub only: Option<(String, String)>,
+    pub only: Option<Aim>,
     pub fault: Fault,
+}
+
+/// The requests a fault is for: one method, and one path or every path under it.
+#[derive(Clone)]
+pub(super) struct Aim {
+    method: String,
+    path: String,
+    under: bool,
+}
+
+impl Aim {
+    pub fn exact(method: &str, path: &str) -> Aim {
+        Aim {
+            method: method.to_string(),
+            path: path.to_string(),
+            under: false,
+        }
+    }
+
+    pub fn under(method: &str, prefix: &str) -> Aim {
+        Aim {
+            method: method.to_string(),
+            path: prefix.trim_end_matches('/').to_string(),
+            under: true,
+        }
+    }
+
+    fn matches(&self, req: &Request) -> bool {
+        if self.method != req.method {
+            return false;
+        }
+        if !self.under {
+            return self.path == req.path;
+        }
+        req.path
+            .strip_prefix(&self.path)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
 }
 
 pub(super) struct State {
@@ -24,6 +64,8 @@ pub(super) struct State {
     pub resource_version: u64,
     pub pods: BTreeMap<Key, Value>,
     pub nads: BTreeMap<Key, Value>,
+    /// The generically stored resources' objects.
+    pub objects: HashMap<Resource, BTreeMap<Key, Value>>,
     pub events: Vec<Value>,
     pub log: Vec<LoggedRequest>,
     pub faults: VecDeque<PendingFault>,
@@ -37,6 +79,7 @@ impl State {
             resource_version: 0,
             pods: BTreeMap::new(),
             nads: BTreeMap::new(),
+            objects: HashMap::new(),
             events: Vec::new(),
             log: Vec::new(),
             faults: VecDeque::new(),
@@ -51,11 +94,10 @@ impl State {
 
     /// Takes the first pending fault that applies to this request.
     pub fn take_fault(&mut self, req: &Request) -> Option<Fault> {
-        let at = self.faults.iter().position(|p| {
-            p.only
-                .as_ref()
-                .is_none_or(|(method, path)| *method == req.method && *path == req.path)
-        })?;
+        let at = self
+            .faults
+            .iter()
+            .position(|p| p.only.as_ref().is_none_or(|aim| aim.matches(req)))?;
         self.faults.remove(at).map(|p| p.fault)
     }
 
@@ -162,21 +204,16 @@ pub(super) fn injected(code: u16) -> (u16, Value) {
     )
 }
 
-fn not_found(group: &str, resource: &str, name: &str) -> (u16, Value) {
-    let qualified = if group.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}.{group}")
-    };
+pub(super) fn not_found(group: &str, resource: &str, name: &str) -> (u16, Value) {
     status(
         404,
         "NotFound",
-        &format!("{qualified} \"{name}\" not found"),
+        &format!("{} \"{name}\" not found", qualified(group, resource)),
         Some(json!({ "name": name, "group": group, "kind": resource })),
     )
 }
 
-fn no_route() -> (u16, Value) {
+pub(super) fn no_route() -> (u16, Value) {
     status(
         404,
         "NotFound",
@@ -185,7 +222,7 @@ fn no_route() -> (u16, Value) {
     )
 }
 
-fn method_not_allowed() -> (u16, Value) {
+pub(super) fn method_not_allowed() -> (u16, Value) {
     status(
         405,
         "MethodNotAllowed",
@@ -194,17 +231,60 @@ fn method_not_allowed() -> (u16, Value) {
     )
 }
 
-fn bad_request(message: &str) -> (u16, Value) {
+pub(super) fn bad_request(message: &str) -> (u16, Value) {
     status(400, "BadRequest", message, None)
 }
 
-fn conflict(resource: &str, name: &str, why: &str) -> (u16, Value) {
+/// Why an update with a stale `metadata.resourceVersion` conflicts, in upstream's words.
+pub(super) const MODIFIED: &str =
+    "the object has been modified; please apply your changes to the latest version and try again";
+
+pub(super) fn conflict(group: &str, resource: &str, name: &str, why: &str) -> (u16, Value) {
     status(
         409,
         "Conflict",
-        &format!("Operation cannot be fulfilled on {resource} \"{name}\": {why}"),
-        Some(json!({ "name": name, "kind": resource })),
+        &format!(
+            "Operation cannot be fulfilled on {} \"{name}\": {why}",
+            qualified(group, resource)
+        ),
+        Some(json!({ "name": name, "group": group, "kind": resource })),
     )
+}
+
+/// A failed UID or resourceVersion precondition, in the storage layer's words: `what` is
+/// `UID` or `ResourceVersion`, `key` the object's etcd key.
+pub(super) fn precondition_failed(
+    group: &str,
+    resource: &str,
+    name: &str,
+    key: &str,
+    what: &str,
+    wanted: &str,
+    actual: &str,
+) -> (u16, Value) {
+    conflict(
+        group,
+        resource,
+        name,
+        &format!(
+            "StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {actual}"
+        ),
+    )
+}
+
+/// `resource.group`, or the bare resource of the core group, as messages name it.
+pub(super) fn qualified(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
+/// The media type of the request body, without parameters.
+pub(super) fn media_type(req: &Request) -> &str {
+    let content_type = req.header("content-type").unwrap_or_default();
+    content_type.split(';').next().unwrap_or_default().trim()
 }
 
 pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
@@ -246,7 +326,7 @@ pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
             },
             _ => method_not_allowed(),
         },
-        _ => no_route(),
+        _ => objects::handle(state, req, &segments).unwrap_or_else(no_route),
     }
 }
 
@@ -259,7 +339,12 @@ fn events_in(state: &State, ns: &str) -> Vec<Value> {
         .collect()
 }
 
-fn list(kind: &str, api_version: &str, state: &State, items: Vec<Value>) -> (u16, Value) {
+pub(super) fn list(
+    kind: &str,
+    api_version: &str,
+    state: &State,
+    items: Vec<Value>,
+) -> (u16, Value) {
     (
         200,
         json!({
@@ -279,8 +364,7 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
             None => not_found("", "pods", name),
         },
         "PATCH" => {
-            let content_type = req.header("content-type").unwrap_or_default();
-            let content_type = content_type.split(';').next().unwrap_or_default().trim();
+            let content_type = media_type(req);
             if content_type != "application/merge-patch+json"
                 && content_type != "application/strategic-merge-patch+json"
             {
@@ -305,24 +389,19 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
                 .filter(|v| !v.is_null())
             {
                 if *rv != current_meta["resourceVersion"] {
-                    return conflict(
-                        "pods",
-                        name,
-                        "the object has been modified; please apply your changes to the latest version and try again",
-                    );
+                    return conflict("", "pods", name, MODIFIED);
                 }
             }
             if let Some(uid) = patch["metadata"].get("uid").filter(|v| !v.is_null()) {
                 if *uid != current_meta["uid"] {
-                    return conflict(
+                    return precondition_failed(
+                        "",
                         "pods",
                         name,
-                        // The storage layer's wording.
-                        &format!(
-                            "StorageError: invalid object, Code: 4, Key: /registry/pods/{ns}/{name}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {}, UID in object meta: {}",
-                            uid.as_str().unwrap_or_default(),
-                            current_meta["uid"].as_str().unwrap_or_default()
-                        ),
+                        &format!("/registry/pods/{ns}/{name}"),
+                        "UID",
+                        uid.as_str().unwrap_or_default(),
+                        current_meta["uid"].as_str().unwrap_or_default(),
                     );
                 }
             }
@@ -421,7 +500,7 @@ pub(super) fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
-fn discovery_get(method: &str, body: Value) -> (u16, Value) {
+pub(super) fn discovery_get(method: &str, body: Value) -> (u16, Value) {
     if method == "GET" {
         (200, body)
     } else {
@@ -439,17 +518,21 @@ fn api_versions() -> Value {
 
 fn api_groups() -> Value {
     let version = json!({ "groupVersion": format!("{NAD_GROUP}/v1"), "version": "v1" });
+    let mut groups =
+        vec![json!({ "name": NAD_GROUP, "versions": [version], "preferredVersion": version })];
+    groups.extend(objects::api_groups());
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [{ "name": NAD_GROUP, "versions": [version], "preferredVersion": version }],
+        "groups": groups,
     })
 }
 
-fn resource(name: &str, kind: &str, verbs: &[&str], short: &[&str]) -> Value {
+/// A resource's entry in an `APIResourceList`.
+pub(super) fn resource(name: &str, kind: &str, verbs: &[&str], short: &[&str]) -> Value {
     json!({
         "name": name,
-        "singularName": if name.contains('/') { "" } else { kind_singular(kind) },
+        "singularName": if name.contains('/') { String::new() } else { kind_singular(kind) },
         "namespaced": true,
         "kind": kind,
         "verbs": verbs,
@@ -457,11 +540,10 @@ fn resource(name: &str, kind: &str, verbs: &[&str], short: &[&str]) -> Value {
     })
 }
 
-fn kind_singular(kind: &str) -> &'static str {
+fn kind_singular(kind: &str) -> String {
     match kind {
-        "Pod" => "pod",
-        "Event" => "event",
-        _ => "network-attachment-definition",
+        "NetworkAttachmentDefinition" => "network-attachment-definition".to_string(),
+        _ => kind.to_ascii_lowercase(),
     }
 }
 
