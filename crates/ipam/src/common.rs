@@ -2,6 +2,9 @@
 
 use std::net::IpAddr;
 
+use cni::args::CniArgs;
+use cni::decode::{parse_cidr, parse_ip};
+use cni::quote::quote;
 use cni::Version;
 use ipnet::IpNet;
 
@@ -46,6 +49,44 @@ pub fn check_gateway_family(gateway: IpAddr, subnet: &IpNet) -> Result<(), Strin
             "{gateway} and {subnet} are of different address families"
         ))
     }
+}
+
+/// An address with its prefix, host bits kept (`10.10.0.1/24`), IPv4-mapped made IPv4. The
+/// error is `<key>: <value> is not <what it takes>`.
+pub fn parse_address(key: &str, s: &str) -> Result<IpNet> {
+    let bad = |want: String| Error::config(format!("{key}: {} is not {want}", quote(s)));
+    let net = parse_cidr(s, "an address").map_err(bad)?;
+    match net {
+        IpNet::V6(n) => match n.addr().to_ipv4_mapped() {
+            Some(v4) if n.prefix_len() >= 96 => IpNet::new(v4.into(), n.prefix_len() - 96)
+                .map_err(|_| bad("a CIDR like 10.1.2.0/24".to_owned())),
+            _ => Ok(net),
+        },
+        IpNet::V4(_) => Ok(net),
+    }
+}
+
+/// `CNI_ARGS` `IP` and `GATEWAY`, comma-separated lists as the reference reads them: the
+/// addresses (with their prefixes) and the gateways, for the plugin to match up.
+pub fn cni_args_ips(args: &CniArgs) -> Result<(Vec<IpNet>, Vec<IpAddr>)> {
+    let list = |key: &str| {
+        args.get(key)
+            .filter(|v| !v.is_empty())
+            .into_iter()
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+    };
+    let ips = list("IP")
+        .map(|item| parse_address("CNI_ARGS IP", item))
+        .collect::<Result<_>>()?;
+    let gateways = list("GATEWAY")
+        .map(|item| {
+            parse_ip(item, "a gateway").map_err(|want| {
+                Error::config(format!("CNI_ARGS GATEWAY: {} is not {want}", quote(item)))
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok((ips, gateways))
 }
 
 #[cfg(test)]

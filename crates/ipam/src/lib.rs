@@ -8,5 +8,6 @@ pub mod error;
 pub mod host_local;
 mod json;
 pub mod static_ipam;
+pub mod whereabouts;
 
 pub use error::Error;

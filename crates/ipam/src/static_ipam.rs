@@ -8,10 +8,10 @@ use cni::{CmdArgs, CniError, CniResult, Dns, IpConfig, Plugin, Route};
 use ipnet::IpNet;
 use serde::Deserialize;
 
-use crate::common::{check_addresses_per_family, check_gateway_family, require_ipam};
+use crate::common::{
+    check_addresses_per_family, check_gateway_family, cni_args_ips, parse_address, require_ipam,
+};
 use crate::error::{Error, Result};
-use cni::decode::{parse_cidr, parse_ip};
-use cni::quote::quote;
 
 use crate::json::null_default;
 
@@ -97,21 +97,6 @@ struct Config {
     prev_result: Option<serde_json::Value>,
 }
 
-/// An address with its prefix, host bits kept (`10.10.0.1/24`), IPv4-mapped made IPv4. The
-/// error is `<key>: <value> is not <what it takes>`.
-fn parse_address(key: &str, s: &str) -> Result<IpNet> {
-    let bad = |want: String| Error::config(format!("{key}: {} is not {want}", quote(s)));
-    let net = parse_cidr(s, "an address").map_err(bad)?;
-    match net {
-        IpNet::V6(n) => match n.addr().to_ipv4_mapped() {
-            Some(v4) if n.prefix_len() >= 96 => IpNet::new(v4.into(), n.prefix_len() - 96)
-                .map_err(|_| bad("a CIDR like 10.1.2.0/24".to_owned())),
-            _ => Ok(net),
-        },
-        IpNet::V4(_) => Ok(net),
-    }
-}
-
 fn address(net: IpNet, gateway: Option<IpAddr>) -> IpConfig {
     IpConfig {
         address: net,
@@ -179,26 +164,9 @@ impl Config {
 fn cni_args_addresses(raw: &str) -> Result<Vec<IpConfig>> {
     let args = CniArgs::parse(raw)?;
     args.check_known(&["IP", "GATEWAY"])?;
-    let mut out = Vec::new();
-    for item in args
-        .get("IP")
-        .filter(|v| !v.is_empty())
-        .into_iter()
-        .flat_map(|v| v.split(','))
-    {
-        let net = parse_address("CNI_ARGS IP", item.trim())?;
-        out.push(address(net, None));
-    }
-    for item in args
-        .get("GATEWAY")
-        .filter(|v| !v.is_empty())
-        .into_iter()
-        .flat_map(|v| v.split(','))
-    {
-        let item = item.trim();
-        let gw = parse_ip(item, "a gateway").map_err(|want| {
-            Error::config(format!("CNI_ARGS GATEWAY: {} is not {want}", quote(item)))
-        })?;
+    let (ips, gateways) = cni_args_ips(&args)?;
+    let mut out: Vec<IpConfig> = ips.into_iter().map(|n| address(n, None)).collect();
+    for gw in gateways {
         for a in out.iter_mut().filter(|a| a.address.contains(&gw)) {
             a.gateway = Some(gw);
         }

@@ -1,0 +1,15 @@
+//! whereabouts: cluster-wide IPAM whose state lives in the Kubernetes API. This module is the
+//! storage-agnostic half: the configuration, the ranges and the order addresses are tried in,
+//! the offsets and the object names. The Kubernetes-backed store is beside multus's client.
+
+mod config;
+mod names;
+mod pool;
+mod range;
+mod reservation;
+
+pub use config::{Config, PodRef, Sources};
+pub use names::{pool_name, reservation_ip, reservation_name};
+pub use pool::{Allocation, Choice, Pool, API_VERSION};
+pub use range::{parse_exclude, parse_range, Range};
+pub use reservation::{reservation_object, reservation_owner};
