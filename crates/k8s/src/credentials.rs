@@ -56,6 +56,20 @@ pub(crate) async fn load_config(
     })
 }
 
+/// The namespace the kubeconfig's current context names, if any.
+pub fn kubeconfig_namespace(path: &Path) -> Result<Option<String>, crate::K8sError> {
+    let from = || format!("kubeconfig {}", path.display());
+    let config = read_kubeconfig(path).map_err(|e| crate::K8sError::setup(from(), &*e))?;
+    let current = config.current_context.unwrap_or_default();
+    Ok(config
+        .contexts
+        .into_iter()
+        .find(|c| c.name == current)
+        .and_then(|c| c.context)
+        .and_then(|c| c.namespace)
+        .filter(|ns| !ns.is_empty()))
+}
+
 /// Reads a kubeconfig file: its YAML documents merged, and the files it names by relative
 /// paths taken relative to its directory, as client-go does. (Parsed here with the YAML
 /// library multus already carries, rather than kube's own, which would double the YAML code

@@ -58,6 +58,9 @@ pub enum Cause {
     Decode(String),
     #[error("bearer token file {}: {error}", path.display())]
     Token { path: PathBuf, error: String },
+    /// Refused before sending: the name would not stay one path segment.
+    #[error("{0}")]
+    BadName(String),
 }
 
 impl Cause {
@@ -74,7 +77,8 @@ impl Cause {
             | Cause::Forbidden(_)
             | Cause::Decode(_)
             | Cause::ReplyTooLarge
-            | Cause::Token { .. } => false,
+            | Cause::Token { .. }
+            | Cause::BadName(_) => false,
         }
     }
 

@@ -15,6 +15,7 @@ mod credentials;
 mod error;
 mod events;
 mod nad;
+mod objects;
 mod transport;
 
 use std::collections::BTreeMap;
@@ -30,12 +31,13 @@ use kube::core::{ApiResource, DynamicObject};
 use credentials::{load_config, TokenFile};
 use nad::NAD_RESOURCE_NAME;
 
-pub use credentials::in_cluster_available;
+pub use credentials::{in_cluster_available, kubeconfig_namespace};
 pub use error::{Call, Cause, K8sError};
 pub use events::{EventType, PodEvent};
 /// The pod identity an event names.
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use nad::{nad_resource, NadSpec, NetworkAttachmentDefinition};
+pub use objects::{Created, Deleted, Resource, Written};
 
 /// The largest API reply read: an object is at most about 1.5 MB (etcd's limit).
 pub const MAX_REPLY_BYTES: usize = 4 << 20;

@@ -1,0 +1,260 @@
+//! Namespaced objects of other API groups, as JSON: whereabouts' pools and reservations. The
+//! caller owns their shapes; this module only carries them, with the client's deadlines,
+//! retries and size cap.
+
+use http::{header, Method, Request};
+use serde_json::Value;
+
+use crate::{Call, Cause, K8sError, KubeClient};
+
+/// A namespaced API resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Resource {
+    pub group: &'static str,
+    pub version: &'static str,
+    /// Lower-case plural, as in the URL.
+    pub plural: &'static str,
+}
+
+/// What a create did.
+#[derive(Debug)]
+pub enum Created {
+    Created(Value),
+    /// An object of that name exists already.
+    AlreadyExists,
+}
+
+/// What a conditional write did.
+#[derive(Debug)]
+pub enum Written {
+    Done(Value),
+    /// The object changed since it was read (a failed `test` op answers 422, a stale
+    /// resourceVersion 409): read it again.
+    Stale,
+}
+
+/// What a delete did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Deleted {
+    Deleted,
+    Absent,
+    /// The precondition failed: the object changed since it was read.
+    Stale,
+}
+
+/// An object or namespace name as Kubernetes allows them (a DNS subdomain): anything else
+/// would change the request's path.
+fn check_name(what: &str, name: &str) -> Result<(), Cause> {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(Cause::BadName(format!(
+            "{what} {} is not a Kubernetes object name (lower-case letters, digits, '-' and '.', \
+             at most 253)",
+            cni::quote::quote(name)
+        )))
+    }
+}
+
+impl Resource {
+    fn collection(&self, namespace: &str) -> String {
+        format!(
+            "/apis/{}/{}/namespaces/{namespace}/{}",
+            self.group, self.version, self.plural
+        )
+    }
+}
+
+impl KubeClient {
+    fn object_call(
+        &self,
+        verb: &'static str,
+        resource: Resource,
+        namespace: &str,
+        name: Option<&str>,
+    ) -> Result<Call, K8sError> {
+        let call = crate::call(verb, resource.plural, namespace, name);
+        let checked = check_name("namespace", namespace)
+            .and_then(|()| name.map_or(Ok(()), |n| check_name("name", n)));
+        match checked {
+            Ok(()) => Ok(call),
+            Err(cause) => Err(K8sError::Request {
+                call: Box::new(call),
+                attempts: 0,
+                cause,
+            }),
+        }
+    }
+
+    fn send_json(
+        &self,
+        call: Call,
+        method: Method,
+        path: String,
+        content_type: &'static str,
+        body: Option<&Value>,
+    ) -> Result<Value, K8sError> {
+        let body = body.map(|b| b.to_string()).unwrap_or_default().into_bytes();
+        self.run(call, false, || {
+            let request = Request::builder()
+                .method(method.clone())
+                .uri(path.as_str())
+                .header(header::CONTENT_TYPE, content_type)
+                .header(header::ACCEPT, "application/json")
+                .body(body.clone());
+            let client = self.client.clone();
+            async move {
+                let request = request.map_err(kube::Error::HttpError)?;
+                client.request::<Value>(request).await
+            }
+        })
+    }
+
+    /// The object, or `None` when there is none.
+    pub fn get_object(
+        &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, K8sError> {
+        let call = self.object_call("get", resource, namespace, Some(name))?;
+        let path = format!("{}/{name}", resource.collection(namespace));
+        match self.send_json(call, Method::GET, path, "application/json", None) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every object of the resource in the namespace.
+    pub fn list_objects(
+        &self,
+        resource: Resource,
+        namespace: &str,
+    ) -> Result<Vec<Value>, K8sError> {
+        let call = self.object_call("list", resource, namespace, None)?;
+        let list = self.send_json(
+            call,
+            Method::GET,
+            resource.collection(namespace),
+            "application/json",
+            None,
+        )?;
+        Ok(match list.get("items") {
+            Some(Value::Array(items)) => items.clone(),
+            _ => Vec::new(),
+        })
+    }
+
+    pub fn create_object(
+        &self,
+        resource: Resource,
+        namespace: &str,
+        object: &Value,
+    ) -> Result<Created, K8sError> {
+        let name = object.pointer("/metadata/name").and_then(Value::as_str);
+        let call = self.object_call("create", resource, namespace, name)?;
+        match self.send_json(
+            call,
+            Method::POST,
+            resource.collection(namespace),
+            "application/json",
+            Some(object),
+        ) {
+            Ok(v) => Ok(Created::Created(v)),
+            // A create has no version to conflict on: a 409 is AlreadyExists.
+            Err(e) if matches!(e.cause(), Some(Cause::Conflict(_))) => Ok(Created::AlreadyExists),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A JSON patch (RFC 6902), whose `test` ops make it conditional.
+    pub fn json_patch_object(
+        &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Written, K8sError> {
+        let call = self.object_call("patch", resource, namespace, Some(name))?;
+        let path = format!("{}/{name}", resource.collection(namespace));
+        match self.send_json(
+            call,
+            Method::PATCH,
+            path,
+            "application/json-patch+json",
+            Some(patch),
+        ) {
+            Ok(v) => Ok(Written::Done(v)),
+            Err(e) if is_stale(&e) => Ok(Written::Stale),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the object, only if it is still at `resource_version` when one is given.
+    pub fn delete_object(
+        &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        resource_version: Option<&str>,
+    ) -> Result<Deleted, K8sError> {
+        let call = self.object_call("delete", resource, namespace, Some(name))?;
+        let path = format!("{}/{name}", resource.collection(namespace));
+        let options = resource_version.map(|rv| {
+            serde_json::json!({"kind": "DeleteOptions", "apiVersion": "v1",
+                               "preconditions": {"resourceVersion": rv}})
+        });
+        match self.send_json(
+            call,
+            Method::DELETE,
+            path,
+            "application/json",
+            options.as_ref(),
+        ) {
+            Ok(_) => Ok(Deleted::Deleted),
+            Err(e) if e.is_not_found() => Ok(Deleted::Absent),
+            Err(e) if is_stale(&e) => Ok(Deleted::Stale),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn is_stale(e: &K8sError) -> bool {
+    matches!(
+        e.cause(),
+        Some(Cause::Conflict(_)) | Some(Cause::Api { code: 422, .. })
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_would_change_the_path_are_refused() {
+        for good in ["10.77.0.0-24", "blue-fd77-3---64", "kube-system", "a.b"] {
+            assert!(check_name("name", good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "../secrets/x",
+            "a/b",
+            "A",
+            "-a",
+            "a-",
+            "a b",
+            "a?b=c",
+            &"a".repeat(254),
+        ] {
+            assert!(check_name("name", bad).is_err(), "{bad}");
+        }
+    }
+}
