@@ -1,5 +1,6 @@
 //! `multus`: the CNI plugin when the runtime runs it (`CNI_COMMAND` set), and the node tools
-//! (`multus install`) otherwise.
+//! (`multus install`) otherwise. Run through a link named `whereabouts`, it is the whereabouts
+//! IPAM plugin.
 
 use clap::{Parser, Subcommand};
 
@@ -30,7 +31,25 @@ enum Tool {
 }
 
 fn main() {
-    if std::env::var_os("CNI_COMMAND").is_some_and(|c| !c.is_empty()) {
+    let cni_call = std::env::var_os("CNI_COMMAND").is_some_and(|c| !c.is_empty());
+    // Run through the `whereabouts` link: the IPAM plugin.
+    let invoked_as = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_owned()));
+    if invoked_as.is_some_and(|n| n == "whereabouts") {
+        if cni_call {
+            let about = format!("multus-rs whereabouts v{}", env!("CARGO_PKG_VERSION"));
+            std::process::exit(cni::plugin_main(&whereabouts::Whereabouts::node(), &about));
+        }
+        eprintln!(
+            "whereabouts {} (commit {}): a CNI IPAM plugin, run by the container runtime",
+            env!("CARGO_PKG_VERSION"),
+            env!("MULTUS_RS_COMMIT")
+        );
+        std::process::exit(2);
+    }
+    if cni_call {
         let about = format!("multus-rs meta-plugin v{}", env!("CARGO_PKG_VERSION"));
         let plugin = multus::command::Multus {
             connect: multus::api::kube::connect,

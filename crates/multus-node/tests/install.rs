@@ -253,6 +253,23 @@ fn installs_binaries_links_kubeconfig_and_a_config_around_the_primary_network() 
         let link = std::fs::read_link(node.bin_dir().join(name)).unwrap();
         assert_eq!(link, Path::new("cni-plugins"), "{name}");
     }
+    // whereabouts is in multus, which carries the Kubernetes client.
+    assert_eq!(
+        std::fs::read_link(node.bin_dir().join("whereabouts")).unwrap(),
+        Path::new("multus")
+    );
+    let about = Command::new(node.bin_dir().join("whereabouts"))
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&about.stdout).contains("\"1.1.0\""));
+    let usage = Command::new(node.bin_dir().join("whereabouts"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("a CNI IPAM plugin"));
     // The installed link runs the plugin it is named after.
     let version = Command::new(node.bin_dir().join("bridge"))
         .env("CNI_COMMAND", "VERSION")

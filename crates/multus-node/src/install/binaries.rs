@@ -1,5 +1,5 @@
-//! The binaries in the CNI bin directory: `multus`, `cni-plugins`, and a link named after each
-//! plugin pointing at `cni-plugins`. Each is replaced by a rename, never rewritten in place, so
+//! The binaries in the CNI bin directory: `multus` with its `whereabouts` link, `cni-plugins`,
+//! and a link named after each plugin pointing at `cni-plugins`. Each is replaced by a rename, never rewritten in place, so
 //! a plugin running from the old file keeps running and the runtime never execs half a file.
 
 use std::path::Path;
@@ -23,10 +23,12 @@ pub fn install(opts: &Options) -> Result<(), InstallError> {
     if !opts.skip_multus_binary_copy {
         let multus_src = opts.multus_bin_file.clone().unwrap_or(this);
         copy(&multus_src, &bin_dir, "multus")?;
+        // The whereabouts IPAM plugin is in multus, beside its Kubernetes client.
+        link(&bin_dir.join("whereabouts"), "multus")?;
     }
     copy(&plugins_src, &bin_dir, PLUGINS_BIN)?;
     for name in plugin_names(&plugins_src)? {
-        link(&bin_dir.join(name))?;
+        link(&bin_dir.join(name), PLUGINS_BIN)?;
     }
     Ok(())
 }
@@ -46,14 +48,13 @@ fn copy(src: &Path, dir: &Dir, name: &str) -> Result<(), InstallError> {
     Ok(())
 }
 
-/// Makes `path` a link to `cni-plugins` in the same directory, unless it already is one.
-fn link(path: &Path) -> Result<(), InstallError> {
-    let target = Path::new(PLUGINS_BIN);
-    if std::fs::read_link(path).is_ok_and(|t| t == target) {
+/// Makes `path` a link to `target` in the same directory, unless it already is one.
+fn link(path: &Path, target: &str) -> Result<(), InstallError> {
+    if std::fs::read_link(path).is_ok_and(|t| t == Path::new(target)) {
         return Ok(());
     }
-    cni::atomic_file::symlink(target, path).map_err(InstallError::io("link", path))?;
-    log(&format!("linked {} to {PLUGINS_BIN}", path.display()));
+    cni::atomic_file::symlink(Path::new(target), path).map_err(InstallError::io("link", path))?;
+    log(&format!("linked {} to {target}", path.display()));
     Ok(())
 }
 

@@ -259,7 +259,9 @@ impl Plugin<'_> {
             .and_then(Value::as_str)
             .filter(|t| !t.is_empty());
         if let Some(t) = ipam_type {
-            if !ctx.plugins.is_builtin(t) {
+            if t == "whereabouts" {
+                self.check_whereabouts(report);
+            } else if !ctx.plugins.is_builtin(t) {
                 report.add(
                     Severity::Note,
                     "not-checked",
@@ -281,6 +283,24 @@ impl Plugin<'_> {
                 path: format!("{}.ipam", self.path),
             };
             ipam.check(ctx, plugin_type, ipam_type, network, report);
+        }
+    }
+
+    /// whereabouts is carried by multus itself: its validate runs here, on the config the
+    /// interface plugin would hand it.
+    fn check_whereabouts(&self, report: &mut Report) {
+        let config = Value::Object(self.conf.clone()).to_string();
+        if let Err(e) = cni::skel::validate(&whereabouts::Whereabouts::node(), config.as_bytes()) {
+            report.add(
+                Severity::Error,
+                "plugin-options",
+                self.key("ipam"),
+                format!(
+                    "whereabouts refuses this ipam section (CNI error {}): {e}",
+                    e.code
+                ),
+                "change what the ipam section names: ADD would fail with this same error",
+            );
         }
     }
 

@@ -1,0 +1,498 @@
+//! whereabouts through the real binary (the `multus` executable run through a `whereabouts`
+//! link, as a runtime or an interface plugin runs it) against testkit's API server over HTTPS.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use testkit::kube_api::{Fault, KubeApiServer, KubeconfigAuth, Resource};
+use testkit::{CniCall, CniOutput, Netns, PluginDir};
+
+const NS: &str = "kube-system";
+
+/// What a plugin call needs: the link, and the node's CNI config directory. Shared by the
+/// threads that stand for nodes.
+#[derive(Clone)]
+struct Caller {
+    bin: PathBuf,
+    conf_dir: PathBuf,
+    /// A pod's namespace: the plugin checks CNI_NETNS is one, and touches nothing in it.
+    netns: PathBuf,
+}
+
+impl Caller {
+    fn call(
+        &self,
+        command: &str,
+        ipam: &Value,
+        container: &str,
+        ifname: &str,
+        pod: &str,
+    ) -> CniOutput {
+        self.call_with(command, &net(ipam), container, ifname, pod)
+    }
+
+    fn call_with(
+        &self,
+        command: &str,
+        conf: &Value,
+        container: &str,
+        ifname: &str,
+        pod: &str,
+    ) -> CniOutput {
+        let mut call = CniCall::new(command, &conf.to_string());
+        call.container_id = container.into();
+        call.ifname = ifname.into();
+        call.netns = self.netns.display().to_string();
+        call.path = self
+            .bin
+            .parent()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default();
+        call.args = if pod.is_empty() {
+            String::new()
+        } else {
+            format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}")
+        };
+        call.env.push((
+            "WHEREABOUTS_CONFIG_DIR".into(),
+            Some(self.conf_dir.display().to_string()),
+        ));
+        call.run(&self.bin, None)
+    }
+}
+
+/// An API server, a node's CNI config directory with the flat file and kubeconfig, and the
+/// plugin link.
+struct Cluster {
+    api: KubeApiServer,
+    caller: Caller,
+    _conf_dir: tempfile::TempDir,
+    _plugins: PluginDir,
+    _pod: Netns,
+}
+
+impl std::ops::Deref for Cluster {
+    type Target = Caller;
+
+    fn deref(&self) -> &Caller {
+        &self.caller
+    }
+}
+
+impl Cluster {
+    fn new() -> Cluster {
+        let api = KubeApiServer::https().expect("API server");
+        let conf_dir = tempfile::tempdir().expect("tempdir");
+        let dir = conf_dir.path().join("whereabouts.d");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let kubeconfig = dir.join("whereabouts.kubeconfig");
+        api.write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)
+            .expect("kubeconfig");
+        std::fs::write(
+            dir.join("whereabouts.conf"),
+            json!({"datastore": "kubernetes", "kubernetes": {"kubeconfig": kubeconfig}})
+                .to_string(),
+        )
+        .expect("flat file");
+        let plugins = PluginDir::new(Path::new(env!("CARGO_BIN_EXE_multus")), &["whereabouts"]);
+        let pod = Netns::new("wh-pod");
+        Cluster {
+            api,
+            caller: Caller {
+                bin: plugins.path().join("whereabouts"),
+                conf_dir: conf_dir.path().to_owned(),
+                netns: pod.path(),
+            },
+            _conf_dir: conf_dir,
+            _plugins: plugins,
+            _pod: pod,
+        }
+    }
+
+    fn add(&self, ipam: &Value, container: &str, pod: &str) -> Value {
+        self.call("ADD", ipam, container, "net1", pod).ok()
+    }
+
+    fn pool(&self, name: &str) -> Value {
+        self.api
+            .object(Resource::IP_POOLS, NS, name)
+            .unwrap_or_else(|| panic!("no pool {name}"))
+    }
+
+    fn allocations(&self, name: &str) -> serde_json::Map<String, Value> {
+        self.pool(name)["spec"]["allocations"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn reservations(&self) -> Vec<(String, Value)> {
+        self.api
+            .objects(Resource::OVERLAPPING_RANGE_IP_RESERVATIONS)
+            .into_iter()
+            .map(|r| {
+                (
+                    r["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+                    r["spec"].clone(),
+                )
+            })
+            .collect()
+    }
+}
+
+fn net(ipam: &Value) -> Value {
+    json!({"cniVersion": "1.0.0", "name": "blue", "type": "macvlan", "ipam": ipam})
+}
+
+fn ips(result: &Value) -> Vec<String> {
+    result["ips"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|i| i["address"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn v4() -> Value {
+    json!({"type": "whereabouts", "range": "10.77.0.0/24", "gateway": "10.77.0.254"})
+}
+
+#[test]
+fn add_reuse_check_and_del_in_the_reference_shapes() {
+    let c = Cluster::new();
+    let a = c.add(&v4(), "ca", "a");
+    assert_eq!(ips(&a), ["10.77.0.1/24"]);
+    assert_eq!(a["ips"][0]["gateway"], "10.77.0.254");
+    assert_eq!(c.add(&v4(), "cb", "b")["ips"][0]["address"], "10.77.0.2/24");
+    let pool = c.pool("10.77.0.0-24");
+    assert_eq!(pool["spec"]["range"], "10.77.0.0/24");
+    assert_eq!(
+        pool["spec"]["allocations"],
+        json!({"1": {"id": "ca", "podref": "default/a", "ifname": "net1"},
+               "2": {"id": "cb", "podref": "default/b", "ifname": "net1"}})
+    );
+    assert_eq!(
+        c.reservations(),
+        [
+            (
+                "10.77.0.1".to_owned(),
+                json!({"podref": "default/a", "ifname": "net1"})
+            ),
+            (
+                "10.77.0.2".to_owned(),
+                json!({"podref": "default/b", "ifname": "net1"})
+            ),
+        ]
+    );
+    // The same pod and interface under a new sandbox keeps its address; the pool gets the new
+    // container ID.
+    assert_eq!(ips(&c.add(&v4(), "ca2", "a")), ["10.77.0.1/24"]);
+    assert_eq!(c.allocations("10.77.0.0-24")["1"]["id"], "ca2");
+
+    let mut conf = net(&v4());
+    conf["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.77.0.1/24"}]});
+    let check = c.call_with("CHECK", &conf, "ca2", "net1", "a");
+    assert_eq!(check.code, 0, "{}", check.stdout);
+    let stale = c.call_with("CHECK", &conf, "ca", "net1", "a");
+    assert_eq!(stale.err_code(), 3, "{}", stale.stdout);
+    conf["prevResult"]["ips"][0]["address"] = json!("10.77.0.9/24");
+    let wrong = c.call_with("CHECK", &conf, "ca2", "net1", "a");
+    assert_eq!(wrong.err_code(), 999, "{}", wrong.stdout);
+    assert!(wrong.stdout.contains("holds 10.77.0.1"), "{}", wrong.stdout);
+
+    // DEL goes by container ID and interface, twice, and needs no pod name.
+    for _ in 0..2 {
+        let del = c.call("DEL", &v4(), "cb", "net1", "");
+        assert_eq!(del.code, 0, "{}", del.stdout);
+    }
+    let left: Vec<String> = c.allocations("10.77.0.0-24").keys().cloned().collect();
+    assert_eq!(left, ["1"]);
+    assert_eq!(c.reservations().len(), 1);
+    assert_eq!(c.call("DEL", &v4(), "ca2", "net1", "a").code, 0);
+    assert!(c.allocations("10.77.0.0-24").is_empty());
+    assert!(c.reservations().is_empty());
+}
+
+#[test]
+fn upstreams_objects_are_honoured_and_kept() {
+    let c = Cluster::new();
+    c.api.add_object(
+        Resource::IP_POOLS,
+        json!({"metadata": {"name": "blue-10.77.0.0-24", "namespace": NS},
+               "spec": {"range": "10.77.0.0/24", "allocations": {
+                   "1": {"id": "upstream-c1", "podref": "default/old", "ifname": "net1"},
+                   "2": {"id": "upstream-c2", "podref": "default/older"},
+                   "not-an-offset": {"id": "x", "podref": "y/z"}}}}),
+    );
+    // 10.77.0.3 is held through another pool whose range overlaps.
+    c.api.add_object(
+        Resource::OVERLAPPING_RANGE_IP_RESERVATIONS,
+        json!({"metadata": {"name": "blue-10.77.0.3", "namespace": NS},
+               "spec": {"podref": "default/elsewhere", "ifname": "net1"}}),
+    );
+    let mut ipam = v4();
+    ipam["network_name"] = json!("blue");
+    assert_eq!(ips(&c.add(&ipam, "c4", "new")), ["10.77.0.4/24"]);
+    let alloc = c.allocations("blue-10.77.0.0-24");
+    assert_eq!(
+        alloc["4"],
+        json!({"id": "c4", "podref": "default/new", "ifname": "net1"})
+    );
+    // What we cannot read is left as it was.
+    assert_eq!(alloc["not-an-offset"], json!({"id": "x", "podref": "y/z"}));
+    // Upstream's allocation is freed by its container ID and interface.
+    assert_eq!(c.call("DEL", &ipam, "upstream-c1", "net1", "old").code, 0);
+    let alloc = c.allocations("blue-10.77.0.0-24");
+    assert!(!alloc.contains_key("1"));
+    assert!(alloc.contains_key("2"));
+    assert!(c.reservations().iter().any(|(n, _)| n == "blue-10.77.0.3"));
+}
+
+#[test]
+fn overlapping_ranges_never_share_an_address_unless_turned_off() {
+    let c = Cluster::new();
+    let wide = json!({"type": "whereabouts", "range": "10.77.0.0/24"});
+    let narrow = json!({"type": "whereabouts", "range": "10.77.0.0/25"});
+    assert_eq!(ips(&c.add(&wide, "c1", "a")), ["10.77.0.1/24"]);
+    assert_eq!(ips(&c.add(&narrow, "c2", "b")), ["10.77.0.2/25"]);
+    assert_eq!(
+        c.allocations("10.77.0.0-25").keys().collect::<Vec<_>>(),
+        ["2"]
+    );
+    let mut off = narrow.clone();
+    off["enable_overlapping_ranges"] = json!(false);
+    // Off, the pools alone decide, as in the reference.
+    assert_eq!(ips(&c.add(&off, "c3", "c")), ["10.77.0.1/25"]);
+}
+
+#[test]
+fn a_full_range_is_code_11_naming_it_and_writes_nothing() {
+    let c = Cluster::new();
+    let small = json!({"type": "whereabouts", "range": "10.77.0.0/30"});
+    c.add(&small, "c1", "a");
+    c.add(&small, "c2", "b");
+    let full = c.call("ADD", &small, "c3", "net1", "c");
+    assert_eq!(full.err_code(), 11, "{}", full.stdout);
+    assert!(
+        full.stdout
+            .contains("no free address in 10.77.0.0/30 (10.77.0.1 to 10.77.0.2)"),
+        "{}",
+        full.stdout
+    );
+    assert_eq!(c.allocations("10.77.0.0-30").len(), 2);
+    assert_eq!(c.reservations().len(), 2);
+}
+
+#[test]
+fn dual_stack_takes_one_address_per_range_and_a_failure_gives_back_the_first() {
+    let c = Cluster::new();
+    let dual = json!({"type": "whereabouts", "range": "10.77.0.0/24", "gateway": "10.77.0.254",
+                      "ipRanges": [{"range": "fd77:3::/64"}]});
+    let r = c.add(&dual, "c1", "a");
+    assert_eq!(ips(&r), ["10.77.0.1/24", "fd77:3::1/64"]);
+    // The IPv4 gateway stays off the IPv6 address.
+    assert!(r["ips"][1].get("gateway").is_none(), "{r}");
+    assert_eq!(c.allocations("fd77-3---64")["1"]["podref"], "default/a");
+    assert!(c.reservations().iter().any(|(n, _)| n == "fd77-3--1"));
+
+    // The second range is full: the address the first range gave is taken back.
+    let tight = json!({"type": "whereabouts", "range": "10.78.0.0/24",
+                       "ipRanges": [{"range": "10.79.0.0/30"}]});
+    c.add(&tight, "c2", "b");
+    c.add(
+        &json!({"type": "whereabouts", "range": "10.79.0.0/30"}),
+        "c3",
+        "c",
+    );
+    let out = c.call("ADD", &tight, "c4", "net1", "d");
+    assert_eq!(out.err_code(), 11, "{}", out.stdout);
+    let left: Vec<String> = c.allocations("10.78.0.0-24").keys().cloned().collect();
+    assert_eq!(left, ["1"]);
+}
+
+#[test]
+fn conflicts_and_failed_tests_are_retried_until_the_write_lands() {
+    let c = Cluster::new();
+    c.add(&v4(), "c0", "first");
+    let pools = Resource::IP_POOLS.path(NS);
+    c.api.inject_under("PATCH", &pools, Fault::Status(409), 5);
+    c.api.inject_under("PATCH", &pools, Fault::Status(422), 5);
+    assert_eq!(ips(&c.add(&v4(), "c1", "a")), ["10.77.0.2/24"]);
+    let patches = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.starts_with(&pools))
+        .count();
+    assert!(patches >= 11, "{patches} patches");
+    assert_eq!(c.allocations("10.77.0.0-24").len(), 2);
+}
+
+#[test]
+fn parallel_adds_get_distinct_addresses_and_dels_empty_the_pool() {
+    let c = Cluster::new();
+    let ipam = v4();
+    let results: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|node| {
+                let (c, ipam) = (c.caller.clone(), &ipam);
+                s.spawn(move || {
+                    (0..12)
+                        .map(|i| {
+                            let out = c.call(
+                                "ADD",
+                                ipam,
+                                &format!("n{node}c{i}"),
+                                "net1",
+                                &format!("n{node}p{i}"),
+                            );
+                            ips(&out.ok()).remove(0)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("node thread"))
+            .collect()
+    });
+    let mut unique = results.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 36, "{results:?}");
+    let held: Vec<String> = c
+        .allocations("10.77.0.0-24")
+        .keys()
+        .map(|k| format!("10.77.0.{k}/24"))
+        .collect();
+    let mut held_sorted = held.clone();
+    held_sorted.sort();
+    assert_eq!(held_sorted, unique);
+    std::thread::scope(|s| {
+        for node in 0..3 {
+            let (c, ipam) = (c.caller.clone(), &ipam);
+            s.spawn(move || {
+                for i in 0..12 {
+                    let out = c.call("DEL", ipam, &format!("n{node}c{i}"), "net1", "");
+                    assert_eq!(out.code, 0, "{}", out.stdout);
+                }
+            });
+        }
+    });
+    assert!(c.allocations("10.77.0.0-24").is_empty());
+    assert!(c.reservations().is_empty());
+}
+
+#[test]
+fn del_with_the_api_down_fails_so_the_runtime_retries() {
+    let c = Cluster::new();
+    c.add(&v4(), "c1", "a");
+    c.api.go_down();
+    let del = c.call("DEL", &v4(), "c1", "net1", "a");
+    assert_eq!(del.err_code(), 11, "{}", del.stdout);
+    assert!(
+        del.stdout.contains("get ippools kube-system/10.77.0.0-24"),
+        "{}",
+        del.stdout
+    );
+    let mut conf = net(&v4());
+    conf["cniVersion"] = json!("1.1.0");
+    let status = c.call_with("STATUS", &conf, "", "", "");
+    assert_eq!(status.err_code(), 50, "{}", status.stdout);
+    assert!(
+        status.stdout.contains("whereabouts cannot reach its pools"),
+        "{}",
+        status.stdout
+    );
+    c.api.come_back().expect("API back");
+    let status = c.call_with("STATUS", &conf, "", "", "");
+    assert_eq!(status.code, 0, "{}", status.stdout);
+    assert_eq!(c.call("DEL", &v4(), "c1", "net1", "a").code, 0);
+    assert!(c.allocations("10.77.0.0-24").is_empty());
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_writes_nothing() {
+    let c = Cluster::new();
+    let cases = [
+        (
+            json!({"type": "whereabouts", "range": "10.77.0.0/24", "network_name": "../../api/v1/secrets"}),
+            "",
+            "ipam.network_name",
+        ),
+        (
+            json!({"type": "whereabouts", "range": "10.77.0.0/24", "kubernetes": {"kubeconfig": "/var/lib/kubelet/pods/x/kubeconfig"}}),
+            "",
+            "ipam.kubernetes.kubeconfig",
+        ),
+        (
+            json!({"type": "whereabouts", "range": "10.77.0.0/24", "configuration_path": "/tmp/evil.conf"}),
+            "",
+            "ipam.configuration_path",
+        ),
+        (
+            json!({"type": "whereabouts", "range": "10.77.0.300/24"}),
+            "",
+            "ipam.range",
+        ),
+        (json!({"type": "whereabouts"}), "", "ipam.range: required"),
+        (v4(), "nopod", "CNI_ARGS K8S_POD_NAME: required"),
+    ];
+    for (ipam, mode, want) in cases {
+        let pod = if mode == "nopod" { "" } else { "a" };
+        let out = c.call("ADD", &ipam, "c1", "net1", pod);
+        assert_eq!(out.err_code(), 7, "{ipam}: {}", out.stdout);
+        assert!(out.stdout.contains(want), "{ipam}: {}", out.stdout);
+    }
+    assert!(c.api.objects(Resource::IP_POOLS).is_empty());
+    assert!(
+        c.api.requests().is_empty(),
+        "a refused config reaches the API"
+    );
+    // No flat file at all.
+    let bare = tempfile::tempdir().expect("tempdir");
+    let mut call = CniCall::new("ADD", &net(&v4()).to_string());
+    call.netns = c.netns.display().to_string();
+    call.path = "/nonexistent".into();
+    call.args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=a".into();
+    call.env.push((
+        "WHEREABOUTS_CONFIG_DIR".into(),
+        Some(bare.path().display().to_string()),
+    ));
+    let out = call.run(&c.bin, None);
+    assert_eq!(out.err_code(), 7, "{}", out.stdout);
+    assert!(
+        out.stdout.contains("config file not found"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn lint_checks_whereabouts_sections() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nad = dir.path().join("nad.yaml");
+    let config = net(&json!({"type": "whereabouts", "range": "10.77.0.0/33"}));
+    std::fs::write(
+        &nad,
+        format!(
+            "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: blue\nspec:\n  config: '{config}'\n"
+        ),
+    )
+    .expect("nad");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_multus"))
+        .arg("lint")
+        .arg(&nad)
+        .output()
+        .expect("lint");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("whereabouts refuses this ipam section"),
+        "{text}"
+    );
+    assert!(text.contains("ipam.range"), "{text}");
+}

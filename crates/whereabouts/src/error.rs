@@ -1,0 +1,52 @@
+//! The plugin's errors and their CNI codes.
+
+use cni::{CniError, Code};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ipam::Error),
+    /// An API call failed (its call and cause are named).
+    #[error("{0}")]
+    Api(#[from] k8s::K8sError),
+    /// Every address of the range is allocated (11: a DEL elsewhere frees one).
+    #[error("no free address in {range}: every address is allocated (pool {pool})")]
+    Full { range: String, pool: String },
+    /// Other writers kept changing the object between our read and our write.
+    #[error("{object} changed under each of {rounds} attempts to write it; try again")]
+    Contention { object: String, rounds: u32 },
+    /// An object in the API is not in the shape whereabouts writes.
+    #[error("{0}")]
+    Object(String),
+    /// CHECK: the pool does not hold the attachment's address.
+    #[error("{0}")]
+    NotAllocated(String),
+    /// CHECK: the previous result does not show an allocated address.
+    #[error("{0}")]
+    Mismatch(String),
+}
+
+impl From<Error> for CniError {
+    fn from(e: Error) -> CniError {
+        let e = match e {
+            Error::Config(inner) => return inner.into(),
+            other => other,
+        };
+        let code = match &e {
+            Error::Config(_) => Code::InvalidConfig,
+            // Credentials or RBAC that are wrong do not get better by trying again.
+            Error::Api(k) => match k.cause() {
+                None
+                | Some(k8s::Cause::Unauthorized(_))
+                | Some(k8s::Cause::Forbidden(_))
+                | Some(k8s::Cause::BadName(_)) => Code::InvalidConfig,
+                Some(k8s::Cause::Token { .. }) => Code::Io,
+                Some(_) => Code::TryAgainLater,
+            },
+            Error::Full { .. } | Error::Contention { .. } | Error::Object(_) => Code::TryAgainLater,
+            Error::NotAllocated(_) => Code::UnknownContainer,
+            Error::Mismatch(_) => Code::Internal,
+        };
+        CniError::new(code, e.to_string())
+    }
+}

@@ -1,0 +1,147 @@
+//! The pools and reservations in the Kubernetes API: reads, conditional writes, and the
+//! namespace they live in.
+
+use std::path::Path;
+use std::time::Duration;
+
+use ipam::whereabouts::{reservation_object, reservation_owner, Pool, Range};
+use k8s::{ClientOptions, Created, Deleted, KubeClient, Resource, Written};
+use serde_json::Value;
+
+use crate::error::Error;
+
+const IPPOOLS: Resource = Resource {
+    group: "whereabouts.cni.cncf.io",
+    version: "v1alpha1",
+    plural: "ippools",
+};
+
+const RESERVATIONS: Resource = Resource {
+    group: "whereabouts.cni.cncf.io",
+    version: "v1alpha1",
+    plural: "overlappingrangeipreservations",
+};
+
+/// Where the objects live when the kubeconfig's context names no namespace, as in the
+/// reference.
+const DEFAULT_NAMESPACE: &str = "kube-system";
+
+/// One API attempt's deadline; with the client's retries a call takes at most about 20 s.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Store {
+    client: KubeClient,
+    namespace: String,
+}
+
+/// A reservation as read: the pod it names, and its version.
+pub struct Reservation {
+    pub podref: String,
+    pub resource_version: Option<String>,
+}
+
+impl Store {
+    pub fn connect(kubeconfig: &Path) -> Result<Store, Error> {
+        let namespace =
+            k8s::kubeconfig_namespace(kubeconfig)?.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
+        let client = KubeClient::new(&ClientOptions {
+            kubeconfig: Some(kubeconfig.to_owned()),
+            timeout: CALL_TIMEOUT,
+            retries: 3,
+        })?;
+        Ok(Store { client, namespace })
+    }
+
+    /// The pool, or `None` when it does not exist.
+    pub fn pool(&self, name: &str) -> Result<Option<Pool>, Error> {
+        match self.client.get_object(IPPOOLS, &self.namespace, name)? {
+            Some(obj) => Ok(Some(read_pool(name, &obj)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The pool, created empty on first use (a create that loses the race is fine).
+    pub fn pool_or_create(&self, name: &str, range: &Range) -> Result<Pool, Error> {
+        if let Some(pool) = self.pool(name)? {
+            return Ok(pool);
+        }
+        match self
+            .client
+            .create_object(IPPOOLS, &self.namespace, &Pool::new_object(name, range))?
+        {
+            Created::Created(obj) => read_pool(name, &obj),
+            Created::AlreadyExists => self.pool(name)?.ok_or_else(|| {
+                Error::Object(format!("pool {name} was created and deleted at once"))
+            }),
+        }
+    }
+
+    /// Applies a conditional patch: false when the pool changed since it was read.
+    pub fn patch_pool(&self, name: &str, patch: &Value) -> Result<bool, Error> {
+        Ok(matches!(
+            self.client
+                .json_patch_object(IPPOOLS, &self.namespace, name, patch)?,
+            Written::Done(_)
+        ))
+    }
+
+    pub fn reservation(&self, name: &str) -> Result<Option<Reservation>, Error> {
+        Ok(self
+            .client
+            .get_object(RESERVATIONS, &self.namespace, name)?
+            .map(|obj| {
+                let (podref, resource_version) = reservation_owner(&obj);
+                Reservation {
+                    podref,
+                    resource_version,
+                }
+            }))
+    }
+
+    /// Creates the reservation: false when one of that name exists already.
+    pub fn reserve(&self, name: &str, podref: &str, ifname: &str) -> Result<bool, Error> {
+        let obj = reservation_object(name, podref, ifname);
+        Ok(matches!(
+            self.client
+                .create_object(RESERVATIONS, &self.namespace, &obj)?,
+            Created::Created(_)
+        ))
+    }
+
+    /// Deletes the reservation if it still names `podref`.
+    pub fn unreserve(&self, name: &str, podref: &str) -> Result<(), Error> {
+        for _ in 0..3 {
+            let Some(r) = self.reservation(name)? else {
+                return Ok(());
+            };
+            if r.podref != podref {
+                return Ok(());
+            }
+            let deleted = self.client.delete_object(
+                RESERVATIONS,
+                &self.namespace,
+                name,
+                r.resource_version.as_deref(),
+            )?;
+            if deleted != Deleted::Stale {
+                return Ok(());
+            }
+        }
+        Err(Error::Contention {
+            object: format!("reservation {name}"),
+            rounds: 3,
+        })
+    }
+
+    /// Whether the pools can be listed: the STATUS check, as the reference's connectivity
+    /// check.
+    pub fn list_pools(&self) -> Result<usize, Error> {
+        Ok(self.client.list_objects(IPPOOLS, &self.namespace)?.len())
+    }
+}
+
+fn read_pool(name: &str, obj: &Value) -> Result<Pool, Error> {
+    Pool::from_object(obj)
+        .map(|(pool, _unreadable)| pool)
+        .map_err(|why| Error::Object(format!("pool {name}: {why}")))
+}
