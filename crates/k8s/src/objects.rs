@@ -147,10 +147,53 @@ impl KubeClient {
             "application/json",
             None,
         )?;
-        Ok(match list.get("items") {
-            Some(Value::Array(items)) => items.clone(),
-            _ => Vec::new(),
-        })
+        Ok(items(list))
+    }
+
+    /// Every object of the resource in every namespace.
+    pub fn list_objects_everywhere(&self, resource: Resource) -> Result<Vec<Value>, K8sError> {
+        let call = crate::call("list", resource.plural, "(all namespaces)", None);
+        let path = format!(
+            "/apis/{}/{}/{}",
+            resource.group, resource.version, resource.plural
+        );
+        Ok(items(self.send_json(
+            call,
+            Method::GET,
+            path,
+            "application/json",
+            None,
+        )?))
+    }
+
+    /// Every pod of the cluster, as JSON.
+    pub fn list_pods_everywhere(&self) -> Result<Vec<Value>, K8sError> {
+        let call = crate::call("list", "pods", "(all namespaces)", None);
+        Ok(items(self.send_json(
+            call,
+            Method::GET,
+            "/api/v1/pods".into(),
+            "application/json",
+            None,
+        )?))
+    }
+
+    /// One pod, as JSON, or `None` when there is none.
+    pub fn get_pod_json(&self, namespace: &str, name: &str) -> Result<Option<Value>, K8sError> {
+        let call = crate::call("get", "pods", namespace, Some(name));
+        check_name("namespace", namespace)
+            .and_then(|()| check_name("name", name))
+            .map_err(|cause| K8sError::Request {
+                call: Box::new(call.clone()),
+                attempts: 0,
+                cause,
+            })?;
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
+        match self.send_json(call, Method::GET, path, "application/json", None) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     pub fn create_object(
@@ -224,6 +267,14 @@ impl KubeClient {
             Err(e) if is_stale(&e) => Ok(Deleted::Stale),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// A list's `items`.
+fn items(mut list: Value) -> Vec<Value> {
+    match list.get_mut("items").map(Value::take) {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
     }
 }
 

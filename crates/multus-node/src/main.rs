@@ -28,6 +28,58 @@ enum Tool {
     /// Check NetworkAttachmentDefinition files before they are applied: exit 0 clean, 1
     /// warnings, 2 errors.
     Lint(multus_node::lint::Options),
+    /// The whereabouts IPAM plugin's tools (also reached through the `whereabouts` link).
+    #[command(subcommand)]
+    Whereabouts(WhereaboutsTool),
+}
+
+/// `whereabouts <tool>`, through the link.
+#[derive(Parser)]
+#[command(
+    name = "whereabouts",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("MULTUS_RS_COMMIT"), ")"),
+    about = "whereabouts: cluster-wide IPAM (a CNI plugin when the runtime runs it)"
+)]
+struct WhereaboutsCli {
+    #[command(subcommand)]
+    command: WhereaboutsTool,
+}
+
+#[derive(Subcommand)]
+enum WhereaboutsTool {
+    /// One reconciler pass: free the addresses whose pod is gone or does not show them in its
+    /// network-status, delete their reservations, and exit.
+    Reconcile {
+        /// The kubeconfig; without one, the pod's service account.
+        #[arg(long)]
+        kubeconfig: Option<std::path::PathBuf>,
+    },
+}
+
+fn run_whereabouts(tool: &WhereaboutsTool) -> ! {
+    let WhereaboutsTool::Reconcile { kubeconfig } = tool;
+    let opts = k8s::ClientOptions {
+        kubeconfig: kubeconfig.clone(),
+        // Listing every pod of a cluster takes longer than a plugin's call.
+        timeout: std::time::Duration::from_secs(30),
+        ..k8s::ClientOptions::default()
+    };
+    let done = k8s::KubeClient::new(&opts)
+        .map_err(whereabouts::Error::from)
+        .and_then(|client| whereabouts::reconcile(&client, &mut std::io::stdout()));
+    match done {
+        Ok(s) => {
+            println!(
+                "reconciled: freed {} addresses, deleted {} reservations",
+                s.freed, s.reservations_deleted
+            );
+            std::process::exit(0)
+        }
+        Err(e) => {
+            eprintln!("whereabouts reconcile: {e}");
+            std::process::exit(1)
+        }
+    }
 }
 
 fn main() {
@@ -42,12 +94,7 @@ fn main() {
             let about = format!("multus-rs whereabouts v{}", env!("CARGO_PKG_VERSION"));
             std::process::exit(cni::plugin_main(&whereabouts::Whereabouts::node(), &about));
         }
-        eprintln!(
-            "whereabouts {} (commit {}): a CNI IPAM plugin, run by the container runtime",
-            env!("CARGO_PKG_VERSION"),
-            env!("MULTUS_RS_COMMIT")
-        );
-        std::process::exit(2);
+        run_whereabouts(&WhereaboutsCli::parse().command);
     }
     if cni_call {
         let about = format!("multus-rs meta-plugin v{}", env!("CARGO_PKG_VERSION"));
@@ -68,6 +115,7 @@ fn main() {
             }
         },
         Tool::Lint(opts) => std::process::exit(multus_node::lint::run(opts)),
+        Tool::Whereabouts(tool) => run_whereabouts(tool),
     };
     if let Err(e) = result {
         eprintln!("multus install: {e}");

@@ -269,7 +269,7 @@ fn installs_binaries_links_kubeconfig_and_a_config_around_the_primary_network() 
         .output()
         .unwrap();
     assert_eq!(usage.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&usage.stderr).contains("a CNI IPAM plugin"));
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("Usage: whereabouts <COMMAND>"));
     // The installed link runs the plugin it is named after.
     let version = Command::new(node.bin_dir().join("bridge"))
         .env("CNI_COMMAND", "VERSION")

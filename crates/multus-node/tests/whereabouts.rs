@@ -496,3 +496,151 @@ fn lint_checks_whereabouts_sections() {
     );
     assert!(text.contains("ipam.range"), "{text}");
 }
+
+fn pod(name: &str, phase: &str, status: Value, conditions: Value) -> Value {
+    json!({"metadata": {"namespace": "default", "name": name,
+                        "annotations": {"k8s.v1.cni.cncf.io/network-status": status.to_string()}},
+           "status": {"phase": phase, "conditions": conditions}})
+}
+
+fn secondary(ip: &str) -> Value {
+    json!([{"name": "cbr0", "ips": ["10.42.0.9"], "default": true},
+           {"name": "default/blue", "interface": "net1", "ips": [ip]}])
+}
+
+impl Cluster {
+    fn reconcile(&self) -> std::process::Output {
+        let kubeconfig = self.conf_dir.join("whereabouts.d/whereabouts.kubeconfig");
+        std::process::Command::new(&self.bin)
+            .arg("reconcile")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .output()
+            .expect("run the reconciler")
+    }
+}
+
+#[test]
+fn the_reconciler_frees_what_the_reference_frees() {
+    let c = Cluster::new();
+    let none = json!([]);
+    c.api
+        .add_pod(pod("live", "Running", secondary("10.77.0.1"), none.clone()));
+    c.api.add_pod(pod(
+        "hidden",
+        "Running",
+        secondary("10.77.0.99"),
+        none.clone(),
+    ));
+    c.api
+        .add_pod(pod("pending", "Pending", json!([]), none.clone()));
+    c.api.add_pod(pod(
+        "tainted",
+        "Running",
+        secondary("10.77.0.4"),
+        json!([{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}]),
+    ));
+    c.api.add_pod(pod(
+        "default-only",
+        "Running",
+        json!([{"name": "cbr0", "ips": ["10.77.0.6"], "default": true}]),
+        none.clone(),
+    ));
+    c.api
+        .add_pod(pod("named", "Running", secondary("10.77.0.7"), none));
+    let alloc = |id: &str, podref: &str| json!({"id": id, "podref": podref, "ifname": "net1"});
+    c.api.add_object(
+        Resource::IP_POOLS,
+        json!({"metadata": {"name": "10.77.0.0-24", "namespace": NS},
+               "spec": {"range": "10.77.0.0/24", "allocations": {
+                   "1": alloc("c1", "default/live"), "2": alloc("c2", "default/hidden"),
+                   "3": alloc("c3", "default/pending"), "4": alloc("c4", "default/tainted"),
+                   "5": alloc("c5", "default/gone"), "6": alloc("c6", "default/default-only"),
+                   "8": {"id": "c8", "podref": ""}}}}),
+    );
+    for (name, podref) in [
+        ("10.77.0.1", "default/live"),
+        ("10.77.0.5", "default/gone"),
+        ("blue-10.77.0.7", "default/named"),
+    ] {
+        c.api.add_object(
+            Resource::OVERLAPPING_RANGE_IP_RESERVATIONS,
+            json!({"metadata": {"name": name, "namespace": NS}, "spec": {"podref": podref}}),
+        );
+    }
+    let out = c.reconcile();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut left: Vec<String> = c.allocations("10.77.0.0-24").keys().cloned().collect();
+    left.sort();
+    // Kept: the live pod's, and the allocation without a podref (the reference skips those).
+    assert_eq!(left, ["1", "8"], "{text}");
+    for line in [
+        "freed 10.77.0.2 in IPPool kube-system/10.77.0.0-24: pod default/hidden does not show it in its network-status",
+        "freed 10.77.0.3 in IPPool kube-system/10.77.0.0-24: pod default/pending does not show it in its network-status",
+        "freed 10.77.0.4 in IPPool kube-system/10.77.0.0-24: pod default/tainted is gone or being deleted",
+        "freed 10.77.0.5 in IPPool kube-system/10.77.0.0-24: pod default/gone is gone or being deleted",
+        "deleted OverlappingRangeIPReservation kube-system/10.77.0.5: pod default/gone is gone or being deleted",
+        "reconciled: freed 5 addresses, deleted 1 reservations",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    // A reservation with a network name is matched to its pod (the reference deletes it).
+    let names: Vec<String> = c.reservations().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["10.77.0.1", "blue-10.77.0.7"]);
+    // The Pending pod was read again before its address counted as orphaned.
+    let rereads = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/namespaces/default/pods/pending")
+        .count();
+    assert_eq!(rereads, 3);
+    // A second pass has nothing left to do.
+    let again = c.reconcile();
+    assert!(String::from_utf8_lossy(&again.stdout)
+        .contains("reconciled: freed 0 addresses, deleted 0 reservations"));
+}
+
+#[test]
+fn an_add_killed_midway_leaves_only_what_the_reconciler_frees() {
+    let c = Cluster::new();
+    // The reservation's create hangs: the ADD has written the pool when it is killed.
+    let reservations = Resource::OVERLAPPING_RANGE_IP_RESERVATIONS.path(NS);
+    c.api.inject_under(
+        "POST",
+        &reservations,
+        Fault::Delay(std::time::Duration::from_secs(3)),
+        1,
+    );
+    let mut call = CniCall::new("ADD", &net(&v4()).to_string());
+    call.container_id = "killed".into();
+    call.ifname = "net1".into();
+    call.netns = c.netns.display().to_string();
+    call.path = "/nonexistent".into();
+    call.args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=killed".into();
+    call.env.push((
+        "WHEREABOUTS_CONFIG_DIR".into(),
+        Some(c.conf_dir.display().to_string()),
+    ));
+    let (_, killed) = call.run_killed_after(&c.bin, None, std::time::Duration::from_secs(1));
+    assert!(killed);
+    assert_eq!(c.allocations("10.77.0.0-24").len(), 1);
+    // The pod never came up: the reconciler frees the address and, once the server has
+    // stored it, the reservation.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let out = c.reconcile();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(c.allocations("10.77.0.0-24").is_empty());
+    assert!(c.reservations().is_empty(), "{:?}", c.reservations());
+    // And the next pod gets the address.
+    assert_eq!(ips(&c.add(&v4(), "next", "next")), ["10.77.0.1/24"]);
+}

@@ -33,6 +33,23 @@ pub struct NetworkStatus {
     pub default_route: Vec<String>,
 }
 
+/// The addresses the annotation shows on the pod's secondary networks (the entries not marked
+/// `default`), as whereabouts' reconciler reads another writer's annotation: entries and
+/// addresses it cannot read are skipped.
+pub fn secondary_ips(annotation: &str) -> Vec<IpAddr> {
+    let Ok(Value::Array(entries)) = serde_json::from_str::<Value>(annotation) else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter(|e| e.get("default").and_then(Value::as_bool) != Some(true))
+        .filter_map(|e| e.get("ips").and_then(Value::as_array))
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(|ip| ip.split('/').next()?.parse().ok())
+        .collect()
+}
+
 /// The entries for one delegate's result. `ifname` is the interface multus asked for; it is
 /// used when the result names no interface inside the pod. `is_default` marks the cluster
 /// network: exactly one of its entries (the one with the gateway, else the first) is default.
@@ -170,5 +187,15 @@ mod tests {
         assert!(e[0].gateway.is_empty());
         assert!(e[0].default);
         assert!(!annotation(&e).contains("gateway"));
+    }
+
+    #[test]
+    fn secondary_ips_skip_the_default_network_and_what_cannot_be_read() {
+        let text = r#"[{"name":"cbr0","ips":["10.42.0.7"],"default":true},
+                      {"name":"default/blue","interface":"net1","ips":["10.77.0.5","fd77::5","nope"]},
+                      "junk", {"name":"x","ips":"10.1.1.1"}]"#;
+        let want: Vec<IpAddr> = vec!["10.77.0.5".parse().unwrap(), "fd77::5".parse().unwrap()];
+        assert_eq!(secondary_ips(text), want);
+        assert!(secondary_ips("not json").is_empty());
     }
 }

@@ -8,7 +8,9 @@
 
 mod error;
 mod plugin;
+mod reconcile;
 mod store;
 
 pub use error::Error;
 pub use plugin::Whereabouts;
+pub use reconcile::{reconcile, Summary};

@@ -10,13 +10,13 @@ use serde_json::Value;
 
 use crate::error::Error;
 
-const IPPOOLS: Resource = Resource {
+pub(crate) const IPPOOLS: Resource = Resource {
     group: "whereabouts.cni.cncf.io",
     version: "v1alpha1",
     plural: "ippools",
 };
 
-const RESERVATIONS: Resource = Resource {
+pub(crate) const RESERVATIONS: Resource = Resource {
     group: "whereabouts.cni.cncf.io",
     version: "v1alpha1",
     plural: "overlappingrangeipreservations",

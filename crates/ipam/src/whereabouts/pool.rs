@@ -181,7 +181,15 @@ impl Pool {
 
     /// Frees `offset`.
     pub fn release_patch(&self, offset: u128) -> Value {
-        json!([self.guard(), {"op": "remove", "path": escape(offset)}])
+        self.release_all_patch(&[offset])
+    }
+
+    /// Frees every offset of `offsets` in one write.
+    pub fn release_all_patch(&self, offsets: &[u128]) -> Value {
+        let removes = offsets
+            .iter()
+            .map(|&o| json!({"op": "remove", "path": escape(o)}));
+        Value::Array(std::iter::once(self.guard()).chain(removes).collect())
     }
 }
 

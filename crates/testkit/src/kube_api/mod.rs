@@ -4,7 +4,8 @@
 //! HTTPS offers HTTP/2 and HTTP/1.1 through ALPN, as kube-apiserver does, or HTTP/1.1 alone.
 //!
 //! It serves:
-//! - pods: get; merge and strategic merge PATCH of the object and of `pods/status`;
+//! - pods: get, list (in a namespace or in all); merge and strategic merge PATCH of the object
+//!   and of `pods/status`;
 //! - network-attachment-definitions: get, list;
 //! - events: create, list;
 //! - generically, the namespaced [`Resource`]s whereabouts uses (its `ippools`,

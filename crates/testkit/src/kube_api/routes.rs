@@ -295,6 +295,27 @@ pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
         ["apis"] => discovery_get(method, api_groups()),
         ["api", "v1"] => discovery_get(method, core_resources()),
         ["apis", NAD_GROUP, "v1"] => discovery_get(method, nad_resources()),
+        ["api", "v1", "pods"] => match method {
+            "GET" => list(
+                "PodList",
+                "v1",
+                state,
+                state.pods.values().cloned().collect(),
+            ),
+            _ => method_not_allowed(),
+        },
+        ["api", "v1", "namespaces", ns, "pods"] => match method {
+            "GET" => {
+                let items = state
+                    .pods
+                    .iter()
+                    .filter(|((n, _), _)| n == ns)
+                    .map(|(_, p)| p.clone())
+                    .collect();
+                list("PodList", "v1", state, items)
+            }
+            _ => method_not_allowed(),
+        },
         ["api", "v1", "namespaces", ns, "pods", name] => pod(state, req, ns, name, false),
         ["api", "v1", "namespaces", ns, "pods", name, "status"] => pod(state, req, ns, name, true),
         ["api", "v1", "namespaces", ns, "events"] => match method {

@@ -1,0 +1,249 @@
+//! The reconciler: one pass over every pool and reservation of the cluster, freeing what the
+//! reference's reconciler frees. An allocation is orphaned unless its pod exists, is not being
+//! deleted by the taint manager, and shows the address on a secondary network of its
+//! network-status. A pod still Pending is read again, up to 3 times 250 ms apart, before its
+//! addresses count as orphaned.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ipam::whereabouts::{Pool, Range};
+use k8s::{Deleted, KubeClient, Written};
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::store::{IPPOOLS, RESERVATIONS};
+
+const PENDING_READS: u32 = 3;
+const PENDING_PAUSE: Duration = Duration::from_millis(250);
+/// Rounds of reading a pool again when it changed between the list and our write.
+const POOL_ROUNDS: u32 = 5;
+
+/// What the pass did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub freed: usize,
+    pub reservations_deleted: usize,
+}
+
+/// What the pass knows of one pod.
+#[derive(Clone, Debug)]
+struct PodView {
+    pending: bool,
+    ips: Vec<IpAddr>,
+}
+
+fn view(pod: &Value) -> Option<PodView> {
+    let conditions = pod.pointer("/status/conditions").and_then(Value::as_array);
+    let tainted = conditions.is_some_and(|cs| {
+        cs.iter().any(|c| {
+            c["type"] == "DisruptionTarget"
+                && c["status"] == "True"
+                && c["reason"] == "DeletionByTaintManager"
+        })
+    });
+    if tainted {
+        return None;
+    }
+    let status = pod
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(multus::status::NETWORK_STATUS_ANNOTATION))
+        .and_then(Value::as_str)
+        .unwrap_or("[]");
+    Some(PodView {
+        pending: pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending"),
+        ips: multus::status::secondary_ips(status),
+    })
+}
+
+fn podref_of(pod: &Value) -> String {
+    let text = |p: &str| pod.pointer(p).and_then(Value::as_str).unwrap_or("");
+    format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"))
+}
+
+struct Pods<'a> {
+    client: &'a KubeClient,
+    live: HashMap<String, PodView>,
+}
+
+impl Pods<'_> {
+    /// Why `ip` of `podref` is orphaned, or `None` when the pod holds it.
+    fn orphaned(&mut self, podref: &str, ips: &[IpAddr]) -> Option<String> {
+        let Some(pod) = self.live.get(podref).cloned() else {
+            return Some(format!("pod {podref} is gone or being deleted"));
+        };
+        let shows = |p: &PodView| ips.iter().any(|ip| p.ips.contains(ip));
+        if shows(&pod) {
+            return None;
+        }
+        if pod.pending {
+            for _ in 0..PENDING_READS {
+                let (ns, name) = podref.split_once('/').unwrap_or(("", podref));
+                // A read that fails keeps the address: only an answer frees it. (The
+                // reference frees it on any error.)
+                let fresh = match self.client.get_pod_json(ns, name) {
+                    Ok(fresh) => fresh,
+                    Err(_) => return None,
+                };
+                let Some(fresh) = fresh.as_ref().and_then(view) else {
+                    self.live.remove(podref);
+                    return Some(format!("pod {podref} is gone or being deleted"));
+                };
+                self.live.insert(podref.to_owned(), fresh.clone());
+                if shows(&fresh) {
+                    return None;
+                }
+                if !fresh.pending {
+                    break;
+                }
+                std::thread::sleep(PENDING_PAUSE);
+            }
+        }
+        Some(format!(
+            "pod {podref} does not show it in its network-status"
+        ))
+    }
+}
+
+/// One pass: frees orphaned allocations and deletes orphaned reservations, printing a line
+/// for each to `out`.
+pub fn reconcile(client: &KubeClient, out: &mut dyn Write) -> Result<Summary, Error> {
+    let pools = client.list_objects_everywhere(IPPOOLS)?;
+    let live = client
+        .list_pods_everywhere()?
+        .iter()
+        .filter_map(|p| Some((podref_of(p), view(p)?)))
+        .collect();
+    let mut pods = Pods { client, live };
+    let mut summary = Summary::default();
+    for obj in &pools {
+        summary.freed += reconcile_pool(client, &mut pods, obj, out)?;
+    }
+    for obj in client.list_objects_everywhere(RESERVATIONS)? {
+        let text = |p: &str| {
+            obj.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let (ns, name, podref) = (
+            text("/metadata/namespace"),
+            text("/metadata/name"),
+            text("/spec/podref"),
+        );
+        if podref.is_empty() {
+            continue;
+        }
+        let Some(why) = pods.orphaned(&podref, &addresses_named(&name)) else {
+            continue;
+        };
+        let rv = text("/metadata/resourceVersion");
+        let deleted = client.delete_object(
+            RESERVATIONS,
+            &ns,
+            &name,
+            (!rv.is_empty()).then_some(rv.as_str()),
+        )?;
+        if deleted == Deleted::Deleted {
+            summary.reservations_deleted += 1;
+            let _ = writeln!(
+                out,
+                "deleted OverlappingRangeIPReservation {ns}/{name}: {why}"
+            );
+        }
+    }
+    Ok(summary)
+}
+
+/// The addresses a reservation's name can stand for: `[<network_name>-]<ip>` with `:` made
+/// `-`, where the network name may itself hold `-`. The reference reads the whole name as the
+/// address, so a reservation with a network name never matches its pod and is deleted on every
+/// pass while the pod lives.
+fn addresses_named(name: &str) -> Vec<IpAddr> {
+    std::iter::once(name)
+        .chain(name.match_indices('-').map(|(i, _)| &name[i + 1..]))
+        .filter_map(|rest| rest.replace('-', ":").parse().ok())
+        .collect()
+}
+
+/// Frees the pool's orphaned allocations in one conditional write, reading the pool again if
+/// it changed meanwhile. Returns how many were freed.
+fn reconcile_pool(
+    client: &KubeClient,
+    pods: &mut Pods,
+    listed: &Value,
+    out: &mut dyn Write,
+) -> Result<usize, Error> {
+    let text = |v: &Value, p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (ns, name) = (
+        text(listed, "/metadata/namespace"),
+        text(listed, "/metadata/name"),
+    );
+    let Some(range) = text(listed, "/spec/range")
+        .parse()
+        .ok()
+        .and_then(|net| Range::new(net, None, None, Vec::new()).ok())
+    else {
+        let _ = writeln!(
+            out,
+            "skipped IPPool {ns}/{name}: its spec.range is not a range"
+        );
+        return Ok(0);
+    };
+    let mut obj = listed.clone();
+    for _ in 0..POOL_ROUNDS {
+        let (pool, _) = Pool::from_object(&obj)
+            .map_err(|why| Error::Object(format!("IPPool {ns}/{name}: {why}")))?;
+        let mut orphans = Vec::new();
+        for (&offset, a) in &pool.allocations {
+            let (Some(ip), false) = (range.ip_at(offset), a.podref.is_empty()) else {
+                continue;
+            };
+            if let Some(why) = pods.orphaned(&a.podref, &[ip]) {
+                orphans.push((offset, ip, why));
+            }
+        }
+        if orphans.is_empty() {
+            return Ok(0);
+        }
+        let offsets: Vec<u128> = orphans.iter().map(|o| o.0).collect();
+        match client.json_patch_object(IPPOOLS, &ns, &name, &pool.release_all_patch(&offsets))? {
+            Written::Done(_) => {
+                for (_, ip, why) in &orphans {
+                    let _ = writeln!(out, "freed {ip} in IPPool {ns}/{name}: {why}");
+                }
+                return Ok(orphans.len());
+            }
+            Written::Stale => match client.get_object(IPPOOLS, &ns, &name)? {
+                Some(fresh) => obj = fresh,
+                None => return Ok(0),
+            },
+        }
+    }
+    Err(Error::Contention {
+        object: format!("IPPool {ns}/{name}"),
+        rounds: POOL_ROUNDS,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reservation_name_stands_for_its_address_with_or_without_a_network_name() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(addresses_named("10.77.0.5"), [ip("10.77.0.5")]);
+        assert!(addresses_named("blue-net-10.77.0.5").contains(&ip("10.77.0.5")));
+        assert!(addresses_named("fd77-3--1").contains(&ip("fd77:3::1")));
+        assert!(addresses_named("blue-fd77-3--1").contains(&ip("fd77:3::1")));
+        assert!(addresses_named("not-an-address").is_empty());
+    }
+}
