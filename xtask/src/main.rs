@@ -1,11 +1,13 @@
 //! Project tasks: `cargo xtask build` (the static release binaries, by scripts/build.sh),
 //! `cargo xtask image` (the container image, built and tried), `cargo xtask package` (the RPMs
 //! and the .deb, built and checked), `cargo xtask bench`, `cargo xtask bench-multus`,
+//! `cargo xtask bench-whereabouts`,
 //! `cargo xtask vm-test` (the tests that need a full kernel) and `cargo xtask vm-bench` (the
 //! macvlan, ipvlan and vlan benchmarks in that kernel).
 
 mod bench;
 mod bench_multus;
+mod bench_whereabouts;
 mod dhcp_bench;
 mod image;
 mod measure;
@@ -35,6 +37,7 @@ fn main() -> Result<()> {
             _ => bench::run(&rest),
         },
         "bench-multus" => bench_multus::run(&rest),
+        "bench-whereabouts" => bench_whereabouts::run(&rest),
         "vm-test" => vm::run(&rest),
         "image" => image::run(),
         "package" => package::run(&rest),
@@ -47,7 +50,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | vm-test [TEST [FILTER...]] | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | vm-test [TEST [FILTER...]] | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }

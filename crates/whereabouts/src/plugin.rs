@@ -159,13 +159,17 @@ impl Plugin for Whereabouts {
     }
 }
 
-/// A short pause after losing a write, different per process, so that writers who collided
-/// do not collide again in step.
+/// A pause after losing a write: random, and up to twice as long after each of the first
+/// losses (2 ms, 4 ms, then 8 ms), so that writers who collided spread out instead of colliding
+/// again in step. Longer pauses only leave the pool idle: a lost write costs the API server a
+/// read from its cache, not an etcd write.
 fn back_off(round: u32) {
-    let spread = u64::from(std::process::id() % 7 + 1);
-    std::thread::sleep(Duration::from_millis(
-        (u64::from(round.min(10)) * spread) % 40,
-    ));
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = 2u64 << round.min(2);
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    std::thread::sleep(Duration::from_millis(1 + random % ceiling));
 }
 
 fn give_up(object: String, round: u32, deadline: Instant) -> Option<Error> {
@@ -192,7 +196,9 @@ fn allocate(
         let pool = store.pool_or_create(&name, range)?;
         let choice = loop {
             match pool.choose(range, &owner.podref, &owner.ifname, &skip) {
-                Choice::New { offset, ip } if conf.overlapping_ranges => {
+                // Reservations are looked up first only once one was met in this range: on the
+                // common path the create after the pool write tells the same, a request sooner.
+                Choice::New { offset, ip } if conf.overlapping_ranges && !skip.is_empty() => {
                     let rname = reservation_name(&conf.network_name, ip);
                     match store.reservation(&rname)? {
                         Some(r) if r.podref != owner.podref => {
