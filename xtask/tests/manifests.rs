@@ -250,6 +250,101 @@ fn microshift_tree_renders_and_validates() -> Result<()> {
     Ok(())
 }
 
+/// Every `group/resource:verb` a ClusterRole grants, sorted.
+fn grants(role: &Value) -> Result<Vec<String>> {
+    let mut all = Vec::new();
+    for rule in role["rules"].as_array().context("rules")? {
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    all.push(format!("{group}/{resource}:{verb}"));
+                }
+            }
+        }
+    }
+    all.sort();
+    Ok(all)
+}
+
+#[test]
+fn whereabouts_tree_renders_and_validates() -> Result<()> {
+    let objects = rendered("whereabouts")?;
+    check_common(&objects, "multus")?;
+    ensure!(multus_args(&objects)?.contains(&"--whereabouts-flat-file".to_string()));
+    // The reference's objects: group, version, kind and plural, so both read each other's.
+    for (plural, kind) in [
+        ("ippools", "IPPool"),
+        (
+            "overlappingrangeipreservations",
+            "OverlappingRangeIPReservation",
+        ),
+        ("nodeslicepools", "NodeSlicePool"),
+    ] {
+        let crd = find(
+            &objects,
+            "CustomResourceDefinition",
+            &format!("{plural}.whereabouts.cni.cncf.io"),
+        )?;
+        let spec = &crd["spec"];
+        ensure!(spec["group"] == "whereabouts.cni.cncf.io" && spec["scope"] == "Namespaced");
+        ensure!(spec["names"]["kind"] == kind && spec["names"]["plural"] == plural);
+        ensure!(
+            spec["versions"][0]["name"] == "v1alpha1" && spec["versions"][0]["storage"] == true
+        );
+    }
+    let pool = find(
+        &objects,
+        "CustomResourceDefinition",
+        "ippools.whereabouts.cni.cncf.io",
+    )?;
+    let allocation = &pool["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+        ["spec"]["properties"]["allocations"]["additionalProperties"];
+    ensure!(strings(&allocation["required"]) == ["id", "podref"]);
+    // Least privilege: what the plugin (as multus) and the reconciler do, and nothing more.
+    let plugin = grants(find(&objects, "ClusterRole", "multus-whereabouts")?)?;
+    ensure!(
+        plugin
+            == [
+                "whereabouts.cni.cncf.io/ippools:create",
+                "whereabouts.cni.cncf.io/ippools:get",
+                "whereabouts.cni.cncf.io/ippools:list",
+                "whereabouts.cni.cncf.io/ippools:patch",
+                "whereabouts.cni.cncf.io/overlappingrangeipreservations:create",
+                "whereabouts.cni.cncf.io/overlappingrangeipreservations:delete",
+                "whereabouts.cni.cncf.io/overlappingrangeipreservations:get",
+            ],
+        "multus-whereabouts grants {plugin:?}"
+    );
+    let binding = find(&objects, "ClusterRoleBinding", "multus-whereabouts")?;
+    ensure!(
+        binding["subjects"][0]["name"] == "multus"
+            && binding["subjects"][0]["namespace"] == "multus"
+    );
+    let reconciler = grants(find(&objects, "ClusterRole", "whereabouts-reconciler")?)?;
+    ensure!(
+        reconciler
+            == [
+                "/pods:get",
+                "/pods:list",
+                "whereabouts.cni.cncf.io/ippools:get",
+                "whereabouts.cni.cncf.io/ippools:list",
+                "whereabouts.cni.cncf.io/ippools:patch",
+                "whereabouts.cni.cncf.io/overlappingrangeipreservations:delete",
+                "whereabouts.cni.cncf.io/overlappingrangeipreservations:list",
+            ],
+        "whereabouts-reconciler grants {reconciler:?}"
+    );
+    let job = &find(&objects, "CronJob", "whereabouts-reconciler")?["spec"];
+    ensure!(job["concurrencyPolicy"] == "Forbid");
+    let pod = &job["jobTemplate"]["spec"]["template"]["spec"];
+    ensure!(pod["serviceAccountName"] == "whereabouts-reconciler");
+    ensure!(pod["securityContext"]["runAsNonRoot"] == true);
+    let container = &pod["containers"][0];
+    ensure!(container["image"] == "localhost/multus-rs:latest");
+    ensure!(strings(&container["command"]) == ["/usr/bin/multus", "whereabouts", "reconcile"]);
+    Ok(())
+}
+
 #[test]
 fn microshift_crio_drop_in_selects_multus_and_its_plugins() -> Result<()> {
     let text = std::fs::read_to_string(deploy_dir().join("microshift/crio/12-multus.conf"))?;

@@ -833,3 +833,33 @@ fn symlinks_at_installed_files_are_replaced_by_the_files_never_written_through()
     );
     assert_eq!(node.multus_conf()["type"], "multus");
 }
+
+#[test]
+fn whereabouts_flat_file_names_multus_kubeconfig_and_keeps_the_nodes_own() {
+    let node = Node::new();
+    node.write_conf("10-bridge.conf", &bridge_conf());
+    node.install_ok(&["--whereabouts-flat-file"]);
+    let flat = node.conf_dir().join("whereabouts.d/whereabouts.conf");
+    let written: Value = serde_json::from_slice(&std::fs::read(&flat).unwrap()).unwrap();
+    assert_eq!(
+        written,
+        json!({"datastore": "kubernetes",
+               "kubernetes": {"kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig"}})
+    );
+    assert_eq!(mode(&flat), 0o644);
+    // Without the flag, or with it again, nothing changes; a file of the node's own is kept.
+    let theirs =
+        r#"{"kubernetes": {"kubeconfig": "/etc/cni/net.d/whereabouts.d/whereabouts.kubeconfig"}}"#;
+    std::fs::write(&flat, theirs).unwrap();
+    let out = node.install_ok(&["--whereabouts-flat-file"]);
+    assert!(out.contains("is the node's own: kept"), "{out}");
+    assert_eq!(std::fs::read_to_string(&flat).unwrap(), theirs);
+    // A symlink in place of the directory is refused, not followed.
+    let other = Node::new();
+    other.write_conf("10-bridge.conf", &bridge_conf());
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), other.conf_dir().join("whereabouts.d")).unwrap();
+    let out = other.install(&["--whereabouts-flat-file"]);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+}

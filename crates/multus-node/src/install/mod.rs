@@ -8,6 +8,7 @@ mod conf;
 mod kubeconfig;
 mod relay;
 mod signals;
+mod whereabouts;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -112,6 +113,10 @@ pub struct Options {
     /// The pod's service account (token and CA) that multus will act as.
     #[arg(long, default_value = "/var/run/secrets/kubernetes.io/serviceaccount")]
     pub service_account_dir: PathBuf,
+    /// Write whereabouts' flat file (whereabouts.d/whereabouts.conf in --cni-conf-dir) naming
+    /// multus's kubeconfig, unless the node has one.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub whereabouts_flat_file: bool,
     /// How long to wait for the primary network's config and the readiness file, in seconds.
     #[arg(long, default_value_t = 300)]
     pub wait_timeout: u64,
@@ -194,6 +199,9 @@ pub fn run(opts: &Options) -> Result<(), InstallError> {
     }
     let mut kube = kubeconfig::Kubeconfig::new(opts);
     kube.refresh()?;
+    if opts.whereabouts_flat_file {
+        whereabouts::write_flat_file(opts)?;
+    }
 
     let mut multus_conf = if opts.multus_conf_file == "auto" {
         let deadline = Instant::now() + Duration::from_secs(opts.wait_timeout);
