@@ -113,20 +113,9 @@ fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
     );
 
     // Least privilege: exactly what multus does with the API.
-    let role = find(objects, "ClusterRole", "multus")?;
-    let mut grants: Vec<String> = Vec::new();
-    for rule in role["rules"].as_array().context("rules")? {
-        for group in strings(&rule["apiGroups"]) {
-            for resource in strings(&rule["resources"]) {
-                for verb in strings(&rule["verbs"]) {
-                    grants.push(format!("{group}/{resource}:{verb}"));
-                }
-            }
-        }
-    }
-    grants.sort();
+    let granted = grants(find(objects, "ClusterRole", "multus")?)?;
     ensure!(
-        grants
+        granted
             == [
                 "/events:create",
                 "/pods/status:patch",
@@ -135,7 +124,7 @@ fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
                 "k8s.cni.cncf.io/network-attachment-definitions:get",
                 "k8s.cni.cncf.io/network-attachment-definitions:list",
             ],
-        "ClusterRole multus grants {grants:?}"
+        "ClusterRole multus grants {granted:?}"
     );
     let binding = find(objects, "ClusterRoleBinding", "multus")?;
     ensure!(binding["roleRef"]["name"] == "multus");

@@ -10,6 +10,36 @@ use ipnet::IpNet;
 
 use crate::error::{Error, Result};
 
+/// An address as a number inside its family, so that ranges step and compare with integer
+/// operations.
+pub fn num(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+/// The address of number `n` in the family `v4` says.
+pub fn from_num(n: u128, v4: bool) -> IpAddr {
+    if v4 {
+        // Only called with numbers taken from IPv4 addresses of the same range: the high 96
+        // bits are zero.
+        let [.., a, b, c, d] = n.to_be_bytes();
+        IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d))
+    } else {
+        IpAddr::V6(std::net::Ipv6Addr::from(n))
+    }
+}
+
+/// An `addresses` entry as static and whereabouts read it: `address` is checked by the plugin.
+#[derive(serde::Deserialize)]
+pub struct RawAddress {
+    #[serde(default)]
+    pub address: String,
+    #[serde(default, deserialize_with = "cni::decode::gateway")]
+    pub gateway: Option<IpAddr>,
+}
+
 /// The `ipam` object, which every command of both plugins needs.
 pub fn require_ipam<T>(ipam: Option<T>) -> Result<T> {
     ipam.ok_or_else(|| {

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::common::{
     check_addresses_per_family, check_gateway_family, cni_args_ips, parse_address, require_ipam,
+    RawAddress,
 };
 use crate::error::{Error, Result};
 
@@ -67,14 +68,6 @@ struct RawIpam {
     addresses: Vec<RawAddress>,
     #[serde(default, deserialize_with = "null_default")]
     dns: Dns,
-}
-
-#[derive(Deserialize)]
-struct RawAddress {
-    #[serde(default)]
-    address: String,
-    #[serde(default, deserialize_with = "cni::decode::gateway")]
-    gateway: Option<IpAddr>,
 }
 
 /// `runtimeConfig` and `args.cni` both carry `ips`: CIDR strings.

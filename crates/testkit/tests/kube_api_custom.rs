@@ -2,33 +2,29 @@
 //! read, listed, updated, patched (JSON patch with `test`, merge patch) and deleted with the
 //! replies and optimistic concurrency of kube-apiserver, plus faults aimed at one resource.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Duration;
 
 use anyhow::Result;
 use serde_json::{json, Value};
 use testkit::kube_api::{Fault, KubeApiServer, KubeconfigAuth, Resource};
+
+mod common;
+use common::Conn;
 
 const WHEREABOUTS: &str = "whereabouts.cni.cncf.io";
 
 /// A server and one keep-alive HTTP/1.1 connection to it that reads `(status, json)` replies.
 struct Api {
     server: KubeApiServer,
-    reader: BufReader<TcpStream>,
+    conn: Conn,
 }
 
 impl Api {
     fn new() -> Result<Api> {
         let server = KubeApiServer::http()?;
-        let stream = TcpStream::connect(server.addr())?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        Ok(Api {
-            server,
-            reader: BufReader::new(stream),
-        })
+        let conn = Conn::open(&server)?;
+        Ok(Api { server, conn })
     }
 
     fn call(
@@ -44,25 +40,7 @@ impl Api {
             self.server.token(),
             body.len()
         );
-        self.reader.get_mut().write_all(raw.as_bytes())?;
-        let mut status_line = String::new();
-        self.reader.read_line(&mut status_line)?;
-        let code: u16 = status_line.split(' ').nth(1).unwrap_or_default().parse()?;
-        let mut length = 0;
-        loop {
-            let mut line = String::new();
-            self.reader.read_line(&mut line)?;
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse()?;
-            }
-        }
-        let mut body = vec![0; length];
-        self.reader.read_exact(&mut body)?;
-        Ok((code, serde_json::from_slice(&body)?))
+        self.conn.send(&raw)
     }
 
     fn get(&mut self, path: &str) -> Result<(u16, Value)> {

@@ -1,57 +1,15 @@
 //! The test API server at the HTTP level, over plain HTTP: framing (keep-alive, chunked bodies,
 //! `Expect: 100-continue`), `Status` replies, and the fault switches.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use serde_json::{json, Value};
+use serde_json::json;
 use testkit::kube_api::{pod_manifest, Fault, KubeApiServer, Latency};
 
-/// One keep-alive connection that sends raw requests and reads `(status, json body)` replies.
-struct Conn {
-    reader: BufReader<TcpStream>,
-}
-
-impl Conn {
-    fn open(server: &KubeApiServer) -> Result<Conn> {
-        let stream = TcpStream::connect(server.addr())?;
-        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        Ok(Conn {
-            reader: BufReader::new(stream),
-        })
-    }
-
-    fn send(&mut self, raw: &str) -> Result<(u16, Value)> {
-        self.reader.get_mut().write_all(raw.as_bytes())?;
-        self.read_reply()
-    }
-
-    fn read_reply(&mut self) -> Result<(u16, Value)> {
-        let mut status_line = String::new();
-        self.reader.read_line(&mut status_line)?;
-        let code: u16 = status_line.split(' ').nth(1).unwrap_or_default().parse()?;
-        let mut length = 0;
-        loop {
-            let mut line = String::new();
-            self.reader.read_line(&mut line)?;
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                length = v.trim().parse()?;
-            }
-        }
-        if code == 100 {
-            return self.read_reply();
-        }
-        let mut body = vec![0; length];
-        self.reader.read_exact(&mut body)?;
-        Ok((code, serde_json::from_slice(&body)?))
-    }
-}
+mod common;
+use common::Conn;
 
 fn get(server: &KubeApiServer, path: &str, token: &str) -> String {
     format!(

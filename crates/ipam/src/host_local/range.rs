@@ -4,11 +4,11 @@
 //! plain integer operations.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use crate::common::check_gateway_family;
+use crate::common::{check_gateway_family, from_num, num};
 
 /// One range: a subnet and the inclusive span `start..=end` to allocate from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,24 +19,6 @@ pub struct Range {
     pub end: IpAddr,
     /// Never allocated; defaults to the subnet's first address.
     pub gateway: IpAddr,
-}
-
-fn num(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => u128::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a),
-    }
-}
-
-fn from_num(n: u128, v4: bool) -> IpAddr {
-    if v4 {
-        // Only called with numbers taken from IPv4 addresses of the same range: the high 96
-        // bits are zero.
-        let [.., a, b, c, d] = n.to_be_bytes();
-        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
-    } else {
-        IpAddr::V6(Ipv6Addr::from(n))
-    }
 }
 
 impl Range {
@@ -286,6 +268,7 @@ impl<'a> Iterator for Candidates<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

@@ -15,7 +15,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::range::{parse_exclude, parse_range, Range};
-use crate::common::{check_addresses_per_family, cni_args_ips, parse_address, require_ipam};
+use crate::common::{
+    check_addresses_per_family, cni_args_ips, parse_address, require_ipam, RawAddress,
+};
 use crate::error::{Error, Result};
 use crate::json::{null_default, opt_ip};
 
@@ -109,14 +111,6 @@ struct RawRange {
     range_end: Option<IpAddr>,
     #[serde(default, deserialize_with = "null_default")]
     exclude: Vec<String>,
-}
-
-#[derive(Deserialize)]
-struct RawAddress {
-    #[serde(default)]
-    address: String,
-    #[serde(default, deserialize_with = "cni::decode::gateway")]
-    gateway: Option<IpAddr>,
 }
 
 /// `k8s_api_root` is read by nobody, here as in the reference.

@@ -5,9 +5,11 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use ipnet::IpNet;
+
+use crate::common::{from_num, num};
 
 /// One entry of `ipRanges` (or the top-level `range`), checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,23 +21,6 @@ pub struct Range {
     pub last: IpAddr,
     /// Never allocated, network and broadcast addresses included.
     pub exclude: Vec<IpNet>,
-}
-
-pub(crate) fn num(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(a) => u128::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a),
-    }
-}
-
-fn from_num(n: u128, v4: bool) -> IpAddr {
-    if v4 {
-        // Only called with numbers inside an IPv4 subnet: the high 96 bits are zero.
-        let [.., a, b, c, d] = n.to_be_bytes();
-        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
-    } else {
-        IpAddr::V6(Ipv6Addr::from(n))
-    }
 }
 
 fn last_of(net: &IpNet) -> u128 {
@@ -203,6 +188,7 @@ pub fn parse_range(s: &str) -> Result<(IpNet, Option<IpAddr>, Option<IpAddr>), S
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

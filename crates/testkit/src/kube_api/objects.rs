@@ -201,32 +201,9 @@ fn create(state: &mut State, req: &Request, r: Resource, ns: &str) -> (u16, Valu
         Ok(obj) => obj,
         Err(reply) => return reply,
     };
-    let meta = metadata_mut(&mut obj);
-    match meta.get("namespace").and_then(Value::as_str) {
-        None | Some("") => {}
-        Some(other) if other == ns => {}
-        Some(_) => return bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request",
-        ),
-    }
-    let name = match (
-        meta.get("name").and_then(Value::as_str),
-        meta.get("generateName").and_then(Value::as_str),
-    ) {
-        (Some(n), _) if !n.is_empty() => n.to_string(),
-        (_, Some(prefix)) if !prefix.is_empty() => {
-            format!("{prefix}{}", &routes::new_uid()[..5])
-        }
-        _ => {
-            return invalid(
-                r.group,
-                r.kind,
-                "",
-                "metadata.name",
-                "FieldValueRequired",
-                "Required value: name or generateName is required",
-            )
-        }
+    let name = match routes::name_to_create(&mut obj, ns, &routes::qualified(r.group, r.kind)) {
+        Ok(name) => name,
+        Err(reply) => return reply,
     };
     insert_new(state, r, (ns.to_string(), name), obj)
 }

@@ -444,34 +444,46 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
     }
 }
 
+/// The name a create gives `obj` in namespace `ns`, as the API server picks it: its
+/// `metadata.name`, else its `generateName` and five random characters. A namespace in the
+/// body must be the request's. `kind` is how a refusal names the type.
+pub(super) fn name_to_create(
+    obj: &mut Value,
+    ns: &str,
+    kind: &str,
+) -> Result<String, (u16, Value)> {
+    let meta = metadata_mut(obj);
+    match meta.get("namespace").and_then(Value::as_str) {
+        None | Some("") => {}
+        Some(other) if other == ns => {}
+        Some(_) => return Err(bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        )),
+    }
+    match (
+        meta.get("name").and_then(Value::as_str),
+        meta.get("generateName").and_then(Value::as_str),
+    ) {
+        (Some(n), _) if !n.is_empty() => Ok(n.to_string()),
+        (_, Some(prefix)) if !prefix.is_empty() => Ok(format!("{prefix}{}", &new_uid()[..5])),
+        _ => Err(status(
+            422,
+            "Invalid",
+            &format!("{kind} \"\" is invalid: metadata.name: Required value: name or generateName is required"),
+            None,
+        )),
+    }
+}
+
 fn create_event(state: &mut State, req: &Request, ns: &str) -> (u16, Value) {
     let mut event: Value = match serde_json::from_slice(&req.body) {
         Ok(e @ Value::Object(_)) => e,
         Ok(_) => return bad_request("the event is not a JSON object"),
         Err(e) => return bad_request(&format!("error decoding event: {e}")),
     };
-    let meta = metadata_mut(&mut event);
-    match meta.get("namespace").and_then(Value::as_str) {
-        None | Some("") => {}
-        Some(other) if other == ns => {}
-        Some(_) => return bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request",
-        ),
-    }
-    let name = match (
-        meta.get("name").and_then(Value::as_str),
-        meta.get("generateName").and_then(Value::as_str),
-    ) {
-        (Some(n), _) if !n.is_empty() => n.to_string(),
-        (_, Some(prefix)) if !prefix.is_empty() => format!("{prefix}{}", &new_uid()[..5]),
-        _ => {
-            return status(
-                422,
-                "Invalid",
-                "Event \"\" is invalid: metadata.name: Required value: name or generateName is required",
-                None,
-            )
-        }
+    let name = match name_to_create(&mut event, ns, "Event") {
+        Ok(name) => name,
+        Err(reply) => return reply,
     };
     if event["involvedObject"]["namespace"] != ns {
         return status(
