@@ -12,8 +12,12 @@ pub enum Error {
     /// Every address of the range is allocated (11: a DEL elsewhere frees one).
     #[error("no free address in {range}: every address is allocated (pool {pool})")]
     Full { range: String, pool: String },
-    /// Other writers kept changing the object between our read and our write.
-    #[error("{object} changed under each of {rounds} attempts to write it; try again")]
+    /// Other writers kept changing the object between our read and our write, or the
+    /// deadline passed while free addresses turned out reserved elsewhere.
+    #[error(
+        "{object}: no write landed in {rounds} rounds (other writers kept changing it, or its \
+         free addresses were reserved through overlapping ranges); try again"
+    )]
     Contention { object: String, rounds: u32 },
     /// An object in the API is not in the shape whereabouts writes.
     #[error("{0}")]

@@ -203,6 +203,12 @@ fn allocate(
                     match store.reservation(&rname)? {
                         Some(r) if r.podref != owner.podref => {
                             skip.insert(offset);
+                            if Instant::now() >= deadline {
+                                return Err(Error::Contention {
+                                    object: format!("pool {name}"),
+                                    rounds: round + 1,
+                                });
+                            }
                         }
                         _ => break Choice::New { offset, ip },
                     }
