@@ -9,7 +9,7 @@ mod range;
 mod reservation;
 
 pub use config::{Config, PodRef, Sources};
-pub use names::{pool_name, reservation_ip, reservation_name};
+pub use names::{pool_name, reservation_name};
 pub use pool::{Allocation, Choice, Pool, API_VERSION};
 pub use range::{parse_exclude, parse_range, Range};
 pub use reservation::{reservation_object, reservation_owner};

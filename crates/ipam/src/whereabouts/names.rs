@@ -37,17 +37,6 @@ pub fn reservation_name(network_name: &str, ip: IpAddr) -> String {
     prefixed(network_name, &normalize(&ip.to_string()))
 }
 
-/// The address a reservation's name stands for, for the reconciler: `-` made `:` again, after
-/// the network name's prefix. None for a name of another network, or not an address.
-pub fn reservation_ip(network_name: &str, name: &str) -> Option<IpAddr> {
-    let rest = if network_name.is_empty() {
-        name
-    } else {
-        name.strip_prefix(network_name)?.strip_prefix('-')?
-    };
-    rest.replace('-', ":").parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,9 +61,5 @@ mod tests {
             reservation_name("", "10.77.0.5".parse().unwrap()),
             "10.77.0.5"
         );
-        assert_eq!(reservation_ip("", "fd77-3--1"), Some(ip));
-        assert_eq!(reservation_ip("blue", "blue-fd77-3--1"), Some(ip));
-        assert_eq!(reservation_ip("blue", "red-fd77-3--1"), None);
-        assert_eq!(reservation_ip("", "10.77.0.5"), "10.77.0.5".parse().ok());
     }
 }
