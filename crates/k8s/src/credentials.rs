@@ -44,30 +44,33 @@ pub fn in_cluster_available() -> bool {
         .all(|var| std::env::var_os(var).is_some_and(|v| !v.is_empty()))
 }
 
+/// The client's config, and the namespace the kubeconfig's current context names, if any
+/// (kube's own `default_namespace` cannot tell "none" from `default`).
 pub(crate) async fn load_config(
     kubeconfig: Option<&Path>,
-) -> Result<kube::Config, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<(kube::Config, Option<String>), Box<dyn std::error::Error + Send + Sync>> {
     Ok(match kubeconfig {
         Some(path) => {
             let kubeconfig = read_kubeconfig(path)?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
+            let namespace = context_namespace(&kubeconfig);
+            let config =
+                kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                    .await?;
+            (config, namespace)
         }
-        None => kube::Config::incluster()?,
+        None => (kube::Config::incluster()?, None),
     })
 }
 
-/// The namespace the kubeconfig's current context names, if any.
-pub fn kubeconfig_namespace(path: &Path) -> Result<Option<String>, crate::K8sError> {
-    let from = || format!("kubeconfig {}", path.display());
-    let config = read_kubeconfig(path).map_err(|e| crate::K8sError::setup(from(), &*e))?;
-    let current = config.current_context.unwrap_or_default();
-    Ok(config
+fn context_namespace(config: &Kubeconfig) -> Option<String> {
+    let current = config.current_context.as_deref().unwrap_or_default();
+    config
         .contexts
-        .into_iter()
+        .iter()
         .find(|c| c.name == current)
-        .and_then(|c| c.context)
-        .and_then(|c| c.namespace)
-        .filter(|ns| !ns.is_empty()))
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.namespace.clone())
+        .filter(|ns| !ns.is_empty())
 }
 
 /// Reads a kubeconfig file: its YAML documents merged, and the files it names by relative

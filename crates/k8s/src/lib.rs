@@ -31,7 +31,7 @@ use kube::core::{ApiResource, DynamicObject};
 use credentials::{load_config, TokenFile};
 use nad::NAD_RESOURCE_NAME;
 
-pub use credentials::{in_cluster_available, kubeconfig_namespace};
+pub use credentials::in_cluster_available;
 pub use error::{Call, Cause, K8sError};
 pub use events::{EventType, PodEvent};
 /// The pod identity an event names.
@@ -76,6 +76,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 pub struct KubeClient {
     runtime: tokio::runtime::Runtime,
     client: kube::Client,
+    context_namespace: Option<String>,
     token_file: Option<TokenFile>,
     timeout: Duration,
     retries: u32,
@@ -92,7 +93,7 @@ impl KubeClient {
             .enable_time()
             .build()
             .map_err(|e| K8sError::setup(&from, &e))?;
-        let mut config = runtime
+        let (mut config, context_namespace) = runtime
             .block_on(load_config(opts.kubeconfig.as_deref()))
             .map_err(|e| K8sError::setup(&from, &*e))?;
         // Retries and deadlines are ours: every attempt has `timeout` as a whole.
@@ -138,18 +139,23 @@ impl KubeClient {
         Ok(KubeClient {
             runtime,
             client,
+            context_namespace,
             token_file,
             timeout: opts.timeout,
             retries: opts.retries,
         })
     }
 
+    /// The namespace the kubeconfig's current context names, if any.
+    pub fn context_namespace(&self) -> Option<&str> {
+        self.context_namespace.as_deref()
+    }
+
     /// The pod: its metadata typed, the rest (`spec`, `status`) as JSON in `data`.
     pub fn get_pod(&self, namespace: &str, name: &str) -> Result<DynamicObject, K8sError> {
+        let call = objects::checked_call("get", "pods", namespace, Some(name))?;
         let api = self.pods(namespace);
-        self.run(call("get", "pods", namespace, Some(name)), false, || {
-            api.get(name)
-        })
+        self.run(call, false, || api.get(name))
     }
 
     /// Pods untyped: multus reads their metadata only, and typed pods would carry a decoder

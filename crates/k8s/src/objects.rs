@@ -7,6 +7,9 @@ use serde_json::Value;
 
 use crate::{Call, Cause, K8sError, KubeClient};
 
+/// How many items the first page of a list asks for.
+const FIRST_PAGE: usize = 250;
+
 /// A namespaced API resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Resource {
@@ -72,6 +75,26 @@ impl Resource {
     }
 }
 
+/// The call, once its namespace and name are known to stay one path segment each.
+pub(crate) fn checked_call(
+    verb: &'static str,
+    resource: &'static str,
+    namespace: &str,
+    name: Option<&str>,
+) -> Result<Call, K8sError> {
+    let call = crate::call(verb, resource, namespace, name);
+    let checked = check_name("namespace", namespace)
+        .and_then(|()| name.map_or(Ok(()), |n| check_name("name", n)));
+    match checked {
+        Ok(()) => Ok(call),
+        Err(cause) => Err(K8sError::Request {
+            call: Box::new(call),
+            attempts: 0,
+            cause,
+        }),
+    }
+}
+
 impl KubeClient {
     fn object_call(
         &self,
@@ -80,17 +103,7 @@ impl KubeClient {
         namespace: &str,
         name: Option<&str>,
     ) -> Result<Call, K8sError> {
-        let call = crate::call(verb, resource.plural, namespace, name);
-        let checked = check_name("namespace", namespace)
-            .and_then(|()| name.map_or(Ok(()), |n| check_name("name", n)));
-        match checked {
-            Ok(()) => Ok(call),
-            Err(cause) => Err(K8sError::Request {
-                call: Box::new(call),
-                attempts: 0,
-                cause,
-            }),
-        }
+        checked_call(verb, resource.plural, namespace, name)
     }
 
     fn send_json(
@@ -140,14 +153,7 @@ impl KubeClient {
         namespace: &str,
     ) -> Result<Vec<Value>, K8sError> {
         let call = self.object_call("list", resource, namespace, None)?;
-        let list = self.send_json(
-            call,
-            Method::GET,
-            resource.collection(namespace),
-            "application/json",
-            None,
-        )?;
-        Ok(items(list))
+        self.list_pages(call, &resource.collection(namespace))
     }
 
     /// Every object of the resource in every namespace.
@@ -157,42 +163,67 @@ impl KubeClient {
             "/apis/{}/{}/{}",
             resource.group, resource.version, resource.plural
         );
-        Ok(items(self.send_json(
-            call,
-            Method::GET,
-            path,
-            "application/json",
-            None,
-        )?))
+        self.list_pages(call, &path)
     }
 
     /// Every pod of the cluster, as JSON.
     pub fn list_pods_everywhere(&self) -> Result<Vec<Value>, K8sError> {
         let call = crate::call("list", "pods", "(all namespaces)", None);
-        Ok(items(self.send_json(
-            call,
-            Method::GET,
-            "/api/v1/pods".into(),
-            "application/json",
-            None,
-        )?))
+        self.list_pages(call, "/api/v1/pods")
     }
 
-    /// One pod, as JSON, or `None` when there is none.
-    pub fn get_pod_json(&self, namespace: &str, name: &str) -> Result<Option<Value>, K8sError> {
-        let call = crate::call("get", "pods", namespace, Some(name));
-        check_name("namespace", namespace)
-            .and_then(|()| check_name("name", name))
-            .map_err(|cause| K8sError::Request {
-                call: Box::new(call.clone()),
-                attempts: 0,
-                cause,
-            })?;
-        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
-        match self.send_json(call, Method::GET, path, "application/json", None) {
-            Ok(v) => Ok(Some(v)),
-            Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
+    /// The names of the cluster's nodes.
+    pub fn list_node_names(&self) -> Result<Vec<String>, K8sError> {
+        let call = crate::call("list", "nodes", "(cluster)", None);
+        Ok(self
+            .list_pages(call, "/api/v1/nodes")?
+            .iter()
+            .filter_map(|n| n.pointer("/metadata/name").and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    /// A whole list, read in pages (`limit` and `continue`) so that no reply passes the size
+    /// cap: a page that does is asked again at half the size. A `continue` token that expired
+    /// (410 Gone) starts the list over, at most twice.
+    fn list_pages(&self, call: Call, path: &str) -> Result<Vec<Value>, K8sError> {
+        let mut all = Vec::new();
+        let mut limit = FIRST_PAGE;
+        let mut token: Option<String> = None;
+        let mut restarts = 0;
+        loop {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            query.append_pair("limit", &limit.to_string());
+            if let Some(token) = &token {
+                query.append_pair("continue", token);
+            }
+            let uri = format!("{path}?{}", query.finish());
+            match self.send_json(call.clone(), Method::GET, uri, "application/json", None) {
+                Ok(mut page) => {
+                    token = page
+                        .pointer("/metadata/continue")
+                        .and_then(Value::as_str)
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_owned);
+                    all.extend(items(page.take()));
+                    if token.is_none() {
+                        return Ok(all);
+                    }
+                }
+                Err(e) if matches!(e.cause(), Some(Cause::ReplyTooLarge)) && limit > 1 => {
+                    limit /= 2;
+                }
+                Err(e)
+                    if matches!(e.cause(), Some(Cause::Api { code: 410, .. }))
+                        && token.is_some()
+                        && restarts < 2 =>
+                {
+                    restarts += 1;
+                    all.clear();
+                    token = None;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
 

@@ -873,3 +873,69 @@ fn a_proxy_url_is_a_setup_error() -> Result<()> {
     assert!(s.server.requests().is_empty());
     Ok(())
 }
+
+/// A cluster's lists come in pages (`limit` and `continue`), and a page that would pass the
+/// reply cap is asked again at half the size: 600 pods of 20 KiB each are 12 MiB in all, and a
+/// first page of 250 of them is past the 4 MiB cap.
+#[test]
+fn whole_lists_are_read_in_pages_under_the_reply_cap() -> Result<()> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    let padding = "x".repeat(20 << 10);
+    for i in 0..600 {
+        let mut pod = pod_manifest(&format!("ns{}", i % 7), &format!("pod-{i:03}"));
+        pod["metadata"]["annotations"] = json!({ "pad": padding });
+        s.server.add_pod(pod);
+    }
+    let client = s.client(5000, 0)?;
+    let pods = client.list_pods_everywhere()?;
+    let mut names: Vec<String> = pods
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned())
+        .collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), 600, "every pod once");
+    let lists = s.requests_to("/api/v1/pods");
+    let queries: Vec<&str> = lists.iter().map(|r| r.query.as_str()).collect();
+    assert_eq!(queries[0], "limit=250", "{queries:?}");
+    assert!(queries[1].starts_with("limit=125"), "{queries:?}");
+    assert!(
+        queries[2..].iter().all(|q| q.contains("&continue=")),
+        "{queries:?}"
+    );
+    assert_eq!(lists.len(), 1 + 600usize.div_ceil(125), "{queries:?}");
+
+    // An expired continue token (410 Gone) starts the list over; a third expiry is an error
+    // that names the list.
+    const POOLS: testkit::kube_api::Resource = testkit::kube_api::Resource::IP_POOLS;
+    for i in 0..300 {
+        s.server.add_object(
+            POOLS,
+            json!({"metadata": {"name": format!("pool-{i:03}"), "namespace": "kube-system"},
+                   "spec": {"range": "10.0.0.0/24", "allocations": {}}}),
+        );
+    }
+    let resource = k8s::Resource {
+        group: "whereabouts.cni.cncf.io",
+        version: "v1alpha1",
+        plural: "ippools",
+    };
+    let path = "/apis/whereabouts.cni.cncf.io/v1alpha1/ippools";
+    s.server
+        .inject_with_param("GET", path, "continue", Fault::Status(410), 2);
+    assert_eq!(client.list_objects_everywhere(resource)?.len(), 300);
+    assert_eq!(
+        s.requests_to(path).len(),
+        6,
+        "3 lists of 2 pages, 2 cut short"
+    );
+    s.server
+        .inject_with_param("GET", path, "continue", Fault::Status(410), 3);
+    let err = client.list_objects_everywhere(resource).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("list ippools in namespace (all namespaces): API server replied 410"),
+        "{err}"
+    );
+    Ok(())
+}

@@ -51,7 +51,7 @@ fn status_objects_for_failures() -> Result<()> {
         json!({ "name": "web", "group": "", "kind": "pods" })
     );
 
-    let (code, body) = c.send(&get(&server, "/api/v1/nodes", &server.token()))?;
+    let (code, body) = c.send(&get(&server, "/api/v1/secrets", &server.token()))?;
     assert_eq!((code, body["reason"].clone()), (404, json!("NotFound")));
 
     server.add_pod(pod_manifest("ns1", "web"));

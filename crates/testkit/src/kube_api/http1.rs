@@ -39,6 +39,13 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
+    /// A query parameter, decoded.
+    pub fn param(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.query.as_bytes())
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.into_owned())
+    }
+
     pub fn wants_close(&self) -> bool {
         self.header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"))

@@ -300,6 +300,22 @@ impl KubeApiServer {
             .remove(&(namespace.to_string(), name.to_string()))
     }
 
+    /// Stores a node of this name; returns it as stored.
+    pub fn add_node(&self, name: &str) -> Value {
+        let mut node = json!({"kind": "Node", "apiVersion": "v1", "metadata": {"name": name}});
+        let mut state = lock(&self.shared.state);
+        state.admit(&mut node, "", name);
+        if let Some(meta) = node["metadata"].as_object_mut() {
+            meta.remove("namespace");
+        }
+        state.nodes.insert(name.to_string(), node.clone());
+        node
+    }
+
+    pub fn delete_node(&self, name: &str) -> Option<Value> {
+        lock(&self.shared.state).nodes.remove(name)
+    }
+
     /// Stores a NetworkAttachmentDefinition with this spec (e.g. `{"config": "..."}` or `{}`).
     pub fn add_nad(&self, namespace: &str, name: &str, spec: Value) -> Value {
         self.add_annotated_nad(namespace, name, json!({}), spec)
@@ -407,6 +423,23 @@ impl KubeApiServer {
     /// conflict storm on every pool there); others pass.
     pub fn inject_under(&self, method: &str, prefix: &str, fault: Fault, times: usize) {
         self.queue(Some(routes::Aim::under(method, prefix)), fault, times);
+    }
+
+    /// Like [`inject_on`](Self::inject_on), for requests that carry the query parameter
+    /// `param` only (e.g. `"continue"`: the later pages of a list; `"watch"`).
+    pub fn inject_with_param(
+        &self,
+        method: &str,
+        path: &str,
+        param: &str,
+        fault: Fault,
+        times: usize,
+    ) {
+        self.queue(
+            Some(routes::Aim::exact(method, path).with_param(param)),
+            fault,
+            times,
+        );
     }
 
     fn queue(&self, only: Option<routes::Aim>, fault: Fault, times: usize) {

@@ -118,14 +118,14 @@ pub(super) fn handle(state: &mut State, req: &Request, segments: &[&str]) -> Opt
         ["apis", group, version, plural] => {
             let r = Resource::find(group, version, plural)?;
             match method {
-                "GET" => list(state, r, None),
+                "GET" => list(state, req, r, None),
                 _ => method_not_allowed(),
             }
         }
         ["apis", group, version, "namespaces", ns, plural] => {
             let r = Resource::find(group, version, plural)?;
             match method {
-                "GET" => list(state, r, Some(ns)),
+                "GET" => list(state, req, r, Some(ns)),
                 "POST" => create(state, req, r, ns),
                 _ => method_not_allowed(),
             }
@@ -184,7 +184,7 @@ fn stored<'a>(state: &'a State, r: Resource, key: &Key) -> Option<&'a Value> {
     state.objects.get(&r)?.get(key)
 }
 
-fn list(state: &State, r: Resource, namespace: Option<&str>) -> (u16, Value) {
+fn list(state: &State, req: &Request, r: Resource, namespace: Option<&str>) -> (u16, Value) {
     let items = state
         .objects
         .get(&r)
@@ -193,7 +193,13 @@ fn list(state: &State, r: Resource, namespace: Option<&str>) -> (u16, Value) {
         .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
         .map(|(_, obj)| obj.clone())
         .collect();
-    routes::list(&format!("{}List", r.kind), &r.api_version(), state, items)
+    routes::list(
+        &format!("{}List", r.kind),
+        &r.api_version(),
+        state,
+        req,
+        items,
+    )
 }
 
 fn create(state: &mut State, req: &Request, r: Resource, ns: &str) -> (u16, Value) {

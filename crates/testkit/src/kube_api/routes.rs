@@ -21,12 +21,14 @@ pub(super) struct PendingFault {
     pub fault: Fault,
 }
 
-/// The requests a fault is for: one method, and one path or every path under it.
+/// The requests a fault is for: one method, and one path or every path under it, and
+/// optionally only those that carry a query parameter.
 #[derive(Clone)]
 pub(super) struct Aim {
     method: String,
     path: String,
     under: bool,
+    param: Option<String>,
 }
 
 impl Aim {
@@ -35,6 +37,7 @@ impl Aim {
             method: method.to_string(),
             path: path.to_string(),
             under: false,
+            param: None,
         }
     }
 
@@ -43,11 +46,20 @@ impl Aim {
             method: method.to_string(),
             path: prefix.trim_end_matches('/').to_string(),
             under: true,
+            param: None,
         }
+    }
+
+    pub fn with_param(mut self, param: &str) -> Aim {
+        self.param = Some(param.to_string());
+        self
     }
 
     fn matches(&self, req: &Request) -> bool {
         if self.method != req.method {
+            return false;
+        }
+        if self.param.as_ref().is_some_and(|p| req.param(p).is_none()) {
             return false;
         }
         if !self.under {
@@ -63,6 +75,8 @@ pub(super) struct State {
     pub token: String,
     pub resource_version: u64,
     pub pods: BTreeMap<Key, Value>,
+    /// Nodes by name (cluster-scoped).
+    pub nodes: BTreeMap<String, Value>,
     pub nads: BTreeMap<Key, Value>,
     /// The generically stored resources' objects.
     pub objects: HashMap<Resource, BTreeMap<Key, Value>>,
@@ -78,6 +92,7 @@ impl State {
             token: token.to_string(),
             resource_version: 0,
             pods: BTreeMap::new(),
+            nodes: BTreeMap::new(),
             nads: BTreeMap::new(),
             objects: HashMap::new(),
             events: Vec::new(),
@@ -300,8 +315,24 @@ pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
                 "PodList",
                 "v1",
                 state,
+                req,
                 state.pods.values().cloned().collect(),
             ),
+            _ => method_not_allowed(),
+        },
+        ["api", "v1", "nodes"] => match method {
+            "GET" => list(
+                "NodeList",
+                "v1",
+                state,
+                req,
+                state.nodes.values().cloned().collect(),
+            ),
+            _ => method_not_allowed(),
+        },
+        ["api", "v1", "nodes", name] => match (method, state.nodes.get(*name)) {
+            ("GET", Some(node)) => (200, node.clone()),
+            ("GET", None) => not_found("", "nodes", name),
             _ => method_not_allowed(),
         },
         ["api", "v1", "namespaces", ns, "pods"] => match method {
@@ -312,7 +343,7 @@ pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
                     .filter(|((n, _), _)| n == ns)
                     .map(|(_, p)| p.clone())
                     .collect();
-                list("PodList", "v1", state, items)
+                list("PodList", "v1", state, req, items)
             }
             _ => method_not_allowed(),
         },
@@ -320,7 +351,7 @@ pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
         ["api", "v1", "namespaces", ns, "pods", name, "status"] => pod(state, req, ns, name, true),
         ["api", "v1", "namespaces", ns, "events"] => match method {
             "POST" => create_event(state, req, ns),
-            "GET" => list("EventList", "v1", state, events_in(state, ns)),
+            "GET" => list("EventList", "v1", state, req, events_in(state, ns)),
             _ => method_not_allowed(),
         },
         ["apis", NAD_GROUP, "v1", "namespaces", ns, NAD_RESOURCE] => match method {
@@ -335,6 +366,7 @@ pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
                     "NetworkAttachmentDefinitionList",
                     &format!("{NAD_GROUP}/v1"),
                     state,
+                    req,
                     items,
                 )
             }
@@ -360,18 +392,41 @@ fn events_in(state: &State, ns: &str) -> Vec<Value> {
         .collect()
 }
 
+/// A list reply, in pages when the request asks with `limit`: `continue` carries the key of
+/// the last item served, and the next page starts after it.
 pub(super) fn list(
     kind: &str,
     api_version: &str,
     state: &State,
-    items: Vec<Value>,
+    req: &Request,
+    mut items: Vec<Value>,
 ) -> (u16, Value) {
+    let key = |v: &Value| {
+        let text = |p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"))
+    };
+    items.sort_by_key(|v| key(v));
+    if let Some(after) = req.param("continue").filter(|c| !c.is_empty()) {
+        items.retain(|v| key(v) > after);
+    }
+    let mut metadata = json!({ "resourceVersion": state.resource_version.to_string() });
+    let limit = req.param("limit").and_then(|l| l.parse::<usize>().ok());
+    if let Some(limit) = limit.filter(|&l| l > 0 && l < items.len()) {
+        items.truncate(limit);
+        metadata["continue"] = items.last().map(key).unwrap_or_default().into();
+        metadata["remainingItemCount"] = 0.into();
+    }
     (
         200,
         json!({
             "kind": kind,
             "apiVersion": api_version,
-            "metadata": { "resourceVersion": state.resource_version.to_string() },
+            "metadata": metadata,
             "items": items,
         }),
     )
@@ -587,6 +642,7 @@ fn core_resources() -> Value {
         "resources": [
             resource("pods", "Pod", &["get", "patch"], &["po"]),
             resource("pods/status", "Pod", &["get", "patch"], &[]),
+            resource("nodes", "Node", &["get", "list"], &["no"]),
             resource("events", "Event", &["create", "list"], &["ev"]),
         ],
     })
