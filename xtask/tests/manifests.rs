@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 use testkit::manifests::validate;
 
@@ -163,12 +163,30 @@ fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
     Ok(())
 }
 
-/// The multus DaemonSet's args, checked to be flags `multus install` accepts.
+/// The multus DaemonSet's args, checked to be flags `multus install` accepts, with
+/// `$(VAR)` expanded from the container's env as the kubelet expands it (a `fieldRef` stands for
+/// a value of its shape: `spec.nodeName` for `node-1`).
 fn multus_args(objects: &[Value]) -> Result<Vec<String>> {
     let ds = find(objects, "DaemonSet", "multus")?;
-    let args: Vec<String> = strings(&ds["spec"]["template"]["spec"]["containers"][0]["args"])
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    let mut vars = Vec::new();
+    for env in container["env"].as_array().into_iter().flatten() {
+        let value = match (&env["value"], &env["valueFrom"]["fieldRef"]["fieldPath"]) {
+            (Value::String(v), _) => v.clone(),
+            (_, path) if path == "spec.nodeName" => "node-1".to_owned(),
+            _ => bail!("the multus container's env {env} has no value the test can stand for"),
+        };
+        vars.push((
+            format!("$({})", env["name"].as_str().unwrap_or_default()),
+            value,
+        ));
+    }
+    let args: Vec<String> = strings(&container["args"])
         .into_iter()
-        .map(String::from)
+        .map(|a| {
+            vars.iter()
+                .fold(a.to_owned(), |arg, (var, value)| arg.replace(var, value))
+        })
         .collect();
     // Off a node, /host/... is missing: the installer gets past its flags and stops at that
     // (exit 1). A flag it does not know is a usage error (exit 2).
@@ -259,7 +277,9 @@ fn grants(role: &Value) -> Result<Vec<String>> {
 fn whereabouts_tree_renders_and_validates() -> Result<()> {
     let objects = rendered("whereabouts")?;
     check_common(&objects, "multus")?;
-    ensure!(multus_args(&objects)?.contains(&"--whereabouts-flat-file".to_string()));
+    let args = multus_args(&objects)?;
+    ensure!(args.contains(&"--whereabouts-flat-file".to_string()));
+    ensure!(args.contains(&"--whereabouts-node-name=node-1".to_string()));
     // The reference's objects: group, version, kind and plural, so both read each other's.
     for (plural, kind) in [
         ("ippools", "IPPool"),
@@ -280,6 +300,11 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
         ensure!(
             spec["versions"][0]["name"] == "v1alpha1" && spec["versions"][0]["storage"] == true
         );
+        // As the reference's: nodes write a NodeSlicePool's status through the object.
+        ensure!(
+            spec["versions"][0]["subresources"].is_null(),
+            "{plural} has subresources"
+        );
     }
     let pool = find(
         &objects,
@@ -298,6 +323,9 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
                 "whereabouts.cni.cncf.io/ippools:get",
                 "whereabouts.cni.cncf.io/ippools:list",
                 "whereabouts.cni.cncf.io/ippools:patch",
+                "whereabouts.cni.cncf.io/nodeslicepools:create",
+                "whereabouts.cni.cncf.io/nodeslicepools:get",
+                "whereabouts.cni.cncf.io/nodeslicepools:patch",
                 "whereabouts.cni.cncf.io/overlappingrangeipreservations:create",
                 "whereabouts.cni.cncf.io/overlappingrangeipreservations:delete",
                 "whereabouts.cni.cncf.io/overlappingrangeipreservations:get",
@@ -313,11 +341,15 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
     ensure!(
         reconciler
             == [
+                "/nodes:list",
                 "/pods:get",
                 "/pods:list",
                 "whereabouts.cni.cncf.io/ippools:get",
                 "whereabouts.cni.cncf.io/ippools:list",
                 "whereabouts.cni.cncf.io/ippools:patch",
+                "whereabouts.cni.cncf.io/nodeslicepools:get",
+                "whereabouts.cni.cncf.io/nodeslicepools:list",
+                "whereabouts.cni.cncf.io/nodeslicepools:patch",
                 "whereabouts.cni.cncf.io/overlappingrangeipreservations:delete",
                 "whereabouts.cni.cncf.io/overlappingrangeipreservations:list",
             ],

@@ -70,8 +70,8 @@ fn run_whereabouts(tool: &WhereaboutsTool) -> ! {
     match done {
         Ok(s) => {
             println!(
-                "reconciled: freed {} addresses, deleted {} reservations",
-                s.freed, s.reservations_deleted
+                "reconciled: freed {} addresses, deleted {} reservations, freed {} node slices",
+                s.freed, s.reservations_deleted, s.slices_freed
             );
             std::process::exit(0)
         }

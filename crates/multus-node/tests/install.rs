@@ -863,3 +863,32 @@ fn whereabouts_flat_file_names_multus_kubeconfig_and_keeps_the_nodes_own() {
     assert!(!out.status.success());
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
 }
+
+/// The node's name goes beside the flat file for node-slice mode, as the reference's installer
+/// writes it (no newline); a name that is not a node's is refused before anything is written.
+#[test]
+fn whereabouts_node_name_is_written_beside_the_flat_file() {
+    let node = Node::new();
+    node.write_conf("10-bridge.conf", &bridge_conf());
+    let out = node.install_ok(&[
+        "--whereabouts-flat-file",
+        "--whereabouts-node-name=worker-1",
+    ]);
+    let file = node.conf_dir().join("whereabouts.d/nodename");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "worker-1");
+    assert!(out.contains("nodename (worker-1)"), "{out}");
+    let again = node.install_ok(&[
+        "--whereabouts-flat-file",
+        "--whereabouts-node-name=worker-1",
+    ]);
+    assert!(!again.contains("nodename"), "{again}");
+    let bad = Node::new();
+    bad.write_conf("10-bridge.conf", &bridge_conf());
+    let out = bad.install(&["--whereabouts-flat-file", "--whereabouts-node-name=../x"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a Kubernetes node name"),
+        "{out:?}"
+    );
+    assert!(!bad.conf_dir().join("whereabouts.d/nodename").exists());
+}

@@ -9,17 +9,29 @@ use testkit::{CniCall, CniOutput, Netns, PluginDir};
 
 const NS: &str = "kube-system";
 
-/// What a plugin call needs: the link, and the node's CNI config directory. Shared by the
-/// threads that stand for nodes.
+/// What a plugin call needs: the link, and the node's CNI config directory, name and state
+/// directory. Threads that stand for other nodes call through [`Caller::on_node`].
 #[derive(Clone)]
 struct Caller {
     bin: PathBuf,
     conf_dir: PathBuf,
     /// A pod's namespace: the plugin checks CNI_NETNS is one, and touches nothing in it.
     netns: PathBuf,
+    /// NODENAME, as a runtime's environment may set it.
+    node: String,
+    state_dir: PathBuf,
 }
 
 impl Caller {
+    /// The same plugin on another node: its own name and record of attachments.
+    fn on_node(&self, node: &str) -> Caller {
+        Caller {
+            node: node.to_owned(),
+            state_dir: self.conf_dir.join(format!("state-{node}")),
+            ..self.clone()
+        }
+    }
+
     fn call(
         &self,
         command: &str,
@@ -57,6 +69,11 @@ impl Caller {
             "WHEREABOUTS_CONFIG_DIR".into(),
             Some(self.conf_dir.display().to_string()),
         ));
+        call.env.push((
+            "WHEREABOUTS_STATE_DIR".into(),
+            Some(self.state_dir.display().to_string()),
+        ));
+        call.env.push(("NODENAME".into(), Some(self.node.clone())));
         call.run(&self.bin, None)
     }
 }
@@ -102,6 +119,8 @@ impl Cluster {
                 bin: plugins.path().join("whereabouts"),
                 conf_dir: conf_dir.path().to_owned(),
                 netns: pod.path(),
+                node: "node-0".into(),
+                state_dir: conf_dir.path().join("state-node-0"),
             },
             _conf_dir: conf_dir,
             _plugins: plugins,
@@ -337,7 +356,7 @@ fn parallel_adds_get_distinct_addresses_and_dels_empty_the_pool() {
     let results: Vec<String> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..3)
             .map(|node| {
-                let (c, ipam) = (c.caller.clone(), &ipam);
+                let (c, ipam) = (c.caller.on_node(&format!("node-{node}")), &ipam);
                 s.spawn(move || {
                     (0..12)
                         .map(|i| {
@@ -373,7 +392,7 @@ fn parallel_adds_get_distinct_addresses_and_dels_empty_the_pool() {
     assert_eq!(held_sorted, unique);
     std::thread::scope(|s| {
         for node in 0..3 {
-            let (c, ipam) = (c.caller.clone(), &ipam);
+            let (c, ipam) = (c.caller.on_node(&format!("node-{node}")), &ipam);
             s.spawn(move || {
                 for i in 0..12 {
                     let out = c.call("DEL", ipam, &format!("n{node}c{i}"), "net1", "");
@@ -585,7 +604,7 @@ fn the_reconciler_frees_what_the_reference_frees() {
         "freed 10.77.0.4 in IPPool kube-system/10.77.0.0-24: pod default/tainted is gone or being deleted",
         "freed 10.77.0.5 in IPPool kube-system/10.77.0.0-24: pod default/gone is gone or being deleted",
         "deleted OverlappingRangeIPReservation kube-system/10.77.0.5: pod default/gone is gone or being deleted",
-        "reconciled: freed 5 addresses, deleted 1 reservations",
+        "reconciled: freed 5 addresses, deleted 1 reservations, freed 0 node slices",
     ] {
         assert!(text.contains(line), "{line}\n{text}");
     }
@@ -603,7 +622,51 @@ fn the_reconciler_frees_what_the_reference_frees() {
     // A second pass has nothing left to do.
     let again = c.reconcile();
     assert!(String::from_utf8_lossy(&again.stdout)
-        .contains("reconciled: freed 0 addresses, deleted 0 reservations"));
+        .contains("reconciled: freed 0 addresses, deleted 0 reservations, freed 0 node slices"));
+}
+
+/// A cluster whose pods do not fit one list reply: the pass reads them in pages and frees
+/// exactly the gone pods' addresses.
+#[test]
+fn the_reconciler_reads_a_large_cluster_in_pages() {
+    let c = Cluster::new();
+    let mut allocations = serde_json::Map::new();
+    for i in 1..=420u32 {
+        let ip = format!("10.78.{}.{}", i / 256, i % 256);
+        let name = format!("p-{i:03}");
+        // Pods 401 to 420 are gone.
+        if i <= 400 {
+            c.api
+                .add_pod(pod(&name, "Running", secondary(&ip), json!([])));
+        }
+        allocations.insert(
+            i.to_string(),
+            json!({"id": format!("c{i}"), "podref": format!("default/{name}"), "ifname": "net1"}),
+        );
+    }
+    c.api.add_object(
+        Resource::IP_POOLS,
+        json!({"metadata": {"name": "10.78.0.0-16", "namespace": NS},
+               "spec": {"range": "10.78.0.0/16", "allocations": allocations}}),
+    );
+    let out = c.reconcile();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("reconciled: freed 20 addresses"), "{text}");
+    let left = c.allocations("10.78.0.0-16");
+    assert_eq!(left.len(), 400);
+    assert!(left.contains_key("400") && !left.contains_key("401"));
+    let pages = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == "/api/v1/pods")
+        .count();
+    assert!(pages >= 2, "the pods came in {pages} page(s)");
 }
 
 #[test]
@@ -627,12 +690,17 @@ fn an_add_killed_midway_leaves_only_what_the_reconciler_frees() {
         "WHEREABOUTS_CONFIG_DIR".into(),
         Some(c.conf_dir.display().to_string()),
     ));
+    call.env.push((
+        "WHEREABOUTS_STATE_DIR".into(),
+        Some(c.state_dir.display().to_string()),
+    ));
     let (_, killed) = call.run_killed_after(&c.bin, None, std::time::Duration::from_secs(1));
     assert!(killed);
     assert_eq!(c.allocations("10.77.0.0-24").len(), 1);
-    // The pod never came up: the reconciler frees the address and, once the server has
-    // stored it, the reservation.
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // The pod never came up, and the reservation's create went down with the killed ADD's
+    // connection (orphaned reservations are the_reconciler_frees_what_the_reference_frees's):
+    // the reconciler frees the address.
+    assert!(c.reservations().is_empty(), "{:?}", c.reservations());
     let out = c.reconcile();
     assert!(
         out.status.success(),
@@ -643,4 +711,359 @@ fn an_add_killed_midway_leaves_only_what_the_reconciler_frees() {
     assert!(c.reservations().is_empty(), "{:?}", c.reservations());
     // And the next pod gets the address.
     assert_eq!(ips(&c.add(&v4(), "next", "next")), ["10.77.0.1/24"]);
+}
+
+impl Caller {
+    /// GC as a runtime sends it: the network config with the attachments still valid.
+    fn gc(&self, ipam: &Value, valid: Option<&[(&str, &str)]>) -> CniOutput {
+        let mut conf = net(ipam);
+        conf["cniVersion"] = json!("1.1.0");
+        if let Some(valid) = valid {
+            conf["cni.dev/valid-attachments"] = valid
+                .iter()
+                .map(|(id, ifname)| json!({"containerID": id, "ifname": ifname}))
+                .collect();
+        }
+        self.call_with("GC", &conf, "", "", "")
+    }
+
+    /// The attachments this node recorded for network `blue`.
+    fn recorded(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.state_dir.join("blue"))
+            .map(|d| {
+                d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+}
+
+/// GC frees what this node's stale attachments hold, and nothing of another node's: the
+/// pools are shared, and the node's record says which attachments are its own.
+#[test]
+fn gc_frees_this_nodes_stale_attachments_and_no_other_nodes() {
+    let c = Cluster::new();
+    let (a, b) = (c.on_node("node-a"), c.on_node("node-b"));
+    for (node, container, pod) in [(&a, "ca1", "p1"), (&a, "ca2", "p2"), (&b, "cb1", "p3")] {
+        node.call("ADD", &v4(), container, "net1", pod).ok();
+    }
+    assert_eq!(a.recorded(), ["ca1:net1", "ca2:net1"]);
+    assert_eq!(b.recorded(), ["cb1:net1"]);
+    // Without the runtime's list, GC cannot tell what is stale: refused, nothing freed.
+    let refused = a.gc(&v4(), None);
+    assert_eq!(refused.err_code(), 7, "{}", refused.stdout);
+    assert!(refused.stdout.contains("cni.dev/valid-attachments"));
+    assert_eq!(c.allocations("10.77.0.0-24").len(), 3);
+    // node-a's runtime knows ca1 only: ca2 is freed, cb1 (node-b's) is not.
+    a.gc(&v4(), Some(&[("ca1", "net1")])).ok();
+    let mut held: Vec<Value> = c
+        .allocations("10.77.0.0-24")
+        .values()
+        .map(|v| v["id"].clone())
+        .collect();
+    held.sort_by_key(|v| v.to_string());
+    assert_eq!(held, [json!("ca1"), json!("cb1")]);
+    assert_eq!(a.recorded(), ["ca1:net1"]);
+    let names: Vec<String> = c.reservations().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["10.77.0.1", "10.77.0.3"]);
+    // With the API down, GC fails so that it is tried again, and keeps its record.
+    c.api.go_down();
+    let down = a.gc(&v4(), Some(&[]));
+    assert_eq!(down.err_code(), 11, "{}", down.stdout);
+    assert_eq!(a.recorded(), ["ca1:net1"]);
+    c.api.come_back().expect("the API server comes back");
+    a.gc(&v4(), Some(&[])).ok();
+    assert!(a.recorded().is_empty());
+    let left: Vec<Value> = c
+        .allocations("10.77.0.0-24")
+        .values()
+        .map(|v| v["id"].clone())
+        .collect();
+    assert_eq!(left, [json!("cb1")]);
+    // A DEL removes its record too.
+    b.call("DEL", &v4(), "cb1", "net1", "p3").ok();
+    assert!(b.recorded().is_empty());
+}
+
+/// An ADD killed after its pool write is freed by the node's next GC: the record is made
+/// before the pool is written.
+#[test]
+fn gc_frees_what_a_killed_add_left() {
+    let c = Cluster::new();
+    c.api.inject_under(
+        "POST",
+        &Resource::OVERLAPPING_RANGE_IP_RESERVATIONS.path(NS),
+        Fault::Delay(std::time::Duration::from_secs(3)),
+        1,
+    );
+    let mut call = CniCall::new("ADD", &net(&v4()).to_string());
+    call.container_id = "killed".into();
+    call.ifname = "net1".into();
+    call.netns = c.netns.display().to_string();
+    call.path = "/nonexistent".into();
+    call.args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=killed".into();
+    for (k, v) in [
+        ("WHEREABOUTS_CONFIG_DIR", &c.conf_dir),
+        ("WHEREABOUTS_STATE_DIR", &c.state_dir),
+    ] {
+        call.env.push((k.into(), Some(v.display().to_string())));
+    }
+    let (_, killed) = call.run_killed_after(&c.bin, None, std::time::Duration::from_secs(1));
+    assert!(killed);
+    assert_eq!(c.allocations("10.77.0.0-24").len(), 1);
+    assert_eq!(c.recorded(), ["killed:net1"]);
+    c.gc(&v4(), Some(&[])).ok();
+    assert!(c.allocations("10.77.0.0-24").is_empty());
+    assert!(c.recorded().is_empty());
+}
+
+fn sliced(size: &str) -> Value {
+    json!({"type": "whereabouts", "range": "10.88.0.0/24", "network_name": "slim",
+           "node_slice_size": size})
+}
+
+fn slice_pool(c: &Cluster) -> Value {
+    c.api
+        .object(Resource::NODE_SLICE_POOLS, NS, "slim")
+        .expect("the NodeSlicePool")
+}
+
+/// Node slices: each node takes the lowest free slice of the NodeSlicePool (made on first use
+/// in the reference's shape) and allocates from a pool of its own, named as the reference names
+/// it; the addresses keep the whole range's prefix.
+#[test]
+fn node_slices_give_each_node_a_pool_of_its_own() {
+    let c = Cluster::new();
+    let (a, b) = (c.on_node("node-a"), c.on_node("node-b"));
+    assert_eq!(
+        ips(&a.call("ADD", &sliced("/28"), "ca1", "net1", "p1").ok()),
+        ["10.88.0.1/24"]
+    );
+    assert_eq!(
+        ips(&b.call("ADD", &sliced("28"), "cb1", "net1", "p2").ok()),
+        ["10.88.0.17/24"]
+    );
+    assert_eq!(
+        ips(&a.call("ADD", &sliced("/28"), "ca2", "net1", "p3").ok()),
+        ["10.88.0.2/24"]
+    );
+    let slices = slice_pool(&c);
+    assert_eq!(
+        slices["spec"],
+        json!({"range": "10.88.0.0/24", "sliceSize": "/28"})
+    );
+    let allocations = slices["status"]["allocations"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(allocations.len(), 16);
+    assert_eq!(
+        allocations[0],
+        json!({"nodeName": "node-a", "sliceRange": "10.88.0.0/28"})
+    );
+    assert_eq!(
+        allocations[1],
+        json!({"nodeName": "node-b", "sliceRange": "10.88.0.16/28"})
+    );
+    assert_eq!(
+        allocations[2],
+        json!({"nodeName": "", "sliceRange": "10.88.0.32/28"})
+    );
+    let pool = c.pool("slim-node-a-10.88.0.0-28");
+    assert_eq!(pool["spec"]["range"], "10.88.0.0/28");
+    assert_eq!(
+        pool["spec"]["allocations"],
+        json!({"1": {"id": "ca1", "podref": "default/p1", "ifname": "net1"},
+               "2": {"id": "ca2", "podref": "default/p3", "ifname": "net1"}})
+    );
+    assert_eq!(c.allocations("slim-node-b-10.88.0.16-28")["1"]["id"], "cb1");
+    // Reservations still guard the addresses across pools, as in the reference.
+    let names: Vec<String> = c.reservations().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        names,
+        ["slim-10.88.0.1", "slim-10.88.0.17", "slim-10.88.0.2"]
+    );
+    // CHECK and DEL find the node's pool through its slice.
+    let mut conf = net(&sliced("/28"));
+    conf["prevResult"] = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.88.0.1/24"}]});
+    assert_eq!(a.call_with("CHECK", &conf, "ca1", "net1", "p1").code, 0);
+    let elsewhere = c
+        .on_node("node-z")
+        .call_with("CHECK", &conf, "ca1", "net1", "p1");
+    assert_eq!(elsewhere.err_code(), 3, "{}", elsewhere.stdout);
+    assert!(
+        elsewhere.stdout.contains("node node-z holds no slice"),
+        "{}",
+        elsewhere.stdout
+    );
+    a.call("DEL", &sliced("/28"), "ca1", "net1", "p1").ok();
+    assert!(!c.allocations("slim-node-a-10.88.0.0-28").contains_key("1"));
+    // DEL on a node without a slice has nothing to free, and claims none.
+    c.on_node("node-z")
+        .call("DEL", &sliced("/28"), "cz", "net1", "pz")
+        .ok();
+    assert_eq!(slice_pool(&c)["status"]["allocations"][2]["nodeName"], "");
+}
+
+/// A slice holds 14 addresses of a /28; a NodeSlicePool whose slices are all held says so with
+/// code 11, and one that cuts another range or size with code 7; a NodeSlicePool the
+/// reference's controller made is honoured.
+#[test]
+fn node_slices_full_taken_mismatched_and_made_upstream() {
+    let c = Cluster::new();
+    let a = c.on_node("node-a");
+    for i in 1..=14 {
+        a.call(
+            "ADD",
+            &sliced("/28"),
+            &format!("c{i}"),
+            "net1",
+            &format!("p{i}"),
+        )
+        .ok();
+    }
+    let full = a.call("ADD", &sliced("/28"), "c15", "net1", "p15");
+    assert_eq!(full.err_code(), 11, "{}", full.stdout);
+    assert!(
+        full.stdout
+            .contains("10.88.0.0/28 (10.88.0.1 to 10.88.0.14)"),
+        "{}",
+        full.stdout
+    );
+    assert!(
+        full.stdout.contains("pool slim-node-a-10.88.0.0-28"),
+        "{}",
+        full.stdout
+    );
+    // Another size for the same network: refused, nothing claimed.
+    let other = c
+        .on_node("node-b")
+        .call("ADD", &sliced("/27"), "cb", "net1", "pb");
+    assert_eq!(other.err_code(), 7, "{}", other.stdout);
+    assert!(
+        other.stdout.contains("NodeSlicePool kube-system/slim cuts \\\"10.88.0.0/24\\\" into \\\"/28\\\" slices, but this network asks for 10.88.0.0/24 in /27 slices"),
+        "{}",
+        other.stdout
+    );
+
+    // The reference's controller: four /26 slices, node-c holding the third, with an
+    // allocation there in the reference's shape.
+    let c = Cluster::new();
+    c.api.add_object(
+        Resource::NODE_SLICE_POOLS,
+        json!({"metadata": {"name": "slim", "namespace": NS},
+               "spec": {"range": "10.88.0.0/24", "sliceSize": "/26"},
+               "status": {"allocations": [
+                   {"nodeName": "node-x", "sliceRange": "10.88.0.0/26"},
+                   {"nodeName": "", "sliceRange": "10.88.0.64/26"},
+                   {"nodeName": "node-c", "sliceRange": "10.88.0.128/26"},
+                   {"nodeName": "node-y", "sliceRange": "10.88.0.192/26"}]}}),
+    );
+    c.api.add_object(
+        Resource::IP_POOLS,
+        json!({"metadata": {"name": "slim-node-c-10.88.0.128-26", "namespace": NS},
+               "spec": {"range": "10.88.0.128/26", "allocations": {
+                   "1": {"id": "upstream", "podref": "default/old", "ifname": "net1"}}}}),
+    );
+    let node_c = c.on_node("node-c");
+    assert_eq!(
+        ips(&node_c.call("ADD", &sliced("/26"), "cc", "net1", "new").ok()),
+        ["10.88.0.130/24"]
+    );
+    node_c
+        .call("DEL", &sliced("/26"), "upstream", "net1", "old")
+        .ok();
+    assert!(!c
+        .allocations("slim-node-c-10.88.0.128-26")
+        .contains_key("1"));
+    // node-d takes the one free slice; node-e finds none.
+    let d = c
+        .on_node("node-d")
+        .call("ADD", &sliced("/26"), "cd", "net1", "pd");
+    assert_eq!(ips(&d.ok()), ["10.88.0.65/24"]);
+    let none = c
+        .on_node("node-e")
+        .call("ADD", &sliced("/26"), "ce", "net1", "pe");
+    assert_eq!(none.err_code(), 11, "{}", none.stdout);
+    assert!(
+        none.stdout.contains("no free slice for node node-e in NodeSlicePool kube-system/slim: its 4 slices are all held"),
+        "{}",
+        none.stdout
+    );
+    // The reconciler frees the slices of nodes that left; node-e then gets one.
+    for node in ["node-c", "node-d", "node-y"] {
+        c.api.add_node(node);
+    }
+    let out = c.reconcile();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(
+            "freed slice 10.88.0.0/26 in NodeSlicePool kube-system/slim: node node-x is gone"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("freed 1 node slices"), "{text}");
+    let e = c
+        .on_node("node-e")
+        .call("ADD", &sliced("/26"), "ce", "net1", "pe");
+    assert_eq!(ips(&e.ok()), ["10.88.0.1/24"]);
+}
+
+/// Nodes claiming slices at once each get a slice of their own, and their pods distinct
+/// addresses from it.
+#[test]
+fn nodes_claiming_slices_at_once_never_share_one() {
+    let c = Cluster::new();
+    let results: Vec<(String, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|n| {
+                let node = c.on_node(&format!("node-{n}"));
+                s.spawn(move || {
+                    (0..5)
+                        .map(|i| {
+                            let out = node.call(
+                                "ADD",
+                                &sliced("/27"),
+                                &format!("n{n}c{i}"),
+                                "net1",
+                                &format!("n{n}p{i}"),
+                            );
+                            (node.node.clone(), ips(&out.ok()).remove(0))
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("node"))
+            .collect()
+    });
+    let mut addresses: Vec<&String> = results.iter().map(|(_, ip)| ip).collect();
+    addresses.sort();
+    addresses.dedup();
+    assert_eq!(addresses.len(), 20, "{results:?}");
+    let slices = slice_pool(&c)["status"]["allocations"].clone();
+    for (node, ip) in &results {
+        let held = slices
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["nodeName"] == node.as_str())
+            .and_then(|s| s["sliceRange"].as_str())
+            .and_then(|s| s.parse::<ipnet::IpNet>().ok())
+            .unwrap_or_else(|| panic!("{node} holds no slice: {slices}"));
+        let addr: ipnet::IpNet = ip.parse().expect("address");
+        assert!(
+            held.contains(&addr.addr()),
+            "{node} got {ip} outside {held}"
+        );
+    }
 }

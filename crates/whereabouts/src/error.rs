@@ -19,6 +19,21 @@ pub enum Error {
          free addresses were reserved through overlapping ranges); try again"
     )]
     Contention { object: String, rounds: u32 },
+    /// Node-slice mode: every slice is held by a node (11: the reconciler frees the slices of
+    /// nodes that left).
+    #[error(
+        "no free slice for node {node} in NodeSlicePool {pool}: its {slices} slices are all \
+         held by other nodes; use a smaller node_slice_size, or run `whereabouts reconcile` to \
+         free the slices of nodes that left the cluster"
+    )]
+    NoSlice {
+        node: String,
+        pool: String,
+        slices: usize,
+    },
+    /// Node-slice mode: the NodeSlicePool cuts another range, or at another size.
+    #[error("{0}")]
+    SliceMismatch(String),
     /// An object in the API is not in the shape whereabouts writes.
     #[error("{0}")]
     Object(String),
@@ -47,7 +62,11 @@ impl From<Error> for CniError {
                 Some(k8s::Cause::Token { .. }) => Code::Io,
                 Some(_) => Code::TryAgainLater,
             },
-            Error::Full { .. } | Error::Contention { .. } | Error::Object(_) => Code::TryAgainLater,
+            Error::Full { .. }
+            | Error::NoSlice { .. }
+            | Error::Contention { .. }
+            | Error::Object(_) => Code::TryAgainLater,
+            Error::SliceMismatch(_) => Code::InvalidConfig,
             Error::NotAllocated(_) => Code::UnknownContainer,
             Error::Mismatch(_) => Code::Internal,
         };

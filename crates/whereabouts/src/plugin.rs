@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cni::{CmdArgs, CniError, CniResult, Plugin};
-use ipam::whereabouts::{pool_name, reservation_name, Allocation, Choice, Config, Range, Sources};
+use ipam::whereabouts::{
+    cut, pool_name, reservation_name, Allocation, Choice, Config, NodeSlicePool, NodeSlices, Range,
+    Record, Sources,
+};
+use ipnet::IpNet;
 
 use crate::error::Error;
 use crate::store::Store;
@@ -22,22 +26,42 @@ pub struct Whereabouts {
 }
 
 impl Whereabouts {
-    /// The reference's search path. `WHEREABOUTS_CONFIG_DIR`, from the runtime's environment
-    /// (never a tenant's), names one more CNI config directory, searched first and trusted.
+    /// The reference's search path. From the runtime's environment (never a tenant's),
+    /// `WHEREABOUTS_CONFIG_DIR` names one more CNI config directory, searched first and
+    /// trusted, and `WHEREABOUTS_STATE_DIR` where the node records its attachments.
     pub fn node() -> Whereabouts {
         let mut sources = Sources::node();
-        if let Some(dir) = std::env::var_os("WHEREABOUTS_CONFIG_DIR").filter(|d| !d.is_empty()) {
-            let dir = PathBuf::from(dir);
+        let var = |name| {
+            std::env::var_os(name)
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from)
+        };
+        if let Some(dir) = var("WHEREABOUTS_CONFIG_DIR") {
             sources
                 .flat_files
                 .insert(0, dir.join("whereabouts.d/whereabouts.conf"));
             sources.trusted_dirs.push(dir);
+        }
+        if let Some(dir) = var("WHEREABOUTS_STATE_DIR") {
+            sources.state_dir = dir;
         }
         Whereabouts { sources }
     }
 
     fn config(&self, args: &CmdArgs) -> Result<Config, Error> {
         Ok(Config::load(&args.stdin, &args.args, &self.sources)?)
+    }
+
+    /// Frees the attachment's address in every range's pool, then its record.
+    fn free(&self, store: &Store, conf: &Config, id: &str, ifname: &str) -> Result<(), Error> {
+        let deadline = Instant::now() + DEADLINE;
+        for target in &targets(store, conf, false, deadline)? {
+            release(store, conf, target, (id, ifname), None, deadline)?;
+        }
+        if let Some(record) = Record::open_existing(&self.sources.state_dir, &conf.name)? {
+            record.remove(id, ifname)?;
+        }
+        Ok(())
     }
 }
 
@@ -51,26 +75,31 @@ impl Plugin for Whereabouts {
             ))
         })?;
         let store = Store::connect(&conf.kubeconfig)?;
+        // Recorded before any pool is written, so that GC finds whatever a killed ADD left.
+        Record::open(&self.sources.state_dir, &conf.name)?.add(&args.container_id, &args.ifname)?;
         let owner = Allocation {
             id: args.container_id.clone(),
             podref: pod.to_string(),
             ifname: args.ifname.clone(),
         };
         let deadline = Instant::now() + DEADLINE;
-        let mut taken: Vec<(IpAddr, &Range, bool)> = Vec::new();
-        for range in &conf.ranges {
-            match allocate(&store, &conf, range, &owner, deadline) {
-                Ok((ip, new)) => taken.push((ip, range, new)),
+        let targets = targets(&store, &conf, true, deadline)?;
+        let mut taken: Vec<(IpAddr, &Target, bool)> = Vec::new();
+        for target in &targets {
+            match allocate(&store, &conf, target, &owner, deadline) {
+                Ok((ip, new)) => taken.push((ip, target, new)),
                 Err(e) => {
                     // Free what this ADD took; what the pod held before stays its.
-                    for (_, range, _) in taken.iter().filter(|t| t.2) {
-                        let _ = release(&store, &conf, range, &owner.id, &owner.ifname, deadline);
+                    let attachment = (owner.id.as_str(), owner.ifname.as_str());
+                    for (_, target, _) in taken.iter().filter(|t| t.2) {
+                        let _ = release(&store, &conf, target, attachment, None, deadline);
                     }
                     return Err(e.into());
                 }
             }
         }
-        let allocated: Vec<(IpAddr, &Range)> = taken.iter().map(|(ip, r, _)| (*ip, *r)).collect();
+        let allocated: Vec<(IpAddr, &Range)> =
+            taken.iter().map(|(ip, t, _)| (*ip, &t.range)).collect();
         Ok(CniResult {
             ips: conf.result_ips(&allocated),
             routes: conf.routes.clone(),
@@ -86,18 +115,45 @@ impl Plugin for Whereabouts {
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = self.config(args)?;
         let store = Store::connect(&conf.kubeconfig)?;
-        let deadline = Instant::now() + DEADLINE;
-        for range in &conf.ranges {
-            release(
-                &store,
-                &conf,
-                range,
-                &args.container_id,
-                &args.ifname,
-                deadline,
-            )?;
+        Ok(self.free(&store, &conf, &args.container_id, &args.ifname)?)
+    }
+
+    /// Frees what this node's attachments that are not in `cni.dev/valid-attachments` hold:
+    /// the node's record says which attachments are its own (a pool is shared by every node).
+    /// Each one is freed as DEL frees it; a failure is reported after the others are done.
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = self.config(args)?;
+        let valid = cni::config::parse_plugin_config::<cni::NetConf>(&args.stdin)?
+            .valid_attachments
+            .ok_or_else(|| {
+                Error::Config(ipam::Error::config(
+                    "cni.dev/valid-attachments: required by GC (an empty list frees every \
+                     attachment of this node on this network)",
+                ))
+            })?;
+        let Some(record) = Record::open_existing(&self.sources.state_dir, &conf.name)? else {
+            return Ok(());
+        };
+        let stale: Vec<(String, String)> = record
+            .attachments()?
+            .into_iter()
+            .filter(|(id, ifname)| {
+                !valid
+                    .iter()
+                    .any(|v| &v.container_id == id && &v.ifname == ifname)
+            })
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let store = Store::connect(&conf.kubeconfig)?;
+        let mut first = None;
+        for (id, ifname) in &stale {
+            if let Err(e) = self.free(&store, &conf, id, ifname) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), |e| Err(e.into()))
     }
 
     /// Each range's pool holds an address for the container's interface, and the previous
@@ -115,10 +171,18 @@ impl Plugin for Whereabouts {
                 ))
             })?;
         let store = Store::connect(&conf.kubeconfig)?;
-        for range in &conf.ranges {
-            let name = pool_name(&conf.network_name, None, &range.subnet);
+        let targets = targets(&store, &conf, false, Instant::now() + DEADLINE)?;
+        if let (Some(slices), true) = (&conf.node_slices, targets.is_empty()) {
+            return Err(Error::NotAllocated(format!(
+                "node {} holds no slice in NodeSlicePool {}, so no address for container {} \
+                 interface {}",
+                slices.node, slices.pool, args.container_id, args.ifname
+            ))
+            .into());
+        }
+        for Target { pool: name, range } in &targets {
             let held = store
-                .pool(&name)?
+                .pool(name)?
                 .and_then(|p| p.find_container(&args.container_id, &args.ifname))
                 .and_then(|offset| range.ip_at(offset));
             let Some(ip) = held else {
@@ -159,6 +223,108 @@ impl Plugin for Whereabouts {
     }
 }
 
+/// Where one range allocates: its IPPool, and the range that pool hands out from.
+struct Target {
+    pool: String,
+    range: Range,
+}
+
+/// The config's ranges and their pools. In node-slice mode, the range's slice this node holds,
+/// claimed first when `claim` (ADD) and the node holds none; without a slice (DEL, CHECK)
+/// there is nothing to do, and no target.
+fn targets(
+    store: &Store,
+    conf: &Config,
+    claim: bool,
+    deadline: Instant,
+) -> Result<Vec<Target>, Error> {
+    let Some(slices) = &conf.node_slices else {
+        return Ok(conf
+            .ranges
+            .iter()
+            .map(|range| Target {
+                pool: pool_name(&conf.network_name, None, &range.subnet),
+                range: range.clone(),
+            })
+            .collect());
+    };
+    // The config holds exactly one range in node-slice mode.
+    let Some(range) = conf.ranges.first() else {
+        return Ok(Vec::new());
+    };
+    Ok(node_slice(store, range, slices, claim, deadline)?
+        .map(|slice| Target {
+            pool: pool_name(&conf.network_name, Some(&slices.node), &slice),
+            range: range.within_slice(slice),
+        })
+        .into_iter()
+        .collect())
+}
+
+/// The slice of `range` this node holds in the NodeSlicePool. With `claim`, the NodeSlicePool
+/// is made when there is none, and the node takes the lowest free slice, in a write
+/// conditioned on the version read and on the slice being free, so that two nodes never take
+/// the same one. The reference's controller, where it runs, gives nodes slices the same way.
+fn node_slice(
+    store: &Store,
+    range: &Range,
+    slices: &NodeSlices,
+    claim: bool,
+    deadline: Instant,
+) -> Result<Option<IpNet>, Error> {
+    let name = &slices.pool;
+    let mut round = 0;
+    loop {
+        let Some(pool) = store.node_slice_pool(name)? else {
+            if !claim {
+                return Ok(None);
+            }
+            let cuts = cut(range.subnet, slices.size).unwrap_or_default();
+            let obj = NodeSlicePool::new_object(name, range.subnet, &slices.size_text, &cuts);
+            store.create_node_slice_pool(&obj)?;
+            if let Some(e) = give_up(format!("NodeSlicePool {name}"), round, deadline) {
+                return Err(e);
+            }
+            round += 1;
+            continue;
+        };
+        if claim && !pool.cuts(range.subnet, slices.size) {
+            return Err(Error::SliceMismatch(format!(
+                "NodeSlicePool {}/{name} cuts {:?} into {:?} slices, but this network asks for \
+                 {} in /{} slices: a NodeSlicePool serves one range and size (pods of the old \
+                 cut may still hold addresses); change the network back, or give it another \
+                 network_name",
+                store.namespace(),
+                pool.range,
+                pool.slice_size,
+                range.subnet,
+                slices.size
+            )));
+        }
+        if let Some(slice) = pool.slice_of(&slices.node) {
+            return Ok(Some(slice));
+        }
+        if !claim {
+            return Ok(None);
+        }
+        let Some((slice, patch)) = pool.claim_patch(&slices.node) else {
+            return Err(Error::NoSlice {
+                node: slices.node.clone(),
+                pool: format!("{}/{name}", store.namespace()),
+                slices: pool.slices.len(),
+            });
+        };
+        if store.patch_node_slice_pool(name, &patch)? {
+            return Ok(Some(slice));
+        }
+        if let Some(e) = give_up(format!("NodeSlicePool {name}"), round, deadline) {
+            return Err(e);
+        }
+        back_off(round);
+        round += 1;
+    }
+}
+
 /// A pause after losing a write: random, and up to twice as long after each of the first
 /// losses (2 ms, 4 ms, then 8 ms), so that writers who collided spread out instead of colliding
 /// again in step. Longer pauses only leave the pool idle: a lost write costs the API server a
@@ -184,16 +350,16 @@ fn give_up(object: String, round: u32, deadline: Instant) -> Option<Error> {
 fn allocate(
     store: &Store,
     conf: &Config,
-    range: &Range,
+    target: &Target,
     owner: &Allocation,
     deadline: Instant,
 ) -> Result<(IpAddr, bool), Error> {
-    let name = pool_name(&conf.network_name, None, &range.subnet);
+    let Target { pool: name, range } = target;
     // Offsets whose address another pod holds through an overlapping range.
     let mut skip = std::collections::HashSet::new();
     let mut round = 0;
     loop {
-        let pool = store.pool_or_create(&name, range)?;
+        let pool = store.pool_or_create(name, range)?;
         let choice = loop {
             match pool.choose(range, &owner.podref, &owner.ifname, &skip) {
                 // Reservations are looked up first only once one was met in this range: on the
@@ -220,7 +386,7 @@ fn allocate(
             Choice::Full => {
                 return Err(Error::Full {
                     range: range.to_string(),
-                    pool: name,
+                    pool: name.clone(),
                 })
             }
             Choice::Reuse { offset, ip } => {
@@ -228,7 +394,7 @@ fn allocate(
                     .allocations
                     .get(&offset)
                     .is_some_and(|a| a.id == owner.id);
-                if same || store.patch_pool(&name, &pool.set_id_patch(offset, &owner.id))? {
+                if same || store.patch_pool(name, &pool.set_id_patch(offset, &owner.id))? {
                     if conf.overlapping_ranges {
                         let rname = reservation_name(&conf.network_name, ip);
                         if store.reservation(&rname)?.is_none() {
@@ -240,7 +406,7 @@ fn allocate(
                 false
             }
             Choice::New { offset, ip } => {
-                if store.patch_pool(&name, &pool.assign_patch(offset, owner))? {
+                if store.patch_pool(name, &pool.assign_patch(offset, owner))? {
                     if !conf.overlapping_ranges {
                         return Ok((ip, true));
                     }
@@ -253,7 +419,8 @@ fn allocate(
                         return Ok((ip, true));
                     }
                     // Another pool gave the address away first: give it back, try the next.
-                    release_offset(store, &name, offset, owner, deadline)?;
+                    let attachment = (owner.id.as_str(), owner.ifname.as_str());
+                    release(store, conf, target, attachment, Some(offset), deadline)?;
                     skip.insert(offset);
                 }
                 false
@@ -269,53 +436,30 @@ fn allocate(
     }
 }
 
-/// Frees `offset` in the pool if `owner`'s container still holds it.
-fn release_offset(
+/// Frees the address `container_id`'s `ifname` holds in the range's pool (only if it is
+/// `only`, when given), and its reservation while that names the same pod.
+fn release(
     store: &Store,
-    name: &str,
-    offset: u128,
-    owner: &Allocation,
+    conf: &Config,
+    target: &Target,
+    (container_id, ifname): (&str, &str),
+    only: Option<u128>,
     deadline: Instant,
 ) -> Result<(), Error> {
+    let Target { pool: name, range } = target;
     let mut round = 0;
     loop {
         let Some(pool) = store.pool(name)? else {
             return Ok(());
         };
-        if pool.find_container(&owner.id, &owner.ifname) != Some(offset) {
-            return Ok(());
-        }
-        if store.patch_pool(name, &pool.release_patch(offset))? {
-            return Ok(());
-        }
-        if let Some(e) = give_up(format!("pool {name}"), round, deadline) {
-            return Err(e);
-        }
-        back_off(round);
-        round += 1;
-    }
-}
-
-/// Frees the address `container_id`'s `ifname` holds in the range's pool, and its reservation.
-fn release(
-    store: &Store,
-    conf: &Config,
-    range: &Range,
-    container_id: &str,
-    ifname: &str,
-    deadline: Instant,
-) -> Result<(), Error> {
-    let name = pool_name(&conf.network_name, None, &range.subnet);
-    let mut round = 0;
-    loop {
-        let Some(pool) = store.pool(&name)? else {
-            return Ok(());
-        };
-        let Some(offset) = pool.find_container(container_id, ifname) else {
+        let Some(offset) = pool
+            .find_container(container_id, ifname)
+            .filter(|o| only.is_none_or(|only| only == *o))
+        else {
             return Ok(());
         };
         let podref = pool.allocations.get(&offset).map(|a| a.podref.clone());
-        if store.patch_pool(&name, &pool.release_patch(offset))? {
+        if store.patch_pool(name, &pool.release_patch(offset))? {
             if let (true, Some(ip), Some(podref)) =
                 (conf.overlapping_ranges, range.ip_at(offset), podref)
             {

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use ipam::whereabouts::{reservation_object, reservation_owner, Pool, Range};
+use ipam::whereabouts::{reservation_object, reservation_owner, NodeSlicePool, Pool, Range};
 use k8s::{ClientOptions, Created, Deleted, KubeClient, Resource, Written};
 use serde_json::Value;
 
@@ -20,6 +20,12 @@ pub(crate) const RESERVATIONS: Resource = Resource {
     group: "whereabouts.cni.cncf.io",
     version: "v1alpha1",
     plural: "overlappingrangeipreservations",
+};
+
+pub(crate) const NODE_SLICE_POOLS: Resource = Resource {
+    group: "whereabouts.cni.cncf.io",
+    version: "v1alpha1",
+    plural: "nodeslicepools",
 };
 
 /// Where the objects live when the kubeconfig's context names no namespace, as in the
@@ -42,13 +48,15 @@ pub struct Reservation {
 
 impl Store {
     pub fn connect(kubeconfig: &Path) -> Result<Store, Error> {
-        let namespace =
-            k8s::kubeconfig_namespace(kubeconfig)?.unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned());
         let client = KubeClient::new(&ClientOptions {
             kubeconfig: Some(kubeconfig.to_owned()),
             timeout: CALL_TIMEOUT,
             retries: 3,
         })?;
+        let namespace = client
+            .context_namespace()
+            .unwrap_or(DEFAULT_NAMESPACE)
+            .to_owned();
         Ok(Store { client, namespace })
     }
 
@@ -131,6 +139,36 @@ impl Store {
             object: format!("reservation {name}"),
             rounds: 3,
         })
+    }
+
+    pub fn node_slice_pool(&self, name: &str) -> Result<Option<NodeSlicePool>, Error> {
+        self.client
+            .get_object(NODE_SLICE_POOLS, &self.namespace, name)?
+            .map(|obj| {
+                NodeSlicePool::from_object(&obj)
+                    .map_err(|why| Error::Object(format!("NodeSlicePool {name}: {why}")))
+            })
+            .transpose()
+    }
+
+    /// Creates the NodeSlicePool (one of that name existing already is fine).
+    pub fn create_node_slice_pool(&self, obj: &Value) -> Result<(), Error> {
+        self.client
+            .create_object(NODE_SLICE_POOLS, &self.namespace, obj)?;
+        Ok(())
+    }
+
+    /// Applies a conditional patch: false when the object changed since it was read.
+    pub fn patch_node_slice_pool(&self, name: &str, patch: &Value) -> Result<bool, Error> {
+        Ok(matches!(
+            self.client
+                .json_patch_object(NODE_SLICE_POOLS, &self.namespace, name, patch)?,
+            Written::Done(_)
+        ))
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
     }
 
     /// Whether the pools can be listed: the STATUS check, as the reference's connectivity

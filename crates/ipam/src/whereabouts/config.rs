@@ -29,6 +29,8 @@ pub struct Sources {
     /// The node admin's directories: `configuration_path` and `kubernetes.kubeconfig` written
     /// in a NAD must lie under one of these.
     pub trusted_dirs: Vec<PathBuf>,
+    /// Where the node records its attachments (see [`super::Record`]).
+    pub state_dir: PathBuf,
 }
 
 impl Sources {
@@ -45,6 +47,7 @@ impl Sources {
                 .map(|d| Path::new(d).join("whereabouts.d/whereabouts.conf"))
                 .collect(),
             trusted_dirs: dirs.iter().map(PathBuf::from).collect(),
+            state_dir: PathBuf::from(super::STATE_DIR),
         }
     }
 }
@@ -64,6 +67,25 @@ impl std::fmt::Display for PodRef {
         write!(f, "{}/{}", self.namespace, self.name)
     }
 }
+
+/// Node-slice mode: the range is cut into slices of `size`, recorded in the NodeSlicePool
+/// `pool`, and this node allocates from the slice it holds there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSlices {
+    /// The NodeSlicePool's name: `network_name`, else the network's `name`, as in the
+    /// reference.
+    pub pool: String,
+    /// The slices' prefix length.
+    pub size: u8,
+    /// `node_slice_size` as written, for a NodeSlicePool made here.
+    pub size_text: String,
+    /// This node's name: the reference's `NODENAME`, `<configuration_path>/nodename`, then
+    /// `/etc/hostname` (empty while only checking a config).
+    pub node: String,
+}
+
+/// A nodename file bigger than this is not one: the reference reads at most 1024 bytes.
+const MAX_NODENAME_FILE: u64 = 1024;
 
 /// A loaded, checked configuration.
 #[derive(Clone, Debug)]
@@ -86,6 +108,8 @@ pub struct Config {
     pub overlapping_ranges: bool,
     /// From CNI_ARGS; DEL may go without.
     pub pod: Option<PodRef>,
+    /// Node-slice mode (`node_slice_size`): the node allocates from its slice of the range.
+    pub node_slices: Option<NodeSlices>,
     /// The flat file the defaults came from.
     pub flat_file: PathBuf,
 }
@@ -151,6 +175,8 @@ struct RawIpam {
     kubernetes: RawKubernetes,
     #[serde(default)]
     node_slice_size: String,
+    #[serde(default)]
+    configuration_path: String,
 }
 
 impl Config {
@@ -249,15 +275,17 @@ impl Config {
                 flat_file.display()
             )));
         }
-        if !ipam.node_slice_size.is_empty() {
-            // Allocating from the whole range while other nodes use slices would hand out
-            // their addresses.
-            return Err(Error::config(format!(
-                "ipam.node_slice_size: {}: node slices are not supported by this whereabouts \
-                 yet; remove the key to allocate from the whole range on every node",
-                quote(&ipam.node_slice_size)
-            )));
-        }
+        check_network_name(&ipam.network_name)?;
+        let node_slices = match ipam.node_slice_size.as_str() {
+            "" => None,
+            text => Some(node_slices(
+                text,
+                &ranges,
+                &ipam,
+                &raw.name,
+                read_flat.then_some(&flat_file),
+            )?),
+        };
         check_network_name(&ipam.network_name)?;
         Ok(Config {
             cni_version: raw.cni_version,
@@ -271,6 +299,7 @@ impl Config {
             kubeconfig: PathBuf::from(ipam.kubernetes.kubeconfig),
             overlapping_ranges,
             pod,
+            node_slices,
             flat_file,
         })
     }
@@ -282,7 +311,7 @@ impl Config {
         allocated
             .iter()
             .filter_map(|(ip, range)| {
-                let address = IpNet::new(*ip, range.subnet.prefix_len()).ok()?;
+                let address = IpNet::new(*ip, range.prefix_len).ok()?;
                 Some(IpConfig {
                     address,
                     gateway: self.gateway.filter(|g| g.is_ipv4() == ip.is_ipv4()),
@@ -294,24 +323,147 @@ impl Config {
     }
 }
 
-/// `network_name` starts every object name, which is also a segment of the API path: it must
-/// be a name Kubernetes allows, with room left for the range.
-fn check_network_name(name: &str) -> Result<()> {
-    let ok = name.is_empty()
-        || (name.len() <= 200
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-            && name.starts_with(|c: char| c.is_ascii_alphanumeric()));
+/// Node-slice mode's settings. Slices take one range; `flat_file` is `None` while only
+/// checking a config, which reads nothing on the node (no node name is needed then).
+fn node_slices(
+    text: &str,
+    ranges: &[Range],
+    ipam: &RawIpam,
+    net_name: &str,
+    flat_file: Option<&Path>,
+) -> Result<NodeSlices> {
+    let key = "ipam.node_slice_size";
+    let [range] = ranges else {
+        return Err(Error::config(format!(
+            "{key}: node slices cut one range, and this config has {}: give one range (the \
+             reference would take every address from the first range's slice)",
+            ranges.len()
+        )));
+    };
+    let size = super::slices::parse_slice_size(text).ok_or_else(|| {
+        Error::config(format!(
+            "{key}: {} is not a prefix length (write it as \"/28\" or \"28\")",
+            quote(text)
+        ))
+    })?;
+    let slices = super::slices::cut(range.subnet, size).ok_or_else(|| {
+        Error::config(format!(
+            "{key}: {} cannot cut {}: a slice's prefix must be at least the range's and at most \
+             /{}, and make at most {} slices",
+            quote(text),
+            range.subnet,
+            range.subnet.max_prefix_len(),
+            super::slices::MAX_SLICES
+        ))
+    })?;
+    if slices
+        .first()
+        .and_then(|s| super::slices::usable(*s))
+        .is_none()
+    {
+        return Err(Error::config(format!(
+            "{key}: {}: a slice that small has no address besides its network and broadcast \
+             addresses",
+            quote(text)
+        )));
+    }
+    let pool = if ipam.network_name.is_empty() {
+        net_name
+    } else {
+        &ipam.network_name
+    };
+    check_object_name(
+        "the network's name (which names the NodeSlicePool without ipam.network_name)",
+        pool,
+    )?;
+    let node = match flat_file {
+        Some(flat_file) => node_name(&ipam.configuration_path, flat_file)?,
+        None => String::new(),
+    };
+    Ok(NodeSlices {
+        pool: pool.to_owned(),
+        size,
+        size_text: text.to_owned(),
+        node,
+    })
+}
+
+/// This node's name, as the reference finds it: `NODENAME` (set by the runtime's environment,
+/// never a tenant's), then the `nodename` file beside the flat file (`configuration_path` when
+/// it is a directory, as the reference's installer writes it), then `/etc/hostname`.
+fn node_name(configuration_path: &str, flat_file: &Path) -> Result<String> {
+    if let Some(name) = std::env::var("NODENAME").ok().map(|n| n.trim().to_owned()) {
+        if !name.is_empty() {
+            check_object_name("NODENAME", &name)?;
+            return Ok(name);
+        }
+    }
+    let mut files: Vec<PathBuf> = Vec::new();
+    if !configuration_path.is_empty() {
+        files.push(Path::new(configuration_path).join("nodename"));
+    }
+    if let Some(dir) = flat_file.parent() {
+        files.push(dir.join("nodename"));
+    }
+    files.push(PathBuf::from("/etc/hostname"));
+    for path in &files {
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+        {
+            Ok(f) => f,
+            // Not there, or a directory where a file was expected: the next one.
+            Err(_) => continue,
+        };
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let mut text = String::new();
+        file.take(MAX_NODENAME_FILE)
+            .read_to_string(&mut text)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let name = text.trim();
+        if name.is_empty() {
+            continue;
+        }
+        check_object_name(&path.display().to_string(), name)?;
+        return Ok(name.to_owned());
+    }
+    let list: Vec<String> = files.iter().map(|p| p.display().to_string()).collect();
+    Err(Error::config(format!(
+        "ipam.node_slice_size: node slices need this node's name, and neither NODENAME nor {} \
+         gives one (the installer writes the nodename file)",
+        list.join(", ")
+    )))
+}
+
+/// A name that goes into an object's name: a Kubernetes name's letters.
+fn check_object_name(what: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 200
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric());
     if ok {
         Ok(())
     } else {
         Err(Error::config(format!(
-            "ipam.network_name: {} cannot start a Kubernetes object name: use lower-case \
-             letters, digits, '-' and '.', starting with a letter or digit, at most 200",
+            "{what}: {} cannot be part of a Kubernetes object name: use lower-case letters, \
+             digits, '-' and '.', starting with a letter or digit, at most 200",
             quote(name)
         )))
     }
+}
+
+/// `network_name` starts every object name, which is also a segment of the API path: it must
+/// be a name Kubernetes allows, with room left for the range.
+fn check_network_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    check_object_name("ipam.network_name", name)
 }
 
 /// A path a NAD names must be absolute, without `..`, and under one of the admin's
@@ -541,6 +693,7 @@ mod tests {
         let sources = Sources {
             flat_files: vec![flat_file],
             trusted_dirs: vec![dir.path().join("net.d")],
+            state_dir: dir.path().join("state"),
         };
         Node { dir, sources }
     }
@@ -754,17 +907,78 @@ mod tests {
             ),
             (
                 json!({"type": "whereabouts", "range": "10.1.0.0/24", "network_name": "../../secrets/x"}),
-                "ipam.network_name: \"../../secrets/x\" cannot start a Kubernetes object name",
+                "ipam.network_name: \"../../secrets/x\" cannot be part of a Kubernetes object name",
             ),
             (
-                json!({"type": "whereabouts", "range": "10.1.0.0/16", "node_slice_size": "/24"}),
-                "ipam.node_slice_size: \"/24\": node slices are not supported",
+                json!({"type": "whereabouts", "range": "10.1.0.0/16", "node_slice_size": "x"}),
+                "ipam.node_slice_size: \"x\" is not a prefix length",
+            ),
+            (
+                json!({"type": "whereabouts", "range": "10.1.0.0/24", "node_slice_size": "/22"}),
+                "ipam.node_slice_size: \"/22\" cannot cut 10.1.0.0/24",
+            ),
+            (
+                json!({"type": "whereabouts", "range": "10.0.0.0/8", "node_slice_size": "/28"}),
+                "ipam.node_slice_size: \"/28\" cannot cut 10.0.0.0/8: a slice's prefix must be at least the range's and at most /32, and make at most 4096 slices",
+            ),
+            (
+                json!({"type": "whereabouts", "range": "10.1.0.0/24", "node_slice_size": "31"}),
+                "ipam.node_slice_size: \"31\": a slice that small has no address",
+            ),
+            (
+                json!({"type": "whereabouts", "range": "10.1.0.0/16", "node_slice_size": "/24",
+                       "ipRanges": [{"range": "fd00::/64"}]}),
+                "ipam.node_slice_size: node slices cut one range, and this config has 2",
             ),
         ] {
             let (code, msg) = err(load(&n, ipam, ""));
             assert!(code == 7 || code == 6, "{code} {msg}");
             assert!(msg.starts_with(want), "{msg}");
         }
+    }
+
+    #[test]
+    fn node_slices_name_their_pool_and_this_node() {
+        let n = with_flat();
+        let conf_dir = n.dir.path().join("net.d/whereabouts.d");
+        std::fs::write(conf_dir.join("nodename"), "node-a\n").unwrap();
+        let ipam = json!({"type": "whereabouts", "range": "10.1.0.0/16", "node_slice_size": "/28"});
+        let c = load(&n, ipam.clone(), "").unwrap();
+        assert_eq!(
+            c.node_slices,
+            Some(NodeSlices {
+                pool: "blue-net".into(),
+                size: 28,
+                size_text: "/28".into(),
+                node: "node-a".into(),
+            })
+        );
+        let mut named = ipam.clone();
+        named["network_name"] = json!("blue");
+        assert_eq!(
+            load(&n, named, "").unwrap().node_slices.unwrap().pool,
+            "blue"
+        );
+        // A node name that would not stay part of an object name is refused.
+        std::fs::write(conf_dir.join("nodename"), "../Node").unwrap();
+        let (code, msg) = err(load(&n, ipam.clone(), ""));
+        assert_eq!(code, 7);
+        assert!(
+            msg.contains("\"../Node\" cannot be part of a Kubernetes object name"),
+            "{msg}"
+        );
+        // The reference's installer puts `configuration_path`, a directory, in the flat file:
+        // the nodename file there comes first.
+        let other = n.dir.path().join("net.d/other");
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(other.join("nodename"), "node-b").unwrap();
+        let mut flat = kubeconfig_flat(n.dir.path());
+        flat["configuration_path"] = json!(other);
+        std::fs::write(&n.sources.flat_files[0], flat.to_string()).unwrap();
+        assert_eq!(
+            load(&n, ipam, "").unwrap().node_slices.unwrap().node,
+            "node-b"
+        );
     }
 
     #[test]

@@ -6,10 +6,14 @@ mod config;
 mod names;
 mod pool;
 mod range;
+mod record;
 mod reservation;
+mod slices;
 
-pub use config::{Config, PodRef, Sources};
+pub use config::{Config, NodeSlices, PodRef, Sources};
 pub use names::{pool_name, reservation_name};
 pub use pool::{Allocation, Choice, Pool, API_VERSION};
 pub use range::{parse_exclude, parse_range, Range};
+pub use record::{Record, STATE_DIR};
 pub use reservation::{reservation_object, reservation_owner};
+pub use slices::{cut, parse_slice_size, NodeSlicePool, MAX_SLICES};

@@ -21,6 +21,9 @@ pub struct Range {
     pub last: IpAddr,
     /// Never allocated, network and broadcast addresses included.
     pub exclude: Vec<IpNet>,
+    /// The prefix length of the addresses handed out: the subnet's, or in node-slice mode the
+    /// whole range's.
+    pub prefix_len: u8,
 }
 
 fn last_of(net: &IpNet) -> u128 {
@@ -81,7 +84,26 @@ impl Range {
             first: from_num(first, v4),
             last: from_num(last, v4),
             exclude,
+            prefix_len: subnet.prefix_len(),
         })
+    }
+
+    /// The part of this range inside `slice`, a node's slice of it: offsets count from the
+    /// slice's network address and its own network and broadcast addresses are skipped, as in
+    /// the reference; the addresses keep the whole range's prefix. The range's exclusions and
+    /// its start and end still hold (the reference drops them in node-slice mode, and hands
+    /// out addresses the config excludes).
+    pub fn within_slice(&self, slice: IpNet) -> Range {
+        let (slice_first, slice_last) =
+            (num(slice.network()) + 1, last_of(&slice).saturating_sub(1));
+        let v4 = self.is_v4();
+        Range {
+            subnet: slice,
+            first: from_num(slice_first.max(num(self.first)), v4),
+            last: from_num(slice_last.min(num(self.last)), v4),
+            exclude: self.exclude.clone(),
+            prefix_len: self.prefix_len,
+        }
     }
 
     pub fn is_v4(&self) -> bool {

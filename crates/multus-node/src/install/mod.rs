@@ -117,6 +117,10 @@ pub struct Options {
     /// multus's kubeconfig, unless the node has one.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     pub whereabouts_flat_file: bool,
+    /// With --whereabouts-flat-file: this node's name, written to whereabouts.d/nodename, where
+    /// whereabouts' node-slice mode reads it (the DaemonSet passes spec.nodeName).
+    #[arg(long, value_name = "NAME")]
+    pub whereabouts_node_name: Option<String>,
     /// How long to wait for the primary network's config and the readiness file, in seconds.
     #[arg(long, default_value_t = 300)]
     pub wait_timeout: u64,
@@ -132,6 +136,9 @@ impl Options {
                     LOG_LEVELS.join(", ")
                 )));
             }
+        }
+        if let Some(node) = &self.whereabouts_node_name {
+            whereabouts::check_node_name(node)?;
         }
         Ok(())
     }
