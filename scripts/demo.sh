@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: `multus try` on the bundled examples (bridge, macvlan, ipvlan when the kernel
-# has it, static, dhcp). Each pod gets a throwaway node of its own (network namespaces); we show
+# has it, static, dhcp, whereabouts). Each pod gets a throwaway node of its own (network namespaces); we show
 # what the pod got, check each network, tear it down, and show that nothing is left.
 set -euo pipefail
 cd "$(dirname "$0")/.."

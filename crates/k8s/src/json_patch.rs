@@ -1,13 +1,14 @@
 //! RFC 6902 JSON patch as kube-apiserver applies it (evanphx/json-patch): the operations in
 //! order, the first failure failing the whole patch. As there, `test` with a `null` value passes
 //! on a missing member (whose parent exists), which optimistic writers rely on to say "this
-//! slot is still free".
+//! slot is still free". The API servers that stand in for kube-apiserver apply patches with it:
+//! `multus try`'s and the tests'.
 
 use serde_json::Value;
 
 /// Applies `ops` to `doc`, or says which operation failed and why. On an error `doc` may be
 /// half patched, so callers patch a copy.
-pub(super) fn apply(doc: &mut Value, ops: &[Value]) -> Result<(), String> {
+pub fn apply(doc: &mut Value, ops: &[Value]) -> Result<(), String> {
     ops.iter().try_for_each(|op| apply_one(doc, op))
 }
 

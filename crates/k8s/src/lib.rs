@@ -14,6 +14,7 @@
 mod credentials;
 mod error;
 mod events;
+pub mod json_patch;
 mod nad;
 mod objects;
 mod transport;

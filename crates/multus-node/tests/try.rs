@@ -118,7 +118,7 @@ fn bundled_examples_pass_and_leave_nothing() {
     let before = own_links();
     let (out, stdout, stderr) = multus_try(&[]);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    for example in ["bridge", "macvlan", "static"] {
+    for example in ["bridge", "macvlan", "static", "whereabouts"] {
         assert!(
             stdout.contains(&format!(
                 "=== example {example}: pod default/{example}-pod: PASS"
@@ -176,6 +176,38 @@ fn bundled_examples_pass_and_leave_nothing() {
     assert!(
         stdout.contains("lan0 (default/macvlan-net): ping gateway 192.168.10.1 (on the lan): ok")
     );
+    // whereabouts against the run's own API: the node's slice, the pool freed by DEL.
+    assert!(
+        stdout.contains("whereabouts: pools in a Kubernetes API of this run, http://127.0.0.1:"),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .contains("AddedInterface        Add wb0 [10.20.0.2/24] from default/whereabouts-net"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("LEFT BEHIND"), "{stdout}");
+    assert_nothing_left(&before);
+}
+
+/// A whereabouts network whose range has no free address: the plugin's code-11 message comes
+/// through, and nothing is left, in the kernel or in the API's pools.
+#[test]
+fn a_full_whereabouts_range_is_reported_and_nothing_is_held() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let before = own_links();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let full = r#"{"cniVersion": "1.0.0", "name": "net-a", "type": "bridge", "bridge": "br-a",
+ "ipam": {"type": "whereabouts", "range": "10.79.0.0/30", "exclude": ["10.79.0.1", "10.79.0.2"]}}"#;
+    write(dir.path(), "nad.yaml", &nad(full));
+    write(dir.path(), "pod.yaml", POD);
+    let (out, stdout, stderr) = multus_try(&[dir.path().to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("no free address in 10.79.0.0/30 (10.79.0.1 to 10.79.0.2, excluding 10.79.0.1/32, 10.79.0.2/32)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("nothing: no link"), "{stdout}");
     assert!(!stdout.contains("LEFT BEHIND"), "{stdout}");
     assert_nothing_left(&before);
 }

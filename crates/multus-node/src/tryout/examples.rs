@@ -36,4 +36,5 @@ pub const ALL: &[Example] = &[
     example!("ipvlan", true, false),
     example!("static", false, false),
     example!("dhcp", false, true),
+    example!("whereabouts", false, false),
 ];

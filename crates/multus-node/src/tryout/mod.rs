@@ -4,6 +4,7 @@
 //! from files; shows what the pod got and checks each network; runs DEL and shows that
 //! nothing is left.
 
+mod apiserver;
 mod dhcp;
 mod examples;
 mod input;
@@ -100,6 +101,11 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
     if opts.on_host {
         lint_for_host(opts, &plugins)?;
     }
+    // The whereabouts plugin, run by the interface plugins this process execs, reads the flat
+    // file each NAD's `configuration_path` names in its sandbox (under a directory this makes
+    // trusted), and keeps its node record here. Set before this process starts a thread.
+    std::env::set_var("WHEREABOUTS_CONFIG_DIR", sandbox::STATE_ROOT);
+    std::env::set_var("WHEREABOUTS_STATE_DIR", sandbox::whereabouts_records());
     // (title, files, why the set is skipped)
     let mut sets: Vec<(String, Inputs, Option<&str>)> = Vec::new();
     if opts.paths.is_empty() {
@@ -273,6 +279,8 @@ fn kernel_has_ipvlan() -> bool {
 }
 
 fn clean() -> Result<bool, Error> {
+    // whereabouts' records of kept sandboxes.
+    let _ = std::fs::remove_dir_all(sandbox::whereabouts_records());
     let names = sandbox::existing();
     if names.is_empty() {
         println!("no sandboxes to remove");
@@ -363,6 +371,19 @@ fn gather(
         });
     }
     let dhcp_socket = dhcp::socket(&sb.dir);
+    // whereabouts keeps its pools in the Kubernetes API: one in this process, on the node.
+    let (whereabouts_api, flat_file) = if whereabouts_wanted(&configs) {
+        let (server, flat_file) = whereabouts_api(&sb)?;
+        t.whereabouts_api = Some(server.url());
+        (Some(server), Some(flat_file))
+    } else {
+        (None, None)
+    };
+    let local = sandbox::Local {
+        ipam_dir: sb.ipam_dir(),
+        dhcp_socket: dhcp_socket.clone(),
+        whereabouts_flat_file: flat_file,
+    };
     let api = FileApi {
         pod: pod.clone(),
         nads: inputs
@@ -371,7 +392,7 @@ fn gather(
             .map(|n| {
                 (
                     (n.namespace.clone(), n.name.clone()),
-                    sandbox::localize(&n.config, &sb.ipam_dir(), &dhcp_socket),
+                    sandbox::localize(&n.config, &local),
                 )
             })
             .collect(),
@@ -389,7 +410,12 @@ fn gather(
             cluster_parent: sandbox::ON_HOST_CLUSTER_PARENT.into(),
         }
     });
-    let dirs = [sb.multus_dir(), sb.ipam_dir(), dhcp::state_dir(&sb.dir)];
+    let dirs = [
+        sb.multus_dir(),
+        sb.ipam_dir(),
+        dhcp::state_dir(&sb.dir),
+        sandbox::whereabouts_records(),
+    ];
     let dir_refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
     let node_before = state::snapshot(&sb.node, &dir_refs)?;
     let pod_before = state::snapshot(&sb.pod, &[])?;
@@ -462,11 +488,40 @@ fn gather(
         pod: Diff::between(&pod_before, &state::snapshot(&sb.pod, &[])?),
         node: Diff::between(&node_before, &state::snapshot(&sb.node, &dir_refs)?),
         leases: dhcp::leases(&sb.dir),
+        allocations: whereabouts_api
+            .as_ref()
+            .map(apiserver::ApiServer::held)
+            .unwrap_or_default(),
     });
     if opts.keep {
         t.kept = Some(kept(&sb));
     }
     Ok(())
+}
+
+fn whereabouts_wanted(configs: &[&str]) -> bool {
+    configs.iter().any(|c| {
+        serde_json::from_str::<Value>(c).is_ok_and(|v| {
+            sandbox::plugin_configs(&v)
+                .iter()
+                .any(|p| p["ipam"]["type"].as_str() == Some("whereabouts"))
+        })
+    })
+}
+
+/// whereabouts' API server on the node, and the flat file that names its kubeconfig.
+fn whereabouts_api(sb: &Sandbox) -> Result<(apiserver::ApiServer, PathBuf), Error> {
+    let server = apiserver::ApiServer::start(&sb.node)?;
+    let dir = sb.dir.join("whereabouts.d");
+    let failed = |e: std::io::Error| Error::Sandbox(format!("{}: {e}", dir.display()));
+    std::fs::create_dir_all(&dir).map_err(failed)?;
+    let kubeconfig = dir.join("whereabouts.kubeconfig");
+    server.write_kubeconfig(&kubeconfig)?;
+    let flat_file = dir.join("whereabouts.conf");
+    let flat = serde_json::json!({"datastore": "kubernetes",
+                                  "kubernetes": {"kubeconfig": kubeconfig}});
+    std::fs::write(&flat_file, flat.to_string()).map_err(failed)?;
+    Ok((server, flat_file))
 }
 
 fn outcome(r: &multus::Result<()>) -> report::Outcome {

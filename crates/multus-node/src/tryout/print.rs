@@ -33,6 +33,12 @@ fn write_trial(out: &mut String, t: &Trial) -> std::fmt::Result {
             d.socket.display()
         )?;
     }
+    if let Some(api) = &t.whereabouts_api {
+        writeln!(
+            out,
+            "whereabouts: pools in a Kubernetes API of this run, {api} on the node"
+        )?;
+    }
     let name = &t.sandbox;
     match &t.node {
         Some(Node::Simulated { uplink, lan_bridge }) => {
@@ -178,6 +184,9 @@ fn write_left(out: &mut String, l: &Leftovers) -> std::fmt::Result {
             "lan: LEFT BEHIND: dhcp lease {lease} on the server (not released)"
         )?;
     }
+    for held in &l.allocations {
+        writeln!(out, "api: LEFT BEHIND: whereabouts {held}")?;
+    }
     if l.is_clean() {
         writeln!(
             out,
@@ -281,6 +290,7 @@ mod tests {
                     left: vec![],
                 },
                 leases: vec![],
+                allocations: vec![],
             }),
             ..simulated("example bridge: pod default/bridge-pod")
         };
@@ -350,6 +360,7 @@ nothing: no link, address, route, rule, firewall rule, reservation or cache file
                 },
                 node: Diff::default(),
                 leases: vec!["192.168.99.100".into()],
+                allocations: vec![],
             }),
             kept: Some(Kept {
                 pod_netns: "mtry7-0-pod".into(),

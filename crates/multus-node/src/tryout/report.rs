@@ -17,6 +17,8 @@ pub struct Trial {
     pub sandbox: String,
     pub node: Option<Node>,
     pub dhcp: Option<Dhcp>,
+    /// Where whereabouts' pools are served, when a network uses it.
+    pub whereabouts_api: Option<String>,
     pub add: Option<Outcome>,
     /// What the pod got; only after a successful ADD.
     pub attached: Option<Attached>,
@@ -188,11 +190,16 @@ pub struct Leftovers {
     pub node: Diff,
     /// Leases the lan's dhcp server still holds.
     pub leases: Vec<String>,
+    /// What whereabouts' pools and reservations still hold.
+    pub allocations: Vec<String>,
 }
 
 impl Leftovers {
     pub fn is_clean(&self) -> bool {
-        self.leases.is_empty() && self.pod.left.is_empty() && self.node.left.is_empty()
+        self.leases.is_empty()
+            && self.allocations.is_empty()
+            && self.pod.left.is_empty()
+            && self.node.left.is_empty()
     }
 }
 

@@ -245,7 +245,17 @@ fn state_dir(name: &str, plugins_bin: &Path) -> Result<PathBuf, Error> {
         std::os::unix::fs::symlink(plugins_bin, dir.join("bin").join(plugin))
             .map_err(|e| Error::Sandbox(format!("linking {plugin}: {e}")))?;
     }
+    // whereabouts is in this binary, which carries the Kubernetes client.
+    let multus =
+        std::env::current_exe().map_err(|e| Error::Sandbox(format!("finding this binary: {e}")))?;
+    std::os::unix::fs::symlink(multus, dir.join("bin").join("whereabouts"))
+        .map_err(|e| Error::Sandbox(format!("linking whereabouts: {e}")))?;
     Ok(dir)
+}
+
+/// Where the whereabouts plugin keeps its node record in `multus try`.
+pub fn whereabouts_records() -> PathBuf {
+    Path::new(STATE_ROOT).join("whereabouts")
 }
 
 /// Removes a sandbox: the processes it recorded, its namespaces, its directory. Returns what
@@ -301,7 +311,15 @@ pub fn existing() -> Vec<String> {
 /// A network config as the sandbox runs it: host-local keeps its reservations in the
 /// sandbox, and dhcp talks to the sandbox's daemon. Returns the config unchanged when it is
 /// not JSON (multus reports that).
-pub fn localize(config: &str, ipam_dir: &Path, dhcp_socket: &Path) -> String {
+/// Where a sandbox's networks keep their state.
+pub struct Local {
+    pub ipam_dir: PathBuf,
+    pub dhcp_socket: PathBuf,
+    /// whereabouts' flat file, when a network uses it.
+    pub whereabouts_flat_file: Option<PathBuf>,
+}
+
+pub fn localize(config: &str, local: &Local) -> String {
     let Ok(mut value) = serde_json::from_str::<Value>(config) else {
         return config.to_owned();
     };
@@ -311,13 +329,24 @@ pub fn localize(config: &str, ipam_dir: &Path, dhcp_socket: &Path) -> String {
         };
         match ipam.get("type").and_then(Value::as_str) {
             Some("host-local") => {
-                ipam.insert("dataDir".into(), ipam_dir.display().to_string().into());
+                ipam.insert(
+                    "dataDir".into(),
+                    local.ipam_dir.display().to_string().into(),
+                );
             }
             Some("dhcp") => {
                 ipam.insert(
                     "daemonSocketPath".into(),
-                    dhcp_socket.display().to_string().into(),
+                    local.dhcp_socket.display().to_string().into(),
                 );
+            }
+            Some("whereabouts") => {
+                if let Some(flat_file) = &local.whereabouts_flat_file {
+                    ipam.insert(
+                        "configuration_path".into(),
+                        flat_file.display().to_string().into(),
+                    );
+                }
             }
             _ => {}
         }

@@ -26,7 +26,6 @@
 mod http1;
 mod http2;
 mod in_cluster;
-mod json_patch;
 mod latency;
 mod objects;
 mod routes;

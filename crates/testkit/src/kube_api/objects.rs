@@ -6,7 +6,6 @@
 use serde_json::{json, Value};
 
 use super::http1::Request;
-use super::json_patch;
 use super::routes::{
     self, bad_request, conflict, metadata_mut, method_not_allowed, not_found, precondition_failed,
     status, Key, State, MODIFIED,
@@ -305,7 +304,7 @@ fn apply_json_patch(current: &Value, body: &[u8]) -> Result<Value, (u16, Value)>
         Err(e) => return Err(bad_request(&format!("error decoding patch: {e}"))),
     };
     let mut patched = current.clone();
-    json_patch::apply(&mut patched, &ops).map_err(|why| {
+    k8s::json_patch::apply(&mut patched, &ops).map_err(|why| {
         // Upstream's words; the cause, which upstream leaves out, says which operation failed.
         status(
             422,
