@@ -158,6 +158,10 @@ fn read(path: &str) -> Result<String> {
         .with_context(|| format!("reading {path}"))
 }
 
+/// The plugins the `multus` binary carries, run through links to it (as `multus install` makes
+/// them).
+const MULTUS_PLUGINS: &[&str] = &["whereabouts"];
+
 /// The node binaries under `cni_dir`: multus, cni-plugins, a link per plugin, /usr/bin/multus
 /// and the dhcp daemon's units in `unit_dir`. Returns the paths it made.
 fn stage_node(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) -> Result<Vec<String>> {
@@ -169,6 +173,10 @@ fn stage_node(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) -> Re
     }
     for name in &inputs.plugins {
         link(root, &format!("{cni_dir}/{name}"), "cni-plugins")?;
+        made.push(format!("{cni_dir}/{name}"));
+    }
+    for name in MULTUS_PLUGINS {
+        link(root, &format!("{cni_dir}/{name}"), "multus")?;
         made.push(format!("{cni_dir}/{name}"));
     }
     link(root, "usr/bin/multus", &format!("../../{cni_dir}/multus"))?;
@@ -276,7 +284,9 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
     for name in inputs
         .plugins
         .iter()
-        .chain(["multus", "cni-plugins"].map(String::from).iter())
+        .map(String::as_str)
+        .chain(["multus", "cni-plugins"])
+        .chain(MULTUS_PLUGINS.iter().copied())
     {
         link(
             &root,
@@ -402,7 +412,12 @@ fn expected_node(inputs: &Inputs, cni_dir: &str, unit_dir: &str) -> Listing {
     for bin in ["multus", "cni-plugins"] {
         want.insert(format!("-rwxr-xr-x root:root /{cni_dir}/{bin}"));
     }
-    for name in &inputs.plugins {
+    for name in inputs
+        .plugins
+        .iter()
+        .map(String::as_str)
+        .chain(MULTUS_PLUGINS.iter().copied())
+    {
         want.insert(format!("lrwxrwxrwx root:root /{cni_dir}/{name}"));
     }
     want.insert("lrwxrwxrwx root:root /usr/bin/multus".into());
@@ -420,7 +435,9 @@ fn check_listings(inputs: &Inputs, p: &Packages) -> Result<()> {
     for name in inputs
         .plugins
         .iter()
-        .chain(["multus", "cni-plugins"].map(String::from).iter())
+        .map(String::as_str)
+        .chain(["multus", "cni-plugins"])
+        .chain(MULTUS_PLUGINS.iter().copied())
     {
         node.insert(format!("lrwxrwxrwx root:root /opt/cni/bin/{name}"));
     }
@@ -579,6 +596,20 @@ fn check_node_root(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) 
             std::fs::read_link(&at)? == Path::new("cni-plugins"),
             "{} does not lead to cni-plugins",
             at.display()
+        );
+    }
+    for name in MULTUS_PLUGINS {
+        let at = root.join(cni_dir).join(name);
+        ensure!(
+            std::fs::read_link(&at)? == Path::new("multus"),
+            "{} does not lead to multus",
+            at.display()
+        );
+        // Through the link, the binary is that plugin.
+        let about = output(Command::new(&at).arg("--help"))?;
+        ensure!(
+            about.contains(&format!("Usage: {name}")),
+            "{name} --help said {about:?}"
         );
     }
     ensure!(
