@@ -3,8 +3,8 @@
 //! switch between the two in either direction.
 //!
 //! The reference runs every ADD and DEL of the cluster under one Lease. Here every pool write
-//! is a JSON patch conditioned on the resourceVersion read, so pods contend only when they
-//! write the same pool at the same moment, and then the loser reads again.
+//! is a JSON patch that tests the allocation it changes, so pods contend only when they want
+//! the same address at the same moment, and then the loser reads again.
 
 mod error;
 mod plugin;

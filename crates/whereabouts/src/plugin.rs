@@ -325,17 +325,27 @@ fn node_slice(
     }
 }
 
+fn random() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+}
+
 /// A pause after losing a write: random, and up to twice as long after each of the first
 /// losses (2 ms, 4 ms, then 8 ms), so that writers who collided spread out instead of colliding
 /// again in step. Longer pauses only leave the pool idle: a lost write costs the API server a
 /// read from its cache, not an etcd write.
 fn back_off(round: u32) {
-    use std::hash::{BuildHasher, Hasher};
     let ceiling = 2u64 << round.min(2);
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    std::thread::sleep(Duration::from_millis(1 + random % ceiling));
+    std::thread::sleep(Duration::from_millis(1 + random() % ceiling));
+}
+
+/// Which free address to try after `round` lost writes: the lowest at first, then one of the
+/// lowest 2, 4, ... 32, at random, so that writers who collided take different addresses.
+fn spread(round: u32) -> usize {
+    let window = 1u64 << round.min(5);
+    usize::try_from(random() % window).unwrap_or(0)
 }
 
 fn give_up(object: String, round: u32, deadline: Instant) -> Option<Error> {
@@ -358,10 +368,12 @@ fn allocate(
     // Offsets whose address another pod holds through an overlapping range.
     let mut skip = std::collections::HashSet::new();
     let mut round = 0;
+    // Writes lost to other writers of the pool: after one, writers spread out.
+    let mut lost = 0;
     loop {
         let pool = store.pool_or_create(name, range)?;
         let choice = loop {
-            match pool.choose(range, &owner.podref, &owner.ifname, &skip) {
+            match pool.choose(range, &owner.podref, &owner.ifname, &skip, spread(lost)) {
                 // Reservations are looked up first only once one was met in this range: on the
                 // common path the create after the pool write tells the same, a request sooner.
                 Choice::New { offset, ip } if conf.overlapping_ranges && !skip.is_empty() => {
@@ -403,6 +415,7 @@ fn allocate(
                     }
                     return Ok((ip, false));
                 }
+                lost += 1;
                 false
             }
             Choice::New { offset, ip } => {
@@ -422,6 +435,8 @@ fn allocate(
                     let attachment = (owner.id.as_str(), owner.ifname.as_str());
                     release(store, conf, target, attachment, Some(offset), deadline)?;
                     skip.insert(offset);
+                } else {
+                    lost += 1;
                 }
                 false
             }

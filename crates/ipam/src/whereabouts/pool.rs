@@ -1,9 +1,14 @@
 //! The IPPool object: its shape (`spec.range`, `spec.allocations` keyed by the decimal offset
 //! from the network address), what an ADD or DEL changes in it, and the JSON patches that
-//! write those changes only if nobody wrote the pool in between.
+//! write those changes only if the allocation they change is still as it was read.
 //!
 //! Patches name only the allocation they change, so a key this module cannot read (written by
-//! some other tool) is kept, where the reference's whole-map diff would drop it.
+//! some other tool) is kept, where the reference's whole-map diff would drop it. Each tests
+//! that allocation (free, or held by the same owner) rather than the pool's resourceVersion:
+//! the API server applies a JSON patch to the object as it is when the write lands, so the
+//! test is exactly the condition the write needs, and writers of other addresses of the pool
+//! do not make each other read it again. A write that needs the whole pool as read (the
+//! reconciler's, a pool whose map is missing) still tests the resourceVersion.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
@@ -116,13 +121,16 @@ impl Pool {
 
     /// The reference's choice: the pod's own address for this interface if it has one, else
     /// the lowest free address of the range, skipping `skip` (offsets found reserved by another
-    /// pod through an overlapping range).
+    /// pod through an overlapping range). With `nth` above 0, the free address that many
+    /// places further up (or the highest free one), so that writers who lost a write to each
+    /// other spread over the free addresses instead of all trying the lowest again.
     pub fn choose(
         &self,
         range: &Range,
         podref: &str,
         ifname: &str,
         skip: &HashSet<u128>,
+        nth: usize,
     ) -> Choice {
         let mine = self
             .allocations
@@ -135,8 +143,8 @@ impl Pool {
         }
         let mut taken: HashSet<u128> = self.allocations.keys().copied().collect();
         taken.extend(skip);
-        let lowest = range.candidates(&taken).next();
-        match lowest.and_then(|ip| Some((range.offset_of(ip)?, ip))) {
+        let picked = range.candidates(&taken).take(nth + 1).last();
+        match picked.and_then(|ip| Some((range.offset_of(ip)?, ip))) {
             Some((offset, ip)) => Choice::New { offset, ip },
             None => Choice::Full,
         }
@@ -154,12 +162,10 @@ impl Pool {
         json!({"op": "test", "path": "/metadata/resourceVersion", "value": self.resource_version})
     }
 
-    /// Takes `offset` for `owner`, if the pool is still at the version read and the offset is
-    /// still free.
+    /// Takes `offset` for `owner`, if the offset is still free.
     pub fn assign_patch(&self, offset: u128, owner: &Allocation) -> Value {
         if self.has_map {
             json!([
-                self.guard(),
                 {"op": "test", "path": escape(offset), "value": null},
                 {"op": "add", "path": escape(offset), "value": owner.to_value()},
             ])
@@ -171,20 +177,26 @@ impl Pool {
         }
     }
 
-    /// Writes the new container ID into a reused allocation.
+    /// Writes the new container ID into a reused allocation, if the allocation still names the
+    /// pod it was read with.
     pub fn set_id_patch(&self, offset: u128, id: &str) -> Value {
+        let podref = self.allocations.get(&offset).map(|a| a.podref.as_str());
         json!([
-            self.guard(),
+            {"op": "test", "path": format!("{}/podref", escape(offset)), "value": podref},
             {"op": "replace", "path": format!("{}/id", escape(offset)), "value": id},
         ])
     }
 
-    /// Frees `offset`.
+    /// Frees `offset`, if the allocation still names the container it was read with.
     pub fn release_patch(&self, offset: u128) -> Value {
-        self.release_all_patch(&[offset])
+        let id = self.allocations.get(&offset).map(|a| a.id.as_str());
+        json!([
+            {"op": "test", "path": format!("{}/id", escape(offset)), "value": id},
+            {"op": "remove", "path": escape(offset)},
+        ])
     }
 
-    /// Frees every offset of `offsets` in one write.
+    /// Frees every offset of `offsets` in one write, if the pool is still as it was read.
     pub fn release_all_patch(&self, offsets: &[u128]) -> Value {
         let removes = offsets
             .iter()
@@ -238,34 +250,49 @@ mod tests {
         );
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(
-            p.choose(&r, "ns/a", "net1", &HashSet::new()),
+            p.choose(&r, "ns/a", "net1", &HashSet::new(), 0),
             Choice::Reuse {
                 offset: 1,
                 ip: ip("10.77.0.1")
             }
         );
         assert_eq!(
-            p.choose(&r, "ns/a", "net2", &HashSet::new()),
+            p.choose(&r, "ns/a", "net2", &HashSet::new(), 0),
             Choice::New {
                 offset: 2,
                 ip: ip("10.77.0.2")
             }
         );
         assert_eq!(
-            p.choose(&r, "ns/c", "net1", &[2, 4].into()),
+            p.choose(&r, "ns/c", "net1", &[2, 4].into(), 0),
             Choice::New {
                 offset: 5,
                 ip: ip("10.77.0.5")
             }
         );
         assert_eq!(
-            p.choose(&r, "ns/c", "net1", &[2, 4, 5, 6].into()),
+            p.choose(&r, "ns/c", "net1", &[2, 4, 5, 6].into(), 0),
             Choice::Full
+        );
+        // Spread: two places up, or the highest free one.
+        assert_eq!(
+            p.choose(&r, "ns/c", "net1", &HashSet::new(), 2),
+            Choice::New {
+                offset: 5,
+                ip: ip("10.77.0.5")
+            }
+        );
+        assert_eq!(
+            p.choose(&r, "ns/c", "net1", &HashSet::new(), 9),
+            Choice::New {
+                offset: 6,
+                ip: ip("10.77.0.6")
+            }
         );
     }
 
     #[test]
-    fn patches_are_conditioned_on_the_version_read() {
+    fn patches_test_what_they_change() {
         let p = pool(json!({}));
         let owner = Allocation {
             id: "c9".into(),
@@ -274,18 +301,24 @@ mod tests {
         };
         assert_eq!(
             p.assign_patch(9, &owner),
-            json!([{"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
-                   {"op": "test", "path": "/spec/allocations/9", "value": null},
+            json!([{"op": "test", "path": "/spec/allocations/9", "value": null},
                    {"op": "add", "path": "/spec/allocations/9", "value": {"id": "c9", "podref": "ns/z", "ifname": "net1"}}])
         );
+        let p = pool(json!({"9": {"id": "c9", "podref": "ns/z", "ifname": "net1"}}));
         assert_eq!(
             p.release_patch(9),
-            json!([{"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+            json!([{"op": "test", "path": "/spec/allocations/9/id", "value": "c9"},
                    {"op": "remove", "path": "/spec/allocations/9"}])
         );
         assert_eq!(
-            p.set_id_patch(9, "c10")[1],
-            json!({"op": "replace", "path": "/spec/allocations/9/id", "value": "c10"})
+            p.set_id_patch(9, "c10"),
+            json!([{"op": "test", "path": "/spec/allocations/9/podref", "value": "ns/z"},
+                   {"op": "replace", "path": "/spec/allocations/9/id", "value": "c10"}])
+        );
+        assert_eq!(
+            p.release_all_patch(&[9]),
+            json!([{"op": "test", "path": "/metadata/resourceVersion", "value": "41"},
+                   {"op": "remove", "path": "/spec/allocations/9"}])
         );
         // A pool whose allocations are null gets the whole map.
         let p = pool(Value::Null);
