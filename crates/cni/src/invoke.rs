@@ -17,6 +17,22 @@ const EXCERPT_LEN: usize = 1024;
 const BUSY_RETRIES: u32 = 5;
 const BUSY_WAIT: Duration = Duration::from_secs(1);
 
+/// The root every delegate of this process runs in, when set (see [`run_delegates_in`]).
+static DELEGATE_ROOT: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+
+/// From now on, every delegate this process runs is chrooted to `root`: a daemon in a pod
+/// runs the node's plugins in the node's root, mounted at `root` (upstream's `chrootDir`).
+/// Plugins are still found by path in this process's view, so the node's plugin directory
+/// must be mounted at the same path. Set once; a second call is refused.
+pub fn run_delegates_in(root: &Path) -> Result<(), CniError> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(root.as_os_str().as_bytes())
+        .map_err(|_| CniError::new(Code::InvalidConfig, "chrootDir: the path holds a NUL byte"))?;
+    DELEGATE_ROOT
+        .set(c)
+        .map_err(|_| CniError::new(Code::Internal, "the delegates' root is set already"))
+}
+
 /// The `CNI_*` environment a delegate runs with, apart from `CNI_COMMAND`.
 #[derive(Clone, Copy, Debug)]
 pub struct DelegateEnv<'a> {
@@ -135,6 +151,20 @@ pub fn exec_output(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let Some(root) = DELEGATE_ROOT.get() {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: between fork and exec the closure makes only chroot(2) and chdir(2) calls,
+        // which are async-signal-safe, on a C string made before the fork; it allocates
+        // nothing and touches no lock.
+        unsafe {
+            process.pre_exec(move || {
+                if libc::chroot(root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let output = run(&mut process, stdin)
         .map_err(|e| CniError::io(format!("cannot run plugin {}: {e}", bin.display())))?;
 

@@ -154,6 +154,21 @@ fn run(
         return Ok(Some(Version::plugin_info()));
     }
     args.stdin = crate::input::read_capped(stdin, "stdin")?;
+    call(plugin, args, None, config_version, override_netns_check)
+}
+
+/// One call of `plugin` with its inputs read: the checks every plugin makes (the config's
+/// version and name, the version the command needs, a netns that is not the plugin's own),
+/// then the command. ADD's result is in `result_version`, or the config's version when that is
+/// `None`. `config_version` gets the config's `cniVersion`, for the error object. (A server that
+/// takes calls over a socket runs them through here too.)
+pub fn call(
+    plugin: &dyn Plugin,
+    mut args: CmdArgs,
+    result_version: Option<Version>,
+    config_version: &mut String,
+    override_netns_check: bool,
+) -> Result<Option<serde_json::Value>, CniError> {
     let version = common_checks(&args.stdin, config_version)?;
     let needed = match args.command {
         Command::Check => Some(Version::V0_4_0),
@@ -169,7 +184,7 @@ fn run(
                 refuse_own_netns(&args.netns)?;
             }
             let result = plugin.add(&args)?;
-            match result.to_value(version) {
+            match result.to_value(result_version.unwrap_or(version)) {
                 Ok(value) => Ok(Some(value)),
                 Err(e) => {
                     // The runtime sees a failed ADD, so nothing it set up may stay behind.

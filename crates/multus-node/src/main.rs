@@ -1,6 +1,6 @@
 //! `multus`: the CNI plugin when the runtime runs it (`CNI_COMMAND` set), and the node tools
 //! (`multus install`) otherwise. Run through a link named `whereabouts`, it is the whereabouts
-//! IPAM plugin.
+//! IPAM plugin; named `multus-shim` and `multus-daemon`, the two halves of thick mode.
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +31,12 @@ enum Tool {
     /// The whereabouts IPAM plugin's tools (also reached through the `whereabouts` link).
     #[command(subcommand)]
     Whereabouts(WhereaboutsTool),
+    /// Thick mode's node daemon (also run as `multus-daemon`): serves the `multus-shim` CNI
+    /// plugin's calls on a unix socket. Takes upstream's flags: `-config PATH`.
+    Daemon {
+        #[arg(allow_hyphen_values = true, trailing_var_arg = true)]
+        args: Vec<String>,
+    },
 }
 
 /// `whereabouts <tool>`, through the link.
@@ -89,6 +95,14 @@ fn main() {
         .next()
         .map(std::path::PathBuf::from)
         .and_then(|p| p.file_name().map(|n| n.to_owned()));
+    // Thick mode's two halves, under upstream's names.
+    if invoked_as.as_ref().is_some_and(|n| n == "multus-shim") {
+        std::process::exit(multus_node::thick::shim::main());
+    }
+    if invoked_as.as_ref().is_some_and(|n| n == "multus-daemon") {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        std::process::exit(multus_node::thick::daemon::main(&args));
+    }
     if invoked_as.is_some_and(|n| n == "whereabouts") {
         if cni_call {
             let about = format!("multus-rs whereabouts v{}", env!("CARGO_PKG_VERSION"));
@@ -99,7 +113,8 @@ fn main() {
     if cni_call {
         let about = format!("multus-rs meta-plugin v{}", env!("CARGO_PKG_VERSION"));
         let plugin = multus::command::Multus {
-            connect: multus::api::kube::connect,
+            connect: Box::new(multus::api::kube::connect),
+            log_per_call: true,
         };
         std::process::exit(cni::plugin_main(&plugin, &about));
     }
@@ -116,6 +131,7 @@ fn main() {
         },
         Tool::Lint(opts) => std::process::exit(multus_node::lint::run(opts)),
         Tool::Whereabouts(tool) => run_whereabouts(tool),
+        Tool::Daemon { args } => std::process::exit(multus_node::thick::daemon::main(args)),
     };
     if let Err(e) = result {
         eprintln!("multus install: {e}");

@@ -241,6 +241,9 @@ pub fn gc(inv: &Invocation) -> Result<()> {
 pub struct Multus {
     /// Connects to the Kubernetes API named by the configuration (`None`: no API).
     pub connect: crate::api::Connect,
+    /// Whether each call sets up logging from its config, as a process per call does; a
+    /// daemon sets it up once, from its own.
+    pub log_per_call: bool,
 }
 
 impl Multus {
@@ -250,7 +253,9 @@ impl Multus {
         f: fn(&Invocation) -> Result<T>,
     ) -> std::result::Result<T, CniError> {
         let conf = MultusConf::parse(&args.stdin).map_err(|e| e.to_cni())?;
-        crate::log::init(&conf);
+        if self.log_per_call {
+            crate::log::init(&conf);
+        }
         let k8s = crate::k8s_args::K8sArgs::parse(&args.args).map_err(|e| e.to_cni())?;
         let span = tracing::error_span!(
             "multus",

@@ -25,7 +25,7 @@ pub enum LogLevel {
 }
 
 impl LogLevel {
-    fn parse(text: &str) -> Option<LogLevel> {
+    pub fn parse(text: &str) -> Option<LogLevel> {
         Some(match text.to_ascii_lowercase().as_str() {
             "panic" => LogLevel::Panic,
             "error" => LogLevel::Error,

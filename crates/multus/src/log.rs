@@ -96,19 +96,34 @@ fn open_append(path: &Path) -> std::io::Result<File> {
 /// Installs the logger for this process. A log file that cannot be opened is reported on
 /// stderr (when allowed) and otherwise ignored: logging must not fail a pod.
 pub fn init(conf: &MultusConf) {
-    let level = match conf.log_level {
+    init_with(
+        conf.log_level,
+        conf.log_file.as_deref(),
+        &conf.log_options,
+        conf.log_to_stderr,
+    );
+}
+
+/// [`init`] from the settings themselves (a daemon's, read from its own config).
+pub fn init_with(
+    log_level: LogLevel,
+    log_file: Option<&std::path::Path>,
+    log_options: &LogOptions,
+    log_to_stderr: bool,
+) {
+    let level = match log_level {
         LogLevel::Panic => LevelFilter::OFF,
         LogLevel::Error => LevelFilter::WARN,
         LogLevel::Verbose => LevelFilter::INFO,
         LogLevel::Debug => LevelFilter::DEBUG,
     };
     let mut rotation_trouble = None;
-    let file = conf.log_file.as_ref().and_then(|path| {
-        rotation_trouble = rotate(path, &conf.log_options).err();
+    let file = log_file.and_then(|path| {
+        rotation_trouble = rotate(path, log_options).err();
         match LogFile::open(path) {
             Ok(f) => Some(Arc::new(Mutex::new(f))),
             Err(e) => {
-                if conf.log_to_stderr {
+                if log_to_stderr {
                     eprintln!("multus: cannot open logFile {}: {e}", path.display());
                 }
                 None
@@ -116,7 +131,7 @@ pub fn init(conf: &MultusConf) {
         }
     });
     let sinks = Sinks {
-        stderr: conf.log_to_stderr,
+        stderr: log_to_stderr,
         file,
     };
     let _ = tracing_subscriber::fmt()

@@ -137,19 +137,7 @@ impl<'a> Generator<'a> {
         if let Some(name) = &self.opts.multus_master_cni_file_name {
             return Ok(dir.join(name));
         }
-        let entries = std::fs::read_dir(dir)
-            .map_err(|e| Wait::NotYet(format!("a CNI config in {}: {e}", dir.display())))?;
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| !n.starts_with('.') && !n.starts_with(CONF_NAME))
-            .filter(|n| n.ends_with(".conf") || n.ends_with(".conflist"))
-            .collect();
-        names.sort();
-        names
-            .first()
-            .map(|n| dir.join(n))
-            .ok_or_else(|| Wait::NotYet(format!("a CNI config in {}", dir.display())))
+        primary_in(dir).map_err(Wait::NotYet)
     }
 
     fn renamed(&self, primary: &Path) -> Option<PathBuf> {
@@ -314,7 +302,26 @@ enum Wait {
 
 /// The capabilities multus must declare so the runtime passes their args on: the primary
 /// config's own, or, for a conflist, those of all its plugins.
-fn capabilities(delegate: &Map<String, Value>) -> Result<Map<String, Value>, String> {
+/// The primary network's config in `dir`: the first `.conf` or `.conflist` by name, multus's
+/// own (`00-multus.*`) and hidden files aside. The error says what is awaited.
+pub(crate) fn primary_in(dir: &Path) -> Result<PathBuf, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("a CNI config in {}: {e}", dir.display()))?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !n.starts_with('.') && !n.starts_with("00-multus"))
+        .filter(|n| n.ends_with(".conf") || n.ends_with(".conflist"))
+        .collect();
+    names.sort();
+    names
+        .first()
+        .map(|n| dir.join(n))
+        .ok_or_else(|| format!("a CNI config in {}", dir.display()))
+}
+
+/// The capabilities a network's plugins declare, merged: multus declares them for it.
+pub(crate) fn capabilities(delegate: &Map<String, Value>) -> Result<Map<String, Value>, String> {
     let mut all = Map::new();
     let sources: Vec<(String, &Value)> = match delegate.get("plugins") {
         Some(Value::Array(plugins)) => plugins

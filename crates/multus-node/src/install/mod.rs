@@ -4,10 +4,10 @@
 //! until it is told to stop.
 
 mod binaries;
-mod conf;
+pub(crate) mod conf;
 mod kubeconfig;
 mod relay;
-mod signals;
+pub(crate) mod signals;
 mod whereabouts;
 
 use std::path::{Path, PathBuf};

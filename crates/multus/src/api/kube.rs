@@ -2,6 +2,7 @@
 
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s::ObjectMeta;
 
@@ -14,18 +15,30 @@ use k8s::{ClientOptions, EventType, K8sError, KubeClient, PodEvent};
 const EVENTS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The client is made on first use: a DEL that has its cache never needs one.
-struct KubeApi {
+pub struct KubeApi {
     options: ClientOptions,
-    client: OnceCell<KubeClient>,
+    client: OnceCell<Arc<KubeClient>>,
 }
 
 impl KubeApi {
+    /// An API over a client that outlives the call (a daemon's, shared by its calls);
+    /// `timeout` bounds the events' deadline, as the client's own does.
+    pub fn shared(client: Arc<KubeClient>, timeout: std::time::Duration) -> KubeApi {
+        KubeApi {
+            options: ClientOptions {
+                timeout,
+                ..ClientOptions::default()
+            },
+            client: OnceCell::from(client),
+        }
+    }
+
     fn client(&self) -> Result<&KubeClient> {
         if let Some(client) = self.client.get() {
             return Ok(client);
         }
         let client = KubeClient::new(&self.options).map_err(api_error)?;
-        Ok(self.client.get_or_init(|| client))
+        Ok(self.client.get_or_init(|| Arc::new(client)))
     }
 }
 

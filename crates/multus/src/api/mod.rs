@@ -97,4 +97,5 @@ pub trait Api {
 }
 
 /// Opens the API for a configuration; `None` means multus runs without one.
-pub type Connect = fn(&crate::config::MultusConf) -> Result<Option<Box<dyn Api>>>;
+pub type Connect =
+    Box<dyn Fn(&crate::config::MultusConf) -> Result<Option<Box<dyn Api>>> + Send + Sync>;

@@ -1,0 +1,152 @@
+//! The Kubernetes API as the daemon's calls see it: reads and the network-status write on the
+//! daemon's one client (one connection for every call, no handshake per call), and events
+//! handed to a thread of their own, so that a reply never waits for them. The events queue is
+//! bounded: a call that finds it full waits for room rather than drop its events.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s::KubeClient;
+use multus::api::kube::KubeApi;
+use multus::api::{Api, Event, Nad, Pod};
+use multus::Result;
+
+use super::metrics::Metrics;
+
+/// Commands' event batches waiting to be sent, at most.
+const EVENT_BATCHES: usize = 256;
+/// Tries per event batch before its failures are logged and counted.
+const EVENT_TRIES: u32 = 3;
+const EVENT_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// What every call's API shares.
+pub struct Shared {
+    pub client: Arc<KubeClient>,
+    pub timeout: Duration,
+    pub metrics: Arc<Metrics>,
+    events: SyncSender<Vec<Event>>,
+}
+
+impl Shared {
+    /// The shared parts and the events thread's end of the queue.
+    pub fn new(
+        client: Arc<KubeClient>,
+        timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> (Arc<Shared>, Receiver<Vec<Event>>) {
+        let (events, queued) = sync_channel(EVENT_BATCHES);
+        (
+            Arc::new(Shared {
+                client,
+                timeout,
+                metrics,
+                events,
+            }),
+            queued,
+        )
+    }
+
+    pub fn api(self: &Arc<Self>) -> DaemonApi {
+        DaemonApi {
+            inner: KubeApi::shared(Arc::clone(&self.client), self.timeout),
+            shared: Arc::clone(self),
+        }
+    }
+}
+
+/// Sends the queued events until the queue's senders are gone (the calls' APIs, which the
+/// workers hold); each batch is tried up to [`EVENT_TRIES`] times.
+pub fn send_events(
+    client: Arc<KubeClient>,
+    timeout: Duration,
+    metrics: &Metrics,
+    queued: Receiver<Vec<Event>>,
+) {
+    let api = KubeApi::shared(client, timeout);
+    for mut batch in queued {
+        metrics.events_queued.fetch_sub(
+            i64::try_from(batch.len()).unwrap_or(0),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        for attempt in 1..=EVENT_TRIES {
+            let failed: Vec<Event> = api
+                .record_events(&batch)
+                .into_iter()
+                .map(|(event, e)| {
+                    if attempt == EVENT_TRIES {
+                        tracing::error!(
+                            pod = %format!("{}/{}", event.pod.namespace, event.pod.name),
+                            "cannot record event {}: {e}",
+                            event.reason
+                        );
+                        metrics.event_failed();
+                    }
+                    event.clone()
+                })
+                .collect();
+            if failed.is_empty() || attempt == EVENT_TRIES {
+                break;
+            }
+            batch = failed;
+            std::thread::sleep(EVENT_RETRY_PAUSE);
+        }
+    }
+}
+
+pub struct DaemonApi {
+    inner: KubeApi,
+    shared: Arc<Shared>,
+}
+
+impl DaemonApi {
+    fn counted<T>(&self, call: &str, r: Result<T>) -> Result<T> {
+        if r.is_err() {
+            self.shared.metrics.api_error(call);
+        }
+        r
+    }
+}
+
+impl Api for DaemonApi {
+    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>> {
+        self.counted("get pods", self.inner.pod(namespace, name))
+    }
+
+    fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>> {
+        self.counted(
+            "get network-attachment-definitions",
+            self.inner.nad(namespace, name),
+        )
+    }
+
+    fn nads(&self, names: &[(&str, &str)]) -> Vec<Result<Option<Nad>>> {
+        self.inner
+            .nads(names)
+            .into_iter()
+            .map(|r| self.counted("get network-attachment-definitions", r))
+            .collect()
+    }
+
+    fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>) -> Result<()> {
+        self.counted(
+            "patch pods/status",
+            self.inner.set_pod_annotations(pod, annotations),
+        )
+    }
+
+    /// Queued for the events thread: none fails here.
+    fn record_events<'a>(&self, events: &'a [Event]) -> Vec<(&'a Event, multus::Error)> {
+        let n = i64::try_from(events.len()).unwrap_or(0);
+        self.shared
+            .metrics
+            .events_queued
+            .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        if self.shared.events.send(events.to_vec()).is_err() {
+            // Only while the daemon stops: the events thread is gone.
+            tracing::warn!("the daemon is stopping: {} events not sent", events.len());
+        }
+        Vec::new()
+    }
+}

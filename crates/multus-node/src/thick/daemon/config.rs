@@ -1,0 +1,291 @@
+//! The daemon's config file (`-config`, upstream's `daemon-config.json`): upstream's keys with
+//! upstream's defaults, and ours for the request queue. Every top-level key is also copied over
+//! each request's network config, as upstream does: that is how `binDir`, `cniDir` and the
+//! rest reach the calls.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use cni::quote::quote;
+use multus::config::{LogLevel, LogOptions};
+use serde_json::{Map, Value};
+
+use super::super::wire;
+
+/// Upstream's default path of the config file.
+pub const DEFAULT_PATH: &str = "/etc/cni/net.d/multus.d/daemon-config.json";
+/// The file is a few hundred bytes.
+const MAX_FILE: u64 = 1 << 20;
+
+/// CNI calls served at once when `connectionLimit` is not set (upstream serves any number).
+const DEFAULT_IN_FLIGHT: usize = 16;
+/// Calls waiting for a worker, at most (`maxQueuedRequests`, ours).
+const DEFAULT_QUEUE: usize = 1024;
+/// How long a call may wait for a worker (`requestTimeoutSeconds`, ours): well inside the
+/// kubelet's two minutes for a sandbox.
+const DEFAULT_QUEUE_WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    /// Every key as written, copied over each request's config.
+    pub keys: Map<String, Value>,
+    /// `socketDir`: where the daemon listens.
+    pub socket_dir: PathBuf,
+    /// `chrootDir`: delegates run chrooted there (the host's root, mounted in the pod).
+    pub chroot_dir: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    pub log_level: LogLevel,
+    pub log_to_stderr: bool,
+    pub log_options: LogOptions,
+    /// `connectionLimit`: CNI calls served at once.
+    pub in_flight: usize,
+    pub queue_length: usize,
+    pub queue_wait: Duration,
+    /// `metricsPort`: `/metrics` also on this TCP port.
+    pub metrics_port: Option<u16>,
+    /// `multusConfigFile`: `auto` writes `00-multus.conf` from the cluster network's config.
+    pub auto_config: bool,
+    /// `cniConfigDir`: where `00-multus.conf` goes.
+    pub cni_config_dir: PathBuf,
+    /// `multusAutoconfigDir`: where the cluster network's config is found.
+    pub autoconfig_dir: PathBuf,
+    /// `multusMasterCNI`: that config's file name, instead of the first by name.
+    pub master_cni: Option<String>,
+    pub cni_version: Option<String>,
+    pub force_cni_version: bool,
+    /// `readinessindicatorfile`: the daemon is ready once it exists.
+    pub readiness_file: Option<PathBuf>,
+    /// `kubeconfig` (ours): the API's credentials; in-cluster ones without it.
+    pub kubeconfig: Option<PathBuf>,
+    /// What the daemon logs once its log is set up: keys it reads and ignores.
+    pub warnings: Vec<String>,
+}
+
+fn bad(key: &str, why: impl std::fmt::Display) -> String {
+    format!("{key}: {why}")
+}
+
+impl DaemonConfig {
+    pub fn read(path: &Path) -> Result<DaemonConfig, String> {
+        let at = |e: String| format!("{}: {e}", path.display());
+        let bytes = std::fs::File::open(path)
+            .and_then(|f| {
+                let mut text = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_FILE + 1), &mut text)
+                    .map(|_| text)
+            })
+            .map_err(|e| at(e.to_string()))?;
+        if bytes.len() as u64 > MAX_FILE {
+            return Err(at(format!("larger than {MAX_FILE} bytes")));
+        }
+        DaemonConfig::parse(&bytes).map_err(at)
+    }
+
+    pub fn parse(bytes: &[u8]) -> Result<DaemonConfig, String> {
+        let keys = match serde_json::from_slice::<Value>(bytes) {
+            Ok(Value::Object(m)) => m,
+            Ok(_) => return Err("not a JSON object".into()),
+            Err(e) => return Err(format!("not JSON: {e}")),
+        };
+        let string = |key: &str| -> Result<Option<String>, String> {
+            match keys.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if s.is_empty() => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(other) => Err(bad(key, format!("{other} is not a string"))),
+            }
+        };
+        let boolean = |key: &str| -> Result<bool, String> {
+            match keys.get(key) {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(other) => Err(bad(key, format!("{other} is not true or false"))),
+            }
+        };
+        let count = |key: &str| -> Result<Option<u64>, String> {
+            match keys.get(key) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .map(Some)
+                    .ok_or_else(|| bad(key, format!("{v} is not a whole number"))),
+            }
+        };
+        let path = |key: &str| string(key).map(|s| s.map(PathBuf::from));
+        let log_level = match string("logLevel")? {
+            None => LogLevel::Panic,
+            Some(s) => LogLevel::parse(&s).ok_or_else(|| {
+                bad(
+                    "logLevel",
+                    format!(
+                        "{} is not a level: use panic, error, verbose or debug",
+                        quote(&s)
+                    ),
+                )
+            })?,
+        };
+        let log_options = match keys.get("logOptions") {
+            None | Some(Value::Null) => LogOptions::default(),
+            Some(Value::Object(o)) => LogOptions {
+                max_age: o.get("maxAge").and_then(Value::as_u64),
+                max_size: o.get("maxSize").and_then(Value::as_u64),
+                max_backups: o.get("maxBackups").and_then(Value::as_u64),
+                compress: o.get("compress").and_then(Value::as_bool),
+            },
+            Some(other) => return Err(bad("logOptions", format!("{other} is not an object"))),
+        };
+        let in_flight = match count("connectionLimit")? {
+            None => DEFAULT_IN_FLIGHT,
+            Some(0) => {
+                return Err(bad(
+                    "connectionLimit",
+                    "must be greater than 0: it is how many calls are served at once",
+                ))
+            }
+            Some(n) => usize::try_from(n.min(1024)).unwrap_or(1024),
+        };
+        let queue_length = count("maxQueuedRequests")?.map_or(DEFAULT_QUEUE, |n| {
+            usize::try_from(n.min(65_536)).unwrap_or(65_536)
+        });
+        let queue_wait = count("requestTimeoutSeconds")?
+            .map_or(DEFAULT_QUEUE_WAIT, |s| Duration::from_secs(s.clamp(1, 600)));
+        let metrics_port = match count("metricsPort")? {
+            None => None,
+            Some(p) => Some(
+                u16::try_from(p)
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .ok_or_else(|| bad("metricsPort", format!("{p} is not a port")))?,
+            ),
+        };
+        let multus_config_file = string("multusConfigFile")?.unwrap_or_else(|| "auto".into());
+        if multus_config_file != "auto" {
+            // Upstream's daemon copies the file and then exits at once (a known bug): a node
+            // would be left without its daemon.
+            return Err(bad(
+                "multusConfigFile",
+                format!(
+                    "{}: only \"auto\" is served: the daemon writes 00-multus.conf from the \
+                     cluster network's config",
+                    quote(&multus_config_file)
+                ),
+            ));
+        }
+        let cni_config_dir = path("cniConfigDir")?.unwrap_or_else(|| "/etc/cni/net.d".into());
+        let warnings = ["perNodeCertificate", "enablePprof"]
+            .iter()
+            .filter(|k| {
+                keys.get(**k)
+                    .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+            })
+            .map(|k| format!("{k} is not supported by this daemon: it is ignored"))
+            .collect();
+        Ok(DaemonConfig {
+            socket_dir: path("socketDir")?.unwrap_or_else(|| wire::DEFAULT_SOCKET_DIR.into()),
+            chroot_dir: path("chrootDir")?,
+            log_file: path("logFile")?,
+            log_level,
+            log_to_stderr: boolean("logToStderr")?,
+            log_options,
+            in_flight,
+            queue_length,
+            queue_wait,
+            metrics_port,
+            auto_config: true,
+            autoconfig_dir: path("multusAutoconfigDir")?.unwrap_or_else(|| cni_config_dir.clone()),
+            cni_config_dir,
+            master_cni: string("multusMasterCNI")?,
+            cni_version: string("cniVersion")?,
+            force_cni_version: boolean("forceCNIVersion")?,
+            readiness_file: path("readinessindicatorfile")?,
+            kubeconfig: path("kubeconfig")?,
+            warnings,
+            keys,
+        })
+    }
+
+    /// A request's network config with every key of this file copied over it, as upstream
+    /// does (`readinessindicatorfile` aside: the daemon waited for it before serving).
+    pub fn overlay(&self, config: &[u8]) -> Result<Vec<u8>, String> {
+        let mut conf = match serde_json::from_slice::<Value>(config) {
+            Ok(Value::Object(m)) => m,
+            Ok(_) => return Err("the network config is not a JSON object".into()),
+            Err(e) => return Err(format!("the network config is not JSON: {e}")),
+        };
+        for (key, value) in &self.keys {
+            if key != "readinessindicatorfile" {
+                conf.insert(key.clone(), value.clone());
+            }
+        }
+        serde_json::to_vec(&Value::Object(conf)).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstreams_keys_and_defaults() {
+        let c = DaemonConfig::parse(
+            br#"{"chrootDir": "/hostroot", "cniVersion": "0.3.1", "logLevel": "verbose",
+                 "logToStderr": true, "cniConfigDir": "/host/etc/cni/net.d",
+                 "multusAutoconfigDir": "/host/etc/cni/net.d", "multusConfigFile": "auto",
+                 "socketDir": "/host/run/multus/"}"#,
+        )
+        .unwrap();
+        assert_eq!(c.socket_dir, Path::new("/host/run/multus/"));
+        assert_eq!(c.chroot_dir.as_deref(), Some(Path::new("/hostroot")));
+        assert_eq!(c.log_level, LogLevel::Verbose);
+        assert_eq!(c.in_flight, DEFAULT_IN_FLIGHT);
+        assert_eq!(c.cni_version.as_deref(), Some("0.3.1"));
+        let d = DaemonConfig::parse(b"{}").unwrap();
+        assert_eq!(d.socket_dir, Path::new("/run/multus/"));
+        assert_eq!(d.cni_config_dir, Path::new("/etc/cni/net.d"));
+        assert_eq!(d.autoconfig_dir, Path::new("/etc/cni/net.d"));
+        for (text, want) in [
+            (
+                r#"{"connectionLimit": 0}"#,
+                "connectionLimit: must be greater than 0",
+            ),
+            (
+                r#"{"connectionLimit": "x"}"#,
+                "connectionLimit: \"x\" is not a whole number",
+            ),
+            (
+                r#"{"logLevel": "loud"}"#,
+                "logLevel: \"loud\" is not a level",
+            ),
+            (
+                r#"{"metricsPort": 70000}"#,
+                "metricsPort: 70000 is not a port",
+            ),
+            (
+                r#"{"multusConfigFile": "/x.conf"}"#,
+                "multusConfigFile: \"/x.conf\": only",
+            ),
+            (r#"{"socketDir": 5}"#, "socketDir: 5 is not a string"),
+            ("[]", "not a JSON object"),
+        ] {
+            let e = DaemonConfig::parse(text.as_bytes()).unwrap_err();
+            assert!(e.starts_with(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_key_but_the_readiness_file_goes_over_the_request() {
+        let c = DaemonConfig::parse(
+            br#"{"binDir": "/host/opt/cni/bin", "readinessindicatorfile": "/r", "cniVersion": "1.0.0"}"#,
+        )
+        .unwrap();
+        let out = c
+            .overlay(br#"{"cniVersion": "0.3.1", "name": "multus-cni-network", "binDir": "/x"}"#)
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["binDir"], "/host/opt/cni/bin");
+        assert_eq!(v["cniVersion"], "1.0.0");
+        assert_eq!(v["name"], "multus-cni-network");
+        assert!(v.get("readinessindicatorfile").is_none());
+        assert!(c.overlay(b"[1]").is_err());
+    }
+}

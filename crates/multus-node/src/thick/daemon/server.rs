@@ -1,0 +1,321 @@
+//! The socket: one acceptor thread reads each request and answers health, readiness and
+//! metrics itself; CNI calls go into a bounded queue that a fixed number of workers
+//! (`connectionLimit`) take from. A call that finds the queue full, or waited past its
+//! deadline, gets a CNI error that says so (code 11), well before the runtime gives up; no
+//! call gets a thread of its own.
+//!
+//! Stopping: the acceptor stops taking connections, `/readyz` says so, the workers finish the
+//! calls they have and those queued, and [`Server::stop`] returns once they are done or its
+//! deadline passes.
+
+use std::io::BufReader;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use cni::{CniError, Code};
+
+use super::super::wire;
+use super::handler::{Answer, Handler};
+use super::metrics::Metrics;
+
+/// How long the acceptor waits for a request to arrive whole.
+const READ_WAIT: Duration = Duration::from_secs(5);
+/// How long writing a reply may take.
+const WRITE_WAIT: Duration = Duration::from_secs(10);
+
+/// What the acceptor and the workers share.
+pub struct State {
+    pub metrics: Arc<Metrics>,
+    /// Ready to serve calls: the caches are filled and the readiness file, if any, exists.
+    pub ready: AtomicBool,
+    pub stopping: AtomicBool,
+}
+
+struct Job {
+    stream: UnixStream,
+    body: Vec<u8>,
+    arrived: Instant,
+}
+
+pub struct Server {
+    pub socket: PathBuf,
+    listener: UnixListener,
+    state: Arc<State>,
+    acceptor: Option<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// The socket's directory, made with mode 0700 when missing (a symlink in its place is
+/// refused), and the socket in it, mode 0600; a socket left by an earlier daemon is replaced.
+fn listen(dir: &Path) -> Result<(PathBuf, UnixListener), String> {
+    let at = |what: &str, e: std::io::Error| format!("{what} {}: {e}", dir.display());
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(format!(
+                "socketDir {} is a symbolic link, which is never followed: remove it",
+                dir.display()
+            ))
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(format!("socketDir {} is not a directory", dir.display()))
+        }
+        Ok(_) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| at("cannot set the mode of", e))?,
+        Err(_) => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| at("cannot create", e))?,
+    }
+    let socket = wire::socket_path(dir);
+    match std::fs::symlink_metadata(&socket) {
+        Ok(m) if m.file_type().is_socket() => {
+            std::fs::remove_file(&socket).map_err(|e| at("cannot replace the socket in", e))?
+        }
+        Ok(_) => {
+            return Err(format!(
+                "{} exists and is not a socket: remove it",
+                socket.display()
+            ))
+        }
+        Err(_) => {}
+    }
+    let listener = UnixListener::bind(&socket).map_err(|e| at("cannot listen in", e))?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| at("cannot set the socket's mode in", e))?;
+    Ok((socket, listener))
+}
+
+use std::os::unix::fs::FileTypeExt;
+
+impl Server {
+    pub fn start(
+        dir: &Path,
+        handler: Arc<Handler>,
+        state: Arc<State>,
+        in_flight: usize,
+        queue_length: usize,
+        queue_wait: Duration,
+    ) -> Result<Server, String> {
+        let (socket, listener) = listen(dir)?;
+        let (queue, jobs) = sync_channel::<Job>(queue_length);
+        let jobs = Arc::new(Mutex::new(jobs));
+        let workers = (0..in_flight)
+            .map(|i| {
+                let (jobs, handler, state) =
+                    (Arc::clone(&jobs), Arc::clone(&handler), Arc::clone(&state));
+                std::thread::Builder::new()
+                    .name(format!("worker-{i}"))
+                    .spawn(move || work(&jobs, &handler, &state, queue_wait))
+                    .map_err(|e| format!("cannot start a worker: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let accepting = listener
+            .try_clone()
+            .map_err(|e| format!("the socket: {e}"))?;
+        let acceptor_state = Arc::clone(&state);
+        let acceptor = std::thread::Builder::new()
+            .name("acceptor".into())
+            .spawn(move || accept(&accepting, queue, &acceptor_state))
+            .map_err(|e| format!("cannot start the acceptor: {e}"))?;
+        Ok(Server {
+            socket,
+            listener,
+            state,
+            acceptor: Some(acceptor),
+            workers,
+        })
+    }
+
+    /// Stops taking connections, lets the workers finish what they have, and removes the
+    /// socket. Returns whether every call finished before `deadline`.
+    pub fn stop(mut self, deadline: Instant) -> bool {
+        self.state.stopping.store(true, Ordering::SeqCst);
+        // accept() fails on a socket shut down, and the acceptor, seeing `stopping`, ends:
+        // the queue's sender goes with it, and the workers end once it is empty.
+        // SAFETY: shutdown(2) on a socket this struct owns; no memory is involved.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        let _ = std::fs::remove_file(&self.socket);
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+        while Instant::now() < deadline {
+            if self.workers.iter().all(JoinHandle::is_finished) {
+                for w in self.workers.drain(..) {
+                    let _ = w.join();
+                }
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+fn reply(stream: &mut UnixStream, status: u16, content_type: &str, body: &[u8]) {
+    let _ = stream.set_write_timeout(Some(WRITE_WAIT));
+    let _ = wire::write_response(stream, status, content_type, body);
+}
+
+fn reply_error(stream: &mut UnixStream, status: u16, e: &CniError) {
+    let body = serde_json::to_vec(e).unwrap_or_default();
+    reply(stream, status, "application/json", &body);
+}
+
+fn accept(listener: &UnixListener, queue: SyncSender<Job>, state: &State) {
+    for conn in listener.incoming() {
+        if state.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(mut stream) = conn else { continue };
+        let _ = stream.set_read_timeout(Some(READ_WAIT));
+        let Ok(reading) = stream.try_clone() else {
+            continue;
+        };
+        let request = match wire::read_request(&mut BufReader::new(reading)) {
+            Ok(r) => r,
+            Err(wire::BadRequest::Gone(_)) => continue,
+            Err(wire::BadRequest::Refused(status, why)) => {
+                state.metrics.served("NotFound", status, "unknown");
+                reply(
+                    &mut stream,
+                    status,
+                    "text/plain; charset=utf-8",
+                    why.as_bytes(),
+                );
+                continue;
+            }
+        };
+        let method = request.method.as_str();
+        let handler = request.path.as_str();
+        let status = match (handler, method) {
+            ("/healthz", "GET" | "POST") => {
+                reply(&mut stream, 200, "text/plain; charset=utf-8", b"");
+                200
+            }
+            ("/readyz", "GET" | "POST") => {
+                let (status, text) = if state.stopping.load(Ordering::SeqCst) {
+                    (500, "stopping")
+                } else if state.ready.load(Ordering::SeqCst) {
+                    (200, "")
+                } else {
+                    (500, "not ready: the caches are filling")
+                };
+                reply(
+                    &mut stream,
+                    status,
+                    "text/plain; charset=utf-8",
+                    text.as_bytes(),
+                );
+                status
+            }
+            ("/metrics", "GET") => {
+                let text = state.metrics.text();
+                reply(
+                    &mut stream,
+                    200,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    text.as_bytes(),
+                );
+                200
+            }
+            ("/cni", "POST") => {
+                let job = Job {
+                    stream,
+                    body: request.body,
+                    arrived: Instant::now(),
+                };
+                state.metrics.queued.fetch_add(1, Ordering::Relaxed);
+                match queue.try_send(job) {
+                    Ok(()) => continue,
+                    Err(TrySendError::Full(mut job) | TrySendError::Disconnected(mut job)) => {
+                        state.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+                        state.metrics.request("unknown", "rejected", Duration::ZERO);
+                        let e = CniError::new(
+                            Code::TryAgainLater,
+                            "the multus daemon has as many calls queued as it takes \
+                             (maxQueuedRequests): try again",
+                        );
+                        reply_error(&mut job.stream, 400, &e);
+                        400
+                    }
+                }
+            }
+            ("/delegate", "POST") => {
+                let e = CniError::new(
+                    Code::Internal,
+                    "hot-plug (/delegate) is not served by this multus daemon",
+                );
+                reply_error(&mut stream, 400, &e);
+                400
+            }
+            ("/cni" | "/delegate" | "/healthz" | "/readyz" | "/metrics", _) => {
+                reply(
+                    &mut stream,
+                    405,
+                    "text/plain; charset=utf-8",
+                    b"Method not allowed\n",
+                );
+                405
+            }
+            _ => {
+                reply(&mut stream, 404, "text/plain; charset=utf-8", b"");
+                404
+            }
+        };
+        let known = ["/healthz", "/readyz", "/metrics", "/cni", "/delegate"];
+        let label = if known.contains(&handler) {
+            handler
+        } else {
+            "NotFound"
+        };
+        state.metrics.served(label, status, method);
+    }
+}
+
+fn work(jobs: &Mutex<Receiver<Job>>, handler: &Handler, state: &State, queue_wait: Duration) {
+    loop {
+        let next = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        let Ok(mut job) = next else { return };
+        let m = &state.metrics;
+        m.queued.fetch_sub(1, Ordering::Relaxed);
+        let waited = job.arrived.elapsed();
+        if waited > queue_wait {
+            m.request("unknown", "expired", waited);
+            m.served("/cni", 400, "post");
+            let e = CniError::new(
+                Code::TryAgainLater,
+                format!(
+                    "the call waited {} s for one of the multus daemon's workers (its \
+                     connectionLimit) and gave up at its deadline (requestTimeoutSeconds): \
+                     try again",
+                    waited.as_secs()
+                ),
+            );
+            reply_error(&mut job.stream, 400, &e);
+            continue;
+        }
+        m.in_flight.fetch_add(1, Ordering::Relaxed);
+        let answer: Answer = handler.cni(&job.body);
+        m.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let content_type = if answer.ok {
+            "text/plain; charset=utf-8"
+        } else {
+            "application/json"
+        };
+        reply(&mut job.stream, answer.status, content_type, &answer.body);
+        m.request(
+            &answer.command,
+            if answer.ok { "ok" } else { "error" },
+            job.arrived.elapsed(),
+        );
+        m.served("/cni", answer.status, "post");
+    }
+}

@@ -1,0 +1,537 @@
+//! Thick mode through the real binaries: `multus-daemon` (the `multus` binary under that name)
+//! in the sandbox's node namespace, against testkit's API server over HTTPS, and `multus-shim`
+//! exec'd as a runtime execs a CNI plugin. Also upstream's protocol both ways: requests in the
+//! shape upstream's shim sends, and our shim against a daemon that answers as upstream's does.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::cluster::{cni_error, Cluster, NETWORKS};
+use common::{multus_bin, CONTAINER_ID, POD_NAME};
+use serde_json::{json, Value};
+use testkit::{CniCall, CniOutput, PluginDir};
+
+struct Thick {
+    c: Cluster,
+    links: PluginDir,
+    sock: PathBuf,
+    config: PathBuf,
+    log: PathBuf,
+    daemon: Option<Child>,
+}
+
+impl Thick {
+    /// A daemon for the cluster's node, `extra` keys in its config, serving once ready.
+    fn new(annotations: Value, extra: Value) -> Thick {
+        let c = Cluster::new(annotations, json!({}));
+        let links = PluginDir::new(&multus_bin(), &["multus-daemon", "multus-shim"]);
+        let primary = c.sb.cluster("cluster", "cni0", "10.88.0.0/24", "1.0.0");
+        c.sb.write_conf("10-cluster.conf", &primary);
+        let sock = c.sb.dir.path().join("run/multus");
+        let mut config = json!({
+            "cniVersion": "1.0.0",
+            "cniConfigDir": c.sb.conf_dir(),
+            "multusAutoconfigDir": c.sb.conf_dir(),
+            "socketDir": sock,
+            "daemonSocketDir": sock,
+            "binDir": c.sb.plugins.path(),
+            "cniDir": c.sb.cni_dir(),
+            "confDir": c.sb.conf_dir(),
+            "kubeconfig": c.sb.dir.path().join("multus.kubeconfig"),
+            "logLevel": "verbose",
+            "logToStderr": true,
+        });
+        if let (Value::Object(base), Value::Object(more)) = (&mut config, extra) {
+            base.extend(more);
+        }
+        let path = c.sb.dir.path().join("daemon-config.json");
+        std::fs::write(&path, config.to_string()).expect("daemon config");
+        let log = c.sb.dir.path().join("daemon.log");
+        let mut t = Thick {
+            c,
+            links,
+            sock,
+            config: path,
+            log,
+            daemon: None,
+        };
+        t.start();
+        t
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log");
+        let mut cmd = self
+            .c
+            .sb
+            .node
+            .command(self.links.path().join("multus-daemon"));
+        cmd.args(["-config".as_ref(), self.config.as_os_str()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log);
+        self.daemon = Some(cmd.spawn().expect("start the daemon"));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.request("GET", "/readyz", b"").map(|r| r.0) != Some(200) {
+            assert!(
+                Instant::now() < deadline,
+                "not ready: {}",
+                self.daemon_log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn daemon_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.sock.join("multus.sock")
+    }
+
+    /// One raw HTTP request on the socket: the status and body, or `None` when nothing
+    /// answers.
+    fn request(&self, method: &str, path: &str, body: &[u8]) -> Option<(u16, Vec<u8>)> {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: dummy\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let mut raw = head.into_bytes();
+        raw.extend_from_slice(body);
+        self.raw(&raw)
+    }
+
+    fn raw(&self, bytes: &[u8]) -> Option<(u16, Vec<u8>)> {
+        let mut s = UnixStream::connect(self.socket()).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+        s.write_all(bytes).ok()?;
+        let mut reply = Vec::new();
+        s.read_to_end(&mut reply).ok()?;
+        let text = String::from_utf8_lossy(&reply);
+        let status = text.split(' ').nth(1)?.parse().ok()?;
+        let body = text.split_once("\r\n\r\n")?.1.as_bytes().to_vec();
+        Some((status, body))
+    }
+
+    /// The shim's config, as the daemon wrote it.
+    fn shim_conf(&self) -> String {
+        std::fs::read_to_string(self.c.sb.conf_dir().join("00-multus.conf"))
+            .expect("00-multus.conf")
+    }
+
+    fn shim_call(&self, command: &str) -> CniCall {
+        let mut call = self.c.call(command);
+        call.stdin = self.shim_conf();
+        call
+    }
+
+    fn shim(&self, command: &str) -> CniOutput {
+        self.c.sb.run_in_node(
+            &self.links.path().join("multus-shim"),
+            &self.shim_call(command),
+        )
+    }
+
+    /// Signals the daemon and waits for it to exit: its status and how long it took.
+    fn signal(&mut self, sig: i32) -> (Option<i32>, Duration) {
+        signal(self.daemon.take().expect("a daemon"), sig)
+    }
+
+    /// Events with this reason, once the daemon has sent them (after its reply).
+    fn events_soon(&self, reason: &str, n: usize) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = self.c.events(reason);
+            if got.len() >= n || Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn signal(mut child: Child, sig: i32) -> (Option<i32>, Duration) {
+    let pid = i32::try_from(child.id()).expect("pid");
+    let at = Instant::now();
+    // SAFETY: kill(2) on our own child, not yet reaped.
+    unsafe { libc::kill(pid, sig) };
+    let status = child.wait().expect("wait for the daemon");
+    (status.code(), at.elapsed())
+}
+
+impl Drop for Thick {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+    }
+}
+
+#[test]
+fn a_pod_with_two_nads_through_the_shim() {
+    let t = Thick::new(json!({NETWORKS: "a,b"}), json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    t.c.bridge_nad("default", "b", "10.21.0.0/24");
+    // The shim's config, as upstream's daemon writes it.
+    let conf: Value = serde_json::from_str(&t.shim_conf()).expect("JSON");
+    assert_eq!(conf["type"], "multus-shim");
+    assert_eq!(conf["name"], "multus-cni-network");
+    assert_eq!(
+        conf["clusterNetwork"],
+        json!(t.c.sb.conf_dir().join("10-cluster.conf"))
+    );
+    assert_eq!(conf["daemonSocketDir"], json!(t.sock));
+    let result = t.shim("ADD").ok();
+    assert_eq!(
+        result["cniVersion"], "1.0.0",
+        "the conf's version: {result}"
+    );
+    assert_eq!(result["ips"][0]["address"], "10.88.0.2/24");
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1", "net2"]);
+    let status = t.c.network_status().expect("network-status");
+    let names: Vec<&str> = status
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["cluster", "default/a", "default/b"]);
+    assert_eq!(status[1]["interface"], "net1");
+    assert_eq!(status[2]["ips"], json!(["10.21.0.2"]));
+    assert_eq!(
+        t.events_soon("AddedInterface", 3),
+        [
+            "Add eth0 [10.88.0.2/24] from cluster",
+            "Add net1 [10.20.0.2/24] from default/a",
+            "Add net2 [10.21.0.2/24] from default/b",
+        ]
+    );
+    // CHECK, STATUS and GC go through the daemon too.
+    let mut check = t.shim_call("CHECK");
+    check.stdin = serde_json::to_string(&{
+        let mut c: Value = serde_json::from_str(&t.shim_conf()).unwrap();
+        c["prevResult"] = result.clone();
+        c
+    })
+    .unwrap();
+    let out =
+        t.c.sb
+            .run_in_node(&t.links.path().join("multus-shim"), &check);
+    assert_eq!(out.code, 0, "CHECK: {out:?}\n{}", t.daemon_log());
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("after DEL");
+    // The daemon logged the calls with their pod, container and interface.
+    let log = t.daemon_log();
+    assert!(log.contains(&format!("pod=default/{POD_NAME}")), "{log}");
+    assert!(log.contains(&format!("container={CONTAINER_ID}")), "{log}");
+}
+
+#[test]
+fn del_with_the_daemon_down_is_done_by_the_shim_and_add_fails_at_once() {
+    let mut t = Thick::new(json!({NETWORKS: "a"}), json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    t.shim("ADD").ok();
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"]);
+    // A crash-looping daemon: gone without a word.
+    t.signal(libc::SIGKILL);
+    let at = Instant::now();
+    let out = t.shim("ADD");
+    let (code, msg) = cni_error(&out);
+    assert_eq!(code, 11, "{msg}");
+    assert!(
+        msg.contains(&t.socket().display().to_string())
+            && msg.contains("check the multus daemon pod on this node"),
+        "{msg}"
+    );
+    assert!(at.elapsed() < Duration::from_secs(2), "{:?}", at.elapsed());
+    // DEL needs no daemon: the shim deletes from the delegate cache.
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("DEL without the daemon");
+    // And again: nothing left to do is no error.
+    t.shim("DEL").ok();
+}
+
+#[test]
+fn sigterm_finishes_the_calls_in_hand_then_exits() {
+    let mut t = Thick::new(json!({NETWORKS: "slow"}), json!({}));
+    t.c.sb.script(
+        "slow",
+        r#"cat > /dev/null
+if [ "$CNI_COMMAND" = ADD ]; then
+  sleep 1.5
+  echo '{"cniVersion":"1.0.0","interfaces":[{"name":"net1"}],"ips":[]}'
+fi"#,
+    );
+    t.c.nad(
+        "default",
+        "slow",
+        json!({"cniVersion": "1.0.0", "name": "slow", "type": "slow"}),
+    );
+    let shim = t.links.path().join("multus-shim");
+    let call = t.shim_call("ADD");
+    let daemon = t.daemon.take().expect("a daemon");
+    let node = &t.c.sb.node;
+    let (added, (code, took)) = std::thread::scope(|s| {
+        let adding = s.spawn(|| call.run(&shim, Some(node)));
+        // The ADD is in the daemon's hands when the signal comes.
+        std::thread::sleep(Duration::from_millis(500));
+        let stopped = signal(daemon, libc::SIGTERM);
+        (adding.join().expect("ADD"), stopped)
+    });
+    assert_eq!(code, Some(0), "{}", t.daemon_log());
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    added.ok();
+    assert!(!t.socket().exists(), "the socket is removed");
+    let log = t.daemon_log();
+    assert!(
+        log.contains("stopping: finishing the calls in hand"),
+        "{log}"
+    );
+    // With the daemon gone, DEL is the shim's.
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("after DEL");
+}
+
+#[test]
+fn a_burst_past_the_queue_is_refused_and_a_call_past_its_deadline_says_so() {
+    let t = Thick::new(
+        json!({NETWORKS: "slow"}),
+        json!({"connectionLimit": 1, "maxQueuedRequests": 1, "requestTimeoutSeconds": 1}),
+    );
+    t.c.sb.script(
+        "slow",
+        r#"cat > /dev/null
+if [ "$CNI_COMMAND" = ADD ]; then
+  sleep 3
+  echo '{"cniVersion":"1.0.0","interfaces":[{"name":"net1"}],"ips":[]}'
+fi"#,
+    );
+    t.c.nad(
+        "default",
+        "slow",
+        json!({"cniVersion": "1.0.0", "name": "slow", "type": "slow"}),
+    );
+    let shim = t.links.path().join("multus-shim");
+    let node = &t.c.sb.node;
+    let outs: Vec<CniOutput> = std::thread::scope(|s| {
+        let runs: Vec<_> = (0..3)
+            .map(|i| {
+                let mut call = t.shim_call("ADD");
+                call.container_id = format!("burst{i}");
+                let shim = &shim;
+                // One at a time into the daemon, so the order is known.
+                std::thread::sleep(Duration::from_millis(300));
+                s.spawn(move || call.run(shim, Some(node)))
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().expect("call")).collect()
+    });
+    outs[0].ok();
+    let (expired, msg) = cni_error(&outs[1]);
+    assert_eq!(expired, 11, "{msg}");
+    assert!(
+        msg.contains("gave up at its deadline (requestTimeoutSeconds)"),
+        "{msg}"
+    );
+    let (rejected, msg) = cni_error(&outs[2]);
+    assert_eq!(rejected, 11, "{msg}");
+    assert!(msg.contains("(maxQueuedRequests)"), "{msg}");
+    let (_, metrics) = t.request("GET", "/metrics", b"").expect("metrics");
+    let metrics = String::from_utf8_lossy(&metrics);
+    for line in [
+        "multus_requests_total{command=\"ADD\",result=\"ok\"} 1",
+        "multus_requests_total{command=\"unknown\",result=\"expired\"} 1",
+        "multus_requests_total{command=\"unknown\",result=\"rejected\"} 1",
+        "multus_requests_in_flight 0",
+        "multus_requests_queued 0",
+    ] {
+        assert!(metrics.contains(line), "{line}\n{metrics}");
+    }
+    let mut del = t.shim_call("DEL");
+    del.container_id = "burst0".into();
+    del.run(&shim, Some(node)).ok();
+}
+
+#[test]
+fn bad_requests_on_the_socket_get_clear_answers() {
+    let t = Thick::new(json!({}), json!({}));
+    let text = |r: Option<(u16, Vec<u8>)>| {
+        let (status, body) = r.expect("an answer");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    assert_eq!(text(t.raw(b"GARBAGE\r\n\r\n")).0, 400);
+    assert_eq!(text(t.request("GET", "/nowhere", b"")).0, 404);
+    assert_eq!(text(t.request("GET", "/cni", b"")).0, 405);
+    assert_eq!(
+        text(t.raw(b"POST /cni HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n")).0,
+        413
+    );
+    assert_eq!(
+        text(t.raw(b"POST /cni HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")).0,
+        411
+    );
+    for (body, code, want) in [
+        ("not json", 6, "the request is not a CNI request"),
+        (r#"{"config": "***"}"#, 6, "config is not base64"),
+        (
+            r#"{"env": {}}"#,
+            4,
+            "required env variables [CNI_COMMAND] missing",
+        ),
+        (
+            r#"{"env": {"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "../x", "CNI_NETNS": "/x", "CNI_IFNAME": "eth0"}}"#,
+            4,
+            "invalid characters in containerID",
+        ),
+        (
+            r#"{"env": {"CNI_COMMAND": "DEL", "CNI_CONTAINERID": "c1", "CNI_IFNAME": "eth0"}, "config": "WzFd"}"#,
+            6,
+            "the network config is not a JSON object",
+        ),
+    ] {
+        let (status, reply) = text(t.request("POST", "/cni", body.as_bytes()));
+        assert_eq!(status, 400, "{body}: {reply}");
+        let e: Value = serde_json::from_str(&reply).expect("a CNI error");
+        assert_eq!(e["code"], code, "{body}: {reply}");
+        assert!(
+            e["msg"].as_str().unwrap_or("").contains(want),
+            "{body}: {reply}"
+        );
+    }
+    // A client that sends nothing does not hold the daemon: the next request is answered.
+    let _silent = UnixStream::connect(t.socket()).expect("connect");
+    assert_eq!(text(t.request("GET", "/healthz", b"")).0, 200);
+    assert_eq!(text(t.request("POST", "/healthz", b"null")).0, 200);
+}
+
+/// Requests exactly as upstream's shim sends them: the whole environment, the config in
+/// base64, a `/healthz` poll first; the reply as upstream's shim reads it.
+#[test]
+fn upstreams_shim_requests_are_served() {
+    let t = Thick::new(json!({NETWORKS: "a"}), json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    assert_eq!(
+        t.request("POST", "/healthz", b"null").map(|r| r.0),
+        Some(200)
+    );
+    let call = t.shim_call("ADD");
+    let mut env = serde_json::Map::new();
+    for (k, v) in [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", &call.container_id),
+        ("CNI_NETNS", &call.netns),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_ARGS", &call.args),
+        ("CNI_PATH", "/opt/cni/bin"),
+        ("PATH", "/usr/sbin:/usr/bin"),
+        ("HOME", "/root"),
+    ] {
+        env.insert(k.into(), json!(v));
+    }
+    use base64::Engine;
+    let config = base64::engine::general_purpose::STANDARD.encode(call.stdin.as_bytes());
+    let body = json!({"env": env, "config": config}).to_string();
+    let (status, reply) = t.request("POST", "/cni", body.as_bytes()).expect("reply");
+    let reply: Value = serde_json::from_slice(&reply).expect("JSON");
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["Result"]["cniVersion"], "1.1.0", "{reply}");
+    assert_eq!(reply["Result"]["ips"][0]["address"], "10.88.0.2/24");
+    env.insert("CNI_COMMAND".into(), json!("DEL"));
+    let body = json!({"env": env, "config": config}).to_string();
+    let (status, reply) = t.request("POST", "/cni", body.as_bytes()).expect("reply");
+    assert_eq!((status, reply.len()), (200, 0));
+    t.c.sb.assert_clean("after DEL");
+}
+
+/// Our shim against a daemon that answers as upstream's v4.3.0 does: ADD's result under
+/// `Result` in 1.1.0 (Content-Type text/plain), errors as plain text with status 400.
+#[test]
+fn our_shim_speaks_to_a_daemon_that_answers_as_upstreams() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("multus.sock");
+    let listener = UnixListener::bind(&socket).expect("listen");
+    let links = PluginDir::new(&multus_bin(), &["multus-shim"]);
+    let served = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        for reply in [
+            r#"{"Result":{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/x"}],"ips":[{"address":"10.88.0.9/24","interface":0}]}}"#,
+            "error configuring pod [default/web] networking: something failed\n",
+        ] {
+            let (conn, _) = listener.accept().expect("accept");
+            let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+            let mut head = String::new();
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).expect("head");
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().expect("length");
+                }
+                head.push_str(&line);
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).expect("body");
+            seen.push((head, String::from_utf8_lossy(&body).into_owned()));
+            let status = if reply.starts_with('{') { 200 } else { 400 };
+            let mut w = conn;
+            write!(
+                w,
+                "HTTP/1.1 {status} X\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{reply}",
+                reply.len()
+            )
+            .expect("reply");
+        }
+        seen
+    });
+    let conf = json!({"cniVersion": "0.3.1", "name": "multus-cni-network", "type": "multus-shim",
+                      "clusterNetwork": "/etc/cni/net.d/10-x.conf", "daemonSocketDir": dir.path()})
+    .to_string();
+    let mut call = CniCall::new("ADD", &conf);
+    call.netns = "/proc/1/ns/net".into();
+    call.path = "/opt/cni/bin".into();
+    call.args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web".into();
+    call.env
+        .push(("CNI_NETNS_OVERRIDE".into(), Some("1".into())));
+    let shim = links.path().join("multus-shim");
+    let added = call.run(&shim, None).ok();
+    // Converted to the conf's version, as upstream's shim does.
+    assert_eq!(added["cniVersion"], "0.3.1", "{added}");
+    assert_eq!(added["ips"][0]["address"], "10.88.0.9/24");
+    let failed = call.run(&shim, None);
+    let (code, msg) = cni_error(&failed);
+    assert_eq!(code, 999, "{msg}");
+    assert!(
+        msg.contains("the multus daemon answered 400: error configuring pod [default/web] networking: something failed"),
+        "{msg}"
+    );
+    let seen = served.join().expect("server");
+    let (head, body) = &seen[0];
+    assert!(head.starts_with("POST /cni HTTP/1.1\r\n"), "{head}");
+    let body: Value = serde_json::from_str(body).expect("JSON body");
+    assert_eq!(body["env"]["CNI_COMMAND"], "ADD");
+    assert_eq!(
+        body["env"]["CNI_ARGS"],
+        "K8S_POD_NAMESPACE=default;K8S_POD_NAME=web"
+    );
+    use base64::Engine;
+    let config = base64::engine::general_purpose::STANDARD
+        .decode(body["config"].as_str().unwrap_or(""))
+        .expect("base64");
+    assert_eq!(config, conf.as_bytes());
+    assert!(body["env"].get("PATH").is_none(), "only CNI_* is sent");
+}
