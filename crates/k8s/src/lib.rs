@@ -14,10 +14,10 @@
 mod credentials;
 mod error;
 mod events;
-pub mod json_patch;
 mod nad;
 mod objects;
 mod transport;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -39,6 +39,7 @@ pub use events::{EventType, PodEvent};
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use nad::{nad_resource, NadSpec, NetworkAttachmentDefinition};
 pub use objects::{Created, Deleted, Resource, Written};
+pub use watch::{Change, Collection};
 
 /// The largest API reply read: an object is at most about 1.5 MB (etcd's limit).
 pub const MAX_REPLY_BYTES: usize = 4 << 20;

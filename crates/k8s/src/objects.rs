@@ -114,8 +114,20 @@ impl KubeClient {
         content_type: &'static str,
         body: Option<&Value>,
     ) -> Result<Value, K8sError> {
+        self.runtime
+            .block_on(self.request_json(call, method, path, content_type, body))
+    }
+
+    async fn request_json(
+        &self,
+        call: Call,
+        method: Method,
+        path: String,
+        content_type: &'static str,
+        body: Option<&Value>,
+    ) -> Result<Value, K8sError> {
         let body = body.map(|b| b.to_string()).unwrap_or_default().into_bytes();
-        self.run(call, false, || {
+        self.attempts(call, false, || {
             let request = Request::builder()
                 .method(method.clone())
                 .uri(path.as_str())
@@ -128,6 +140,7 @@ impl KubeClient {
                 client.request::<Value>(request).await
             }
         })
+        .await
     }
 
     /// The object, or `None` when there is none.
@@ -183,10 +196,23 @@ impl KubeClient {
             .collect())
     }
 
-    /// A whole list, read in pages (`limit` and `continue`) so that no reply passes the size
-    /// cap: a page that does is asked again at half the size. A `continue` token that expired
-    /// (410 Gone) starts the list over, at most twice.
+    /// A whole list, read in pages (see [`KubeClient::list_pages_async`]).
     fn list_pages(&self, call: Call, path: &str) -> Result<Vec<Value>, K8sError> {
+        self.runtime
+            .block_on(self.list_pages_async(call, path, &[]))
+            .map(|(items, _)| items)
+    }
+
+    /// A whole list and its resourceVersion, read in pages (`limit` and `continue`) so that
+    /// no reply passes the size cap: a page that does is asked again at half the size. A
+    /// `continue` token that expired (410 Gone) starts the list over, at most twice. `extra`
+    /// query parameters (a field selector) go with every page.
+    pub(crate) async fn list_pages_async(
+        &self,
+        call: Call,
+        path: &str,
+        extra: &[(&str, &str)],
+    ) -> Result<(Vec<Value>, String), K8sError> {
         let mut all = Vec::new();
         let mut limit = FIRST_PAGE;
         let mut token: Option<String> = None;
@@ -194,20 +220,31 @@ impl KubeClient {
         loop {
             let mut query = form_urlencoded::Serializer::new(String::new());
             query.append_pair("limit", &limit.to_string());
+            for (k, v) in extra {
+                query.append_pair(k, v);
+            }
             if let Some(token) = &token {
                 query.append_pair("continue", token);
             }
             let uri = format!("{path}?{}", query.finish());
-            match self.send_json(call.clone(), Method::GET, uri, "application/json", None) {
+            let page = self
+                .request_json(call.clone(), Method::GET, uri, "application/json", None)
+                .await;
+            match page {
                 Ok(mut page) => {
                     token = page
                         .pointer("/metadata/continue")
                         .and_then(Value::as_str)
                         .filter(|t| !t.is_empty())
                         .map(str::to_owned);
+                    let version = page
+                        .pointer("/metadata/resourceVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned();
                     all.extend(items(page.take()));
                     if token.is_none() {
-                        return Ok(all);
+                        return Ok((all, version));
                     }
                 }
                 Err(e) if matches!(e.cause(), Some(Cause::ReplyTooLarge)) && limit > 1 => {

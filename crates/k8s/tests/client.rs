@@ -939,3 +939,107 @@ fn whole_lists_are_read_in_pages_under_the_reply_cap() -> Result<()> {
     );
     Ok(())
 }
+
+/// A collection kept in step: the list, then the watch's changes for the node's pods only;
+/// a 410 (the history compacted away) lists again, a failed watch is made again from the
+/// last version seen, and nothing in between is missed.
+#[test]
+fn a_reflected_collection_follows_list_watch_410_and_failures() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    s.server.set_bookmark_interval(Duration::from_millis(100));
+    let on_node = |ns: &str, name: &str, node: &str| {
+        let mut pod = pod_manifest(ns, name);
+        pod["spec"]["nodeName"] = json!(node);
+        pod
+    };
+    s.server.add_pod(on_node("a", "mine", "node-1"));
+    s.server.add_pod(on_node("a", "theirs", "node-2"));
+    let client = s.client(5000, 0)?;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let collection = k8s::Collection {
+        path: "/api/v1/pods".into(),
+        field_selector: Some("spec.nodeName=node-1".into()),
+        resource: "pods",
+    };
+    let reflector = {
+        let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            client.reflect(&collection, &stop, &mut |change| {
+                let name =
+                    |v: &serde_json::Value| v["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                let line = match change {
+                    k8s::Change::Listed(items) => {
+                        format!("listed {:?}", items.iter().map(name).collect::<Vec<_>>())
+                    }
+                    k8s::Change::Applied(v) => format!("applied {}", name(&v)),
+                    k8s::Change::Deleted(v) => format!("deleted {}", name(&v)),
+                };
+                seen.lock().unwrap_or_else(|e| e.into_inner()).push(line);
+            })
+        })
+    };
+    let wait_for = |want: &[&str]| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if got == want || Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    assert_eq!(wait_for(&["listed [\"mine\"]"]), ["listed [\"mine\"]"]);
+    s.server.add_pod(on_node("b", "new", "node-1"));
+    s.server.add_pod(on_node("b", "elsewhere", "node-2"));
+    s.server.delete_pod("a", "mine");
+    let want = ["listed [\"mine\"]", "applied new", "deleted mine"];
+    assert_eq!(wait_for(&want), want);
+    // The history is compacted away under the watch: it lists again.
+    s.server.compact();
+    let want = [
+        "listed [\"mine\"]",
+        "applied new",
+        "deleted mine",
+        "listed [\"new\"]",
+    ];
+    assert_eq!(wait_for(&want), want);
+    // A watch that fails is made again from the last version: the change made meanwhile
+    // comes through, and nothing is listed again.
+    let watches = |s: &Setup| {
+        s.server
+            .requests()
+            .iter()
+            .filter(|r| r.path == "/api/v1/pods" && r.query.contains("watch=1"))
+            .count()
+    };
+    let before = watches(&s);
+    s.server
+        .inject_with_param("GET", "/api/v1/pods", "watch", Fault::Status(500), 1);
+    s.server.set_bookmark_interval(Duration::from_secs(60));
+    // End the current watch: its client gives up on it after a missed connection.
+    s.server.go_down();
+    s.server.add_pod(on_node("c", "while-down", "node-1"));
+    s.server.come_back()?;
+    let want = [
+        "listed [\"mine\"]",
+        "applied new",
+        "deleted mine",
+        "listed [\"new\"]",
+        "applied while-down",
+    ];
+    assert_eq!(wait_for(&want), want);
+    assert!(watches(&s) >= before + 2, "the failed watch was made again");
+    let lists = s
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && !r.query.contains("watch"))
+        .count();
+    assert_eq!(lists, 2, "listed at the start and after the 410 only");
+    stop.store(true, Ordering::SeqCst);
+    reflector.join().expect("the reflector stops");
+    Ok(())
+}

@@ -76,6 +76,7 @@ impl Thick {
             .node
             .command(self.links.path().join("multus-daemon"));
         cmd.args(["-config".as_ref(), self.config.as_os_str()])
+            .env("MULTUS_NODE_NAME", "node-1")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log);
@@ -146,6 +147,64 @@ impl Thick {
     /// Signals the daemon and waits for it to exit: its status and how long it took.
     fn signal(&mut self, sig: i32) -> (Option<i32>, Duration) {
         signal(self.daemon.take().expect("a daemon"), sig)
+    }
+
+    /// The daemon's metrics.
+    fn metrics(&self) -> String {
+        let (_, text) = self.request("GET", "/metrics", b"").expect("metrics");
+        String::from_utf8_lossy(&text).into_owned()
+    }
+
+    /// A metric's value.
+    fn metric(&self, line_start: &str) -> i64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(line_start)?.trim().parse().ok())
+            .unwrap_or(-1)
+    }
+
+    /// Waits until the daemon's NAD cache has seen resourceVersion `rv`.
+    fn nads_seen(&self, rv: &Value) {
+        let rv: i64 = rv.as_str().and_then(|r| r.parse().ok()).expect("a version");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.metric("multus_cache_resource_version{kind=\"nads\"}") < rv {
+            assert!(
+                Instant::now() < deadline,
+                "the NAD cache is behind: {}",
+                self.metrics()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A pod on this node, with its own namespace, and the shim's call for it.
+    fn pod(&self, name: &str, annotations: Value) -> (testkit::Netns, CniCall) {
+        let mut pod = testkit::kube_api::pod_manifest("default", name);
+        pod["metadata"]["annotations"] = annotations;
+        let stored = self.c.server.add_pod(pod);
+        let uid = stored["metadata"]["uid"].as_str().unwrap_or("").to_owned();
+        let netns = testkit::Netns::new("tp");
+        let mut call = self.shim_call("ADD");
+        call.container_id = format!("ctr-{name}");
+        call.netns = netns.path().display().to_string();
+        call.args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={name};K8S_POD_INFRA_CONTAINER_ID=ctr-{name};K8S_POD_UID={uid}"
+        );
+        (netns, call)
+    }
+
+    /// Requests that are not the caches' lists and watches, from `from` on in the log.
+    fn calls_since(&self, from: usize) -> Vec<String> {
+        self.c
+            .server
+            .requests()
+            .iter()
+            .skip(from)
+            .filter(|r| {
+                !(r.method == "GET" && (r.query.contains("watch=") || r.query.contains("limit=")))
+            })
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect()
     }
 
     /// Events with this reason, once the daemon has sent them (after its reply).
@@ -534,4 +593,165 @@ fn our_shim_speaks_to_a_daemon_that_answers_as_upstreams() {
         .expect("base64");
     assert_eq!(config, conf.as_bytes());
     assert!(body["env"].get("PATH").is_none(), "only CNI_* is sent");
+}
+
+/// With the caches filled, ADD asks the API for nothing but the network-status PATCH (the
+/// events follow the reply), and DEL asks for nothing.
+#[test]
+fn the_caches_leave_add_one_patch_and_del_none() {
+    let t = Thick::new(json!({NETWORKS: "a,b"}), json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    t.c.bridge_nad("default", "b", "10.21.0.0/24");
+    let b = t.c.server.add_nad(
+        "default",
+        "b",
+        json!({"config": t.c.sb.bridge("b", "brb", "10.21.0.0/24", "1.0.0").to_string()}),
+    );
+    t.nads_seen(&b["metadata"]["resourceVersion"]);
+    assert_eq!(t.metric("multus_cache_objects{kind=\"pods\"}"), 1);
+    let from = t.c.server.requests().len();
+    t.shim("ADD").ok();
+    assert_eq!(
+        t.calls_since(from)
+            .into_iter()
+            .filter(|c| !c.contains("/events"))
+            .collect::<Vec<_>>(),
+        ["PATCH /api/v1/namespaces/default/pods/web/status"]
+    );
+    assert_eq!(t.events_soon("AddedInterface", 3).len(), 3);
+    let from = t.c.server.requests().len();
+    t.shim("DEL").ok();
+    assert_eq!(t.calls_since(from), Vec::<String>::new());
+    t.c.sb.assert_clean("after DEL");
+}
+
+/// A NAD changed between two pods: the second gets the new config. The cache lists again
+/// after a 410 and watches again after the API server was away, and still follows.
+#[test]
+fn the_nad_cache_follows_changes_410_and_a_dropped_watch() {
+    let t = Thick::new(json!({}), json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    let (_ns1, first) = t.pod("one", json!({NETWORKS: "a"}));
+    let shim = t.links.path().join("multus-shim");
+    let out = t.c.sb.run_in_node(&shim, &first).ok();
+    assert_eq!(out["ips"][0]["address"], "10.88.0.2/24");
+    let changed = t.c.server.add_nad(
+        "default",
+        "a",
+        json!({"config": t.c.sb.bridge("a", "bra2", "10.30.0.0/24", "1.0.0").to_string()}),
+    );
+    t.nads_seen(&changed["metadata"]["resourceVersion"]);
+    let (ns2, second) = t.pod("two", json!({NETWORKS: "a"}));
+    t.c.sb.run_in_node(&shim, &second).ok();
+    let addrs = ns2.ip_json(&["-4", "addr", "show", "dev", "net1"]);
+    assert_eq!(addrs[0]["addr_info"][0]["local"], "10.30.0.2", "{addrs}");
+    // The history is compacted (410), then the API server goes away and comes back: the
+    // cache lists again and watches again, and a change made meanwhile reaches it.
+    let lists = |t: &Thick| {
+        t.c.server
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.path.ends_with("/network-attachment-definitions") && r.query.contains("limit=")
+            })
+            .count()
+    };
+    let listed = lists(&t);
+    t.c.server.compact();
+    t.c.server.go_down();
+    let moved = t.c.server.add_nad(
+        "default",
+        "a",
+        json!({"config": t.c.sb.bridge("a", "bra3", "10.31.0.0/24", "1.0.0").to_string()}),
+    );
+    t.c.server.come_back().expect("the API server comes back");
+    t.nads_seen(&moved["metadata"]["resourceVersion"]);
+    assert!(lists(&t) > listed, "listed again after the 410");
+    for call in [&first, &second] {
+        let mut del = call.clone();
+        del.command = "DEL".into();
+        t.c.sb.run_in_node(&shim, &del).ok();
+    }
+    t.c.sb.assert_clean("after DEL");
+}
+
+/// 200 pods at once, then their DELs: every one attached, nothing left after.
+#[test]
+fn two_hundred_pods_at_once_then_deleted_leave_nothing() {
+    let t = Thick::new(json!({}), json!({}));
+    let pods: Vec<(testkit::Netns, CniCall)> = (0..200)
+        .map(|i| t.pod(&format!("p{i:03}"), json!({})))
+        .collect();
+    let shim = t.links.path().join("multus-shim");
+    let node = &t.c.sb.node;
+    let run_all = |command: &str| -> Vec<CniOutput> {
+        std::thread::scope(|s| {
+            let runs: Vec<_> = pods
+                .iter()
+                .map(|(_, call)| {
+                    let mut call = call.clone();
+                    call.command = command.into();
+                    let shim = &shim;
+                    s.spawn(move || call.run(shim, Some(node)))
+                })
+                .collect();
+            runs.into_iter().map(|r| r.join().expect("call")).collect()
+        })
+    };
+    let added = run_all("ADD");
+    let mut addresses: Vec<String> = added
+        .iter()
+        .map(|o| {
+            o.ok()["ips"][0]["address"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    addresses.sort();
+    addresses.dedup();
+    assert_eq!(addresses.len(), 200);
+    for out in run_all("DEL") {
+        out.ok();
+    }
+    for (ns, _) in &pods {
+        assert_eq!(ns.links(), ["lo"], "{}", ns.name());
+    }
+    t.c.sb.assert_clean("after 200 DELs");
+    assert_eq!(t.metric("multus_requests_in_flight"), 0);
+}
+
+/// The daemon killed in the middle of a burst and started again: every DEL succeeds, through
+/// the daemon or without it, and nothing is left.
+#[test]
+fn a_daemon_killed_during_a_burst_leaves_every_del_working() {
+    let mut t = Thick::new(json!({}), json!({}));
+    let pods: Vec<(testkit::Netns, CniCall)> = (0..40)
+        .map(|i| t.pod(&format!("k{i:02}"), json!({})))
+        .collect();
+    let shim = t.links.path().join("multus-shim");
+    let daemon = t.daemon.take().expect("a daemon");
+    let node = &t.c.sb.node;
+    std::thread::scope(|s| {
+        for (_, call) in &pods {
+            let shim = &shim;
+            s.spawn(move || call.run(shim, Some(node)));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        signal(daemon, libc::SIGKILL);
+    });
+    // Half the DELs before the daemon is back (the shim's own), half after.
+    for (i, (_, call)) in pods.iter().enumerate() {
+        if i == 20 {
+            t.start();
+        }
+        let mut del = call.clone();
+        del.command = "DEL".into();
+        let out = del.run(&shim, Some(&t.c.sb.node));
+        assert_eq!(out.code, 0, "DEL {}: {out:?}", call.container_id);
+    }
+    for (ns, _) in &pods {
+        assert_eq!(ns.links(), ["lo"], "{}", ns.name());
+    }
+    t.c.sb.assert_clean("after every DEL");
 }

@@ -295,7 +295,7 @@ fn route(store: &mut Store, method: &str, path: &str, body: &[u8]) -> (u16, Valu
                 return status(400, "BadRequest", "a JSON patch is an array of operations");
             };
             let mut patched = current.clone();
-            if let Err(why) = k8s::json_patch::apply(&mut patched, &ops) {
+            if let Err(why) = jsonpatch::apply(&mut patched, &ops) {
                 return status(422, "Invalid", &why);
             }
             store.version += 1;

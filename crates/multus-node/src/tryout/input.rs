@@ -164,7 +164,7 @@ pub struct FileApi {
 }
 
 impl Api for FileApi {
-    fn pod(&self, namespace: &str, name: &str) -> multus::Result<Option<Pod>> {
+    fn pod(&self, namespace: &str, name: &str, _uid: &str) -> multus::Result<Option<Pod>> {
         Ok((self.pod.namespace == namespace && self.pod.name == name).then(|| self.pod.clone()))
     }
 

@@ -84,7 +84,7 @@ fn nad_of(
 }
 
 impl Api for KubeApi {
-    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>> {
+    fn pod(&self, namespace: &str, name: &str, _uid: &str) -> Result<Option<Pod>> {
         match self.client()?.get_pod(namespace, name) {
             Ok(pod) => Ok(Some(Pod {
                 namespace: pod.metadata.namespace.unwrap_or_default(),

@@ -76,8 +76,10 @@ impl Events {
 }
 
 pub trait Api {
-    /// The pod, or `None` when the API says it does not exist.
-    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>>;
+    /// The pod, or `None` when the API says it does not exist. `uid` is the runtime's (empty
+    /// when it gave none): an API that keeps copies of pods may answer from a copy of that UID,
+    /// and asks the server otherwise.
+    fn pod(&self, namespace: &str, name: &str, uid: &str) -> Result<Option<Pod>>;
     /// A NAD's config (empty when the spec has none) and resource name, or `None` when it does
     /// not exist.
     fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>>;

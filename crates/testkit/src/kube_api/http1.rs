@@ -170,6 +170,24 @@ fn reason(code: u16) -> &'static str {
     }
 }
 
+/// The head of a streamed reply (a watch): chunked, and the connection closes after it.
+pub(super) fn write_stream_head(w: &mut impl Write) -> io::Result<()> {
+    w.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nCache-Control: no-cache, private\r\n\
+          Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+    )?;
+    w.flush()
+}
+
+/// One chunk of a streamed reply; an empty one ends it.
+pub(super) fn write_chunk(w: &mut impl Write, data: &[u8]) -> io::Result<()> {
+    let mut out = format!("{:x}\r\n", data.len()).into_bytes();
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+    w.write_all(&out)?;
+    w.flush()
+}
+
 /// Writes a JSON reply with a single `write_all` of head and body together.
 pub(super) fn write_json(
     w: &mut impl Write,

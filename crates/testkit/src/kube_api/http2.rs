@@ -7,7 +7,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::http1::{Request, MAX_BODY};
-use super::{answer, ticket, Fault, Shared, STALL};
+use super::{answer, run_watch, start_watch, ticket, Fault, Shared, STALL};
 
 /// Serves one connection until the client closes it, the server goes down, or a fault drops it.
 pub(super) async fn serve<S>(shared: Arc<Shared>, io: S)
@@ -74,6 +74,36 @@ async fn serve_stream(
         // the HTTP/1.1 path's.
         let delay = ticket.delay;
         let _ = tokio::task::spawn_blocking(move || std::thread::sleep(delay)).await;
+    }
+    if let Some(w) = start_watch(&shared, &req, &ticket, http::Version::HTTP_2) {
+        let Ok(head) = http::Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(())
+        else {
+            return;
+        };
+        let Ok(mut send) = respond.send_response(head, false) else {
+            return;
+        };
+        // The watch waits on the server's state, a blocking wait: on a thread of its own,
+        // handing its lines over a channel.
+        let (lines, mut to_send) = tokio::sync::mpsc::channel::<Vec<u8>>(64);
+        let watching = Arc::clone(&shared);
+        let watcher = tokio::task::spawn_blocking(move || {
+            run_watch(&watching, w, |line| {
+                lines.blocking_send(line.to_vec()).is_ok()
+            });
+        });
+        while let Some(line) = to_send.recv().await {
+            if send.send_data(Bytes::from(line), false).is_err() {
+                break;
+            }
+        }
+        drop(to_send);
+        let _ = watcher.await;
+        let _ = send.send_data(Bytes::new(), true);
+        return;
     }
     let stall = matches!(ticket.fault, Some(Fault::Stall));
     let Some((code, body)) = answer(&shared, &req, ticket, http::Version::HTTP_2) else {

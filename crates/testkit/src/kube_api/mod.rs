@@ -30,6 +30,7 @@ mod latency;
 mod objects;
 mod routes;
 mod tls;
+mod watch;
 
 pub use in_cluster::InCluster;
 pub use latency::Latency;
@@ -42,7 +43,7 @@ use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -122,6 +123,8 @@ pub enum KubeconfigAuth {
 
 struct Shared {
     state: Mutex<State>,
+    /// Signalled after every write, for the watches waiting on `state`.
+    changed: Condvar,
     up: AtomicBool,
     conns: Mutex<HashMap<u64, TcpStream>>,
     next_conn: AtomicU64,
@@ -182,6 +185,7 @@ impl KubeApiServer {
         let token = format!("testkit-{}", routes::new_uid());
         let shared = Arc::new(Shared {
             state: Mutex::new(State::new(&token)),
+            changed: Condvar::new(),
             up: AtomicBool::new(true),
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(0),
@@ -282,7 +286,13 @@ impl KubeApiServer {
         pod["apiVersion"] = json!("v1");
         let mut state = lock(&self.shared.state);
         state.admit(&mut pod, &ns, &name);
-        state.pods.insert((ns, name), pod.clone());
+        let event = match state.pods.insert((ns, name), pod.clone()) {
+            Some(_) => "MODIFIED",
+            None => "ADDED",
+        };
+        state.history.record(watch::Watched::Pods, event, &pod);
+        drop(state);
+        self.shared.changed.notify_all();
         pod
     }
 
@@ -294,9 +304,42 @@ impl KubeApiServer {
     }
 
     pub fn delete_pod(&self, namespace: &str, name: &str) -> Option<Value> {
-        lock(&self.shared.state)
-            .pods
-            .remove(&(namespace.to_string(), name.to_string()))
+        self.delete(watch::Watched::Pods, namespace, name)
+    }
+
+    pub fn delete_nad(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.delete(watch::Watched::Nads, namespace, name)
+    }
+
+    /// Removes a pod or NAD; its watchers get DELETED with a new resourceVersion.
+    fn delete(&self, what: watch::Watched, namespace: &str, name: &str) -> Option<Value> {
+        let mut state = lock(&self.shared.state);
+        let key = (namespace.to_string(), name.to_string());
+        let mut gone = match what {
+            watch::Watched::Pods => state.pods.remove(&key),
+            watch::Watched::Nads => state.nads.remove(&key),
+        }?;
+        gone["metadata"]["resourceVersion"] = json!(state.next_resource_version());
+        state.history.record(what, "DELETED", &gone);
+        drop(state);
+        self.shared.changed.notify_all();
+        Some(gone)
+    }
+
+    /// Forgets the change history: a watch from any resourceVersion written so far gets 410
+    /// Gone (an `Expired` ERROR event), as after etcd compacts.
+    pub fn compact(&self) {
+        let mut state = lock(&self.shared.state);
+        let now = state.next_resource_version();
+        state.history.servable_from = now.parse().unwrap_or(u64::MAX);
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// How often watches that allow bookmarks get one (1 s unless set).
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        lock(&self.shared.state).history.bookmark_every = every;
+        self.shared.changed.notify_all();
     }
 
     /// Stores a node of this name; returns it as stored.
@@ -339,9 +382,16 @@ impl KubeApiServer {
         }
         let mut state = lock(&self.shared.state);
         state.admit(&mut nad, namespace, name);
-        state
+        let event = match state
             .nads
-            .insert((namespace.to_string(), name.to_string()), nad.clone());
+            .insert((namespace.to_string(), name.to_string()), nad.clone())
+        {
+            Some(_) => "MODIFIED",
+            None => "ADDED",
+        };
+        state.history.record(watch::Watched::Nads, event, &nad);
+        drop(state);
+        self.shared.changed.notify_all();
         nad
     }
 
@@ -585,6 +635,7 @@ fn answer(
         Some(Fault::Delay(_) | Fault::LoseReply) | None => Some(routes::handle(&mut state, req)),
     };
     let replied = reply.is_some() && !matches!(ticket.fault, Some(Fault::LoseReply));
+    shared.changed.notify_all();
     state.log.push(LoggedRequest {
         method: req.method.clone(),
         path: req.path.clone(),
@@ -599,6 +650,65 @@ fn answer(
     });
     let (code, body) = reply.filter(|_| replied)?;
     Some((code, serde_json::to_vec(&body).unwrap_or_default()))
+}
+
+/// The watch a request asks for, when its ticket lets it be served (no fault but a delay):
+/// logged as served with 200 when it starts.
+fn start_watch(
+    shared: &Shared,
+    req: &http1::Request,
+    ticket: &Ticket,
+    version: ::http::Version,
+) -> Option<watch::Watch> {
+    if !ticket.authorized || !matches!(ticket.fault, None | Some(Fault::Delay(_))) {
+        return None;
+    }
+    let Some(Ok(w)) = watch::Watch::of(req) else {
+        return None;
+    };
+    lock(&shared.state).log.push(LoggedRequest {
+        method: req.method.clone(),
+        path: req.path.clone(),
+        query: req.query.clone(),
+        content_type: req.header("content-type").map(str::to_string),
+        body: String::new(),
+        status: 200,
+        replied: true,
+        version,
+        arrived: ticket.arrived,
+        served: Instant::now(),
+    });
+    Some(w)
+}
+
+/// Streams a watch's lines to `send` until the watch ends, the server goes down, or `send`
+/// fails (the client went away).
+fn run_watch(shared: &Shared, mut w: watch::Watch, mut send: impl FnMut(&[u8]) -> bool) {
+    let mut last_bookmark = Instant::now();
+    loop {
+        let mut state = lock(&shared.state);
+        let (lines, end) = loop {
+            let (lines, end) = w.due(&state, &mut last_bookmark);
+            if !lines.is_empty() || end || w.expired() || !shared.up.load(Ordering::SeqCst) {
+                break (lines, end);
+            }
+            let pause = w.pause(&state, last_bookmark);
+            state = shared
+                .changed
+                .wait_timeout(state, pause)
+                .map(|(s, _)| s)
+                .unwrap_or_else(|e| e.into_inner().0);
+        };
+        drop(state);
+        for line in &lines {
+            if !send(line) {
+                return;
+            }
+        }
+        if end || w.expired() || !shared.up.load(Ordering::SeqCst) {
+            return;
+        }
+    }
 }
 
 /// A TLS connection: HTTP/2 when the client and the server agreed on `h2`, HTTP/1.1 otherwise.
@@ -639,6 +749,15 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) -> S {
     while let Ok(Some(req)) = http1::read_request(&mut conn) {
         let ticket = ticket(shared, &req);
         std::thread::sleep(ticket.delay);
+        if let Some(w) = start_watch(shared, &req, &ticket, ::http::Version::HTTP_11) {
+            // One watch, then the connection closes, so it needs no framing of its own end.
+            let out = conn.get_mut();
+            if http1::write_stream_head(out).is_ok() {
+                run_watch(shared, w, |line| http1::write_chunk(out, line).is_ok());
+                let _ = http1::write_chunk(out, b"");
+            }
+            break;
+        }
         let stall = matches!(ticket.fault, Some(Fault::Stall));
         let Some((code, body)) = answer(shared, &req, ticket, ::http::Version::HTTP_11) else {
             if stall {

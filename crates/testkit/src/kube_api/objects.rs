@@ -304,7 +304,7 @@ fn apply_json_patch(current: &Value, body: &[u8]) -> Result<Value, (u16, Value)>
         Err(e) => return Err(bad_request(&format!("error decoding patch: {e}"))),
     };
     let mut patched = current.clone();
-    k8s::json_patch::apply(&mut patched, &ops).map_err(|why| {
+    jsonpatch::apply(&mut patched, &ops).map_err(|why| {
         // Upstream's words; the cause, which upstream leaves out, says which operation failed.
         status(
             422,

@@ -84,6 +84,8 @@ pub(super) struct State {
     pub log: Vec<LoggedRequest>,
     pub faults: VecDeque<PendingFault>,
     pub latency: super::Latency,
+    /// Pod and NAD changes, for watches.
+    pub history: super::watch::History,
 }
 
 impl State {
@@ -99,6 +101,7 @@ impl State {
             log: Vec::new(),
             faults: VecDeque::new(),
             latency: super::Latency::ZERO,
+            history: super::watch::History::default(),
         }
     }
 
@@ -303,6 +306,20 @@ pub(super) fn media_type(req: &Request) -> &str {
 }
 
 pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
+    if let Some(Err(reply)) = super::watch::Watch::of(req) {
+        return reply;
+    }
+    let Some(fields) = super::watch::field_selector(req) else {
+        return bad_request(
+            "fieldSelector: this server takes spec.nodeName, metadata.name and metadata.namespace",
+        );
+    };
+    let selected = |items: Vec<Value>| -> Vec<Value> {
+        items
+            .into_iter()
+            .filter(|o| super::watch::selects(&fields, o))
+            .collect()
+    };
     let segments: Vec<&str> = req.path.trim_matches('/').split('/').collect();
     let method = req.method.as_str();
     match segments.as_slice() {
@@ -316,7 +333,7 @@ pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
                 "v1",
                 state,
                 req,
-                state.pods.values().cloned().collect(),
+                selected(state.pods.values().cloned().collect()),
             ),
             _ => method_not_allowed(),
         },
@@ -343,7 +360,7 @@ pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
                     .filter(|((n, _), _)| n == ns)
                     .map(|(_, p)| p.clone())
                     .collect();
-                list("PodList", "v1", state, req, items)
+                list("PodList", "v1", state, req, selected(items))
             }
             _ => method_not_allowed(),
         },
@@ -352,6 +369,16 @@ pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
         ["api", "v1", "namespaces", ns, "events"] => match method {
             "POST" => create_event(state, req, ns),
             "GET" => list("EventList", "v1", state, req, events_in(state, ns)),
+            _ => method_not_allowed(),
+        },
+        ["apis", NAD_GROUP, "v1", NAD_RESOURCE] => match method {
+            "GET" => list(
+                "NetworkAttachmentDefinitionList",
+                &format!("{NAD_GROUP}/v1"),
+                state,
+                req,
+                selected(state.nads.values().cloned().collect()),
+            ),
             _ => method_not_allowed(),
         },
         ["apis", NAD_GROUP, "v1", "namespaces", ns, NAD_RESOURCE] => match method {
@@ -493,6 +520,9 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
             let rv = state.next_resource_version();
             updated["metadata"]["resourceVersion"] = json!(rv);
             state.pods.insert(key, updated.clone());
+            state
+                .history
+                .record(super::watch::Watched::Pods, "MODIFIED", &updated);
             (200, updated)
         }
         _ => method_not_allowed(),
@@ -640,7 +670,7 @@ fn core_resources() -> Value {
         "kind": "APIResourceList",
         "groupVersion": "v1",
         "resources": [
-            resource("pods", "Pod", &["get", "patch"], &["po"]),
+            resource("pods", "Pod", &["get", "list", "watch", "patch"], &["po"]),
             resource("pods/status", "Pod", &["get", "patch"], &[]),
             resource("nodes", "Node", &["get", "list"], &["no"]),
             resource("events", "Event", &["create", "list"], &["ev"]),
@@ -656,7 +686,7 @@ fn nad_resources() -> Value {
         "resources": [resource(
             NAD_RESOURCE,
             "NetworkAttachmentDefinition",
-            &["get", "list"],
+            &["get", "list", "watch"],
             &["net-attach-def"],
         )],
     })

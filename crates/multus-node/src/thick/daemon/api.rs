@@ -13,6 +13,7 @@ use multus::api::kube::KubeApi;
 use multus::api::{Api, Event, Nad, Pod};
 use multus::Result;
 
+use super::cache::Caches;
 use super::metrics::Metrics;
 
 /// Commands' event batches waiting to be sent, at most.
@@ -26,6 +27,7 @@ pub struct Shared {
     pub client: Arc<KubeClient>,
     pub timeout: Duration,
     pub metrics: Arc<Metrics>,
+    pub caches: Arc<Caches>,
     events: SyncSender<Vec<Event>>,
 }
 
@@ -35,6 +37,7 @@ impl Shared {
         client: Arc<KubeClient>,
         timeout: Duration,
         metrics: Arc<Metrics>,
+        caches: Arc<Caches>,
     ) -> (Arc<Shared>, Receiver<Vec<Event>>) {
         let (events, queued) = sync_channel(EVENT_BATCHES);
         (
@@ -42,6 +45,7 @@ impl Shared {
                 client,
                 timeout,
                 metrics,
+                caches,
                 events,
             }),
             queued,
@@ -109,12 +113,22 @@ impl DaemonApi {
     }
 }
 
+/// Reads come from the caches when they hold the object (a pod only with the runtime's
+/// UID), and from the API otherwise: a pod or NAD made a moment ago may not have reached the
+/// cache yet.
 impl Api for DaemonApi {
-    fn pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>> {
-        self.counted("get pods", self.inner.pod(namespace, name))
+    fn pod(&self, namespace: &str, name: &str, uid: &str) -> Result<Option<Pod>> {
+        let cached = self.shared.caches.pod(namespace, name);
+        if let Some(pod) = cached.filter(|p| uid.is_empty() || p.uid == uid) {
+            return Ok(Some(pod));
+        }
+        self.counted("get pods", self.inner.pod(namespace, name, uid))
     }
 
     fn nad(&self, namespace: &str, name: &str) -> Result<Option<Nad>> {
+        if let Some(nad) = self.shared.caches.nad(namespace, name) {
+            return Ok(Some(nad));
+        }
         self.counted(
             "get network-attachment-definitions",
             self.inner.nad(namespace, name),
@@ -122,10 +136,27 @@ impl Api for DaemonApi {
     }
 
     fn nads(&self, names: &[(&str, &str)]) -> Vec<Result<Option<Nad>>> {
-        self.inner
-            .nads(names)
+        let cached: Vec<Option<Nad>> = names
+            .iter()
+            .map(|(ns, name)| self.shared.caches.nad(ns, name))
+            .collect();
+        let missing: Vec<(&str, &str)> = names
+            .iter()
+            .zip(&cached)
+            .filter(|(_, c)| c.is_none())
+            .map(|(n, _)| *n)
+            .collect();
+        let mut fetched = self
+            .inner
+            .nads(&missing)
             .into_iter()
-            .map(|r| self.counted("get network-attachment-definitions", r))
+            .map(|r| self.counted("get network-attachment-definitions", r));
+        cached
+            .into_iter()
+            .map(|c| match c {
+                Some(nad) => Ok(Some(nad)),
+                None => fetched.next().unwrap_or(Ok(None)),
+            })
             .collect()
     }
 

@@ -7,7 +7,8 @@
 //!   included;
 //! - `multus_requests_in_flight`, `multus_requests_queued`;
 //! - `multus_api_errors_total{call}`: failed Kubernetes API calls by call;
-//! - `multus_cache_objects{kind}`: pods and NADs the daemon's caches hold;
+//! - `multus_cache_objects{kind}`: pods and NADs the daemon's caches hold, and
+//!   `multus_cache_resource_version{kind}`, the last version each has seen;
 //! - `multus_events_queued`, `multus_events_failed_total`;
 //! - `multus_server_request_total{handler,code,method}`: upstream's one family, for dashboards
 //!   made for it.
@@ -47,6 +48,9 @@ pub struct Metrics {
     pub events_queued: AtomicI64,
     pub cached_pods: AtomicI64,
     pub cached_nads: AtomicI64,
+    /// The last resourceVersion each cache has seen (when the server's are numbers).
+    pub pods_version: AtomicI64,
+    pub nads_version: AtomicI64,
 }
 
 /// A label value, escaped as the text format asks.
@@ -158,9 +162,15 @@ impl Metrics {
             "# HELP multus_cache_objects Objects the daemon's caches hold.\n\
              # TYPE multus_cache_objects gauge\n\
              multus_cache_objects{{kind=\"pods\"}} {}\n\
-             multus_cache_objects{{kind=\"nads\"}} {}",
+             multus_cache_objects{{kind=\"nads\"}} {}\n\
+             # HELP multus_cache_resource_version The last resourceVersion a cache has seen.\n\
+             # TYPE multus_cache_resource_version gauge\n\
+             multus_cache_resource_version{{kind=\"pods\"}} {}\n\
+             multus_cache_resource_version{{kind=\"nads\"}} {}",
             load(&self.cached_pods),
-            load(&self.cached_nads)
+            load(&self.cached_nads),
+            load(&self.pods_version),
+            load(&self.nads_version)
         );
         gauge(
             &mut out,

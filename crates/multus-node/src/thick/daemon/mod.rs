@@ -8,6 +8,7 @@
 //! gets an error and tries again, instead of a pod without its networks.
 
 mod api;
+mod cache;
 mod config;
 mod handler;
 mod metrics;
@@ -97,10 +98,24 @@ fn run(args: &[String]) -> Result<(), String> {
     })
     .map_err(|e| e.to_string())?;
     let metrics = Arc::new(metrics::Metrics::default());
+    let stop_watches = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let node = std::env::var("MULTUS_NODE_NAME")
+        .ok()
+        .filter(|n| !n.is_empty());
+    if node.is_none() {
+        tracing::warn!("MULTUS_NODE_NAME is not set: the pod cache holds every pod of the cluster");
+    }
+    let caches = cache::Caches::start(
+        config.kubeconfig.clone(),
+        node,
+        Arc::clone(&metrics),
+        Arc::clone(&stop_watches),
+    )?;
     let (shared, queued_events) = api::Shared::new(
         Arc::new(client),
         ClientOptions::default().timeout,
         Arc::clone(&metrics),
+        Arc::clone(&caches),
     );
     let (events_client, events_metrics) = (Arc::clone(&shared.client), Arc::clone(&metrics));
     let events = std::thread::Builder::new()
@@ -141,10 +156,18 @@ fn run(args: &[String]) -> Result<(), String> {
     let started = Instant::now();
     let mut waiting_said = false;
     loop {
-        let ready = look(&config, &mut shim_conf);
+        let ready = look(&config, &mut shim_conf).and_then(|()| {
+            caches
+                .synced()
+                .then_some(())
+                .ok_or_else(|| "the pod and NAD caches to fill".to_owned())
+        });
         match &ready {
             Ok(()) if !state.ready.swap(true, Ordering::SeqCst) => {
-                tracing::info!("ready: {} is written", shim_conf.path().display());
+                tracing::info!(
+                    "ready: the caches are filled and {} is written",
+                    shim_conf.path().display()
+                );
             }
             Err(what) if state.ready.swap(false, Ordering::SeqCst) || !waiting_said => {
                 tracing::warn!("not ready: waiting for {what}");
@@ -166,6 +189,7 @@ fn run(args: &[String]) -> Result<(), String> {
         }
     }
     tracing::info!("stopping: finishing the calls in hand");
+    stop_watches.store(true, Ordering::SeqCst);
     let deadline = Instant::now() + STOP_BUDGET;
     let finished = server.stop(deadline);
     // The workers are gone: the events queue's last sender goes with the handler.

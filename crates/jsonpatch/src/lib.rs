@@ -2,7 +2,8 @@
 //! order, the first failure failing the whole patch. As there, `test` with a `null` value passes
 //! on a missing member (whose parent exists), which optimistic writers rely on to say "this
 //! slot is still free". The API servers that stand in for kube-apiserver apply patches with it:
-//! `multus try`'s and the tests'.
+//! `multus try`'s and the tests'. A crate of its own, so that neither pulls in the other's
+//! dependencies.
 
 use serde_json::Value;
 

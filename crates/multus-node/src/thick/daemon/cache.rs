@@ -1,0 +1,235 @@
+//! The daemon's caches: this node's pods (`spec.nodeName`, from `MULTUS_NODE_NAME`; every pod
+//! without it, as upstream) and every NetworkAttachmentDefinition, each kept in step by a
+//! list and a watch on a thread and a client of its own. Only what multus reads is kept: a
+//! pod's name, UID and annotations; a NAD's config and resource name.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use k8s::{Change, ClientOptions, Collection, KubeClient};
+use multus::api::{Nad, Pod};
+use serde_json::Value;
+
+use super::metrics::Metrics;
+
+type Key = (String, String);
+
+/// One cached collection.
+struct Store<T> {
+    items: RwLock<HashMap<Key, T>>,
+    synced: AtomicBool,
+    /// The last resourceVersion seen, when it is a number (for `/metrics`).
+    version: AtomicI64,
+}
+
+impl<T> Store<T> {
+    fn new() -> Store<T> {
+        Store {
+            items: RwLock::new(HashMap::new()),
+            synced: AtomicBool::new(false),
+            version: AtomicI64::new(0),
+        }
+    }
+
+    fn get(&self, key: &Key) -> Option<T>
+    where
+        T: Clone,
+    {
+        self.items
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
+    /// Applies a change; returns how many items the store holds.
+    fn apply(&self, change: Change, read: fn(&Value) -> Option<(Key, T)>) -> usize {
+        let mut items = self.items.write().unwrap_or_else(PoisonError::into_inner);
+        let seen = |v: &Value| {
+            v.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .and_then(|rv| rv.parse::<i64>().ok())
+        };
+        let mut latest = None;
+        match change {
+            Change::Listed(list) => {
+                items.clear();
+                for v in &list {
+                    latest = latest.max(seen(v));
+                    if let Some((key, item)) = read(v) {
+                        items.insert(key, item);
+                    }
+                }
+                self.synced.store(true, Ordering::SeqCst);
+            }
+            Change::Applied(v) => {
+                latest = seen(&v);
+                if let Some((key, item)) = read(&v) {
+                    items.insert(key, item);
+                }
+            }
+            Change::Deleted(v) => {
+                latest = seen(&v);
+                if let Some((key, _)) = read(&v) {
+                    items.remove(&key);
+                }
+            }
+        }
+        if let Some(rv) = latest {
+            self.version.fetch_max(rv, Ordering::SeqCst);
+        }
+        items.len()
+    }
+}
+
+fn key(v: &Value) -> Option<Key> {
+    let text = |p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    Some((text("/metadata/namespace")?, text("/metadata/name")?))
+}
+
+fn annotations(v: &Value) -> std::collections::BTreeMap<String, String> {
+    v.pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .map(|a| {
+            a.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn read_pod(v: &Value) -> Option<(Key, Pod)> {
+    let (namespace, name) = key(v)?;
+    let uid = v
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let pod = Pod {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        uid,
+        annotations: annotations(v),
+    };
+    Some(((namespace, name), pod))
+}
+
+fn read_nad(v: &Value) -> Option<(Key, Nad)> {
+    let key = key(v)?;
+    let nad: k8s::NetworkAttachmentDefinition = serde_json::from_value(v.clone()).ok()?;
+    let nad = Nad {
+        config: nad.spec.config,
+        resource_name: annotations(v)
+            .remove(multus::devinfo::RESOURCE_NAME_ANNOTATION)
+            .filter(|r| !r.is_empty()),
+    };
+    Some((key, nad))
+}
+
+pub struct Caches {
+    pods: Store<Pod>,
+    nads: Store<Nad>,
+}
+
+impl Caches {
+    /// Starts filling the caches, each on a thread and a client of its own; the threads end
+    /// within a second of `stop`.
+    pub fn start(
+        kubeconfig: Option<PathBuf>,
+        node: Option<String>,
+        metrics: Arc<Metrics>,
+        stop: Arc<AtomicBool>,
+    ) -> Result<Arc<Caches>, String> {
+        let caches = Arc::new(Caches {
+            pods: Store::new(),
+            nads: Store::new(),
+        });
+        let pods = Collection::pods(node.as_deref());
+        for (collection, is_pods) in [(pods, true), (Collection::nads(), false)] {
+            let client = KubeClient::new(&ClientOptions {
+                kubeconfig: kubeconfig.clone(),
+                ..ClientOptions::default()
+            })
+            .map_err(|e| e.to_string())?;
+            let (caches, metrics, stop) =
+                (Arc::clone(&caches), Arc::clone(&metrics), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name(format!("watch-{}", collection.resource))
+                .spawn(move || {
+                    client.reflect(&collection, &stop, &mut |change| {
+                        let (n, version, count, seen) = if is_pods {
+                            let n = caches.pods.apply(change, read_pod);
+                            (
+                                n,
+                                &caches.pods.version,
+                                &metrics.cached_pods,
+                                &metrics.pods_version,
+                            )
+                        } else {
+                            let n = caches.nads.apply(change, read_nad);
+                            (
+                                n,
+                                &caches.nads.version,
+                                &metrics.cached_nads,
+                                &metrics.nads_version,
+                            )
+                        };
+                        count.store(i64::try_from(n).unwrap_or(i64::MAX), Ordering::Relaxed);
+                        seen.store(version.load(Ordering::SeqCst), Ordering::Relaxed);
+                    });
+                })
+                .map_err(|e| format!("cannot start a watch: {e}"))?;
+        }
+        Ok(caches)
+    }
+
+    /// Both caches hold a whole list.
+    pub fn synced(&self) -> bool {
+        self.pods.synced.load(Ordering::SeqCst) && self.nads.synced.load(Ordering::SeqCst)
+    }
+
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        self.pods.get(&(namespace.to_owned(), name.to_owned()))
+    }
+
+    pub fn nad(&self, namespace: &str, name: &str) -> Option<Nad> {
+        self.nads.get(&(namespace.to_owned(), name.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn changes_keep_only_what_multus_reads() {
+        let store: Store<Nad> = Store::new();
+        let nad = |name: &str, rv: &str, config: &str| {
+            json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv,
+                                "annotations": {"k8s.v1.cni.cncf.io/resourceName": "dev/x"}},
+                   "spec": {"config": config}})
+        };
+        assert_eq!(
+            store.apply(Change::Listed(vec![nad("a", "5", "{1}")]), read_nad),
+            1
+        );
+        assert!(store.synced.load(Ordering::SeqCst));
+        assert_eq!(
+            store.apply(Change::Applied(nad("a", "7", "{2}")), read_nad),
+            1
+        );
+        assert_eq!(
+            store.apply(Change::Applied(nad("b", "8", "{3}")), read_nad),
+            2
+        );
+        let a = store.get(&("ns".into(), "a".into())).unwrap();
+        assert_eq!(a.config, "{2}");
+        assert_eq!(a.resource_name.as_deref(), Some("dev/x"));
+        assert_eq!(store.apply(Change::Deleted(nad("a", "9", "")), read_nad), 1);
+        assert_eq!(store.version.load(Ordering::SeqCst), 9);
+        assert_eq!(store.apply(Change::Listed(vec![]), read_nad), 0);
+    }
+}
