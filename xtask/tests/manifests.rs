@@ -78,8 +78,8 @@ fn the_validator_rejects_a_wrong_object() -> Result<()> {
     Ok(())
 }
 
-/// What both trees must hold, whatever their namespace and paths.
-fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
+/// What every tree must hold, thin or thick, whatever its namespace and paths.
+fn check_cluster_objects(objects: &[Value], namespace: &str) -> Result<()> {
     for o in objects {
         let kind = o["kind"].as_str().unwrap_or_default();
         let cluster_scoped = matches!(
@@ -112,6 +112,37 @@ fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
             == "string"
     );
 
+    let binding = find(objects, "ClusterRoleBinding", "multus")?;
+    ensure!(binding["roleRef"]["name"] == "multus");
+    ensure!(binding["subjects"][0]["name"] == "multus");
+    ensure!(binding["subjects"][0]["namespace"] == namespace);
+    for name in ["multus", "dhcp-daemon"] {
+        let pod = &find(objects, "DaemonSet", name)?["spec"]["template"]["spec"];
+        ensure!(pod["hostNetwork"] == true, "{name}: host network");
+        ensure!(pod["priorityClassName"] == "system-node-critical", "{name}");
+        ensure!(pod["tolerations"][0]["operator"] == "Exists", "{name}");
+        let container = &pod["containers"][0];
+        ensure!(container["securityContext"]["privileged"] == true, "{name}");
+        ensure!(container["image"] == "localhost/multus-rs:latest", "{name}");
+    }
+    let dhcp = &find(objects, "DaemonSet", "dhcp-daemon")?["spec"]["template"]["spec"];
+    let container = &dhcp["containers"][0];
+    ensure!(strings(&container["command"]) == ["/usr/bin/cni-plugins", "dhcp", "daemon"]);
+    ensure!(strings(&container["args"]).contains(&"-socketpath=/run/cni/dhcp.sock"));
+    let netns = container["volumeMounts"]
+        .as_array()
+        .context("volumeMounts")?
+        .iter()
+        .find(|m| m["mountPath"] == "/run/netns")
+        .context("the host's netns directory is not mounted in the dhcp daemon")?;
+    ensure!(netns["mountPropagation"] == "HostToContainer");
+    Ok(())
+}
+
+/// What the thin trees hold: [`check_cluster_objects`], the installer's DaemonSet, and
+/// multus's grants.
+fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
+    check_cluster_objects(objects, namespace)?;
     // Least privilege: exactly what multus does with the API.
     let granted = grants(find(objects, "ClusterRole", "multus")?)?;
     ensure!(
@@ -126,19 +157,9 @@ fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
             ],
         "ClusterRole multus grants {granted:?}"
     );
-    let binding = find(objects, "ClusterRoleBinding", "multus")?;
-    ensure!(binding["roleRef"]["name"] == "multus");
-    ensure!(binding["subjects"][0]["name"] == "multus");
-    ensure!(binding["subjects"][0]["namespace"] == namespace);
-
     for name in ["multus", "dhcp-daemon"] {
         let pod = &find(objects, "DaemonSet", name)?["spec"]["template"]["spec"];
-        ensure!(pod["hostNetwork"] == true, "{name}: host network");
-        ensure!(pod["priorityClassName"] == "system-node-critical", "{name}");
-        ensure!(pod["tolerations"][0]["operator"] == "Exists", "{name}");
         let container = &pod["containers"][0];
-        ensure!(container["securityContext"]["privileged"] == true, "{name}");
-        ensure!(container["image"] == "localhost/multus-rs:latest", "{name}");
         ensure!(
             container["resources"]["requests"]["cpu"] == "10m"
                 && container["resources"]["requests"]["memory"] == "16Mi",
@@ -148,18 +169,6 @@ fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
     let multus = &find(objects, "DaemonSet", "multus")?["spec"]["template"]["spec"];
     ensure!(multus["serviceAccountName"] == "multus");
     ensure!(strings(&multus["containers"][0]["command"]) == ["/usr/bin/multus", "install"]);
-
-    let dhcp = &find(objects, "DaemonSet", "dhcp-daemon")?["spec"]["template"]["spec"];
-    let container = &dhcp["containers"][0];
-    ensure!(strings(&container["command"]) == ["/usr/bin/cni-plugins", "dhcp", "daemon"]);
-    ensure!(strings(&container["args"]).contains(&"-socketpath=/run/cni/dhcp.sock"));
-    let netns = container["volumeMounts"]
-        .as_array()
-        .context("volumeMounts")?
-        .iter()
-        .find(|m| m["mountPath"] == "/run/netns")
-        .context("the host's netns directory is not mounted in the dhcp daemon")?;
-    ensure!(netns["mountPropagation"] == "HostToContainer");
     Ok(())
 }
 
@@ -363,6 +372,98 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
     let container = &pod["containers"][0];
     ensure!(container["image"] == "localhost/multus-rs:latest");
     ensure!(strings(&container["command"]) == ["/usr/bin/multus", "whereabouts", "reconcile"]);
+    Ok(())
+}
+
+/// Thick mode: the daemon with its config, mounts and rights; the init container's flags are
+/// the installer's, the config is one the daemon takes.
+#[test]
+fn thick_tree_renders_and_validates() -> Result<()> {
+    let objects = rendered("thick")?;
+    check_cluster_objects(&objects, "multus")?;
+    let granted = grants(find(&objects, "ClusterRole", "multus")?)?;
+    ensure!(
+        granted
+            == [
+                "/events:create",
+                "/pods/status:patch",
+                "/pods:get",
+                "/pods:list",
+                "/pods:watch",
+                "events.k8s.io/events:create",
+                "k8s.cni.cncf.io/network-attachment-definitions:get",
+                "k8s.cni.cncf.io/network-attachment-definitions:list",
+                "k8s.cni.cncf.io/network-attachment-definitions:watch",
+            ],
+        "ClusterRole multus grants {granted:?}"
+    );
+    let pod = &find(&objects, "DaemonSet", "multus")?["spec"]["template"]["spec"];
+    ensure!(pod["hostPID"] == true && pod["serviceAccountName"] == "multus");
+    ensure!(pod["terminationGracePeriodSeconds"] == 10);
+    let init = &pod["initContainers"][0];
+    ensure!(strings(&init["command"]) == ["/usr/bin/multus", "install"]);
+    let out = Command::new(testkit::workspace_binary("multus", "multus"))
+        .arg("install")
+        .args(strings(&init["args"]))
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.code() == Some(1) && stderr.contains("is not a directory"),
+        "multus install rejects the init container's args: {stderr}"
+    );
+    let daemon = &pod["containers"][0];
+    ensure!(
+        strings(&daemon["command"])
+            == [
+                "/usr/bin/multus",
+                "daemon",
+                "-config",
+                "/etc/multus/daemon-config.json"
+            ]
+    );
+    ensure!(daemon["env"][0]["name"] == "MULTUS_NODE_NAME");
+    ensure!(daemon["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName");
+    let mounts: Vec<&str> = daemon["volumeMounts"]
+        .as_array()
+        .context("volumeMounts")?
+        .iter()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    for needed in [
+        "/host/etc/cni/net.d",
+        "/opt/cni/bin",
+        "/host/run",
+        "/var/lib/cni/multus",
+        "/run/netns",
+        "/hostroot",
+        "/etc/multus",
+    ] {
+        ensure!(
+            mounts.contains(&needed),
+            "{needed} is not mounted: {mounts:?}"
+        );
+    }
+    // The config is one the daemon takes: it reads it, then stops at the missing in-cluster
+    // credentials.
+    let config = find(&objects, "ConfigMap", "multus-daemon-config")?["data"]["daemon-config.json"]
+        .as_str()
+        .context("daemon-config.json")?
+        .to_owned();
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("daemon-config.json");
+    std::fs::write(&path, &config)?;
+    let out = Command::new(testkit::workspace_binary("multus", "multus"))
+        .args(["daemon", "-config"])
+        .arg(&path)
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && stderr.contains("Kubernetes client setup from in-cluster"),
+        "multus daemon -config: {stderr}"
+    );
+    let parsed: Value = serde_json::from_str(&config)?;
+    ensure!(parsed["socketDir"] == "/host/run/multus/" && parsed["chrootDir"] == "/hostroot");
     Ok(())
 }
 

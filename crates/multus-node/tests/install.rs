@@ -253,11 +253,13 @@ fn installs_binaries_links_kubeconfig_and_a_config_around_the_primary_network() 
         let link = std::fs::read_link(node.bin_dir().join(name)).unwrap();
         assert_eq!(link, Path::new("cni-plugins"), "{name}");
     }
-    // whereabouts is in multus, which carries the Kubernetes client.
-    assert_eq!(
-        std::fs::read_link(node.bin_dir().join("whereabouts")).unwrap(),
-        Path::new("multus")
-    );
+    // whereabouts is in multus, which carries the Kubernetes client, and so is the shim.
+    for name in ["whereabouts", "multus-shim"] {
+        assert_eq!(
+            std::fs::read_link(node.bin_dir().join(name)).unwrap(),
+            Path::new("multus")
+        );
+    }
     let about = Command::new(node.bin_dir().join("whereabouts"))
         .env("CNI_COMMAND", "VERSION")
         .stdin(Stdio::null())
@@ -891,4 +893,29 @@ fn whereabouts_node_name_is_written_beside_the_flat_file() {
         "{out:?}"
     );
     assert!(!bad.conf_dir().join("whereabouts.d/nodename").exists());
+}
+
+/// Thick mode's init container: the binaries and links, and nothing else (its daemon writes
+/// the multus config).
+#[test]
+fn binaries_only_installs_the_binaries_and_stops() {
+    let node = Node::new();
+    let out = node.install_ok(&["--binaries-only"]);
+    assert!(
+        out.contains("installed the binaries (--binaries-only)"),
+        "{out}"
+    );
+    assert!(node.bin_dir().join("multus").is_file());
+    assert_eq!(
+        std::fs::read_link(node.bin_dir().join("multus-shim")).unwrap(),
+        Path::new("multus")
+    );
+    let shim = Command::new(node.bin_dir().join("multus-shim"))
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&shim.stdout).contains("\"1.1.0\""));
+    let written: Vec<_> = std::fs::read_dir(node.conf_dir()).unwrap().collect();
+    assert!(written.is_empty(), "no config is written: {written:?}");
 }

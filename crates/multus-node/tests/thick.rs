@@ -303,8 +303,23 @@ fn del_with_the_daemon_down_is_done_by_the_shim_and_add_fails_at_once() {
     t.c.bridge_nad("default", "a", "10.20.0.0/24");
     t.shim("ADD").ok();
     assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"]);
+    // The pod's readiness probe: the daemon is ready.
+    let probe = |t: &Thick| {
+        std::process::Command::new(multus_bin())
+            .args(["daemon", "-ready"])
+            .arg(&t.sock)
+            .output()
+            .expect("the probe runs")
+    };
+    assert!(probe(&t).status.success());
     // A crash-looping daemon: gone without a word.
     t.signal(libc::SIGKILL);
+    let down = probe(&t);
+    assert!(!down.status.success());
+    assert!(
+        String::from_utf8_lossy(&down.stderr).contains("multus.sock"),
+        "{down:?}"
+    );
     let at = Instant::now();
     let out = t.shim("ADD");
     let (code, msg) = cni_error(&out);
@@ -754,4 +769,75 @@ fn a_daemon_killed_during_a_burst_leaves_every_del_working() {
         assert_eq!(ns.links(), ["lo"], "{}", ns.name());
     }
     t.c.sb.assert_clean("after every DEL");
+}
+
+/// The daemon's log file is rotated while it runs, as `logOptions` asks, and its lines go
+/// on in the new file.
+#[test]
+fn the_daemons_log_file_is_rotated_while_it_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("multus.log");
+    let t = Thick::new(
+        json!({}),
+        json!({"logFile": log, "logOptions": {"maxSize": 1, "maxBackups": 2, "compress": false}}),
+    );
+    assert!(std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("serving on"));
+    // The file grows past 1 MB: within a second or two it is rotated.
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .expect("the log");
+    file.write_all(&vec![b'x'; 1_100_000])
+        .expect("grow the log");
+    let rotated = dir.path().join("multus.log.1");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !rotated.exists() {
+        assert!(Instant::now() < deadline, "not rotated");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    t.shim("DEL").ok();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let fresh = std::fs::read_to_string(&log).unwrap_or_default();
+        if fresh.contains("Del") || fresh.contains("DEL") {
+            assert!(
+                fresh.len() < 100_000,
+                "the new file holds the new lines only"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no line after the rotation: {fresh:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `metricsPort`: the same text over TCP, as upstream serves it; anything but GET /metrics
+/// gets 404.
+#[test]
+fn metrics_are_served_on_the_metrics_port_too() {
+    let t = Thick::new(json!({}), json!({"metricsPort": 19091}));
+    let node = netkit::NetNs::open(t.c.sb.node.path()).expect("the node");
+    let get = |path: &str| -> String {
+        let path = path.to_owned();
+        node.run(move || {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", 19091)).expect("connect");
+            write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+            let mut reply = String::new();
+            s.read_to_string(&mut reply).expect("read");
+            reply
+        })
+        .expect("in the node")
+    };
+    let reply = get("/metrics");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(
+        reply.contains("multus_cache_objects{kind=\"pods\"} 1"),
+        "{reply}"
+    );
+    assert!(get("/other").starts_with("HTTP/1.1 404"));
 }

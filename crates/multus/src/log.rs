@@ -68,10 +68,15 @@ impl LogFile {
     }
 
     /// Appends a line under a shared lock: another process compressing the file this one
-    /// opened (rotated meanwhile) holds it exclusively, and once it has removed the file the
-    /// line goes to the new log instead of being lost.
+    /// opened (rotated meanwhile) holds it exclusively, and once the file is no longer the
+    /// one at the path (renamed or removed by a rotation), the line goes to the new log
+    /// instead.
     fn append(&mut self, buf: &[u8]) {
-        if self.file.lock_shared().is_ok() && self.file.metadata().is_ok_and(|m| m.nlink() == 0) {
+        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+        let moved = || {
+            self.file.metadata().ok().map(id) != std::fs::symlink_metadata(&self.path).ok().map(id)
+        };
+        if self.file.lock_shared().is_ok() && moved() {
             if let Ok(file) = open_append(&self.path) {
                 let _ = self.file.unlock();
                 self.file = file;
@@ -104,6 +109,20 @@ pub fn init(conf: &MultusConf) {
     );
 }
 
+/// The log file and its rotation, for [`maintain`].
+static ROTATION: std::sync::OnceLock<(PathBuf, LogOptions)> = std::sync::OnceLock::new();
+
+/// Rotates the log file when it is due: a long-running process (the thick daemon) calls this
+/// now and then, where a process per call rotates once, at its start. The next line goes to
+/// the new file.
+pub fn maintain() {
+    if let Some((path, options)) = ROTATION.get() {
+        if let Err(trouble) = rotate(path, options) {
+            tracing::warn!("log rotation: {trouble}");
+        }
+    }
+}
+
 /// [`init`] from the settings themselves (a daemon's, read from its own config).
 pub fn init_with(
     log_level: LogLevel,
@@ -120,6 +139,7 @@ pub fn init_with(
     let mut rotation_trouble = None;
     let file = log_file.and_then(|path| {
         rotation_trouble = rotate(path, log_options).err();
+        let _ = ROTATION.set((path.to_owned(), log_options.clone()));
         match LogFile::open(path) {
             Ok(f) => Some(Arc::new(Mutex::new(f))),
             Err(e) => {

@@ -1,5 +1,5 @@
-//! The binaries in the CNI bin directory: `multus` with its `whereabouts` link, `cni-plugins`,
-//! and a link named after each plugin pointing at `cni-plugins`. Each is replaced by a rename, never rewritten in place, so
+//! The binaries in the CNI bin directory: `multus` with its `whereabouts` and `multus-shim`
+//! links, `cni-plugins`, and a link named after each plugin pointing at `cni-plugins`. Each is replaced by a rename, never rewritten in place, so
 //! a plugin running from the old file keeps running and the runtime never execs half a file.
 
 use std::path::Path;
@@ -23,8 +23,10 @@ pub fn install(opts: &Options) -> Result<(), InstallError> {
     if !opts.skip_multus_binary_copy {
         let multus_src = opts.multus_bin_file.clone().unwrap_or(this);
         copy(&multus_src, &bin_dir, "multus")?;
-        // The whereabouts IPAM plugin is in multus, beside its Kubernetes client.
+        // The whereabouts IPAM plugin is in multus, beside its Kubernetes client, and so is
+        // thick mode's shim.
         link(&bin_dir.join("whereabouts"), "multus")?;
+        link(&bin_dir.join("multus-shim"), "multus")?;
     }
     copy(&plugins_src, &bin_dir, PLUGINS_BIN)?;
     for name in plugin_names(&plugins_src)? {

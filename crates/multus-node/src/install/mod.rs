@@ -121,6 +121,10 @@ pub struct Options {
     /// whereabouts' node-slice mode reads it (the DaemonSet passes spec.nodeName).
     #[arg(long, value_name = "NAME")]
     pub whereabouts_node_name: Option<String>,
+    /// Install the binaries and exit: thick mode's init container (its daemon writes the
+    /// multus config).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub binaries_only: bool,
     /// How long to wait for the primary network's config and the readiness file, in seconds.
     #[arg(long, default_value_t = 300)]
     pub wait_timeout: u64,
@@ -201,6 +205,10 @@ pub fn run(opts: &Options) -> Result<(), InstallError> {
         }
     }
     binaries::install(opts)?;
+    if opts.binaries_only {
+        log("installed the binaries (--binaries-only)");
+        return Ok(());
+    }
     if let Some(path) = &opts.relay_log {
         relay::spawn(path.clone());
     }

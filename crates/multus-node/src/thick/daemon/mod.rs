@@ -52,8 +52,34 @@ fn config_path(args: &[String]) -> Result<PathBuf, String> {
     Ok(path)
 }
 
+/// `-ready SOCKET_DIR`: whether the daemon listening there is ready (`/readyz`), for the
+/// pod's readiness probe: the socket is not reachable by an HTTP probe.
+fn probe(dir: &str) -> i32 {
+    let socket = super::wire::socket_path(std::path::Path::new(dir));
+    match super::wire::exchange(&socket, "GET", "/readyz", b"", Duration::from_secs(3)) {
+        Ok((200, _)) => 0,
+        Ok((status, body)) => {
+            eprintln!(
+                "multus-daemon on {}: {status} {}",
+                socket.display(),
+                String::from_utf8_lossy(&body).trim()
+            );
+            1
+        }
+        Err(e) => {
+            eprintln!("multus-daemon on {}: {e}", socket.display());
+            1
+        }
+    }
+}
+
 /// The daemon's entry; returns the exit status.
 pub fn main(args: &[String]) -> i32 {
+    if let [flag, dir] = args {
+        if matches!(flag.as_str(), "-ready" | "--ready") {
+            return probe(dir);
+        }
+    }
     if args
         .iter()
         .any(|a| matches!(a.as_str(), "-version" | "--version" | "-v"))
@@ -146,6 +172,9 @@ fn run(args: &[String]) -> Result<(), String> {
         config.queue_length,
         config.queue_wait,
     )?;
+    if let Some(port) = config.metrics_port {
+        server::serve_metrics(port, Arc::clone(&state))?;
+    }
     tracing::info!(
         "serving on {} ({} calls at once, {} queued at most)",
         server.socket.display(),
@@ -184,6 +213,7 @@ fn run(args: &[String]) -> Result<(), String> {
             );
             waiting_said = false;
         }
+        multus::log::maintain();
         if stop.wait(LOOK) {
             break;
         }

@@ -159,6 +159,40 @@ impl Server {
     }
 }
 
+/// `/metrics` also on TCP `port` of every address, as upstream's `metricsPort`: one thread,
+/// one request per connection, read within [`READ_WAIT`].
+pub fn serve_metrics(port: u16, state: Arc<State>) -> Result<(), String> {
+    let listener = std::net::TcpListener::bind(("0.0.0.0", port))
+        .map_err(|e| format!("metricsPort {port}: {e}"))?;
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut stream) = conn else { continue };
+                let _ = stream.set_read_timeout(Some(READ_WAIT));
+                let _ = stream.set_write_timeout(Some(WRITE_WAIT));
+                let Ok(reading) = stream.try_clone() else {
+                    continue;
+                };
+                let (status, body) = match wire::read_request(&mut BufReader::new(reading)) {
+                    Ok(r) if r.path == "/metrics" && r.method == "GET" => {
+                        (200, state.metrics.text().into_bytes())
+                    }
+                    Ok(_) => (404, Vec::new()),
+                    Err(_) => continue,
+                };
+                let _ = wire::write_response(
+                    &mut stream,
+                    status,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    &body,
+                );
+            }
+        })
+        .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
+    Ok(())
+}
+
 fn reply(stream: &mut UnixStream, status: u16, content_type: &str, body: &[u8]) {
     let _ = stream.set_write_timeout(Some(WRITE_WAIT));
     let _ = wire::write_response(stream, status, content_type, body);
