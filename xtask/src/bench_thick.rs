@@ -282,8 +282,28 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     // DEL once the pod's namespace is gone: the delegates only release their addresses, so
     // multus's own time is not lost in the kernel's veth teardown.
-    let (mut gone_thin, mut gone_thick) = (Vec::new(), Vec::new());
+    let (mut gone_thin, mut gone_thick, mut gone_direct) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..cycles {
+        let ns = Netns::new("bench-gone");
+        let id = format!("gone-direct{i}");
+        let networks = bench.networks();
+        for (net, ifname) in &networks {
+            bench.run(
+                &bridge,
+                &bench.call("ADD", &net.to_string(), &id, ifname, &ns),
+            )?;
+        }
+        let dels: Vec<CniCall> = networks
+            .iter()
+            .rev()
+            .map(|(net, ifname)| bench.call("DEL", &net.to_string(), &id, ifname, &ns))
+            .collect();
+        drop(ns);
+        let mut del = Duration::ZERO;
+        for call in &dels {
+            del += bench.run(&bridge, call)?.elapsed;
+        }
+        gone_direct.push(del);
         for (bin, conf, prefix, out) in [
             (&bench.multus, &thin, "gone-thin", &mut gone_thin),
             (&bench.shim, &thick, "gone-thick", &mut gone_thick),
@@ -357,7 +377,19 @@ pub fn run(args: &[String]) -> Result<()> {
     let (_, peak_rss, _) = status_of(pid)?;
 
     // The API requests of one ADD and one DEL, each way (events, which the daemon sends
-    // after its reply, counted once they have arrived).
+    // after its reply, counted once they have arrived), once the bursts' events are sent.
+    let drained_by = Instant::now() + Duration::from_secs(120);
+    while metric(
+        &ask(&socket, "/metrics").unwrap_or_default(),
+        "multus_events_queued",
+    ) != 0
+    {
+        ensure!(
+            Instant::now() < drained_by,
+            "the burst's events were not sent"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let mut requests = Vec::new();
     for (name, bin, conf) in [
         ("thin", &bench.multus, &thin),
@@ -392,6 +424,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let (dd, _) = med(&mut direct_del);
     let (gt, _) = med(&mut gone_thin);
     let (gk, _) = med(&mut gone_thick);
+    let (gd, _) = med(&mut gone_direct);
     println!(
         "cycles: {cycles}; API latency profile {profile}: reads {} ms, writes {} ms; a pod with the cluster network and 2 NADs (bridge + host-local each)\n",
         latency.read.as_millis(),
@@ -421,8 +454,17 @@ pub fn run(args: &[String]) -> Result<()> {
         "| thick: own time per DEL (difference of medians) | {:.2} | |",
         kd - dd
     );
+    println!("| the 3 delegates' DELs directly, the pod's namespace gone | {gd:.2} | |");
     println!("| thin: DEL, the pod's namespace gone | {gt:.2} | |");
     println!("| thick: DEL, the pod's namespace gone | {gk:.2} | |");
+    println!(
+        "| thin: own time per DEL, the namespace gone | {:.2} | |",
+        gt - gd
+    );
+    println!(
+        "| thick: own time per DEL, the namespace gone | {:.2} | |",
+        gk - gd
+    );
     for (name, command, wall) in &walls {
         println!(
             "| {name}: {BURST} pods at once, {command} (wall) | {:.0} | |",

@@ -26,9 +26,8 @@ pub use config::DaemonConfig;
 
 /// How long a stop may take, within the kubelet's default grace period of 10 s for the pod.
 const STOP_BUDGET: Duration = Duration::from_secs(9);
-/// How long the daemon waits for the readiness indicator file and the cluster network's
-/// config before it serves anyway (not ready) and keeps looking.
-const FIRST_WAIT: Duration = Duration::from_secs(120);
+/// How often a daemon that is not ready says again what it waits for.
+const SAY_AGAIN: Duration = Duration::from_secs(60);
 /// How often the cluster network's config and the readiness file are looked at.
 const LOOK: Duration = Duration::from_secs(1);
 
@@ -182,8 +181,8 @@ fn run(args: &[String]) -> Result<(), String> {
         config.queue_length
     );
     let mut shim_conf = shim_conf::ShimConf::new(&config);
-    let started = Instant::now();
-    let mut waiting_said = false;
+    // What readiness waits for, and when that was last said.
+    let mut waiting: Option<(String, Instant)> = None;
     loop {
         let ready = look(&config, &mut shim_conf).and_then(|()| {
             caches
@@ -191,27 +190,26 @@ fn run(args: &[String]) -> Result<(), String> {
                 .then_some(())
                 .ok_or_else(|| "the pod and NAD caches to fill".to_owned())
         });
-        match &ready {
-            Ok(()) if !state.ready.swap(true, Ordering::SeqCst) => {
-                tracing::info!(
-                    "ready: the caches are filled and {} is written",
-                    shim_conf.path().display()
-                );
+        match ready {
+            Ok(()) => {
+                if !state.ready.swap(true, Ordering::SeqCst) {
+                    tracing::info!(
+                        "ready: the caches are filled and {} is written",
+                        shim_conf.path().display()
+                    );
+                }
+                waiting = None;
             }
-            Err(what) if state.ready.swap(false, Ordering::SeqCst) || !waiting_said => {
-                tracing::warn!("not ready: waiting for {what}");
-                waiting_said = true;
+            Err(what) => {
+                state.ready.store(false, Ordering::SeqCst);
+                let due = waiting
+                    .as_ref()
+                    .is_none_or(|(said, at)| *said != what || at.elapsed() >= SAY_AGAIN);
+                if due {
+                    tracing::warn!("not ready: waiting for {what}");
+                    waiting = Some((what, Instant::now()));
+                }
             }
-            _ => {}
-        }
-        if ready.is_err() && started.elapsed() > FIRST_WAIT && waiting_said {
-            // Said once more past the first wait, then quiet: the daemon keeps looking.
-            tracing::error!(
-                "still waiting after {} s for {}",
-                FIRST_WAIT.as_secs(),
-                ready.as_ref().err().map_or("", String::as_str)
-            );
-            waiting_said = false;
         }
         multus::log::maintain();
         if stop.wait(LOOK) {
