@@ -16,15 +16,17 @@ use testkit::{CniCall, Netns, PluginDir};
 
 use crate::measure;
 
-struct Bench {
-    multus: PathBuf,
-    plugins: PluginDir,
-    node: Netns,
-    dir: tempfile::TempDir,
+/// A node namespace, the plugins, a scratch directory, and the pod's three networks; shared
+/// with `bench-thick`.
+pub(crate) struct Bench {
+    pub multus: PathBuf,
+    pub plugins: PluginDir,
+    pub node: Netns,
+    pub dir: tempfile::TempDir,
 }
 
 impl Bench {
-    fn network(&self, name: &str, bridge: &str, subnet: &str, gateway_route: bool) -> Value {
+    pub fn network(&self, name: &str, bridge: &str, subnet: &str, gateway_route: bool) -> Value {
         let routes = if gateway_route {
             json!([{"dst": "0.0.0.0/0"}])
         } else {
@@ -36,7 +38,7 @@ impl Bench {
                      "dataDir": self.dir.path().join("ipam")}})
     }
 
-    fn networks(&self) -> [(Value, &'static str); 3] {
+    pub fn networks(&self) -> [(Value, &'static str); 3] {
         [
             (self.network("cluster", "bm0", "10.90.0.0/16", true), "eth0"),
             (self.network("net-a", "bm1", "10.91.0.0/16", false), "net1"),
@@ -80,7 +82,7 @@ impl Bench {
     }
 
     /// A call for container `id` of the API's pod `id`.
-    fn call(&self, command: &str, conf: &str, id: &str, ifname: &str, pod: &Netns) -> CniCall {
+    pub fn call(&self, command: &str, conf: &str, id: &str, ifname: &str, pod: &Netns) -> CniCall {
         let mut call = CniCall::new(command, conf);
         call.container_id = id.into();
         call.ifname = ifname.into();
@@ -90,7 +92,7 @@ impl Bench {
         call
     }
 
-    fn run(&self, bin: &Path, call: &CniCall) -> Result<measure::Sample> {
+    pub fn run(&self, bin: &Path, call: &CniCall) -> Result<measure::Sample> {
         let sample = measure::run(bin, call, &self.node)?;
         ensure!(
             sample.status.success(),

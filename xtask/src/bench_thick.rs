@@ -6,72 +6,20 @@
 //! daemon's RSS with 1,000 NADs and 200 pods cached and at its peak during the burst, its
 //! threads, and the shim's peak RSS.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use serde_json::{json, Value};
+use serde_json::json;
 use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth, Latency};
 use testkit::{CniCall, Netns, PluginDir};
 
+use crate::bench_multus::Bench;
 use crate::measure;
 
 const BURST: usize = 200;
-
-struct Bench {
-    multus: PathBuf,
-    shim: PathBuf,
-    plugins: PluginDir,
-    node: Netns,
-    dir: tempfile::TempDir,
-}
-
-impl Bench {
-    fn network(&self, name: &str, bridge: &str, subnet: &str, default: bool) -> Value {
-        let routes = if default {
-            json!([{"dst": "0.0.0.0/0"}])
-        } else {
-            json!([])
-        };
-        json!({"cniVersion": "1.0.0", "name": name, "type": "bridge", "bridge": bridge,
-            "isGateway": true,
-            "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]], "routes": routes,
-                     "dataDir": self.dir.path().join("ipam")}})
-    }
-
-    fn networks(&self) -> [(Value, &'static str); 3] {
-        [
-            (self.network("cluster", "bt0", "10.90.0.0/16", true), "eth0"),
-            (self.network("net-a", "bt1", "10.91.0.0/16", false), "net1"),
-            (self.network("net-b", "bt2", "10.92.0.0/16", false), "net2"),
-        ]
-    }
-
-    fn call(&self, command: &str, conf: &str, id: &str, ifname: &str, pod: &Netns) -> CniCall {
-        let mut call = CniCall::new(command, conf);
-        call.container_id = id.into();
-        call.ifname = ifname.into();
-        call.netns = pod.path().display().to_string();
-        call.path = self.plugins.path().display().to_string();
-        call.args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={id}");
-        call
-    }
-
-    fn run(&self, bin: &Path, call: &CniCall) -> Result<measure::Sample> {
-        let sample = measure::run(bin, call, &self.node)?;
-        ensure!(
-            sample.status.success(),
-            "{} {} {} failed: {}",
-            bin.display(),
-            call.command,
-            call.container_id,
-            sample.stdout
-        );
-        Ok(sample)
-    }
-}
 
 /// A process's resident set and its peak, in KB, and its threads.
 fn status_of(pid: u32) -> Result<(i64, i64, i64)> {
@@ -149,9 +97,9 @@ pub fn run(args: &[String]) -> Result<()> {
     let plugins_bin = crate::build_release()?;
     let multus = plugins_bin.with_file_name("multus");
     let links = PluginDir::new(&multus, &["multus-daemon", "multus-shim"]);
+    let shim = links.path().join("multus-shim");
     let bench = Bench {
         multus: multus.clone(),
-        shim: links.path().join("multus-shim"),
         plugins: PluginDir::new(&plugins_bin, &["bridge", "host-local", "static"]),
         node: Netns::new("bench-thick"),
         dir: tempfile::tempdir()?,
@@ -248,7 +196,7 @@ pub fn run(args: &[String]) -> Result<()> {
                     &mut thin_del,
                 )?,
                 1 => round(
-                    &bench.shim,
+                    &shim,
                     &thick,
                     format!("thick{i}"),
                     &mut thick_add,
@@ -306,7 +254,7 @@ pub fn run(args: &[String]) -> Result<()> {
         gone_direct.push(del);
         for (bin, conf, prefix, out) in [
             (&bench.multus, &thin, "gone-thin", &mut gone_thin),
-            (&bench.shim, &thick, "gone-thick", &mut gone_thick),
+            (&shim, &thick, "gone-thick", &mut gone_thick),
         ] {
             let ns = Netns::new("bench-gone");
             let id = format!("{prefix}{i}");
@@ -356,10 +304,7 @@ pub fn run(args: &[String]) -> Result<()> {
             }
             most
         });
-        for (name, bin, conf) in [
-            ("thin", &bench.multus, &thin),
-            ("thick", &bench.shim, &thick),
-        ] {
+        for (name, bin, conf) in [("thin", &bench.multus, &thin), ("thick", &shim, &thick)] {
             for command in ["ADD", "DEL"] {
                 let (wall, _) = measure::at_once(&pods, |i, p| {
                     bench.run(
@@ -391,10 +336,7 @@ pub fn run(args: &[String]) -> Result<()> {
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut requests = Vec::new();
-    for (name, bin, conf) in [
-        ("thin", &bench.multus, &thin),
-        ("thick", &bench.shim, &thick),
-    ] {
+    for (name, bin, conf) in [("thin", &bench.multus, &thin), ("thick", &shim, &thick)] {
         let id = format!("{name}{cycles}");
         for command in ["ADD", "DEL"] {
             api.clear_requests();
@@ -404,12 +346,12 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     let shim_rss = measure::peak_rss_kb(
-        &bench.shim,
+        &shim,
         &bench.call("ADD", &thick, &format!("thick{}", cycles), "eth0", &pod),
         &bench.node,
     )?;
     bench.run(
-        &bench.shim,
+        &shim,
         &bench.call("DEL", &thick, &format!("thick{}", cycles), "eth0", &pod),
     )?;
     let _ = daemon.kill();

@@ -82,21 +82,25 @@ impl Cause {
         }
     }
 
+    /// What a failed reply's status code and `Status` say.
+    pub(super) fn from_status(code: u16, reason: String, message: String) -> Cause {
+        match code {
+            404 => Cause::NotFound(message),
+            401 => Cause::Unauthorized(message),
+            403 => Cause::Forbidden(message),
+            409 => Cause::Conflict(message),
+            code => Cause::Api {
+                code,
+                reason,
+                message,
+            },
+        }
+    }
+
     pub(super) fn from_kube(err: kube::Error) -> Cause {
         match err {
             kube::Error::Api(status) => {
-                let message = status.message.clone();
-                match status.code {
-                    404 => Cause::NotFound(message),
-                    401 => Cause::Unauthorized(message),
-                    403 => Cause::Forbidden(message),
-                    409 => Cause::Conflict(message),
-                    code => Cause::Api {
-                        code,
-                        reason: status.reason.clone(),
-                        message,
-                    },
-                }
+                Cause::from_status(status.code, status.reason.clone(), status.message.clone())
             }
             // serde_json quotes a misplaced string whole: cut it.
             kube::Error::SerdeError(e) => Cause::Decode(cni::quote::shorten(&e.to_string())),

@@ -253,17 +253,7 @@ fn status_cause(code: u16, text: &str) -> Cause {
     let status: Value = serde_json::from_str(text).unwrap_or(Value::Null);
     let field = |k: &str| status.get(k).and_then(Value::as_str).map(str::to_owned);
     let message = field("message").unwrap_or_else(|| cni::quote::shorten(text.trim()));
-    match code {
-        404 => Cause::NotFound(message),
-        401 => Cause::Unauthorized(message),
-        403 => Cause::Forbidden(message),
-        409 => Cause::Conflict(message),
-        code => Cause::Api {
-            code,
-            reason: field("reason").unwrap_or_default(),
-            message,
-        },
-    }
+    Cause::from_status(code, field("reason").unwrap_or_default(), message)
 }
 
 /// Waits out the back-off (doubling it for next time), checking `stop` every 100 ms.

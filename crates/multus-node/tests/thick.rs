@@ -149,6 +149,25 @@ impl Thick {
         signal(self.daemon.take().expect("a daemon"), sig)
     }
 
+    /// A NAD `slow` whose plugin takes `seconds` over ADD.
+    fn slow_nad(&self, seconds: &str) {
+        self.c.sb.script(
+            "slow",
+            &format!(
+                r#"cat > /dev/null
+if [ "$CNI_COMMAND" = ADD ]; then
+  sleep {seconds}
+  echo '{{"cniVersion":"1.0.0","interfaces":[{{"name":"net1"}}],"ips":[]}}'
+fi"#
+            ),
+        );
+        self.c.nad(
+            "default",
+            "slow",
+            json!({"cniVersion": "1.0.0", "name": "slow", "type": "slow"}),
+        );
+    }
+
     /// The daemon's metrics.
     fn metrics(&self) -> String {
         let (_, text) = self.request("GET", "/metrics", b"").expect("metrics");
@@ -340,19 +359,7 @@ fn del_with_the_daemon_down_is_done_by_the_shim_and_add_fails_at_once() {
 #[test]
 fn sigterm_finishes_the_calls_in_hand_then_exits() {
     let mut t = Thick::new(json!({NETWORKS: "slow"}), json!({}));
-    t.c.sb.script(
-        "slow",
-        r#"cat > /dev/null
-if [ "$CNI_COMMAND" = ADD ]; then
-  sleep 1.5
-  echo '{"cniVersion":"1.0.0","interfaces":[{"name":"net1"}],"ips":[]}'
-fi"#,
-    );
-    t.c.nad(
-        "default",
-        "slow",
-        json!({"cniVersion": "1.0.0", "name": "slow", "type": "slow"}),
-    );
+    t.slow_nad("1.5");
     let shim = t.links.path().join("multus-shim");
     let call = t.shim_call("ADD");
     let daemon = t.daemon.take().expect("a daemon");
@@ -384,19 +391,7 @@ fn a_burst_past_the_queue_is_refused_and_a_call_past_its_deadline_says_so() {
         json!({NETWORKS: "slow"}),
         json!({"connectionLimit": 1, "maxQueuedRequests": 1, "requestTimeoutSeconds": 1}),
     );
-    t.c.sb.script(
-        "slow",
-        r#"cat > /dev/null
-if [ "$CNI_COMMAND" = ADD ]; then
-  sleep 3
-  echo '{"cniVersion":"1.0.0","interfaces":[{"name":"net1"}],"ips":[]}'
-fi"#,
-    );
-    t.c.nad(
-        "default",
-        "slow",
-        json!({"cniVersion": "1.0.0", "name": "slow", "type": "slow"}),
-    );
+    t.slow_nad("3");
     let shim = t.links.path().join("multus-shim");
     let node = &t.c.sb.node;
     let outs: Vec<CniOutput> = std::thread::scope(|s| {

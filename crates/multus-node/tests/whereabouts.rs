@@ -537,6 +537,31 @@ fn secondary(ip: &str) -> Value {
 }
 
 impl Cluster {
+    /// An ADD SIGKILLed after its pool write: the reservation's create hangs, and the kill
+    /// comes meanwhile. Returns whether the kill came before the ADD ended.
+    fn add_killed_after_its_pool_write(&self) -> bool {
+        self.api.inject_under(
+            "POST",
+            &Resource::OVERLAPPING_RANGE_IP_RESERVATIONS.path(NS),
+            Fault::Delay(std::time::Duration::from_secs(3)),
+            1,
+        );
+        let mut call = CniCall::new("ADD", &net(&v4()).to_string());
+        call.container_id = "killed".into();
+        call.ifname = "net1".into();
+        call.netns = self.netns.display().to_string();
+        call.path = "/nonexistent".into();
+        call.args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=killed".into();
+        for (k, v) in [
+            ("WHEREABOUTS_CONFIG_DIR", &self.conf_dir),
+            ("WHEREABOUTS_STATE_DIR", &self.state_dir),
+        ] {
+            call.env.push((k.into(), Some(v.display().to_string())));
+        }
+        call.run_killed_after(&self.bin, None, std::time::Duration::from_secs(1))
+            .1
+    }
+
     fn reconcile(&self) -> std::process::Output {
         let kubeconfig = self.conf_dir.join("whereabouts.d/whereabouts.kubeconfig");
         std::process::Command::new(&self.bin)
@@ -681,29 +706,7 @@ fn the_reconciler_reads_a_large_cluster_in_pages() {
 #[test]
 fn an_add_killed_midway_leaves_only_what_the_reconciler_frees() {
     let c = Cluster::new();
-    // The reservation's create hangs: the ADD has written the pool when it is killed.
-    let reservations = Resource::OVERLAPPING_RANGE_IP_RESERVATIONS.path(NS);
-    c.api.inject_under(
-        "POST",
-        &reservations,
-        Fault::Delay(std::time::Duration::from_secs(3)),
-        1,
-    );
-    let mut call = CniCall::new("ADD", &net(&v4()).to_string());
-    call.container_id = "killed".into();
-    call.ifname = "net1".into();
-    call.netns = c.netns.display().to_string();
-    call.path = "/nonexistent".into();
-    call.args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=killed".into();
-    call.env.push((
-        "WHEREABOUTS_CONFIG_DIR".into(),
-        Some(c.conf_dir.display().to_string()),
-    ));
-    call.env.push((
-        "WHEREABOUTS_STATE_DIR".into(),
-        Some(c.state_dir.display().to_string()),
-    ));
-    let (_, killed) = call.run_killed_after(&c.bin, None, std::time::Duration::from_secs(1));
+    let killed = c.add_killed_after_its_pool_write();
     assert!(killed);
     assert_eq!(c.allocations("10.77.0.0-24").len(), 1);
     // The pod never came up, and the reservation's create went down with the killed ADD's
@@ -801,25 +804,7 @@ fn gc_frees_this_nodes_stale_attachments_and_no_other_nodes() {
 #[test]
 fn gc_frees_what_a_killed_add_left() {
     let c = Cluster::new();
-    c.api.inject_under(
-        "POST",
-        &Resource::OVERLAPPING_RANGE_IP_RESERVATIONS.path(NS),
-        Fault::Delay(std::time::Duration::from_secs(3)),
-        1,
-    );
-    let mut call = CniCall::new("ADD", &net(&v4()).to_string());
-    call.container_id = "killed".into();
-    call.ifname = "net1".into();
-    call.netns = c.netns.display().to_string();
-    call.path = "/nonexistent".into();
-    call.args = "K8S_POD_NAMESPACE=default;K8S_POD_NAME=killed".into();
-    for (k, v) in [
-        ("WHEREABOUTS_CONFIG_DIR", &c.conf_dir),
-        ("WHEREABOUTS_STATE_DIR", &c.state_dir),
-    ] {
-        call.env.push((k.into(), Some(v.display().to_string())));
-    }
-    let (_, killed) = call.run_killed_after(&c.bin, None, std::time::Duration::from_secs(1));
+    let killed = c.add_killed_after_its_pool_write();
     assert!(killed);
     assert_eq!(c.allocations("10.77.0.0-24").len(), 1);
     assert_eq!(c.recorded(), ["killed:net1"]);
