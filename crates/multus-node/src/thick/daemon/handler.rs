@@ -47,10 +47,12 @@ impl Handler {
                 return Answer::error("unknown", 400, &e);
             }
         };
+        // A label of the metrics: only the commands there are, whatever a request says.
         let command = request
             .env
             .get("CNI_COMMAND")
-            .map_or("unknown", String::as_str)
+            .and_then(|c| cni::Command::parse(c))
+            .map_or("unknown", cni::Command::as_str)
             .to_owned();
         match self.run(&request) {
             Ok(Some(result)) => match serde_json::to_vec(&AddReply { result: &result }) {

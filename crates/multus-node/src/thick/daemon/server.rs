@@ -10,7 +10,7 @@
 
 use std::io::BufReader;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,8 +92,6 @@ fn listen(dir: &Path) -> Result<(PathBuf, UnixListener), String> {
         .map_err(|e| at("cannot set the socket's mode in", e))?;
     Ok((socket, listener))
 }
-
-use std::os::unix::fs::FileTypeExt;
 
 impl Server {
     pub fn start(
