@@ -1050,3 +1050,33 @@ fn nodes_claiming_slices_at_once_never_share_one() {
         );
     }
 }
+
+/// A NodeSlicePool that gives the node a slice outside the range, or of another size, is not
+/// allocated from: the API's word is checked.
+#[test]
+fn a_slice_outside_the_range_is_refused() {
+    let c = Cluster::new();
+    c.api.add_object(
+        Resource::NODE_SLICE_POOLS,
+        json!({"metadata": {"name": "slim", "namespace": NS},
+               "spec": {"range": "10.88.0.0/24", "sliceSize": "/26"},
+               "status": {"allocations": [
+                   {"nodeName": "node-q", "sliceRange": "10.99.0.0/26"},
+                   {"nodeName": "node-r", "sliceRange": "10.88.0.0/25"}]}}),
+    );
+    for node in ["node-q", "node-r"] {
+        let out = c
+            .on_node(node)
+            .call("ADD", &sliced("/26"), "cq", "net1", "pq");
+        assert_eq!(out.err_code(), 7, "{}", out.stdout);
+        assert!(
+            out.stdout.contains(&format!("gives node {node} the slice"))
+                && out
+                    .stdout
+                    .contains("which is not a /26 slice of 10.88.0.0/24"),
+            "{}",
+            out.stdout
+        );
+    }
+    assert!(c.api.objects(Resource::IP_POOLS).is_empty());
+}

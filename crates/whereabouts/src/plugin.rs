@@ -302,6 +302,21 @@ fn node_slice(
             )));
         }
         if let Some(slice) = pool.slice_of(&slices.node) {
+            // What the API says is checked: a slice outside the range, or of another size,
+            // would hand out addresses the network does not own.
+            let fits = slice.prefix_len() == slices.size
+                && range.subnet.contains(&slice.network())
+                && range.subnet.contains(&slice.broadcast());
+            if !fits {
+                return Err(Error::SliceMismatch(format!(
+                    "NodeSlicePool {}/{name} gives node {} the slice {slice}, which is not a /{} \
+                     slice of {}: fix or delete the NodeSlicePool",
+                    store.namespace(),
+                    slices.node,
+                    slices.size,
+                    range.subnet
+                )));
+            }
             return Ok(Some(slice));
         }
         if !claim {

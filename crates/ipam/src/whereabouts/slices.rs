@@ -36,11 +36,15 @@ pub fn cut(range: IpNet, size: u8) -> Option<Vec<IpNet>> {
     if bits >= 32 || (1u32 << bits) > MAX_SLICES {
         return None;
     }
-    let step = 1u128 << (u32::from(range.max_prefix_len() - size));
+    // A /0 slice is 2^128 addresses: the shift would overflow.
+    let step = 1u128.checked_shl(u32::from(range.max_prefix_len() - size))?;
     let first = num(range.network());
     let v4 = range.addr().is_ipv4();
     (0..(1u128 << bits))
-        .map(|i| IpNet::new(from_num(first + i * step, v4), size).ok())
+        .map(|i| {
+            let at = i.checked_mul(step).and_then(|o| o.checked_add(first))?;
+            IpNet::new(from_num(at, v4), size).ok()
+        })
         .collect()
 }
 
@@ -209,6 +213,8 @@ mod tests {
         assert_eq!(cut(net("10.0.0.0/8"), 20).map(|s| s.len()), Some(4096));
         assert_eq!(cut(net("10.0.0.0/8"), 21), None);
         assert_eq!(cut(net("fd00::/48"), 112), None);
+        assert_eq!(cut(net("::/0"), 0), None);
+        assert_eq!(cut(net("0.0.0.0/0"), 0).map(|s| s.len()), Some(1));
     }
 
     #[test]

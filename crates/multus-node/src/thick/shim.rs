@@ -44,7 +44,9 @@ enum Answer {
 
 fn ask(args: &CmdArgs, socket: &std::path::Path) -> Answer {
     let request = CniRequest {
-        env: std::env::vars()
+        // vars() would panic on a value that is not UTF-8; such a variable is not sent.
+        env: std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
             .filter(|(k, _)| k.starts_with("CNI_"))
             .collect(),
         config: args.stdin.clone(),
