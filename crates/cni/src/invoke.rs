@@ -1,9 +1,9 @@
 //! Calling another plugin (a delegate) by its type, the way a runtime would: found by name in
 //! `CNI_PATH`, run with the `CNI_*` environment, config on stdin, result or error on stdout.
 
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStdin, Command as Process, Output, Stdio};
+use std::process::{Child, ChildStdin, Command as Process, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -31,6 +31,19 @@ pub fn run_delegates_in(root: &Path) -> Result<(), CniError> {
     DELEGATE_ROOT
         .set(c)
         .map_err(|_| CniError::new(Code::Internal, "the delegates' root is set already"))
+}
+
+/// How long a delegate of this process may run, when set (see [`limit_delegates_to`]).
+static DELEGATE_DEADLINE: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+/// From now on, a delegate this process runs that has not finished within `deadline` is
+/// killed, with every process it started (its own process group), and its call fails with
+/// code 11 saying so. A process per call has the runtime's timeout over it; a daemon has not.
+/// Set once; a second call is refused.
+pub fn limit_delegates_to(deadline: Duration) -> Result<(), CniError> {
+    DELEGATE_DEADLINE
+        .set(deadline)
+        .map_err(|_| CniError::new(Code::Internal, "the delegates' deadline is set already"))
 }
 
 /// The `CNI_*` environment a delegate runs with, apart from `CNI_COMMAND`.
@@ -165,8 +178,23 @@ pub fn exec_output(
             });
         }
     }
-    let output = run(&mut process, stdin)
+    let deadline = DELEGATE_DEADLINE.get().copied();
+    if deadline.is_some() {
+        use std::os::unix::process::CommandExt;
+        process.process_group(0);
+    }
+    let (output, killed) = run(&mut process, stdin, deadline)
         .map_err(|e| CniError::io(format!("cannot run plugin {}: {e}", bin.display())))?;
+    if let (true, Some(deadline)) = (killed, deadline) {
+        return Err(CniError::new(
+            Code::TryAgainLater,
+            format!(
+                "plugin {} did not finish within {} s: it was killed",
+                bin.display(),
+                deadline.as_secs()
+            ),
+        ));
+    }
 
     if !output.status.success() {
         return Err(plugin_failure(bin, &output));
@@ -235,9 +263,15 @@ pub fn delegate_del(plugin_type: &str, env: &DelegateEnv, stdin: &[u8]) -> Resul
 /// (`pipe-user-pages-soft`).
 const PIPE_ALWAYS_HOLDS: usize = 4096;
 
-fn run(process: &mut Process, stdin: &[u8]) -> std::io::Result<Output> {
+/// Runs the delegate to its end, or to `deadline`, when its process group is killed. Returns
+/// its output, and whether it was killed.
+fn run(
+    process: &mut Process,
+    stdin: &[u8],
+    deadline: Option<Duration>,
+) -> std::io::Result<(Output, bool)> {
     let mut attempt = 0;
-    let mut child = loop {
+    let child = loop {
         match process.spawn() {
             Err(e) if e.kind() == ErrorKind::ExecutableFileBusy && attempt < BUSY_RETRIES => {
                 attempt += 1;
@@ -246,28 +280,105 @@ fn run(process: &mut Process, stdin: &[u8]) -> std::io::Result<Output> {
             other => break other?,
         }
     };
-    let mut pipe = child.stdin.take();
-    // A plugin may exit without reading its config (VERSION does).
-    let write = move |pipe: &mut Option<ChildStdin>| match pipe.as_mut().map(|p| p.write_all(stdin))
-    {
+    match deadline {
+        None => feed_and_wait(child, stdin).map(|out| (out, false)),
+        Some(deadline) => feed_and_wait_until(child, stdin, deadline),
+    }
+}
+
+/// A plugin may exit without reading its config (VERSION does).
+fn write_config(pipe: &mut Option<ChildStdin>, stdin: &[u8]) -> std::io::Result<()> {
+    match pipe.as_mut().map(|p| p.write_all(stdin)) {
         Some(Err(e)) if e.kind() != ErrorKind::BrokenPipe => Err(e),
         _ => Ok(()),
-    };
+    }
+}
+
+fn feed_and_wait(mut child: Child, stdin: &[u8]) -> std::io::Result<Output> {
+    let mut pipe = child.stdin.take();
     if stdin.len() <= PIPE_ALWAYS_HOLDS {
         // A fresh pipe takes this much without blocking, read or not.
-        write(&mut pipe)?;
+        write_config(&mut pipe, stdin)?;
         drop(pipe);
         return child.wait_with_output();
     }
     // Written from a second thread so a plugin that prints before reading cannot deadlock us.
     std::thread::scope(|s| {
-        let writer = s.spawn(move || write(&mut pipe));
+        let writer = s.spawn(move || write_config(&mut pipe, stdin));
         let output = child.wait_with_output()?;
-        match writer.join() {
-            Ok(written) => written.map(|()| output),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        joined(writer).map(|()| output)
     })
+}
+
+/// [`feed_and_wait`] with a deadline, at which the delegate's process group is killed.
+/// The child is reaped only after the deadline can no longer fire, so the group id signalled
+/// is still the delegate's and never a stranger's that reused it.
+fn feed_and_wait_until(
+    mut child: Child,
+    stdin: &[u8],
+    deadline: Duration,
+) -> std::io::Result<(Output, bool)> {
+    let id = child.id();
+    let pid = libc::pid_t::try_from(id).map_err(std::io::Error::other)?;
+    let mut pipe = child.stdin.take();
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    std::thread::scope(|s| {
+        let writer = s.spawn(move || write_config(&mut pipe, stdin));
+        let stdout = s.spawn(move || read_all(stdout));
+        let stderr = s.spawn(move || read_all(stderr));
+        let (exited, exit) = std::sync::mpsc::channel();
+        s.spawn(move || exited.send(wait_for_exit(id)));
+        let killed = match exit.recv_timeout(deadline) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                // SAFETY: kill(2) with a negative pid signals a process group; the delegate
+                // leads its own (made at spawn) and has not been reaped, so the id is its.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+                let _ = exit.recv();
+                true
+            }
+            _ => false,
+        };
+        let output = Output {
+            stdout: joined(stdout)?,
+            stderr: joined(stderr)?,
+            status: child.wait()?,
+        };
+        // Killed, it may have left its config unread: the broken pipe is no error.
+        joined(writer)?;
+        Ok((output, killed))
+    })
+}
+
+/// Blocks until `pid` has exited, without reaping it.
+fn wait_for_exit(pid: libc::id_t) -> std::io::Result<()> {
+    loop {
+        // SAFETY: an all-zero siginfo_t is a valid value of this plain C struct.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid(2) on our own child with WNOWAIT fills `info`, which we own, and
+        // leaves the child to be reaped by `Child::wait`.
+        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn read_all(pipe: Option<impl Read>) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    if let Some(mut pipe) = pipe {
+        pipe.read_to_end(&mut bytes)?;
+    }
+    Ok(bytes)
+}
+
+fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 fn plugin_failure(bin: &Path, output: &Output) -> CniError {

@@ -434,6 +434,47 @@ fn a_burst_past_the_queue_is_refused_and_a_call_past_its_deadline_says_so() {
 }
 
 #[test]
+fn a_hung_delegate_is_killed_and_a_call_its_shim_left_is_skipped() {
+    let t = Thick::new(
+        json!({NETWORKS: "slow"}),
+        json!({"connectionLimit": 1, "delegateTimeoutSeconds": 2}),
+    );
+    t.slow_nad("300");
+    let shim = t.links.path().join("multus-shim");
+    let node = &t.c.sb.node;
+    let call = t.shim_call("ADD");
+    let out = std::thread::scope(|s| {
+        let hung = s.spawn(|| call.run(&shim, Some(node)));
+        // Queued behind it, then given up: its runtime's timeout killed the shim.
+        std::thread::sleep(Duration::from_millis(500));
+        let mut left = UnixStream::connect(t.socket()).expect("connect");
+        let body = &call.stdin;
+        let head = format!(
+            "POST /cni HTTP/1.1\r\nHost: dummy\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        left.write_all(head.as_bytes()).expect("head");
+        left.write_all(body.as_bytes()).expect("body");
+        drop(left);
+        hung.join().expect("the hung call")
+    });
+    let (code, msg) = cni_error(&out);
+    assert_eq!(code, 11, "{msg}");
+    assert!(msg.contains("did not finish within 2 s"), "{msg}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t.metric("multus_requests_total{command=\"unknown\",result=\"abandoned\"}") != 1 {
+        assert!(Instant::now() < deadline, "{}", t.metrics());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The worker is free again, and the skipped call ran nothing.
+    assert_eq!(t.metric("multus_requests_in_flight"), 0);
+    assert_eq!(
+        t.metric("multus_requests_total{command=\"ADD\",result=\"error\"}"),
+        1
+    );
+}
+
+#[test]
 fn bad_requests_on_the_socket_get_clear_answers() {
     let t = Thick::new(json!({}), json!({}));
     let text = |r: Option<(u16, Vec<u8>)>| {

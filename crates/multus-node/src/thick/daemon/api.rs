@@ -1,7 +1,9 @@
 //! The Kubernetes API as the daemon's calls see it: reads and the network-status write on the
 //! daemon's one client (one connection for every call, no handshake per call), and events
 //! handed to a thread of their own, so that a reply never waits for them. The events queue is
-//! bounded: a call that finds it full waits for room rather than drop its events.
+//! bounded: a call that finds it full waits for room, for [`QUEUE_FULL_WAIT`] at most (the
+//! API is then taking no events: the batch is dropped and counted, rather than stall every
+//! call of the node).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -18,6 +20,8 @@ use super::metrics::Metrics;
 
 /// Commands' event batches waiting to be sent, at most.
 const EVENT_BATCHES: usize = 256;
+/// How long a call waits for room in a full events queue.
+const QUEUE_FULL_WAIT: Duration = Duration::from_secs(2);
 /// Tries per event batch before its failures are logged and counted.
 const EVENT_TRIES: u32 = 3;
 const EVENT_RETRY_PAUSE: Duration = Duration::from_millis(500);
@@ -174,10 +178,33 @@ impl Api for DaemonApi {
             .metrics
             .events_queued
             .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        if self.shared.events.send(events.to_vec()).is_err() {
-            // Only while the daemon stops: the events thread is gone.
-            tracing::warn!("the daemon is stopping: {} events not sent", events.len());
+        let mut batch = events.to_vec();
+        let until = std::time::Instant::now() + QUEUE_FULL_WAIT;
+        loop {
+            match self.shared.events.try_send(batch) {
+                Ok(()) => return Vec::new(),
+                Err(std::sync::mpsc::TrySendError::Full(back))
+                    if std::time::Instant::now() < until =>
+                {
+                    batch = back;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => {
+                    let why = match e {
+                        std::sync::mpsc::TrySendError::Full(_) => "the events queue stayed full",
+                        std::sync::mpsc::TrySendError::Disconnected(_) => "the daemon is stopping",
+                    };
+                    tracing::warn!("{why}: {} events not sent", events.len());
+                    self.shared
+                        .metrics
+                        .events_queued
+                        .fetch_sub(n, std::sync::atomic::Ordering::Relaxed);
+                    for _ in events {
+                        self.shared.metrics.event_failed();
+                    }
+                    return Vec::new();
+                }
+            }
         }
-        Vec::new()
     }
 }

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use k8s::{Change, ClientOptions, Collection, KubeClient};
@@ -16,20 +16,65 @@ use super::metrics::Metrics;
 
 type Key = (String, String);
 
+/// A NAD config larger than this is not cached: it is read from the API when a pod names it.
+const MAX_CACHED_CONFIG: usize = 64 * 1024;
+/// The most config bytes the NAD cache holds: past it, NADs are read from the API. Tenants
+/// decide how many NADs there are; the daemon's memory must not follow them without end.
+const MAX_CACHED_BYTES: usize = 32 << 20;
+
+/// An object as a cache reads it: its key, and what is kept of it (`None`: not kept).
+type Read<T> = fn(&Value) -> Option<(Key, Option<T>)>;
+
 /// One cached collection.
 struct Store<T> {
     items: RwLock<HashMap<Key, T>>,
     synced: AtomicBool,
     /// The last resourceVersion seen, when it is a number (for `/metrics`).
     version: AtomicI64,
+    /// What an item weighs, the most the store holds, and what it holds now (changed only
+    /// under the `items` write lock).
+    weight: fn(&T) -> usize,
+    limit: usize,
+    held: AtomicUsize,
+    /// Set once the limit has refused an item, so the log says it once per listing.
+    full: AtomicBool,
 }
 
 impl<T> Store<T> {
-    fn new() -> Store<T> {
+    fn new(weight: fn(&T) -> usize, limit: usize) -> Store<T> {
         Store {
             items: RwLock::new(HashMap::new()),
             synced: AtomicBool::new(false),
             version: AtomicI64::new(0),
+            weight,
+            limit,
+            held: AtomicUsize::new(0),
+            full: AtomicBool::new(false),
+        }
+    }
+
+    fn remove(&self, items: &mut HashMap<Key, T>, key: &Key) {
+        if let Some(old) = items.remove(key) {
+            self.held.fetch_sub((self.weight)(&old), Ordering::SeqCst);
+        }
+    }
+
+    /// Keeps `item` under `key` while the store stays under its limit; otherwise, and when
+    /// `item` is `None`, the key is dropped and reads of it go to the API.
+    fn put(&self, items: &mut HashMap<Key, T>, key: Key, item: Option<T>) {
+        self.remove(items, &key);
+        let Some(item) = item else { return };
+        let weight = (self.weight)(&item);
+        let held = self.held.load(Ordering::SeqCst);
+        if held + weight <= self.limit {
+            items.insert(key, item);
+            self.held.fetch_add(weight, Ordering::SeqCst);
+        } else if !self.full.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                "the cache is full at {held} bytes: {}/{} and what else does not fit is read from the API",
+                key.0,
+                key.1
+            );
         }
     }
 
@@ -45,7 +90,7 @@ impl<T> Store<T> {
     }
 
     /// Applies a change; returns how many items the store holds.
-    fn apply(&self, change: Change, read: fn(&Value) -> Option<(Key, T)>) -> usize {
+    fn apply(&self, change: Change, read: Read<T>) -> usize {
         let mut items = self.items.write().unwrap_or_else(PoisonError::into_inner);
         let seen = |v: &Value| {
             v.pointer("/metadata/resourceVersion")
@@ -56,10 +101,12 @@ impl<T> Store<T> {
         match change {
             Change::Listed(list) => {
                 items.clear();
+                self.held.store(0, Ordering::SeqCst);
+                self.full.store(false, Ordering::SeqCst);
                 for v in &list {
                     latest = latest.max(seen(v));
                     if let Some((key, item)) = read(v) {
-                        items.insert(key, item);
+                        self.put(&mut items, key, item);
                     }
                 }
                 self.synced.store(true, Ordering::SeqCst);
@@ -67,13 +114,13 @@ impl<T> Store<T> {
             Change::Applied(v) => {
                 latest = seen(&v);
                 if let Some((key, item)) = read(&v) {
-                    items.insert(key, item);
+                    self.put(&mut items, key, item);
                 }
             }
             Change::Deleted(v) => {
                 latest = seen(&v);
                 if let Some((key, _)) = read(&v) {
-                    items.remove(&key);
+                    self.remove(&mut items, &key);
                 }
             }
         }
@@ -100,7 +147,7 @@ fn annotations(v: &Value) -> std::collections::BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-fn read_pod(v: &Value) -> Option<(Key, Pod)> {
+fn read_pod(v: &Value) -> Option<(Key, Option<Pod>)> {
     let (namespace, name) = key(v)?;
     let uid = v
         .pointer("/metadata/uid")
@@ -113,18 +160,22 @@ fn read_pod(v: &Value) -> Option<(Key, Pod)> {
         uid,
         annotations: annotations(v),
     };
-    Some(((namespace, name), pod))
+    Some(((namespace, name), Some(pod)))
 }
 
-fn read_nad(v: &Value) -> Option<(Key, Nad)> {
+/// A NAD that cannot be read, or whose config is too large, is not kept: a pod that names it
+/// reads it from the API, and gets the API's answer (or error), never an older copy.
+fn read_nad(v: &Value) -> Option<(Key, Option<Nad>)> {
     let key = key(v)?;
-    let nad: k8s::NetworkAttachmentDefinition = serde_json::from_value(v.clone()).ok()?;
-    let nad = Nad {
-        config: nad.spec.config,
-        resource_name: annotations(v)
-            .remove(multus::devinfo::RESOURCE_NAME_ANNOTATION)
-            .filter(|r| !r.is_empty()),
-    };
+    let nad = serde_json::from_value::<k8s::NetworkAttachmentDefinition>(v.clone())
+        .ok()
+        .filter(|n| n.spec.config.len() <= MAX_CACHED_CONFIG)
+        .map(|n| Nad {
+            config: n.spec.config,
+            resource_name: annotations(v)
+                .remove(multus::devinfo::RESOURCE_NAME_ANNOTATION)
+                .filter(|r| !r.is_empty()),
+        });
     Some((key, nad))
 }
 
@@ -143,8 +194,8 @@ impl Caches {
         stop: Arc<AtomicBool>,
     ) -> Result<Arc<Caches>, String> {
         let caches = Arc::new(Caches {
-            pods: Store::new(),
-            nads: Store::new(),
+            pods: Store::new(|_| 0, usize::MAX),
+            nads: Store::new(|n: &Nad| n.config.len(), MAX_CACHED_BYTES),
         });
         let pods = Collection::pods(node.as_deref());
         for (collection, is_pods) in [(pods, true), (Collection::nads(), false)] {
@@ -206,7 +257,7 @@ mod tests {
 
     #[test]
     fn changes_keep_only_what_multus_reads() {
-        let store: Store<Nad> = Store::new();
+        let store: Store<Nad> = Store::new(|n: &Nad| n.config.len(), 10);
         let nad = |name: &str, rv: &str, config: &str| {
             json!({"metadata": {"namespace": "ns", "name": name, "resourceVersion": rv,
                                 "annotations": {"k8s.v1.cni.cncf.io/resourceName": "dev/x"}},
@@ -230,6 +281,18 @@ mod tests {
         assert_eq!(a.resource_name.as_deref(), Some("dev/x"));
         assert_eq!(store.apply(Change::Deleted(nad("a", "9", "")), read_nad), 1);
         assert_eq!(store.version.load(Ordering::SeqCst), 9);
+        // Past the store's 10 bytes: not kept, and an older copy goes.
+        assert_eq!(
+            store.apply(Change::Applied(nad("b", "10", "{123456789}")), read_nad),
+            0
+        );
+        assert_eq!(
+            store.apply(Change::Applied(nad("c", "11", "{4}")), read_nad),
+            1
+        );
+        // A NAD that cannot be read drops the copy: the API answers for it.
+        let broken = json!({"metadata": {"namespace": "ns", "name": "c"}, "spec": {"config": 5}});
+        assert_eq!(store.apply(Change::Applied(broken), read_nad), 0);
         assert_eq!(store.apply(Change::Listed(vec![]), read_nad), 0);
     }
 }

@@ -24,6 +24,9 @@ const DEFAULT_QUEUE: usize = 1024;
 /// How long a call may wait for a worker (`requestTimeoutSeconds`, ours): well inside the
 /// kubelet's two minutes for a sandbox.
 const DEFAULT_QUEUE_WAIT: Duration = Duration::from_secs(60);
+/// How long one delegate may run (`delegateTimeoutSeconds`, ours): a hung plugin would
+/// otherwise hold a worker, and its container, for good.
+const DEFAULT_DELEGATE_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
@@ -57,6 +60,8 @@ pub struct DaemonConfig {
     pub readiness_file: Option<PathBuf>,
     /// `kubeconfig` (ours): the API's credentials; in-cluster ones without it.
     pub kubeconfig: Option<PathBuf>,
+    /// `delegateTimeoutSeconds` (ours): how long one delegate may run before it is killed.
+    pub delegate_timeout: Duration,
     /// What the daemon logs once its log is set up: keys it reads and ignores.
     pub warnings: Vec<String>,
 }
@@ -199,13 +204,18 @@ impl DaemonConfig {
             force_cni_version: boolean("forceCNIVersion")?,
             readiness_file: path("readinessindicatorfile")?,
             kubeconfig: path("kubeconfig")?,
+            delegate_timeout: count("delegateTimeoutSeconds")?
+                .map_or(DEFAULT_DELEGATE_TIMEOUT, |s| {
+                    Duration::from_secs(s.clamp(1, 600))
+                }),
             warnings,
             keys,
         })
     }
 
     /// A request's network config with every key of this file copied over it, as upstream
-    /// does (`readinessindicatorfile` aside: the daemon waited for it before serving).
+    /// does. `readinessindicatorfile` goes too (upstream leaves it out): the daemon serves
+    /// from its start, so each ADD waits for the file, as in thin mode.
     pub fn overlay(&self, config: &[u8]) -> Result<Vec<u8>, String> {
         let mut conf = match serde_json::from_slice::<Value>(config) {
             Ok(Value::Object(m)) => m,
@@ -213,9 +223,7 @@ impl DaemonConfig {
             Err(e) => return Err(format!("the network config is not JSON: {e}")),
         };
         for (key, value) in &self.keys {
-            if key != "readinessindicatorfile" {
-                conf.insert(key.clone(), value.clone());
-            }
+            conf.insert(key.clone(), value.clone());
         }
         serde_json::to_vec(&Value::Object(conf)).map_err(|e| e.to_string())
     }
@@ -273,7 +281,7 @@ mod tests {
     }
 
     #[test]
-    fn every_key_but_the_readiness_file_goes_over_the_request() {
+    fn every_key_goes_over_the_request() {
         let c = DaemonConfig::parse(
             br#"{"binDir": "/host/opt/cni/bin", "readinessindicatorfile": "/r", "cniVersion": "1.0.0"}"#,
         )
@@ -285,7 +293,7 @@ mod tests {
         assert_eq!(v["binDir"], "/host/opt/cni/bin");
         assert_eq!(v["cniVersion"], "1.0.0");
         assert_eq!(v["name"], "multus-cni-network");
-        assert!(v.get("readinessindicatorfile").is_none());
+        assert_eq!(v["readinessindicatorfile"], "/r");
         assert!(c.overlay(b"[1]").is_err());
     }
 }

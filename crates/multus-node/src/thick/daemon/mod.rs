@@ -117,6 +117,7 @@ fn run(args: &[String]) -> Result<(), String> {
     if let Some(root) = &config.chroot_dir {
         cni::invoke::run_delegates_in(root).map_err(|e| e.msg)?;
     }
+    cni::invoke::limit_delegates_to(config.delegate_timeout).map_err(|e| e.msg)?;
     let client = KubeClient::new(&ClientOptions {
         kubeconfig: config.kubeconfig.clone(),
         ..ClientOptions::default()

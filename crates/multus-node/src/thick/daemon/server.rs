@@ -312,6 +312,22 @@ fn accept(listener: &UnixListener, queue: SyncSender<Job>, state: &State) {
     }
 }
 
+/// Whether the client has closed its end: a peek that finds the end of the stream.
+fn gone(stream: &UnixStream) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: recv(2) with MSG_PEEK | MSG_DONTWAIT on a socket this job owns, into one byte
+    // of our own; it neither blocks nor consumes anything.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            (&mut byte as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0
+}
+
 fn work(jobs: &Mutex<Receiver<Job>>, handler: &Handler, state: &State, queue_wait: Duration) {
     loop {
         let next = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
@@ -319,6 +335,12 @@ fn work(jobs: &Mutex<Receiver<Job>>, handler: &Handler, state: &State, queue_wai
         let m = &state.metrics;
         m.queued.fetch_sub(1, Ordering::Relaxed);
         let waited = job.arrived.elapsed();
+        if gone(&job.stream) {
+            // The shim gave up (the runtime's timeout killed it): the runtime tears the
+            // sandbox down without this call, which must not run after that.
+            m.request("unknown", "abandoned", waited);
+            continue;
+        }
         if waited > queue_wait {
             m.request("unknown", "expired", waited);
             m.served("/cni", 400, "post");
