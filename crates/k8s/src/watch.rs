@@ -17,8 +17,12 @@ use crate::{Call, Cause, K8sError, KubeClient};
 /// How long one watch request lasts before it is made again (kube-apiserver ends them
 /// between 30 and 60 minutes; shorter keeps a silently broken connection from lasting).
 const WATCH_SECONDS: u64 = 290;
-/// How long a watch may go without a byte: a bookmark or an event comes well within this.
+/// How long one watch may last in all: a server that has not ended it by then (its
+/// `timeoutSeconds` past) is cut off, and the watch made again.
 const SILENCE: Duration = Duration::from_secs(WATCH_SECONDS + 30);
+/// A watch that ends sooner than this having moved nothing on is not made again at once but
+/// after the back-off: a proxy that cuts every watch short must not make every node spin.
+const SHORT_WATCH: Duration = Duration::from_secs(5);
 const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
@@ -72,8 +76,10 @@ enum Ended {
 }
 
 impl KubeClient {
-    /// Keeps `collection` in step, calling `on` with each change, until `stop` is set (seen
-    /// within a second). Blocks: run it on a thread of its own, with a client of its own.
+    /// Keeps `collection` in step, calling `on` with each change, until `stop` is set: seen
+    /// within a second while watching or pausing, and once a list or a watch's first reply in
+    /// flight is over (the client's timeout at most). Blocks: run it on a thread of its own,
+    /// with a client of its own.
     pub fn reflect(&self, collection: &Collection, stop: &AtomicBool, on: &mut dyn FnMut(Change)) {
         self.runtime.block_on(async {
             let mut backoff = BACKOFF_FIRST;
@@ -88,7 +94,15 @@ impl KubeClient {
                 };
                 on(Change::Listed(items));
                 while !stop.load(Ordering::SeqCst) {
+                    let (from, began) = (since.clone(), Instant::now());
                     match self.watch_once(collection, &mut since, stop, on).await {
+                        Ok(Ended::Carry) if since == from && began.elapsed() < SHORT_WATCH => {
+                            tracing::debug!(
+                                "watch of {} ended at once; watching again in {backoff:?}",
+                                collection.resource
+                            );
+                            pause(stop, &mut backoff).await;
+                        }
                         Ok(Ended::Carry) => backoff = BACKOFF_FIRST,
                         Ok(Ended::Expired) => {
                             tracing::info!(

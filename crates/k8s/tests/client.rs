@@ -1043,3 +1043,32 @@ fn a_reflected_collection_follows_list_watch_410_and_failures() -> Result<()> {
     reflector.join().expect("the reflector stops");
     Ok(())
 }
+
+/// A server (or a proxy before it) that ends every watch at once with nothing in it: the
+/// watch is made again after a growing back-off, not in a loop.
+#[test]
+fn watches_that_end_at_once_are_backed_off() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    s.server
+        .inject_with_param("GET", "/api/v1/pods", "watch", Fault::EndWatch, 10_000);
+    let client = s.client(5000, 0)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let reflector = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || client.reflect(&k8s::Collection::pods(None), &stop, &mut |_| {}))
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::SeqCst);
+    reflector.join().expect("the reflector stops");
+    let watches = s
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && r.query.contains("watch=1"))
+        .count();
+    // 0.2 + 0.4 + 0.8 + 1.6 s of back-off fit in 3 s: about 4 watches, never hundreds.
+    assert!((2..=8).contains(&watches), "{watches} watches in 3 s");
+    Ok(())
+}

@@ -79,6 +79,9 @@ pub enum Fault {
     /// Stop reading and answering on the connection altogether, HTTP/2 pings included, for
     /// [`STALL`], then drop it: a server gone silent behind a load balancer.
     Stall,
+    /// Answer a watch with 200 and end it at once, with no event: a proxy that cuts long
+    /// requests short.
+    EndWatch,
 }
 
 /// How long a [`Fault::Stall`] keeps its connection silent.
@@ -632,7 +635,9 @@ fn answer(
         _ if !ticket.authorized => Some(routes::unauthorized()),
         Some(Fault::Status(code)) => Some(routes::injected(code)),
         Some(Fault::Close | Fault::Stall) => None,
-        Some(Fault::Delay(_) | Fault::LoseReply) | None => Some(routes::handle(&mut state, req)),
+        Some(Fault::Delay(_) | Fault::LoseReply | Fault::EndWatch) | None => {
+            Some(routes::handle(&mut state, req))
+        }
     };
     let replied = reply.is_some() && !matches!(ticket.fault, Some(Fault::LoseReply));
     shared.changed.notify_all();
@@ -660,12 +665,16 @@ fn start_watch(
     ticket: &Ticket,
     version: ::http::Version,
 ) -> Option<watch::Watch> {
-    if !ticket.authorized || !matches!(ticket.fault, None | Some(Fault::Delay(_))) {
+    let ends = matches!(ticket.fault, Some(Fault::EndWatch));
+    if !ticket.authorized || !(ends || matches!(ticket.fault, None | Some(Fault::Delay(_)))) {
         return None;
     }
-    let Some(Ok(w)) = watch::Watch::of(req) else {
+    let Some(Ok(mut w)) = watch::Watch::of(req) else {
         return None;
     };
+    if ends {
+        w.end();
+    }
     lock(&shared.state).log.push(LoggedRequest {
         method: req.method.clone(),
         path: req.path.clone(),

@@ -236,6 +236,11 @@ impl Watch {
         (lines, false)
     }
 
+    /// Ends the watch at once: nothing more is sent on it.
+    pub fn end(&mut self) {
+        self.until = Instant::now();
+    }
+
     pub fn expired(&self) -> bool {
         Instant::now() >= self.until
     }
