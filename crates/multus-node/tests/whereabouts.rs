@@ -728,6 +728,18 @@ impl Caller {
         self.call_with("GC", &conf, "", "", "")
     }
 
+    /// Makes this node's records of network `blue` an hour old: past GC's grace.
+    fn age_records(&self) {
+        let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for name in self.recorded() {
+            std::fs::File::options()
+                .write(true)
+                .open(self.state_dir.join("blue").join(name))
+                .and_then(|f| f.set_modified(an_hour_ago))
+                .expect("backdate a record");
+        }
+    }
+
     /// The attachments this node recorded for network `blue`.
     fn recorded(&self) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.state_dir.join("blue"))
@@ -757,7 +769,13 @@ fn gc_frees_this_nodes_stale_attachments_and_no_other_nodes() {
     assert_eq!(refused.err_code(), 7, "{}", refused.stdout);
     assert!(refused.stdout.contains("cni.dev/valid-attachments"));
     assert_eq!(c.allocations("10.77.0.0-24").len(), 3);
+    // An ADD begun within the grace may still be running, unknown to the runtime's list.
+    a.gc(&v4(), Some(&[])).ok();
+    assert_eq!(c.allocations("10.77.0.0-24").len(), 3);
+    assert_eq!(a.recorded(), ["ca1:net1", "ca2:net1"]);
     // node-a's runtime knows ca1 only: ca2 is freed, cb1 (node-b's) is not.
+    a.age_records();
+    b.age_records();
     a.gc(&v4(), Some(&[("ca1", "net1")])).ok();
     let mut held: Vec<Value> = c
         .allocations("10.77.0.0-24")
@@ -797,6 +815,7 @@ fn gc_frees_what_a_killed_add_left() {
     assert!(killed);
     assert_eq!(c.allocations("10.77.0.0-24").len(), 1);
     assert_eq!(c.recorded(), ["killed:net1"]);
+    c.age_records();
     c.gc(&v4(), Some(&[])).ok();
     assert!(c.allocations("10.77.0.0-24").is_empty());
     assert!(c.recorded().is_empty());
@@ -975,24 +994,60 @@ fn node_slices_full_taken_mismatched_and_made_upstream() {
         "{}",
         none.stdout
     );
-    // The reconciler frees the slices of nodes that left; node-e then gets one.
+    // The reconciler frees the slices of nodes that left, once their pods' addresses are
+    // freed: node-x's pod still runs (its node came back under the name, say).
     for node in ["node-c", "node-d", "node-y"] {
         c.api.add_node(node);
     }
-    let out = c.reconcile();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
+    c.api.add_object(
+        Resource::IP_POOLS,
+        json!({"metadata": {"name": "slim-node-x-10.88.0.0-26", "namespace": NS},
+               "spec": {"range": "10.88.0.0/26", "allocations": {
+                   "1": {"id": "cx", "podref": "default/xpod", "ifname": "net1"}}}}),
     );
+    c.api.add_pod(pod(
+        "xpod",
+        "Running",
+        json!([{"name": "default/blue", "interface": "net1", "ips": ["10.88.0.1"]}]),
+        json!([]),
+    ));
+    let reconcile = || {
+        let out = c.reconcile();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let text = reconcile();
     assert!(
         text.contains(
-            "freed slice 10.88.0.0/26 in NodeSlicePool kube-system/slim: node node-x is gone"
+            "kept slice 10.88.0.0/26 in NodeSlicePool kube-system/slim: node node-x is gone, \
+             but IPPool kube-system/slim-node-x-10.88.0.0-26 still holds 1 addresses"
         ),
         "{text}"
     );
-    assert!(text.contains("freed 1 node slices"), "{text}");
+    assert_eq!(
+        slice_pool(&c)["status"]["allocations"][0]["nodeName"],
+        "node-x"
+    );
+    // The pod goes: its address, then the slice, then the empty IPPool, in one pass.
+    c.api.delete_pod("default", "xpod");
+    let text = reconcile();
+    for line in [
+        "freed 10.88.0.1 in IPPool kube-system/slim-node-x-10.88.0.0-26",
+        "freed slice 10.88.0.0/26 in NodeSlicePool kube-system/slim: node node-x is gone",
+        "deleted IPPool kube-system/slim-node-x-10.88.0.0-26: empty",
+        "freed 1 node slices",
+    ] {
+        assert!(text.contains(line), "{line}\n{text}");
+    }
+    assert!(c
+        .api
+        .object(Resource::IP_POOLS, NS, "slim-node-x-10.88.0.0-26")
+        .is_none());
     let e = c
         .on_node("node-e")
         .call("ADD", &sliced("/26"), "ce", "net1", "pe");
@@ -1079,4 +1134,16 @@ fn a_slice_outside_the_range_is_refused() {
         );
     }
     assert!(c.api.objects(Resource::IP_POOLS).is_empty());
+    // Teardown is not blocked by it: DEL ends with the record gone, saying why it freed
+    // nothing.
+    let q = c.on_node("node-q");
+    assert_eq!(q.recorded(), ["cq:net1"]);
+    let del = q.call("DEL", &sliced("/26"), "cq", "net1", "pq");
+    del.ok();
+    assert!(
+        del.stderr.contains("no address freed") && del.stderr.contains("10.99.0.0/26"),
+        "{}",
+        del.stderr
+    );
+    assert!(q.recorded().is_empty());
 }

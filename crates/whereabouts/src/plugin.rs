@@ -19,6 +19,9 @@ use crate::store::Store;
 /// long: the reference's 100 rounds, with a deadline well inside the runtime's.
 const MAX_ROUNDS: u32 = 100;
 const DEADLINE: Duration = Duration::from_secs(60);
+/// GC leaves an attachment whose ADD began less than this ago: the runtime's list of valid
+/// attachments does not hold the ADDs still running. Longer than any runtime waits for one.
+const GC_GRACE: Duration = Duration::from_secs(600);
 
 /// The plugin, reading the node's flat file from `sources`.
 pub struct Whereabouts {
@@ -55,7 +58,18 @@ impl Whereabouts {
     /// Frees the attachment's address in every range's pool, then its record.
     fn free(&self, store: &Store, conf: &Config, id: &str, ifname: &str) -> Result<(), Error> {
         let deadline = Instant::now() + DEADLINE;
-        for target in &targets(store, conf, false, deadline)? {
+        let targets = match targets(store, conf, false, deadline) {
+            Ok(targets) => targets,
+            // A NodeSlicePool that cannot be read, or gives this node a slice outside the
+            // range, is no reason to block teardown for good: the address is left for the
+            // reconciler, which frees those of pods that are gone.
+            Err(e @ (Error::SliceMismatch(_) | Error::Object(_))) => {
+                eprintln!("whereabouts: container {id} interface {ifname}: no address freed: {e}");
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
+        for target in &targets {
             release(store, conf, target, (id, ifname), None, deadline)?;
         }
         if let Some(record) = Record::open_existing(&self.sources.state_dir, &conf.name)? {
@@ -119,7 +133,8 @@ impl Plugin for Whereabouts {
     }
 
     /// Frees what this node's attachments that are not in `cni.dev/valid-attachments` hold:
-    /// the node's record says which attachments are its own (a pool is shared by every node).
+    /// the node's record says which attachments are its own (a pool is shared by every node),
+    /// and leaves those whose ADD began within [`GC_GRACE`].
     /// Each one is freed as DEL frees it; a failure is reported after the others are done.
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = self.config(args)?;
@@ -134,15 +149,15 @@ impl Plugin for Whereabouts {
         let Some(record) = Record::open_existing(&self.sources.state_dir, &conf.name)? else {
             return Ok(());
         };
-        let stale: Vec<(String, String)> = record
-            .attachments()?
-            .into_iter()
-            .filter(|(id, ifname)| {
-                !valid
-                    .iter()
-                    .any(|v| &v.container_id == id && &v.ifname == ifname)
-            })
-            .collect();
+        let mut stale = Vec::new();
+        for (id, ifname) in record.attachments()? {
+            let valid = valid
+                .iter()
+                .any(|v| v.container_id == id && v.ifname == ifname);
+            if !valid && record.age(&id, &ifname)?.is_some_and(|age| age >= GC_GRACE) {
+                stale.push((id, ifname));
+            }
+        }
         if stale.is_empty() {
             return Ok(());
         }

@@ -183,8 +183,11 @@ fn reconcile_slices(client: &KubeClient, out: &mut dyn Write) -> Result<usize, E
     Ok(freed)
 }
 
-/// Frees the pool's slices whose node is not `live`, in one conditional write, reading the
-/// pool again if it changed meanwhile. Returns how many were freed.
+/// Frees the pool's slices whose node is not `live` and whose IPPool holds no address any
+/// more (the pods of a gone node are freed first, by the pass over the IPPools), in one
+/// conditional write, reading the pool again if it changed meanwhile; then deletes those
+/// empty IPPools. A node that comes back under its name before its pods are gone keeps its
+/// slice and its addresses. Returns how many slices were freed.
 fn free_slices_of_gone_nodes(
     client: &KubeClient,
     listed: &Value,
@@ -203,7 +206,25 @@ fn free_slices_of_gone_nodes(
     for _ in 0..POOL_ROUNDS {
         let pool = NodeSlicePool::from_object(&obj)
             .map_err(|why| Error::Object(format!("NodeSlicePool {ns}/{name}: {why}")))?;
-        let Some((gone, patch)) = pool.release_patch(live) else {
+        let mut empty = HashMap::new();
+        for (node, slice) in &pool.slices {
+            if node.is_empty() || live(node) {
+                continue;
+            }
+            match slice_pools(client, &ns, &name, node, slice)? {
+                SlicePools::Empty(pools) => {
+                    empty.insert(node.as_str(), pools);
+                }
+                SlicePools::Holding(pool_name, n) => {
+                    let _ = writeln!(
+                        out,
+                        "kept slice {slice} in NodeSlicePool {ns}/{name}: node {node} is gone, \
+                         but IPPool {ns}/{pool_name} still holds {n} addresses"
+                    );
+                }
+            }
+        }
+        let Some((gone, patch)) = pool.release_patch(&|node| !empty.contains_key(node)) else {
             return Ok(0);
         };
         match client.json_patch_object(NODE_SLICE_POOLS, &ns, &name, &patch)? {
@@ -213,6 +234,14 @@ fn free_slices_of_gone_nodes(
                         out,
                         "freed slice {slice} in NodeSlicePool {ns}/{name}: node {node} is gone"
                     );
+                    for (pool_name, rv) in empty.get(node.as_str()).into_iter().flatten() {
+                        // Conditional: a pool written since it was read is left for next time.
+                        if client.delete_object(IPPOOLS, &ns, pool_name, Some(rv))?
+                            == Deleted::Deleted
+                        {
+                            let _ = writeln!(out, "deleted IPPool {ns}/{pool_name}: empty");
+                        }
+                    }
                 }
                 return Ok(gone.len());
             }
@@ -226,6 +255,47 @@ fn free_slices_of_gone_nodes(
         object: format!("NodeSlicePool {ns}/{name}"),
         rounds: POOL_ROUNDS,
     })
+}
+
+/// What a node's slice's IPPool holds.
+enum SlicePools {
+    /// No address: the pools there are, by name and resourceVersion.
+    Empty(Vec<(String, String)>),
+    /// This pool holds this many addresses.
+    Holding(String, usize),
+}
+
+/// The IPPools a node's slice can have: `<pool>-<node>-<slice>` when the network names its
+/// `network_name` (the NodeSlicePool's name), `<node>-<slice>` when it does not.
+fn slice_pools(
+    client: &KubeClient,
+    ns: &str,
+    slice_pool: &str,
+    node: &str,
+    slice: &str,
+) -> Result<SlicePools, Error> {
+    let Ok(slice) = slice.parse::<ipnet::IpNet>() else {
+        return Ok(SlicePools::Empty(Vec::new()));
+    };
+    let mut found = Vec::new();
+    for network_name in [slice_pool, ""] {
+        let pool_name = ipam::whereabouts::pool_name(network_name, Some(node), &slice);
+        let Some(obj) = client.get_object(IPPOOLS, ns, &pool_name)? else {
+            continue;
+        };
+        let (pool, _) = Pool::from_object(&obj)
+            .map_err(|why| Error::Object(format!("IPPool {ns}/{pool_name}: {why}")))?;
+        if !pool.allocations.is_empty() {
+            return Ok(SlicePools::Holding(pool_name, pool.allocations.len()));
+        }
+        let rv = obj
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        found.push((pool_name, rv));
+    }
+    Ok(SlicePools::Empty(found))
 }
 
 /// The addresses a reservation's name can stand for: `[<network_name>-]<ip>` with `:` made

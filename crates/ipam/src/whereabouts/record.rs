@@ -3,13 +3,16 @@
 //! attachments, reads here which allocations are this node's to judge.
 //!
 //! `<state dir>/<network name>/<containerID>:<ifname>`: an empty file per attachment, made
-//! before ADD writes a pool and removed once DEL has freed it. Neither a container ID nor an
+//! (or touched) before ADD writes a pool and removed once DEL has freed it. Its mtime says
+//! when its last ADD began: GC leaves young records alone, since the runtime's list of valid
+//! attachments is made without the ADDs still running. Neither a container ID nor an
 //! interface name can hold `:` or `/`. The directories are opened without following symlinks,
 //! and files are made and removed relative to them.
 
 use std::io::ErrorKind;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use cni::dir::Dir;
 
@@ -64,11 +67,25 @@ impl Record {
 
     pub fn add(&self, container_id: &str, ifname: &str) -> Result<()> {
         let name = file_name(container_id, ifname)?;
-        match self.dir.create_new(&name, FILE_MODE) {
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Ok(()),
+        self.dir
+            .open_write(&name, FILE_MODE)
+            .and_then(|f| f.set_modified(SystemTime::now()))
+            .map_err(|e| {
+                Error::io(
+                    format!("cannot write {}", self.dir.join(&name).display()),
+                    e,
+                )
+            })
+    }
+
+    /// How long ago the attachment's last ADD began; `None` once it is gone.
+    pub fn age(&self, container_id: &str, ifname: &str) -> Result<Option<Duration>> {
+        let name = file_name(container_id, ifname)?;
+        match self.dir.metadata(&name).and_then(|m| m.modified()) {
+            Ok(at) => Ok(Some(at.elapsed().unwrap_or_default())),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
             Err(e) => Err(Error::io(
-                format!("cannot write {}", self.dir.join(&name).display()),
+                format!("cannot read {}", self.dir.join(&name).display()),
                 e,
             )),
         }
@@ -123,8 +140,19 @@ mod tests {
             all,
             [("c1".into(), "net1".into()), ("c2".into(), "net2".into())]
         );
+        // A second ADD of an attachment makes its record young again.
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::options()
+            .write(true)
+            .open(state.join("blue/c1:net1"))
+            .and_then(|f| f.set_modified(old))
+            .unwrap();
+        assert!(r.age("c1", "net1").unwrap().unwrap() >= Duration::from_secs(3599));
+        r.add("c1", "net1").unwrap();
+        assert!(r.age("c1", "net1").unwrap().unwrap() < Duration::from_secs(60));
         r.remove("c1", "net1").unwrap();
         r.remove("c1", "net1").unwrap();
+        assert!(r.age("c1", "net1").unwrap().is_none());
         assert_eq!(r.attachments().unwrap().len(), 1);
         assert!(r.add("../x", "net1").is_err());
         assert!(r.add("c3", "a/b").is_err());
