@@ -6,6 +6,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
@@ -386,6 +387,57 @@ fn sigterm_finishes_the_calls_in_hand_then_exits() {
 }
 
 #[test]
+fn a_newer_daemons_socket_outlives_the_older_and_a_shared_socket_dir_is_refused() {
+    let mut t = Thick::new(json!({}), json!({}));
+    let older = t.daemon.take().expect("a daemon");
+    let inode = |t: &Thick| std::fs::symlink_metadata(t.socket()).map(|m| m.ino()).ok();
+    let olders = inode(&t);
+    // A second daemon on the same path, as during a rolling update with surge.
+    t.start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while inode(&t) == olders {
+        assert!(Instant::now() < deadline, "{}", t.daemon_log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, _) = signal(older, libc::SIGTERM);
+    assert_eq!(code, Some(0), "{}", t.daemon_log());
+    assert!(
+        t.socket().exists(),
+        "the older daemon removed the newer's socket"
+    );
+    // start() may have seen the older one ready: the newer one is ready in its own time.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while t.request("GET", "/readyz", b"").map(|r| r.0) != Some(200) {
+        assert!(Instant::now() < deadline, "{}", t.daemon_log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, _) = t.signal(libc::SIGTERM);
+    assert_eq!(code, Some(0));
+    assert!(!t.socket().exists(), "a daemon removes its own socket");
+
+    // A socket directory others can write to is not ours to serve from: refused, untouched.
+    std::fs::set_permissions(&t.sock, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
+    let out =
+        t.c.sb
+            .node
+            .command(t.links.path().join("multus-daemon"))
+            .args(["-config".as_ref(), t.config.as_os_str()])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the daemon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("writable by no one else"), "{stderr}");
+    assert!(stderr.contains(&t.sock.display().to_string()), "{stderr}");
+    let mode = std::fs::metadata(&t.sock)
+        .expect("socketDir")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o1777, "the directory's mode was changed");
+    assert!(!t.socket().exists());
+}
+
+#[test]
 fn a_burst_past_the_queue_is_refused_and_a_call_past_its_deadline_says_so() {
     let t = Thick::new(
         json!({NETWORKS: "slow"}),
@@ -524,6 +576,27 @@ fn bad_requests_on_the_socket_get_clear_answers() {
     let _silent = UnixStream::connect(t.socket()).expect("connect");
     assert_eq!(text(t.request("GET", "/healthz", b"")).0, 200);
     assert_eq!(text(t.request("POST", "/healthz", b"null")).0, 200);
+    // One that sends its head a byte a second is cut off at the whole request's deadline,
+    // though each byte comes well within it.
+    let mut slow = UnixStream::connect(t.socket()).expect("connect");
+    slow.set_read_timeout(Some(Duration::from_millis(100)))
+        .expect("timeout");
+    let started = Instant::now();
+    let mut cut = None;
+    for byte in b"GET /healthz HTTP/1.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+        let mut buf = [0u8; 64];
+        let closed = slow.write_all(&[*byte]).is_err() || matches!(slow.read(&mut buf), Ok(0));
+        if closed {
+            cut = Some(started.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(900));
+    }
+    let cut = cut.expect("the trickling client was never cut off");
+    assert!(
+        cut >= Duration::from_secs(4) && cut < Duration::from_secs(9),
+        "{cut:?}"
+    );
 }
 
 /// Requests exactly as upstream's shim sends them: the whole environment, the config in

@@ -4,7 +4,7 @@
 //! Unlike upstream's shim, it:
 //! - passes the daemon's CNI error on with its code, rather than as code 999;
 //! - does DEL itself, from multus's delegate cache as thin mode does, when the daemon does not
-//!   answer or is stopping, so that a node whose daemon is down still removes its pods;
+//!   answer, so that a node whose daemon is down still removes its pods;
 //! - fails ADD at once when the daemon does not answer, naming the socket, instead of polling
 //!   for a minute;
 //! - sends only the `CNI_*` variables of its environment.
@@ -36,8 +36,6 @@ enum Answer {
     Done(Option<Value>),
     /// The call failed, as the daemon says.
     Failed(CniError),
-    /// The daemon is stopping (503): it takes no new work.
-    Stopping(CniError),
     /// Nothing answers on the socket.
     Unreachable(String),
 }
@@ -77,11 +75,7 @@ fn ask(args: &CmdArgs, socket: &std::path::Path) -> Answer {
                 ),
             )
         });
-    if status == 503 {
-        Answer::Stopping(error)
-    } else {
-        Answer::Failed(error)
-    }
+    Answer::Failed(error)
 }
 
 fn unreachable(socket: &std::path::Path, why: &str, code: Code) -> CniError {
@@ -104,7 +98,7 @@ impl Shim {
         let socket = wire::socket_path(&socket_dir(&args.stdin));
         match ask(args, &socket) {
             Answer::Done(_) => Ok(()),
-            Answer::Failed(e) | Answer::Stopping(e) => Err(e),
+            Answer::Failed(e) => Err(e),
             Answer::Unreachable(why) => Err(unreachable(&socket, &why, down)),
         }
     }
@@ -119,19 +113,18 @@ impl cni::Plugin for Shim {
                 Code::Internal,
                 "the multus daemon's ADD reply has no Result",
             )),
-            Answer::Failed(e) | Answer::Stopping(e) => Err(e),
+            Answer::Failed(e) => Err(e),
             Answer::Unreachable(why) => Err(unreachable(&socket, &why, Code::TryAgainLater)),
         }
     }
 
-    /// The daemon's DEL; when it does not answer or is stopping, the shim's own, from the
-    /// delegate cache, as thin mode does it.
+    /// The daemon's DEL; when it does not answer, the shim's own, from the delegate cache, as
+    /// thin mode does it.
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let socket = wire::socket_path(&socket_dir(&args.stdin));
         let why = match ask(args, &socket) {
             Answer::Done(_) => return Ok(()),
             Answer::Failed(e) => return Err(e),
-            Answer::Stopping(e) => e.msg,
             Answer::Unreachable(why) => why,
         };
         let conf = multus::config::MultusConf::parse(&args.stdin).map_err(|e| e.to_cni())?;

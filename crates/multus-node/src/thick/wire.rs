@@ -7,14 +7,15 @@
 //!   "interfaceAttributes": {...}}` (the last only on `/delegate`).
 //! - ADD's reply: 200 `{"Result": <the CNI result, cniVersion 1.1.0>}`; other commands: 200 with
 //!   an empty body.
-//! - A failure: a CNI error object `{"code", "msg", "details"}` (400, or 503 while the daemon
-//!   stops); upstream's daemon may also answer plain text.
+//! - A failure: 400 with a CNI error object `{"code", "msg", "details"}`; upstream's daemon may
+//!   also answer plain text.
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -143,8 +144,8 @@ fn read_head(r: &mut impl BufRead) -> io::Result<(String, Option<usize>, bool)> 
 }
 
 /// Reads one request: `Content-Length` bodies only (as Go's client sends), at most
-/// [`MAX_BODY`].
-pub fn read_request(r: &mut impl BufRead) -> Result<Request, BadRequest> {
+/// `max_body` bytes.
+pub fn read_request(r: &mut impl BufRead, max_body: usize) -> Result<Request, BadRequest> {
     let (line, length, chunked) = read_head(r).map_err(|e| match e.kind() {
         io::ErrorKind::InvalidData => BadRequest::Refused(400, e.to_string()),
         _ => BadRequest::Gone(e),
@@ -167,10 +168,10 @@ pub fn read_request(r: &mut impl BufRead) -> Result<Request, BadRequest> {
         ));
     }
     let length = length.unwrap_or(0);
-    if length > MAX_BODY {
+    if length > max_body {
         return Err(BadRequest::Refused(
             413,
-            format!("the body is {length} bytes; at most {MAX_BODY} are read"),
+            format!("the body is {length} bytes; at most {max_body} are read"),
         ));
     }
     let mut body = vec![0; length];
@@ -182,16 +183,66 @@ pub fn read_request(r: &mut impl BufRead) -> Result<Request, BadRequest> {
     })
 }
 
+/// A stream whose reads can be given a timeout.
+pub trait TimedRead: Read {
+    fn read_timeout(&self, left: Duration) -> io::Result<()>;
+}
+
+impl TimedRead for UnixStream {
+    fn read_timeout(&self, left: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(left))
+    }
+}
+
+impl TimedRead for TcpStream {
+    fn read_timeout(&self, left: Duration) -> io::Result<()> {
+        self.set_read_timeout(Some(left))
+    }
+}
+
+/// A stream read against one deadline over all its reads: a peer that sends a byte at a time
+/// still has only the deadline in all.
+struct ReadBy<S> {
+    stream: S,
+    until: Instant,
+}
+
+impl<S: TimedRead> Read for ReadBy<S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the request did not arrive in time",
+            ));
+        }
+        self.stream.read_timeout(left)?;
+        self.stream.read(buf)
+    }
+}
+
+/// [`read_request`] from a connection, whole within `wait`.
+pub fn read_request_within(
+    stream: impl TimedRead,
+    wait: Duration,
+    max_body: usize,
+) -> Result<Request, BadRequest> {
+    let until = Instant::now() + wait;
+    read_request(&mut BufReader::new(ReadBy { stream, until }), max_body)
+}
+
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        201 => "Created",
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
         411 => "Length Required",
         413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
         500 => "Internal Server Error",
-        503 => "Service Unavailable",
         _ => "Unknown",
     }
 }
@@ -292,7 +343,7 @@ mod tests {
 
     #[test]
     fn requests_are_read_within_their_caps() {
-        let read = |text: &str| read_request(&mut text.as_bytes());
+        let read = |text: &str| read_request(&mut text.as_bytes(), MAX_BODY);
         let ok =
             read("POST /cni?x=1 HTTP/1.1\r\nHost: dummy\r\nContent-Length: 2\r\n\r\n{}").unwrap();
         assert_eq!((ok.method.as_str(), ok.path.as_str()), ("POST", "/cni"));

@@ -3,11 +3,10 @@
 //! on the sandbox node's loopback, where the whereabouts plugin, run by an interface plugin as a
 //! runtime runs it, reaches them through a kubeconfig. Creates, conditional JSON patches and
 //! deletes behave as kube-apiserver's (409, 422, resourceVersion on every write), so the
-//! plugin takes its normal path. One request per connection; every read has a deadline and a
-//! size cap.
+//! plugin takes its normal path. One request per connection, framed as the thick daemon's
+//! socket frames them (`thick::wire`): read whole within a deadline, with a size cap.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -20,6 +19,7 @@ use netkit::NetNs;
 use serde_json::{json, Value};
 
 use super::Error;
+use crate::thick::wire;
 
 const GROUP_VERSION: &str = "whereabouts.cni.cncf.io/v1alpha1";
 /// Plural and kind of each resource served.
@@ -31,9 +31,8 @@ const RESOURCES: [(&str, &str); 3] = [
     ),
     ("nodeslicepools", "NodeSlicePool"),
 ];
-const MAX_HEAD: u64 = 16 * 1024;
-const MAX_BODY: usize = 4 << 20;
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request may take to arrive, and its reply to be taken.
+const WAIT: Duration = Duration::from_secs(5);
 
 /// Objects by (plural, namespace, name), and the last resourceVersion given out.
 #[derive(Default)]
@@ -138,72 +137,26 @@ impl Drop for ApiServer {
     }
 }
 
-/// One request, one reply; a request that cannot be read is dropped.
-fn serve(store: &Mutex<Store>, conn: TcpStream) {
-    let _ = conn.set_read_timeout(Some(READ_TIMEOUT));
-    let Ok(reader) = conn.try_clone() else { return };
-    let mut reader = BufReader::new(reader);
-    let Some((method, path, body)) = read_request(&mut reader) else {
+/// One request, one reply; a request that cannot be read whole in time is dropped.
+fn serve(store: &Mutex<Store>, mut conn: TcpStream) {
+    let _ = conn.set_write_timeout(Some(WAIT));
+    let Ok(reading) = conn.try_clone() else {
+        return;
+    };
+    let Ok(request) = wire::read_request_within(reading, WAIT, wire::MAX_BODY) else {
         return;
     };
     let (code, reply) = {
         let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
-        route(&mut store, &method, &path, &body)
+        route(&mut store, &request.method, &request.path, &request.body)
     };
-    let text = reply.to_string();
-    let head = format!(
-        "HTTP/1.1 {code} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n",
-        reason(code),
-        text.len()
+    let _ = wire::write_response(
+        &mut conn,
+        code,
+        "application/json",
+        reply.to_string().as_bytes(),
     );
-    let mut conn = conn;
-    let _ = conn.write_all(format!("{head}{text}").as_bytes());
     let _ = conn.shutdown(Shutdown::Both);
-}
-
-fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, String, Vec<u8>)> {
-    let mut head = reader.by_ref().take(MAX_HEAD);
-    let mut line = String::new();
-    head.read_line(&mut line).ok()?;
-    let mut words = line.split_whitespace();
-    let (method, target) = (words.next()?.to_owned(), words.next()?);
-    let path = target.split('?').next().unwrap_or_default().to_owned();
-    let mut length = 0usize;
-    loop {
-        let mut header = String::new();
-        if head.read_line(&mut header).ok()? == 0 {
-            return None;
-        }
-        let header = header.trim_end();
-        if header.is_empty() {
-            break;
-        }
-        if let Some((name, value)) = header.split_once(':') {
-            if name.eq_ignore_ascii_case("content-length") {
-                length = value.trim().parse().ok()?;
-            }
-        }
-    }
-    if length > MAX_BODY {
-        return None;
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    Some((method, path, body))
-}
-
-fn reason(code: u16) -> &'static str {
-    match code {
-        200 => "OK",
-        201 => "Created",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        422 => "Unprocessable Entity",
-        _ => "Error",
-    }
 }
 
 fn status(code: u16, reason: &str, message: &str) -> (u16, Value) {

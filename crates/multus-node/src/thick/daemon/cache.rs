@@ -186,7 +186,7 @@ pub struct Caches {
 
 impl Caches {
     /// Starts filling the caches, each on a thread and a client of its own; the threads end
-    /// within a second of `stop`.
+    /// soon after `stop` (see [`KubeClient::reflect`]).
     pub fn start(
         kubeconfig: Option<PathBuf>,
         node: Option<String>,

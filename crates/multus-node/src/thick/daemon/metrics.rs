@@ -2,7 +2,7 @@
 //!
 //! - `multus_requests_total{command,result}`: CNI calls by command and how they ended (`ok`,
 //!   `error`, `rejected`: the queue was full, `expired`: they waited past the deadline,
-//!   `stopping`: the daemon was stopping);
+//!   `abandoned`: the shim had gone before a worker took the call);
 //! - `multus_request_duration_seconds{command}`: a histogram of the calls' time, waiting
 //!   included;
 //! - `multus_requests_in_flight`, `multus_requests_queued`;
@@ -89,7 +89,13 @@ impl Metrics {
 
     /// One request on the socket, as upstream counts them.
     pub fn served(&self, handler: &str, code: u16, method: &str) {
-        let key = (handler.to_owned(), code, method.to_ascii_lowercase());
+        // Any method can be sent; only these two are labels of their own.
+        let method = match method {
+            "GET" | "get" => "get",
+            "POST" | "post" => "post",
+            _ => "other",
+        };
+        let key = (handler.to_owned(), code, method.to_owned());
         *self.counts().server.entry(key).or_default() += 1;
     }
 

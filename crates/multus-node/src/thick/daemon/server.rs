@@ -4,13 +4,12 @@
 //! deadline, gets a CNI error that says so (code 11), well before the runtime gives up; no
 //! call gets a thread of its own.
 //!
-//! Stopping: the acceptor stops taking connections, `/readyz` says so, the workers finish the
-//! calls they have and those queued, and [`Server::stop`] returns once they are done or its
+//! Stopping: the acceptor stops taking connections (so probes fail, and shims do DEL
+//! themselves), the workers finish the calls they have and those queued, and [`Server::stop`] returns once they are done or its
 //! deadline passes.
 
-use std::io::BufReader;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,8 +24,10 @@ use super::super::wire;
 use super::handler::{Answer, Handler};
 use super::metrics::Metrics;
 
-/// How long the acceptor waits for a request to arrive whole.
+/// How long a request may take to arrive whole, over all its reads.
 const READ_WAIT: Duration = Duration::from_secs(5);
+/// The pause after a failed accept (out of descriptors, say), so the loop does not spin.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// How long writing a reply may take.
 const WRITE_WAIT: Duration = Duration::from_secs(10);
 
@@ -46,15 +47,20 @@ struct Job {
 
 pub struct Server {
     pub socket: PathBuf,
+    /// The socket's (device, inode): on stop it is removed only if it is still ours, not
+    /// one a newer daemon has bound at the same path since.
+    socket_id: (u64, u64),
     listener: UnixListener,
     state: Arc<State>,
     acceptor: Option<JoinHandle<()>>,
     workers: Vec<JoinHandle<()>>,
 }
 
-/// The socket's directory, made with mode 0700 when missing (a symlink in its place is
-/// refused), and the socket in it, mode 0600; a socket left by an earlier daemon is replaced.
-fn listen(dir: &Path) -> Result<(PathBuf, UnixListener), String> {
+/// The socket's directory, made with mode 0700 when missing. An existing one is used as it
+/// is: it must be root's (the daemon's user's) and writable by no one else, and a symlink in
+/// its place is refused. The socket in it has mode 0600; one left by an earlier daemon is
+/// replaced. Returns the socket's path, its (device, inode) and the listener.
+fn listen(dir: &Path) -> Result<(PathBuf, (u64, u64), UnixListener), String> {
     let at = |what: &str, e: std::io::Error| format!("{what} {}: {e}", dir.display());
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.file_type().is_symlink() => {
@@ -66,8 +72,20 @@ fn listen(dir: &Path) -> Result<(PathBuf, UnixListener), String> {
         Ok(m) if !m.is_dir() => {
             return Err(format!("socketDir {} is not a directory", dir.display()))
         }
-        Ok(_) => std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| at("cannot set the mode of", e))?,
+        Ok(m) => {
+            // SAFETY: geteuid(2) only reads this process's credentials.
+            let me = unsafe { libc::geteuid() };
+            if m.uid() != me || m.mode() & 0o022 != 0 {
+                return Err(format!(
+                    "socketDir {} is owned by uid {} with mode {:o}: it must be the daemon's \
+                     (uid {me}) and writable by no one else, or another user could replace \
+                     the socket",
+                    dir.display(),
+                    m.uid(),
+                    m.mode() & 0o7777
+                ));
+            }
+        }
         Err(_) => std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -90,7 +108,15 @@ fn listen(dir: &Path) -> Result<(PathBuf, UnixListener), String> {
     let listener = UnixListener::bind(&socket).map_err(|e| at("cannot listen in", e))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| at("cannot set the socket's mode in", e))?;
-    Ok((socket, listener))
+    let id = identity(&socket).ok_or_else(|| format!("{} went away", socket.display()))?;
+    Ok((socket, id, listener))
+}
+
+/// A file's (device, inode), not following a symlink.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 impl Server {
@@ -102,7 +128,7 @@ impl Server {
         queue_length: usize,
         queue_wait: Duration,
     ) -> Result<Server, String> {
-        let (socket, listener) = listen(dir)?;
+        let (socket, socket_id, listener) = listen(dir)?;
         let (queue, jobs) = sync_channel::<Job>(queue_length);
         let jobs = Arc::new(Mutex::new(jobs));
         let workers = (0..in_flight)
@@ -125,6 +151,7 @@ impl Server {
             .map_err(|e| format!("cannot start the acceptor: {e}"))?;
         Ok(Server {
             socket,
+            socket_id,
             listener,
             state,
             acceptor: Some(acceptor),
@@ -140,12 +167,15 @@ impl Server {
         // the queue's sender goes with it, and the workers end once it is empty.
         // SAFETY: shutdown(2) on a socket this struct owns; no memory is involved.
         unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
-        let _ = std::fs::remove_file(&self.socket);
-        if let Some(acceptor) = self.acceptor.take() {
-            let _ = acceptor.join();
+        if identity(&self.socket) == Some(self.socket_id) {
+            let _ = std::fs::remove_file(&self.socket);
         }
         while Instant::now() < deadline {
-            if self.workers.iter().all(JoinHandle::is_finished) {
+            let acceptor_done = self.acceptor.as_ref().is_none_or(JoinHandle::is_finished);
+            if acceptor_done && self.workers.iter().all(JoinHandle::is_finished) {
+                if let Some(acceptor) = self.acceptor.take() {
+                    let _ = acceptor.join();
+                }
                 for w in self.workers.drain(..) {
                     let _ = w.join();
                 }
@@ -158,7 +188,7 @@ impl Server {
 }
 
 /// `/metrics` also on TCP `port` of every address, as upstream's `metricsPort`: one thread,
-/// one request per connection, read within [`READ_WAIT`].
+/// one request per connection, read within [`READ_WAIT`], and no body.
 pub fn serve_metrics(port: u16, state: Arc<State>) -> Result<(), String> {
     let listener = std::net::TcpListener::bind(("0.0.0.0", port))
         .map_err(|e| format!("metricsPort {port}: {e}"))?;
@@ -166,13 +196,15 @@ pub fn serve_metrics(port: u16, state: Arc<State>) -> Result<(), String> {
         .name("metrics".into())
         .spawn(move || {
             for conn in listener.incoming() {
-                let Ok(mut stream) = conn else { continue };
-                let _ = stream.set_read_timeout(Some(READ_WAIT));
+                let Ok(mut stream) = conn else {
+                    std::thread::sleep(ACCEPT_PAUSE);
+                    continue;
+                };
                 let _ = stream.set_write_timeout(Some(WRITE_WAIT));
                 let Ok(reading) = stream.try_clone() else {
                     continue;
                 };
-                let (status, body) = match wire::read_request(&mut BufReader::new(reading)) {
+                let (status, body) = match wire::read_request_within(reading, READ_WAIT, 0) {
                     Ok(r) if r.path == "/metrics" && r.method == "GET" => {
                         (200, state.metrics.text().into_bytes())
                     }
@@ -206,12 +238,14 @@ fn accept(listener: &UnixListener, queue: SyncSender<Job>, state: &State) {
         if state.stopping.load(Ordering::SeqCst) {
             break;
         }
-        let Ok(mut stream) = conn else { continue };
-        let _ = stream.set_read_timeout(Some(READ_WAIT));
+        let Ok(mut stream) = conn else {
+            std::thread::sleep(ACCEPT_PAUSE);
+            continue;
+        };
         let Ok(reading) = stream.try_clone() else {
             continue;
         };
-        let request = match wire::read_request(&mut BufReader::new(reading)) {
+        let request = match wire::read_request_within(reading, READ_WAIT, wire::MAX_BODY) {
             Ok(r) => r,
             Err(wire::BadRequest::Gone(_)) => continue,
             Err(wire::BadRequest::Refused(status, why)) => {
@@ -233,9 +267,7 @@ fn accept(listener: &UnixListener, queue: SyncSender<Job>, state: &State) {
                 200
             }
             ("/readyz", "GET" | "POST") => {
-                let (status, text) = if state.stopping.load(Ordering::SeqCst) {
-                    (500, "stopping")
-                } else if state.ready.load(Ordering::SeqCst) {
+                let (status, text) = if state.ready.load(Ordering::SeqCst) {
                     (200, "")
                 } else {
                     (500, "not ready: the caches are filling")
@@ -267,14 +299,20 @@ fn accept(listener: &UnixListener, queue: SyncSender<Job>, state: &State) {
                 state.metrics.queued.fetch_add(1, Ordering::Relaxed);
                 match queue.try_send(job) {
                     Ok(()) => continue,
-                    Err(TrySendError::Full(mut job) | TrySendError::Disconnected(mut job)) => {
+                    Err(refused) => {
+                        let (mut job, why) = match refused {
+                            TrySendError::Full(job) => (
+                                job,
+                                "the multus daemon has as many calls queued as it takes \
+                                 (maxQueuedRequests): try again",
+                            ),
+                            TrySendError::Disconnected(job) => {
+                                (job, "the multus daemon's workers have stopped: see its log")
+                            }
+                        };
                         state.metrics.queued.fetch_sub(1, Ordering::Relaxed);
                         state.metrics.request("unknown", "rejected", Duration::ZERO);
-                        let e = CniError::new(
-                            Code::TryAgainLater,
-                            "the multus daemon has as many calls queued as it takes \
-                             (maxQueuedRequests): try again",
-                        );
+                        let e = CniError::new(Code::TryAgainLater, why);
                         reply_error(&mut job.stream, 400, &e);
                         400
                     }
