@@ -9,6 +9,9 @@ use crate::{Call, Cause, K8sError, KubeClient};
 
 /// How many items the first page of a list asks for.
 const FIRST_PAGE: usize = 250;
+/// The most pages one list reads: a server that hands out continue tokens without end must
+/// not keep the caller listing for good.
+const MAX_PAGES: usize = 10_000;
 
 /// A namespaced API resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -217,7 +220,16 @@ impl KubeClient {
         let mut limit = FIRST_PAGE;
         let mut token: Option<String> = None;
         let mut restarts = 0;
+        let mut pages = 0;
         loop {
+            pages += 1;
+            if pages > MAX_PAGES {
+                return Err(K8sError::Request {
+                    call: Box::new(call),
+                    attempts: 1,
+                    cause: Cause::Decode(format!("the list did not end within {MAX_PAGES} pages")),
+                });
+            }
             let mut query = form_urlencoded::Serializer::new(String::new());
             query.append_pair("limit", &limit.to_string());
             for (k, v) in extra {
@@ -232,11 +244,21 @@ impl KubeClient {
                 .await;
             match page {
                 Ok(mut page) => {
-                    token = page
+                    let next = page
                         .pointer("/metadata/continue")
                         .and_then(Value::as_str)
                         .filter(|t| !t.is_empty())
                         .map(str::to_owned);
+                    if next.is_some() && next == token {
+                        return Err(K8sError::Request {
+                            call: Box::new(call),
+                            attempts: 1,
+                            cause: Cause::Decode(
+                                "the API server gave the same continue token twice".into(),
+                            ),
+                        });
+                    }
+                    token = next;
                     let version = page
                         .pointer("/metadata/resourceVersion")
                         .and_then(Value::as_str)

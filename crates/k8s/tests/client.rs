@@ -1072,3 +1072,57 @@ fn watches_that_end_at_once_are_backed_off() -> Result<()> {
     assert!((2..=8).contains(&watches), "{watches} watches in 3 s");
     Ok(())
 }
+
+/// A server that hands back the continue token it was sent would have the list go on for
+/// good: it ends at the second page, with an error that says why.
+#[test]
+fn a_list_whose_continue_token_repeats_ends_with_an_error() -> Result<()> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let s = Setup::with(KubeApiServer::http()?, KubeconfigAuth::Token)?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let served = Arc::new(AtomicUsize::new(0));
+    let counting = Arc::clone(&served);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            let counting = Arc::clone(&counting);
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+                let mut conn = conn;
+                loop {
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                        line.clear();
+                    }
+                    if line != "\r\n" {
+                        return;
+                    }
+                    counting.fetch_add(1, Ordering::SeqCst);
+                    let body = r#"{"kind":"PodList","metadata":{"continue":"same","resourceVersion":"7"},"items":[]}"#;
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if conn.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let text = std::fs::read_to_string(&s.kubeconfig)?;
+    std::fs::write(
+        &s.kubeconfig,
+        text.replace(&s.server.url(), &format!("http://{addr}")),
+    )?;
+    let err = s.client(5000, 0)?.list_pods_everywhere().unwrap_err();
+    assert!(
+        err.to_string().contains("the same continue token twice"),
+        "{err}"
+    );
+    assert_eq!(served.load(Ordering::SeqCst), 2);
+    Ok(())
+}
