@@ -2,9 +2,10 @@
 //! `CNI_PATH`, run with the `CNI_*` environment, config on stdin, result or error on stdout.
 
 use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command as Process, Output, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command as Process, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -259,10 +260,6 @@ pub fn delegate_del(plugin_type: &str, env: &DelegateEnv, stdin: &[u8]) -> Resul
     delegate(plugin_type, Command::Del, env, stdin).map(drop)
 }
 
-/// What a new pipe holds at the least: one page, even for a user past the kernel's pipe quota
-/// (`pipe-user-pages-soft`).
-const PIPE_ALWAYS_HOLDS: usize = 4096;
-
 /// Runs the delegate to its end, or to `deadline`, when its process group is killed. Returns
 /// its output, and whether it was killed.
 fn run(
@@ -280,105 +277,198 @@ fn run(
             other => break other?,
         }
     };
-    match deadline {
-        None => feed_and_wait(child, stdin).map(|out| (out, false)),
-        Some(deadline) => feed_and_wait_until(child, stdin, deadline),
-    }
+    feed_and_wait(child, stdin, deadline.map(|d| Instant::now() + d))
 }
 
-/// A plugin may exit without reading its config (VERSION does).
-fn write_config(pipe: &mut Option<ChildStdin>, stdin: &[u8]) -> std::io::Result<()> {
-    match pipe.as_mut().map(|p| p.write_all(stdin)) {
-        Some(Err(e)) if e.kind() != ErrorKind::BrokenPipe => Err(e),
-        _ => Ok(()),
-    }
-}
+/// How often a delegate's exit is looked for once its pipes are closed, where the kernel has
+/// no pidfd to wake us.
+const EXIT_POLL: Duration = Duration::from_millis(10);
 
-fn feed_and_wait(mut child: Child, stdin: &[u8]) -> std::io::Result<Output> {
-    let mut pipe = child.stdin.take();
-    if stdin.len() <= PIPE_ALWAYS_HOLDS {
-        // A fresh pipe takes this much without blocking, read or not.
-        write_config(&mut pipe, stdin)?;
-        drop(pipe);
-        return child.wait_with_output();
-    }
-    // Written from a second thread so a plugin that prints before reading cannot deadlock us.
-    std::thread::scope(|s| {
-        let writer = s.spawn(move || write_config(&mut pipe, stdin));
-        let output = child.wait_with_output()?;
-        joined(writer).map(|()| output)
-    })
-}
-
-/// [`feed_and_wait`] with a deadline, at which the delegate's process group is killed.
-/// The child is reaped only after the deadline can no longer fire, so the group id signalled
-/// is still the delegate's and never a stranger's that reused it.
-fn feed_and_wait_until(
+/// Feeds the delegate its config and collects what it prints, on this thread: one poll(2)
+/// over its pipes, so a plugin that prints before it reads cannot deadlock us, and no thread
+/// is started per call. At `deadline` its process group is killed. The child is reaped only
+/// after that can no longer happen, so the group signalled is never a stranger's that reused
+/// the id.
+fn feed_and_wait(
     mut child: Child,
     stdin: &[u8],
-    deadline: Duration,
+    deadline: Option<Instant>,
 ) -> std::io::Result<(Output, bool)> {
-    let id = child.id();
-    let pid = libc::pid_t::try_from(id).map_err(std::io::Error::other)?;
-    let mut pipe = child.stdin.take();
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    std::thread::scope(|s| {
-        let writer = s.spawn(move || write_config(&mut pipe, stdin));
-        let stdout = s.spawn(move || read_all(stdout));
-        let stderr = s.spawn(move || read_all(stderr));
-        let (exited, exit) = std::sync::mpsc::channel();
-        s.spawn(move || exited.send(wait_for_exit(id)));
-        let killed = match exit.recv_timeout(deadline) {
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                // SAFETY: kill(2) with a negative pid signals a process group; the delegate
-                // leads its own (made at spawn) and has not been reaped, so the id is its.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
-                let _ = exit.recv();
-                true
+    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
+    let mut input = child.stdin.take();
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    for fd in [raw(&input), raw(&stdout), raw(&stderr)]
+        .into_iter()
+        .flatten()
+    {
+        nonblocking(fd)?;
+    }
+    // Under a deadline the delegate's exit is awaited within the poll: a pidfd turns readable
+    // when it exits. Without one, the end is awaited as `Child::wait` awaits it.
+    let mut exit_fd = deadline.and_then(|_| pidfd(pid));
+    let mut exited = deadline.is_none();
+    let mut written = 0;
+    let mut output = Output {
+        status: std::process::ExitStatus::default(),
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+    };
+    if stdin.is_empty() {
+        input = None;
+    }
+    let killed = loop {
+        if stdout.is_none() && stderr.is_none() {
+            if !exited && has_exited(child.id())? {
+                exited = true;
             }
-            _ => false,
+            if exited {
+                break false;
+            }
+        }
+        let wait = match deadline {
+            None => -1,
+            Some(at) => {
+                let Some(left) = at.checked_duration_since(Instant::now()) else {
+                    // SAFETY: kill(2) with a negative pid signals a process group; the
+                    // delegate leads its own (made at spawn) and has not been reaped, so the
+                    // id is its.
+                    unsafe { libc::kill(-pid, libc::SIGKILL) };
+                    break true;
+                };
+                let left = if stdout.is_none() && stderr.is_none() && exit_fd.is_none() {
+                    left.min(EXIT_POLL)
+                } else {
+                    left
+                };
+                i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
+            }
         };
-        let output = Output {
-            stdout: joined(stdout)?,
-            stderr: joined(stderr)?,
-            status: child.wait()?,
+        let mut fds = Vec::with_capacity(4);
+        let mut watch = |fd: Option<i32>, events: i16| {
+            if let Some(fd) = fd {
+                fds.push(libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                });
+            }
         };
-        // Killed, it may have left its config unread: the broken pipe is no error.
-        joined(writer)?;
-        Ok((output, killed))
-    })
+        watch(raw(&input), libc::POLLOUT);
+        watch(raw(&stdout), libc::POLLIN);
+        watch(raw(&stderr), libc::POLLIN);
+        watch(exit_fd.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
+        // SAFETY: poll(2) on descriptors this function owns, through a slice it owns whose
+        // length is passed with it.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let ready =
+            |fd: Option<i32>| fd.is_some_and(|fd| fds.iter().any(|p| p.fd == fd && p.revents != 0));
+        if ready(raw(&input)) {
+            if let Some(pipe) = input.as_mut() {
+                match pipe.write(&stdin[written..]) {
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                    // A plugin may exit without reading its config (VERSION does).
+                    Err(e) if e.kind() == ErrorKind::BrokenPipe => written = stdin.len(),
+                    Err(e) => return Err(e),
+                }
+            }
+            if written == stdin.len() {
+                input = None;
+            }
+        }
+        if ready(raw(&stdout)) && drain(&mut stdout, &mut output.stdout)? {
+            stdout = None;
+        }
+        if ready(raw(&stderr)) && drain(&mut stderr, &mut output.stderr)? {
+            stderr = None;
+        }
+        if ready(exit_fd.as_ref().map(AsRawFd::as_raw_fd)) {
+            exit_fd = None;
+            exited = true;
+        }
+    };
+    // Killed, what its pipes still hold is not waited for: a process that left its group may
+    // keep them open.
+    output.status = child.wait()?;
+    Ok((output, killed))
 }
 
-/// Blocks until `pid` has exited, without reaping it.
-fn wait_for_exit(pid: libc::id_t) -> std::io::Result<()> {
+fn raw(pipe: &Option<impl AsRawFd>) -> Option<i32> {
+    pipe.as_ref().map(AsRawFd::as_raw_fd)
+}
+
+fn nonblocking(fd: i32) -> std::io::Result<()> {
+    // SAFETY: fcntl(2) reading and setting the status flags of a descriptor we own.
+    let ok = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Reads what the pipe holds now into `into`; true at its end.
+fn drain(pipe: &mut Option<impl Read>, into: &mut Vec<u8>) -> std::io::Result<bool> {
+    let Some(pipe) = pipe.as_mut() else {
+        return Ok(true);
+    };
+    let mut buf = [0u8; 16 << 10];
+    loop {
+        match pipe.read(&mut buf) {
+            Ok(0) => return Ok(true),
+            Ok(n) => into.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// A descriptor that turns readable when `pid` exits (Linux 5.3 on); `None` where the kernel
+/// has none.
+fn pidfd(pid: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: the descriptor was just opened for us and is owned by nothing else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether `pid`, our child, has exited, without reaping it.
+fn has_exited(pid: libc::id_t) -> std::io::Result<bool> {
     loop {
         // SAFETY: an all-zero siginfo_t is a valid value of this plain C struct.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: waitid(2) on our own child with WNOWAIT fills `info`, which we own, and
         // leaves the child to be reaped by `Child::wait`.
-        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
         if r == 0 {
-            return Ok(());
+            // SAFETY: waitid filled `info`; si_pid is 0 when no child had changed state.
+            return Ok(unsafe { info.si_pid() } != 0);
         }
         let e = std::io::Error::last_os_error();
         if e.kind() != ErrorKind::Interrupted {
             return Err(e);
         }
     }
-}
-
-fn read_all(pipe: Option<impl Read>) -> std::io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    if let Some(mut pipe) = pipe {
-        pipe.read_to_end(&mut bytes)?;
-    }
-    Ok(bytes)
-}
-
-fn joined<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
-    thread
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 fn plugin_failure(bin: &Path, output: &Output) -> CniError {

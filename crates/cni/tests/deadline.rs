@@ -85,6 +85,29 @@ fn a_delegate_past_the_deadline_is_killed_with_what_it_started() {
     );
     let err = invoke::delegate_del("loud", &env(&path), &vec![b' '; 4 << 20]).unwrap_err();
     assert_eq!((err.code, err.msg.as_str()), (7, "read all"), "{err}");
+    // One that leaves a process of another group holding its stdout is not waited for past
+    // the deadline: what the pipe still holds is given up.
+    let escaped = dir.path().join("escaped");
+    plugin(
+        dir.path(),
+        "leaves",
+        &format!(
+            "setsid sh -c 'echo $$ > {}; exec sleep 300' &\nexit 0",
+            escaped.display()
+        ),
+    );
+    let t = Instant::now();
+    let err = invoke::delegate_del("leaves", &env(&path), b"{}").unwrap_err();
+    let took = t.elapsed();
+    let stray: i32 = fs::read_to_string(&escaped)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) of the stray sleep this test started, by its pid.
+    unsafe { libc::kill(stray, libc::SIGKILL) };
+    assert_eq!(err.code, Code::TryAgainLater as u32, "{err}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
     // A delegate that exits on time is not killed, whatever it read.
     plugin(dir.path(), "deaf", "exit 0");
     invoke::delegate_del("deaf", &env(&path), &vec![b' '; 4 << 20]).unwrap();
