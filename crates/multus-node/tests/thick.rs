@@ -485,6 +485,71 @@ fn a_burst_past_the_queue_is_refused_and_a_call_past_its_deadline_says_so() {
     del.run(&shim, Some(node)).ok();
 }
 
+/// The queue is bounded in bytes too: calls of up to 4 MiB each would let a long queue hold
+/// gigabytes.
+#[test]
+fn the_calls_held_are_bounded_in_bytes() {
+    let t = Thick::new(
+        json!({NETWORKS: "slow"}),
+        json!({"connectionLimit": 1, "maxQueuedRequests": 100}),
+    );
+    t.slow_nad("3");
+    let shim = t.links.path().join("multus-shim");
+    let node = &t.c.sb.node;
+    let call = t.shim_call("ADD");
+    std::thread::scope(|s| {
+        let busy = s.spawn(|| call.run(&shim, Some(node)));
+        std::thread::sleep(Duration::from_millis(300));
+        let body = vec![b' '; (4 << 20) - 1024];
+        let head = format!(
+            "POST /cni HTTP/1.1\r\nHost: dummy\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let send = || {
+            let mut c = UnixStream::connect(t.socket()).expect("connect");
+            c.write_all(head.as_bytes()).expect("head");
+            c.write_all(&body).expect("body");
+            c
+        };
+        // 16 of them fit in 64 MiB, with the call in hand.
+        let queued: Vec<UnixStream> = (0..16).map(|_| send()).collect();
+        let mut refused = send();
+        refused
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut reply = String::new();
+        refused.read_to_string(&mut reply).expect("the refusal");
+        assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
+        let e: Value = serde_json::from_str(reply.split_once("\r\n\r\n").map_or("", |r| r.1))
+            .expect("a CNI error");
+        assert_eq!(e["code"], 11, "{reply}");
+        assert!(
+            e["msg"]
+                .as_str()
+                .unwrap_or("")
+                .contains("holds as many bytes of calls as it takes (64 MiB)"),
+            "{reply}"
+        );
+        assert!(t.metric("multus_requests_held_bytes") > 16 * ((4 << 20) - 1024));
+        assert_eq!(t.metric("multus_requests_queued"), 16);
+        // Their shims gone, the queued calls are skipped, and their bytes given back.
+        drop(queued);
+        busy.join().expect("the call in hand").ok();
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while t.metric("multus_requests_held_bytes") != 0 {
+        assert!(Instant::now() < deadline, "{}", t.metrics());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        t.metric("multus_requests_total{command=\"unknown\",result=\"abandoned\"}"),
+        16
+    );
+    let mut del = t.shim_call("DEL");
+    del.container_id = call.container_id.clone();
+    del.run(&shim, Some(node)).ok();
+}
+
 #[test]
 fn a_hung_delegate_is_killed_and_a_call_its_shim_left_is_skipped() {
     let t = Thick::new(

@@ -5,7 +5,8 @@
 //!   `abandoned`: the shim had gone before a worker took the call);
 //! - `multus_request_duration_seconds{command}`: a histogram of the calls' time, waiting
 //!   included;
-//! - `multus_requests_in_flight`, `multus_requests_queued`;
+//! - `multus_requests_in_flight`, `multus_requests_queued`, and `multus_requests_held_bytes`,
+//!   the bytes of the calls queued and in hand;
 //! - `multus_api_errors_total{call}`: failed Kubernetes API calls by call;
 //! - `multus_cache_objects{kind}`: pods and NADs the daemon's caches hold, and
 //!   `multus_cache_resource_version{kind}`, the last version each has seen;
@@ -45,6 +46,7 @@ pub struct Metrics {
     counts: Mutex<Counts>,
     pub in_flight: AtomicI64,
     pub queued: AtomicI64,
+    pub held_bytes: AtomicI64,
     pub events_queued: AtomicI64,
     pub cached_pods: AtomicI64,
     pub cached_nads: AtomicI64,
@@ -150,6 +152,12 @@ impl Metrics {
             "multus_requests_queued",
             "CNI calls waiting for a worker.",
             load(&self.queued),
+        );
+        gauge(
+            &mut out,
+            "multus_requests_held_bytes",
+            "Bytes of the CNI calls queued and in hand.",
+            load(&self.held_bytes),
         );
         let _ = writeln!(
             out,

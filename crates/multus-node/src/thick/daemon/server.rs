@@ -30,6 +30,9 @@ const READ_WAIT: Duration = Duration::from_secs(5);
 const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
 /// How long writing a reply may take.
 const WRITE_WAIT: Duration = Duration::from_secs(10);
+/// The bytes of the calls the daemon holds, queued or in hand, at most. The queue's length
+/// alone would let it hold gigabytes: `maxQueuedRequests` calls of up to 4 MiB each.
+const HELD_BYTES: i64 = 64 << 20;
 
 /// What the acceptor and the workers share.
 pub struct State {
@@ -43,6 +46,34 @@ struct Job {
     stream: UnixStream,
     body: Vec<u8>,
     arrived: Instant,
+    _held: Held,
+}
+
+/// A call's share of [`HELD_BYTES`], given back when its job is dropped.
+struct Held {
+    bytes: i64,
+    metrics: Arc<Metrics>,
+}
+
+impl Held {
+    /// `bytes` more held, or `None` when that would pass [`HELD_BYTES`].
+    fn take(metrics: &Arc<Metrics>, bytes: usize) -> Option<Held> {
+        let bytes = i64::try_from(bytes).ok()?;
+        let before = metrics.held_bytes.fetch_add(bytes, Ordering::SeqCst);
+        let held = Held {
+            bytes,
+            metrics: Arc::clone(metrics),
+        };
+        (before + bytes <= HELD_BYTES).then_some(held)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.metrics
+            .held_bytes
+            .fetch_sub(self.bytes, Ordering::SeqCst);
+    }
 }
 
 pub struct Server {
@@ -291,32 +322,44 @@ fn accept(listener: &UnixListener, queue: SyncSender<Job>, state: &State) {
                 200
             }
             ("/cni", "POST") => {
-                let job = Job {
-                    stream,
-                    body: request.body,
-                    arrived: Instant::now(),
-                };
-                state.metrics.queued.fetch_add(1, Ordering::Relaxed);
-                match queue.try_send(job) {
-                    Ok(()) => continue,
-                    Err(refused) => {
-                        let (mut job, why) = match refused {
-                            TrySendError::Full(job) => (
-                                job,
+                let refused = match Held::take(&state.metrics, request.body.len()) {
+                    None => (
+                        stream,
+                        format!(
+                            "the multus daemon holds as many bytes of calls as it takes ({} \
+                             MiB): try again",
+                            HELD_BYTES >> 20
+                        ),
+                    ),
+                    Some(held) => {
+                        let job = Job {
+                            stream,
+                            body: request.body,
+                            arrived: Instant::now(),
+                            _held: held,
+                        };
+                        state.metrics.queued.fetch_add(1, Ordering::Relaxed);
+                        let refused = match queue.try_send(job) {
+                            Ok(()) => continue,
+                            Err(TrySendError::Full(job)) => (
+                                job.stream,
                                 "the multus daemon has as many calls queued as it takes \
-                                 (maxQueuedRequests): try again",
+                                 (maxQueuedRequests): try again"
+                                    .to_owned(),
                             ),
-                            TrySendError::Disconnected(job) => {
-                                (job, "the multus daemon's workers have stopped: see its log")
-                            }
+                            Err(TrySendError::Disconnected(job)) => (
+                                job.stream,
+                                "the multus daemon's workers have stopped: see its log".to_owned(),
+                            ),
                         };
                         state.metrics.queued.fetch_sub(1, Ordering::Relaxed);
-                        state.metrics.request("unknown", "rejected", Duration::ZERO);
-                        let e = CniError::new(Code::TryAgainLater, why);
-                        reply_error(&mut job.stream, 400, &e);
-                        400
+                        refused
                     }
-                }
+                };
+                let (mut stream, why) = refused;
+                state.metrics.request("unknown", "rejected", Duration::ZERO);
+                reply_error(&mut stream, 400, &CniError::new(Code::TryAgainLater, why));
+                400
             }
             ("/delegate", "POST") => {
                 let e = CniError::new(
