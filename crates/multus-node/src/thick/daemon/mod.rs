@@ -155,6 +155,16 @@ fn run(args: &[String]) -> Result<(), String> {
             )
         })
         .map_err(|e| format!("cannot start the events thread: {e}"))?;
+    // Compressing a rotated log can take seconds (100 MB by default): never on the loop that
+    // answers SIGTERM. A compression cut short by the exit leaves the plain backup, which the
+    // next rotation compresses.
+    std::thread::Builder::new()
+        .name("log-rotation".into())
+        .spawn(|| loop {
+            multus::log::maintain();
+            std::thread::sleep(LOOK);
+        })
+        .map_err(|e| format!("cannot start the log rotation thread: {e}"))?;
     let state = Arc::new(server::State {
         metrics,
         ready: false.into(),
@@ -212,7 +222,6 @@ fn run(args: &[String]) -> Result<(), String> {
                 }
             }
         }
-        multus::log::maintain();
         if stop.wait(LOOK) {
             break;
         }
