@@ -551,14 +551,33 @@ impl Cluster {
             .1
     }
 
-    fn reconcile(&self) -> std::process::Output {
+    /// One pass of the reconciler, which must succeed: what it printed.
+    fn reconcile(&self) -> String {
         let kubeconfig = self.conf_dir.join("whereabouts.d/whereabouts.kubeconfig");
-        std::process::Command::new(&self.bin)
+        let out = std::process::Command::new(&self.bin)
             .arg("reconcile")
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .output()
-            .expect("run the reconciler")
+            .expect("run the reconciler");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    }
+
+    /// NodeSlicePool `slim` as the reference's controller makes it: 10.88.0.0/24 in /26
+    /// slices, with these `status.allocations`.
+    fn add_slice_pool(&self, allocations: Value) {
+        self.api.add_object(
+            Resource::NODE_SLICE_POOLS,
+            json!({"metadata": {"name": "slim", "namespace": NS},
+                   "spec": {"range": "10.88.0.0/24", "sliceSize": "/26"},
+                   "status": {"allocations": allocations}}),
+        );
     }
 }
 
@@ -610,13 +629,7 @@ fn the_reconciler_frees_what_the_reference_frees() {
             json!({"metadata": {"name": name, "namespace": NS}, "spec": {"podref": podref}}),
         );
     }
-    let out = c.reconcile();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = c.reconcile();
     let mut left: Vec<String> = c.allocations("10.77.0.0-24").keys().cloned().collect();
     left.sort();
     // Kept: the live pod's, and the allocation without a podref (the reference skips those).
@@ -643,8 +656,8 @@ fn the_reconciler_frees_what_the_reference_frees() {
         .count();
     assert_eq!(rereads, 3);
     // A second pass has nothing left to do.
-    let again = c.reconcile();
-    assert!(String::from_utf8_lossy(&again.stdout)
+    assert!(c
+        .reconcile()
         .contains("reconciled: freed 0 addresses, deleted 0 reservations, freed 0 node slices"));
 }
 
@@ -672,13 +685,7 @@ fn the_reconciler_reads_a_large_cluster_in_pages() {
         json!({"metadata": {"name": "10.78.0.0-16", "namespace": NS},
                "spec": {"range": "10.78.0.0/16", "allocations": allocations}}),
     );
-    let out = c.reconcile();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = c.reconcile();
     assert!(text.contains("reconciled: freed 20 addresses"), "{text}");
     let left = c.allocations("10.78.0.0-16");
     assert_eq!(left.len(), 400);
@@ -702,12 +709,7 @@ fn an_add_killed_midway_leaves_only_what_the_reconciler_frees() {
     // connection (orphaned reservations are the_reconciler_frees_what_the_reference_frees's):
     // the reconciler frees the address.
     assert!(c.reservations().is_empty(), "{:?}", c.reservations());
-    let out = c.reconcile();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    c.reconcile();
     assert!(c.allocations("10.77.0.0-24").is_empty());
     assert!(c.reservations().is_empty(), "{:?}", c.reservations());
     // And the next pod gets the address.
@@ -953,16 +955,12 @@ fn node_slices_full_taken_mismatched_and_made_upstream() {
     // The reference's controller: four /26 slices, node-c holding the third, with an
     // allocation there in the reference's shape.
     let c = Cluster::new();
-    c.api.add_object(
-        Resource::NODE_SLICE_POOLS,
-        json!({"metadata": {"name": "slim", "namespace": NS},
-               "spec": {"range": "10.88.0.0/24", "sliceSize": "/26"},
-               "status": {"allocations": [
-                   {"nodeName": "node-x", "sliceRange": "10.88.0.0/26"},
-                   {"nodeName": "", "sliceRange": "10.88.0.64/26"},
-                   {"nodeName": "node-c", "sliceRange": "10.88.0.128/26"},
-                   {"nodeName": "node-y", "sliceRange": "10.88.0.192/26"}]}}),
-    );
+    c.add_slice_pool(json!([
+        {"nodeName": "node-x", "sliceRange": "10.88.0.0/26"},
+        {"nodeName": "", "sliceRange": "10.88.0.64/26"},
+        {"nodeName": "node-c", "sliceRange": "10.88.0.128/26"},
+        {"nodeName": "node-y", "sliceRange": "10.88.0.192/26"}
+    ]));
     c.api.add_object(
         Resource::IP_POOLS,
         json!({"metadata": {"name": "slim-node-c-10.88.0.128-26", "namespace": NS},
@@ -1011,17 +1009,7 @@ fn node_slices_full_taken_mismatched_and_made_upstream() {
         json!([{"name": "default/blue", "interface": "net1", "ips": ["10.88.0.1"]}]),
         json!([]),
     ));
-    let reconcile = || {
-        let out = c.reconcile();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
-    };
-    let text = reconcile();
+    let text = c.reconcile();
     assert!(
         text.contains(
             "kept slice 10.88.0.0/26 in NodeSlicePool kube-system/slim: node node-x is gone, \
@@ -1035,7 +1023,7 @@ fn node_slices_full_taken_mismatched_and_made_upstream() {
     );
     // The pod goes: its address, then the slice, then the empty IPPool, in one pass.
     c.api.delete_pod("default", "xpod");
-    let text = reconcile();
+    let text = c.reconcile();
     for line in [
         "freed 10.88.0.1 in IPPool kube-system/slim-node-x-10.88.0.0-26",
         "freed slice 10.88.0.0/26 in NodeSlicePool kube-system/slim: node node-x is gone",
@@ -1052,6 +1040,23 @@ fn node_slices_full_taken_mismatched_and_made_upstream() {
         .on_node("node-e")
         .call("ADD", &sliced("/26"), "ce", "net1", "pe");
     assert_eq!(ips(&e.ok()), ["10.88.0.1/24"]);
+    // An entry under a key that is not an offset still holds the slice: node-e and its pod
+    // are gone, but its pool keeps what the reconciler cannot read.
+    let mut held = c
+        .api
+        .object(Resource::IP_POOLS, NS, "slim-node-e-10.88.0.0-26")
+        .expect("node-e's pool");
+    held["spec"]["allocations"]["x1"] =
+        json!({"id": "old", "podref": "default/old", "ifname": "net1"});
+    c.api.add_object(Resource::IP_POOLS, held);
+    let text = c.reconcile();
+    assert!(
+        text.contains(
+            "kept slice 10.88.0.0/26 in NodeSlicePool kube-system/slim: node node-e is gone, \
+             but IPPool kube-system/slim-node-e-10.88.0.0-26 still holds 1 addresses"
+        ),
+        "{text}"
+    );
 }
 
 /// Nodes claiming slices at once each get a slice of their own, and their pods distinct
@@ -1111,14 +1116,10 @@ fn nodes_claiming_slices_at_once_never_share_one() {
 #[test]
 fn a_slice_outside_the_range_is_refused() {
     let c = Cluster::new();
-    c.api.add_object(
-        Resource::NODE_SLICE_POOLS,
-        json!({"metadata": {"name": "slim", "namespace": NS},
-               "spec": {"range": "10.88.0.0/24", "sliceSize": "/26"},
-               "status": {"allocations": [
-                   {"nodeName": "node-q", "sliceRange": "10.99.0.0/26"},
-                   {"nodeName": "node-r", "sliceRange": "10.88.0.0/25"}]}}),
-    );
+    c.add_slice_pool(json!([
+        {"nodeName": "node-q", "sliceRange": "10.99.0.0/26"},
+        {"nodeName": "node-r", "sliceRange": "10.88.0.0/25"}
+    ]));
     for node in ["node-q", "node-r"] {
         let out = c
             .on_node(node)

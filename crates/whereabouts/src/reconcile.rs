@@ -283,17 +283,14 @@ fn slice_pools(
         let Some(obj) = client.get_object(IPPOOLS, ns, &pool_name)? else {
             continue;
         };
-        let (pool, _) = Pool::from_object(&obj)
+        let (pool, unreadable) = Pool::from_object(&obj)
             .map_err(|why| Error::Object(format!("IPPool {ns}/{pool_name}: {why}")))?;
-        if !pool.allocations.is_empty() {
-            return Ok(SlicePools::Holding(pool_name, pool.allocations.len()));
+        // An allocation under a key that is not an offset still holds its address.
+        let held = pool.allocations.len() + unreadable;
+        if held > 0 {
+            return Ok(SlicePools::Holding(pool_name, held));
         }
-        let rv = obj
-            .pointer("/metadata/resourceVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
-        found.push((pool_name, rv));
+        found.push((pool_name, pool.resource_version));
     }
     Ok(SlicePools::Empty(found))
 }
