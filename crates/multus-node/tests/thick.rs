@@ -104,14 +104,15 @@ impl Thick {
     /// One raw HTTP request on the socket: the status and body, or `None` when nothing
     /// answers.
     fn request(&self, method: &str, path: &str, body: &[u8]) -> Option<(u16, Vec<u8>)> {
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: dummy\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n",
-            body.len()
-        );
-        let mut raw = head.into_bytes();
-        raw.extend_from_slice(body);
-        self.raw(&raw)
+        self.raw(&http(method, path, body))
+    }
+
+    /// A `POST /cni` of `body`, its answer left unread: the client stays, or goes when the
+    /// stream is dropped.
+    fn post_unread(&self, body: &[u8]) -> UnixStream {
+        let mut s = UnixStream::connect(self.socket()).expect("connect");
+        s.write_all(&http("POST", "/cni", body)).expect("send");
+        s
     }
 
     fn raw(&self, bytes: &[u8]) -> Option<(u16, Vec<u8>)> {
@@ -150,9 +151,11 @@ impl Thick {
         signal(self.daemon.take().expect("a daemon"), sig)
     }
 
-    /// A NAD `slow` whose plugin takes `seconds` over ADD.
-    fn slow_nad(&self, seconds: &str) {
-        self.c.sb.script(
+    /// A daemon with `extra` keys for pods that get the NAD `slow`, whose plugin takes
+    /// `seconds` over ADD.
+    fn slow(seconds: &str, extra: Value) -> Thick {
+        let t = Thick::new(json!({NETWORKS: "slow"}), extra);
+        t.c.sb.script(
             "slow",
             &format!(
                 r#"cat > /dev/null
@@ -162,11 +165,12 @@ if [ "$CNI_COMMAND" = ADD ]; then
 fi"#
             ),
         );
-        self.c.nad(
+        t.c.nad(
             "default",
             "slow",
             json!({"cniVersion": "1.0.0", "name": "slow", "type": "slow"}),
         );
+        t
     }
 
     /// The daemon's metrics.
@@ -238,6 +242,18 @@ fi"#
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// An HTTP/1.1 request's bytes.
+fn http(method: &str, path: &str, body: &[u8]) -> Vec<u8> {
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: dummy\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
 }
 
 fn signal(mut child: Child, sig: i32) -> (Option<i32>, Duration) {
@@ -359,8 +375,7 @@ fn del_with_the_daemon_down_is_done_by_the_shim_and_add_fails_at_once() {
 
 #[test]
 fn sigterm_finishes_the_calls_in_hand_then_exits() {
-    let mut t = Thick::new(json!({NETWORKS: "slow"}), json!({}));
-    t.slow_nad("1.5");
+    let mut t = Thick::slow("1.5", json!({}));
     let shim = t.links.path().join("multus-shim");
     let call = t.shim_call("ADD");
     let daemon = t.daemon.take().expect("a daemon");
@@ -439,11 +454,10 @@ fn a_newer_daemons_socket_outlives_the_older_and_a_shared_socket_dir_is_refused(
 
 #[test]
 fn a_burst_past_the_queue_is_refused_and_a_call_past_its_deadline_says_so() {
-    let t = Thick::new(
-        json!({NETWORKS: "slow"}),
+    let t = Thick::slow(
+        "3",
         json!({"connectionLimit": 1, "maxQueuedRequests": 1, "requestTimeoutSeconds": 1}),
     );
-    t.slow_nad("3");
     let shim = t.links.path().join("multus-shim");
     let node = &t.c.sb.node;
     let outs: Vec<CniOutput> = std::thread::scope(|s| {
@@ -489,11 +503,7 @@ fn a_burst_past_the_queue_is_refused_and_a_call_past_its_deadline_says_so() {
 /// gigabytes.
 #[test]
 fn the_calls_held_are_bounded_in_bytes() {
-    let t = Thick::new(
-        json!({NETWORKS: "slow"}),
-        json!({"connectionLimit": 1, "maxQueuedRequests": 100}),
-    );
-    t.slow_nad("3");
+    let t = Thick::slow("3", json!({"connectionLimit": 1, "maxQueuedRequests": 100}));
     let shim = t.links.path().join("multus-shim");
     let node = &t.c.sb.node;
     let call = t.shim_call("ADD");
@@ -501,19 +511,9 @@ fn the_calls_held_are_bounded_in_bytes() {
         let busy = s.spawn(|| call.run(&shim, Some(node)));
         std::thread::sleep(Duration::from_millis(300));
         let body = vec![b' '; (4 << 20) - 1024];
-        let head = format!(
-            "POST /cni HTTP/1.1\r\nHost: dummy\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        let send = || {
-            let mut c = UnixStream::connect(t.socket()).expect("connect");
-            c.write_all(head.as_bytes()).expect("head");
-            c.write_all(&body).expect("body");
-            c
-        };
         // 16 of them fit in 64 MiB, with the call in hand.
-        let queued: Vec<UnixStream> = (0..16).map(|_| send()).collect();
-        let mut refused = send();
+        let queued: Vec<UnixStream> = (0..16).map(|_| t.post_unread(&body)).collect();
+        let mut refused = t.post_unread(&body);
         refused
             .set_read_timeout(Some(Duration::from_secs(10)))
             .expect("timeout");
@@ -552,11 +552,10 @@ fn the_calls_held_are_bounded_in_bytes() {
 
 #[test]
 fn a_hung_delegate_is_killed_and_a_call_its_shim_left_is_skipped() {
-    let t = Thick::new(
-        json!({NETWORKS: "slow"}),
+    let t = Thick::slow(
+        "300",
         json!({"connectionLimit": 1, "delegateTimeoutSeconds": 2}),
     );
-    t.slow_nad("300");
     let shim = t.links.path().join("multus-shim");
     let node = &t.c.sb.node;
     let call = t.shim_call("ADD");
@@ -564,15 +563,7 @@ fn a_hung_delegate_is_killed_and_a_call_its_shim_left_is_skipped() {
         let hung = s.spawn(|| call.run(&shim, Some(node)));
         // Queued behind it, then given up: its runtime's timeout killed the shim.
         std::thread::sleep(Duration::from_millis(500));
-        let mut left = UnixStream::connect(t.socket()).expect("connect");
-        let body = &call.stdin;
-        let head = format!(
-            "POST /cni HTTP/1.1\r\nHost: dummy\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        left.write_all(head.as_bytes()).expect("head");
-        left.write_all(body.as_bytes()).expect("body");
-        drop(left);
+        drop(t.post_unread(call.stdin.as_bytes()));
         hung.join().expect("the hung call")
     });
     let (code, msg) = cni_error(&out);
