@@ -43,6 +43,12 @@ pub fn place(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<Placed> {
     Ok(Placed { file, dir })
 }
 
+/// [`place`] of the file `name` in the open directory `dir`, for a file nobody waits to see on
+/// disk.
+pub fn place_in(dir: &Dir, name: &OsStr, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    put(dir, name, bytes, mode, false).map(drop)
+}
+
 /// The temp file, written (and synced first when `sync` is set), renamed to `name`.
 fn put(dir: &Dir, name: &OsStr, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<File> {
     let (tmp, mut file) = new_temp(name, |tmp| dir.create_new(tmp, mode))?;

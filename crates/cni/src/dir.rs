@@ -6,7 +6,7 @@
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fmt;
 use std::fs::{File, Metadata};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -110,11 +110,10 @@ impl Dir {
         self.open_file(name.as_ref(), libc::O_RDONLY, 0)
     }
 
-    /// Reads the whole of `name`; a symlink there is refused.
+    /// Reads the whole of `name` as [`crate::input::read_file`] does (a regular file, looked at
+    /// before it is opened, capped); a symlink there is refused.
     pub fn read(&self, name: impl AsRef<OsStr>) -> io::Result<Vec<u8>> {
-        let mut bytes = Vec::new();
-        self.open_read(name)?.read_to_end(&mut bytes)?;
-        Ok(bytes)
+        crate::input::read_regular(self.open_path(name)?)
     }
 
     /// Opens `name` for writing, keeping its content, or creates it with permission bits
@@ -172,6 +171,17 @@ impl Dir {
         // directory.
         let rc = unsafe { libc::unlinkat(self.fd.as_raw_fd(), name.as_ptr(), 0) };
         check(rc)
+    }
+
+    /// `name` itself, opened with `O_PATH` (found, not opened for reading or writing); a
+    /// symlink there is refused.
+    pub fn open_path(&self, name: impl AsRef<OsStr>) -> io::Result<File> {
+        let found = self.open_file(name.as_ref(), libc::O_PATH, 0)?;
+        // With O_PATH, O_NOFOLLOW opens a symlink itself rather than failing.
+        if found.metadata()?.file_type().is_symlink() {
+            return Err(symlink_refused());
+        }
+        Ok(found)
     }
 
     /// What is at `name` itself: a symlink is described, not followed.
@@ -324,6 +334,8 @@ mod tests {
             assert!(e.to_string().contains("symbolic link"), "{e}");
         };
         refused(dir.open_read("link"));
+        let e = dir.read("link").unwrap_err();
+        assert!(is_symlink_refusal(&e), "{e}");
         refused(dir.open_write("link", 0o600));
         refused(dir.open_truncate("link", 0o600));
         refused(dir.create_new("link", 0o600));

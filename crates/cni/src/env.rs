@@ -57,6 +57,9 @@ pub struct CmdArgs {
     pub args: String,
     pub path: Vec<PathBuf>,
     pub stdin: Vec<u8>,
+    /// The node's path roots file, when the runtime names one
+    /// ([`crate::path_roots::ROOTS_FILE_ENV`]).
+    pub path_roots_file: Option<PathBuf>,
 }
 
 impl CmdArgs {
@@ -120,6 +123,9 @@ impl CmdArgs {
                 .filter(|p| !p.as_os_str().is_empty())
                 .collect(),
             stdin: Vec::new(),
+            path_roots_file: get(crate::path_roots::ROOTS_FILE_ENV)
+                .filter(|f| !f.is_empty())
+                .map(PathBuf::from),
         })
     }
 }

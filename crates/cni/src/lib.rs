@@ -13,6 +13,7 @@ pub mod error;
 pub mod input;
 pub mod invoke;
 pub mod network;
+pub mod path_roots;
 pub mod quote;
 pub mod result;
 pub mod skel;

@@ -263,6 +263,7 @@ fn delegate_env_from_cmd_args_is_the_same_attachment() {
         args: "A=B".into(),
         path: vec![PathBuf::from("/opt/cni/bin")],
         stdin: Vec::new(),
+        path_roots_file: None,
     };
     let env = DelegateEnv::from(&args);
     assert_eq!(

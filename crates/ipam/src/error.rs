@@ -97,6 +97,18 @@ impl Error {
     }
 }
 
+impl From<cni::path_roots::PathError> for Error {
+    fn from(e: cni::path_roots::PathError) -> Error {
+        use cni::path_roots::PathError;
+        match e {
+            PathError::Refused { .. } => Error::Config(e.to_string()),
+            PathError::Io { path, source } => {
+                Error::io(format!("cannot open {}", path.display()), source)
+            }
+        }
+    }
+}
+
 impl From<Error> for CniError {
     fn from(e: Error) -> CniError {
         let code = match &e {

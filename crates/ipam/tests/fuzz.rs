@@ -37,6 +37,7 @@ fn args(command: Command, container_id: &str, stdin: &[u8], cni_args: &str) -> C
         args: cni_args.to_owned(),
         path: Vec::new(),
         stdin: stdin.to_vec(),
+        path_roots_file: Some(testkit::test_path_roots()),
     }
 }
 

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::container::{self, ContainerIface};
 use crate::ipam_call::{self, Ipam};
-use crate::state_file;
+use crate::state_file::StateFile;
 use crate::sys::{open_netns, open_netns_for_del, sys, sys_ctx, with_cleanup_failures};
 
 /// The plugin, as registered in the multi-call binary's table.
@@ -365,8 +365,11 @@ struct Moved {
 /// The node's own directory for it (not a config's): gone with a reboot, as the pods are.
 const STATE_DIR: &str = "/run/cni/host-device";
 
-fn state_path(args: &CmdArgs) -> PathBuf {
-    Path::new(STATE_DIR).join(format!("{}_{}.json", args.container_id, args.ifname))
+fn record_file(args: &CmdArgs) -> Result<StateFile, CniError> {
+    StateFile::in_node_dir(
+        Path::new(STATE_DIR),
+        format!("{}_{}.json", args.container_id, args.ifname),
+    )
 }
 
 impl cni::Plugin for HostDevice {
@@ -399,7 +402,7 @@ impl cni::Plugin for HostDevice {
         if let Some(t) = net.ipam_type() {
             Ipam::new(t, args).del()?;
         }
-        let record: Option<Moved> = state_file::load(&state_path(args), "host-device's record")?;
+        let record: Option<Moved> = record_file(args)?.load("host-device's record")?;
         let node = NetNs::current().map_err(sys)?;
         let given_back = match (&pod, &record) {
             (Some(pod), Some(moved)) => {
@@ -421,7 +424,7 @@ impl cni::Plugin for HostDevice {
             );
             e
         })?;
-        state_file::remove(&state_path(args))
+        record_file(args)?.remove()
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -506,14 +509,11 @@ fn move_in_and_configure(
     let mut reserved = false;
     let configured = (|| {
         let link = pod_nl.link(&args.ifname).map_err(sys)?;
-        state_file::save(
-            &state_path(args),
-            &Moved {
-                name: host.name.clone(),
-                index: link.index,
-                alias: host.alias.clone().unwrap_or_default(),
-            },
-        )?;
+        record_file(args)?.save(&Moved {
+            name: host.name.clone(),
+            index: link.index,
+            alias: host.alias.clone().unwrap_or_default(),
+        })?;
         let iface = ContainerIface {
             ns: pod,
             nl: pod_nl,
@@ -546,7 +546,7 @@ fn move_in_and_configure(
             failures.push(format!("releasing the IPAM reservation: {e}"));
         }
     }
-    let _ = state_file::remove(&state_path(args));
+    let _ = record_file(args)?.remove();
     let original_alias = host.alias.as_deref().unwrap_or("");
     let back = pod_nl
         .link(&args.ifname)

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use cni::path_roots::PathRoots;
 use cni::{CmdArgs, CniError, CniResult, NetConf};
 use netkit::netlink::Link;
 use netkit::Netlink;
@@ -20,7 +21,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::state_file;
+use crate::state_file::StateFile;
 use crate::sys::{open_netns, open_netns_for_del, sys, sys_ctx};
 
 /// The plugin, as registered in the multi-call binary's table.
@@ -189,7 +190,6 @@ impl Conf {
             sysctl_path(key, "eth0")?;
         }
         check_allowlist(Path::new(ALLOWLIST), &sysctls)?;
-        check_data_dir(&data_dir(&raw.data_dir))?;
         Ok(Conf {
             net,
             data_dir: data_dir(&raw.data_dir),
@@ -217,30 +217,6 @@ fn data_dir(given: &str) -> PathBuf {
     } else {
         given
     })
-}
-
-/// Where a config may not have root write its saved state: the node's configuration (a
-/// `.json` file in the runtime's CNI config directory would be read as a network), its
-/// programs, and the kernel's file systems.
-const FORBIDDEN_DATA_DIRS: [&str; 12] = [
-    "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/boot", "/opt", "/root", "/proc", "/sys",
-    "/dev",
-];
-
-/// `dataDir`: absolute, without `..`, and outside [`FORBIDDEN_DATA_DIRS`].
-fn check_data_dir(dir: &Path) -> Result<(), CniError> {
-    let climbs = dir
-        .components()
-        .any(|c| c == std::path::Component::ParentDir);
-    let forbidden = FORBIDDEN_DATA_DIRS.iter().any(|f| dir.starts_with(f));
-    if !dir.is_absolute() || climbs || dir == Path::new("/") || forbidden {
-        return Err(CniError::invalid_config(format!(
-            "dataDir: {} must be an absolute directory without .., outside {}",
-            cni::quote::quote(&dir.display().to_string()),
-            FORBIDDEN_DATA_DIRS.join(", ")
-        )));
-    }
-    Ok(())
 }
 
 /// A sysctl key as the file under /proc/sys it names (slash form), for the interface
@@ -378,14 +354,24 @@ fn is_allmulti(link: &Link) -> bool {
     link.flags & libc::IFF_ALLMULTI.unsigned_abs() != 0
 }
 
-/// `<dataDir>/<containerID>_<ifname>.json`, as the reference names it.
-fn saved_path(conf_dir: &Path, args: &CmdArgs) -> PathBuf {
-    conf_dir.join(format!("{}_{}.json", args.container_id, args.ifname))
+/// `<dataDir>/<containerID>_<ifname>.json`, as the reference names it; `dataDir` is a
+/// config's, so it is opened beneath the node's path roots. `None`: it does not exist.
+fn saved_file(
+    roots: &PathRoots,
+    data_dir: &Path,
+    args: &CmdArgs,
+    create: bool,
+) -> Result<Option<StateFile>, CniError> {
+    let name = format!("{}_{}.json", args.container_id, args.ifname);
+    StateFile::beneath(roots, "dataDir", data_dir, name, create)
 }
 
 impl cni::Plugin for Tuning {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let conf = Conf::parse(&args.stdin, &args.args)?;
+        // Refused before anything changes, whether or not there is state to save.
+        let roots = PathRoots::for_call(args)?;
+        roots.check("dataDir", &conf.data_dir)?;
         let mut prev = prev_result(&conf.net)?;
         let pod = open_netns(&args.netns)?;
         let ctx = format!("interface {:?} in netns {}", args.ifname, args.netns);
@@ -399,21 +385,22 @@ impl cni::Plugin for Tuning {
         let nl = Netlink::in_ns(&pod).map_err(sys)?;
         let link = nl.link(&args.ifname).map_err(sys_ctx(&ctx))?;
         let saved = Saved::of(&link, &conf);
-        let file = saved_path(&conf.data_dir, args);
+        let file = saved_file(&roots, &conf.data_dir, args, true)?
+            .ok_or_else(|| CniError::internal("tuning's dataDir was not made"))?;
         // Another tuning earlier in the chain saved the originals of what it changed: they
         // stay, and only what it left alone is added.
-        let earlier: Option<Saved> = state_file::load(&file, "tuning's saved state")?;
+        let earlier: Option<Saved> = file.load("tuning's saved state")?;
         let merged = match &earlier {
             Some(earlier) => earlier.keeping(&saved),
             None => saved.clone(),
         };
-        state_file::save(&file, &merged)?;
+        file.save(&merged)?;
         if let Err(e) = apply(&nl, &link, &conf) {
             let failures = saved.restore(&nl, &link);
             if failures.is_empty() {
                 let _ = match &earlier {
-                    Some(earlier) => state_file::save(&file, earlier),
-                    None => state_file::remove(&file),
+                    Some(earlier) => file.save(earlier),
+                    None => file.remove(),
                 };
             }
             return Err(crate::sys::with_cleanup_failures(
@@ -434,13 +421,20 @@ impl cni::Plugin for Tuning {
         // Only where the saved state is: a config whose other keys no longer validate must
         // still let the attachment go.
         let raw: RawDataDir = cni::config::parse_plugin_config(&args.stdin)?;
-        let dir = data_dir(&raw.data_dir);
-        // ADD never wrote there, so there is nothing to put back (and nothing to remove).
-        if check_data_dir(&dir).is_err() {
-            return Ok(());
-        }
-        let file = saved_path(&dir, args);
-        let saved: Saved = match state_file::load(&file, "tuning's saved state")? {
+        let file = match saved_file(
+            &PathRoots::for_call(args)?,
+            &data_dir(&raw.data_dir),
+            args,
+            false,
+        ) {
+            Ok(Some(file)) => file,
+            Ok(None) => return Ok(()),
+            // A dataDir this node refuses: ADD never wrote there, so there is nothing to put
+            // back (and nothing to remove).
+            Err(e) if e.is(cni::Code::InvalidConfig) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let saved: Saved = match file.load("tuning's saved state")? {
             Some(saved) => saved,
             None => return Ok(()),
         };
@@ -464,7 +458,7 @@ impl cni::Plugin for Tuning {
                 );
             }
         }
-        state_file::remove(&file)
+        file.remove()
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -629,23 +623,6 @@ mod tests {
         let merged = first.keeping(&second);
         assert_eq!(merged.mac, "02:00:00:00:00:01");
         assert_eq!(merged.mtu, 1500);
-    }
-
-    #[test]
-    fn the_data_dir_stays_out_of_the_nodes_configuration() {
-        for bad in [
-            "/etc/cni/net.d",
-            "relative/dir",
-            "/run/../etc",
-            "/",
-            "/usr/lib/cni",
-        ] {
-            let e = check_data_dir(Path::new(bad)).unwrap_err();
-            assert!(e.msg.starts_with("dataDir: "), "{bad}: {e}");
-        }
-        for good in ["/run/cni/tuning", "/var/lib/cni/tuning", "/tmp/x/tuning"] {
-            check_data_dir(Path::new(good)).unwrap();
-        }
     }
 
     #[test]

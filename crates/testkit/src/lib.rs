@@ -20,7 +20,7 @@ mod sandbox;
 
 pub use netns::{delete_all_of_this_process, Netns};
 pub use plugin::{
-    count_file_changes, reference_dir, reservation_files, validate_config, workspace_binary,
-    CniCall, CniOutput, PluginDir, FILE_CHANGES,
+    count_file_changes, reference_dir, reservation_files, test_path_roots, validate_config,
+    workspace_binary, CniCall, CniOutput, PluginDir, FILE_CHANGES,
 };
 pub use sandbox::Sandbox;

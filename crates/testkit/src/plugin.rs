@@ -192,7 +192,8 @@ impl CniCall {
             .env("CNI_PATH", &self.path)
             // No system bus unless a test brings its own: a plugin under test never reaches
             // the machine's firewalld.
-            .env("DBUS_SYSTEM_BUS_ADDRESS", NO_BUS);
+            .env("DBUS_SYSTEM_BUS_ADDRESS", NO_BUS)
+            .env(cni::path_roots::ROOTS_FILE_ENV, test_path_roots());
         for (k, v) in &self.env {
             match v {
                 Some(v) => cmd.env(k, v),
@@ -204,6 +205,28 @@ impl CniCall {
         }
         cmd
     }
+}
+
+/// The node's path roots of every call that does not set its own: upstream's places and the
+/// temporary directory, where the tests keep their stores and sockets.
+pub fn test_path_roots() -> PathBuf {
+    static FILE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let tmp = std::env::temp_dir();
+        let file = tmp.join("multus-rs-test-path-roots.json");
+        let mut roots: Vec<PathBuf> = cni::path_roots::DEFAULT_ROOTS
+            .iter()
+            .map(PathBuf::from)
+            .collect();
+        roots.push(tmp.clone());
+        let text = serde_json::json!({ "roots": roots }).to_string();
+        // Every test process writes the same text: each through a file of its own, renamed.
+        let own = tmp.join(format!(".multus-rs-test-path-roots.{}", std::process::id()));
+        std::fs::write(&own, text).expect("write the tests' path roots");
+        std::fs::rename(&own, &file).expect("put the tests' path roots in place");
+        file
+    })
+    .clone()
 }
 
 /// The `DBUS_SYSTEM_BUS_ADDRESS` of every call that does not set one: a socket that is not there.

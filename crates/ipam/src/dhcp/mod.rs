@@ -15,4 +15,4 @@ mod packet;
 mod plugin;
 pub mod wire;
 
-pub use plugin::{exchange, Dhcp};
+pub use plugin::Dhcp;

@@ -1,10 +1,10 @@
 //! The `dhcp` plugin: a thin, synchronous client of the daemon, which holds the leases.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use cni::path_roots::{PathError, PathRoots};
 use cni::{CmdArgs, CniError, CniResult, Code, GcAttachment, Plugin};
 
 use super::config::DhcpConf;
@@ -31,8 +31,17 @@ impl Plugin for Dhcp {
     /// DEL. A config that cannot be read never reached the daemon at ADD: there is no lease
     /// to release, and DEL says so on stderr instead of failing forever.
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        if let Err(e) = DhcpConf::parse(&args.stdin, &args.args, &args.container_id, &args.ifname) {
-            eprintln!("DEL asks the daemon nothing: {}", CniError::from(e).msg);
+        let conf = match DhcpConf::parse(&args.stdin, &args.args, &args.container_id, &args.ifname)
+        {
+            Ok(conf) => conf,
+            Err(e) => {
+                eprintln!("DEL asks the daemon nothing: {}", CniError::from(e).msg);
+                return Ok(());
+            }
+        };
+        // A socket this node refuses was never asked for a lease either.
+        if let Err(e) = PathRoots::for_call(args)?.check(SOCKET_KEY, &conf.socket_path) {
+            eprintln!("DEL asks the daemon nothing: {e}");
             return Ok(());
         }
         call(args, Op::Del).map(drop)
@@ -92,19 +101,25 @@ fn send(args: &CmdArgs, op: Op, valid: Vec<GcAttachment>) -> Result<Option<CniRe
         params: conf.params,
         valid,
     };
-    match exchange(&conf.socket_path, &request)? {
+    match exchange(&PathRoots::for_call(args)?, &conf.socket_path, &request)? {
         Response::Ok(result) => Ok(result),
         Response::Error(e) => Err(e),
     }
 }
 
-/// Sends `request` to the daemon at `socket` and reads its answer.
-pub fn exchange(socket: &Path, request: &Request) -> Result<Response> {
-    let unreachable = |source| Error::DaemonUnreachable {
-        socket: socket.to_path_buf(),
-        source,
-    };
-    let mut stream = UnixStream::connect(socket).map_err(unreachable)?;
+/// The config key naming the daemon's socket, a tenant's path.
+const SOCKET_KEY: &str = "ipam.daemonSocketPath";
+
+/// Sends `request` to the daemon at `socket`, a socket beneath the node's path `roots`, and
+/// reads its answer.
+fn exchange(roots: &PathRoots, socket: &Path, request: &Request) -> Result<Response> {
+    let mut stream = roots.connect(SOCKET_KEY, socket).map_err(|e| match e {
+        PathError::Io { source, .. } => Error::DaemonUnreachable {
+            socket: socket.to_path_buf(),
+            source,
+        },
+        refused => refused.into(),
+    })?;
     let talk = |e| {
         Error::io(
             format!("talking to the dhcp daemon at {}", socket.display()),

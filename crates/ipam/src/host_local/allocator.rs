@@ -124,6 +124,7 @@ fn reserve_next<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host_local::store::tests::test_roots;
 
     fn set(subnet: &str, start: Option<&str>, end: Option<&str>) -> RangeSet {
         let r = Range::new(
@@ -150,7 +151,7 @@ mod tests {
     #[test]
     fn round_robin_then_full() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), "n").unwrap();
+        let store = Store::open(&test_roots(tmp.path()), tmp.path(), "n").unwrap();
         let sets = [set("10.1.2.0/29", None, None)];
         let mut got = Vec::new();
         for i in 0..5 {
@@ -186,7 +187,7 @@ mod tests {
     #[test]
     fn requested_and_rollback() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), "n").unwrap();
+        let store = Store::open(&test_roots(tmp.path()), tmp.path(), "n").unwrap();
         let sets = [set("10.1.2.0/24", None, None), set("fd00::/64", None, None)];
         let want: IpAddr = "fd00::99".parse().unwrap();
         let r = allocate(&store, &sets, &[want], &holder("a")).unwrap();
@@ -208,7 +209,7 @@ mod tests {
     #[test]
     fn duplicate_add_refused_and_nothing_leaks() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), "n").unwrap();
+        let store = Store::open(&test_roots(tmp.path()), tmp.path(), "n").unwrap();
         let sets = [set("10.1.2.0/24", None, None)];
         allocate(&store, &sets, &[], &holder("a")).unwrap();
         for requested in [vec![], vec!["10.1.2.50".parse().unwrap()]] {

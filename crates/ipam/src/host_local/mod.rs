@@ -8,6 +8,7 @@ mod store;
 
 use std::collections::HashSet;
 
+use cni::path_roots::PathRoots;
 use cni::{CmdArgs, CniError, CniResult, Plugin};
 
 use self::config::{Config, StoreConfig};
@@ -59,7 +60,7 @@ fn add(args: &CmdArgs) -> Result<CniResult> {
         Some(path) => resolv::load(path)?,
         None => Default::default(),
     };
-    let store = Store::open(&conf.data_dir, &conf.name)?;
+    let store = Store::open(&PathRoots::for_call(args)?, &conf.data_dir, &conf.name)?;
     let ips = allocator::allocate(&store, &conf.range_sets, &conf.requested, &holder(args))?;
     Ok(CniResult {
         ips,
@@ -81,8 +82,17 @@ fn del(args: &CmdArgs) -> Result<()> {
             return Ok(());
         }
     };
-    let Some(store) = Store::open_existing(&conf.data_dir, &conf.name)? else {
-        return Ok(());
+    let store = match Store::open_existing(&PathRoots::for_call(args)?, &conf.data_dir, &conf.name)
+    {
+        Ok(Some(store)) => store,
+        Ok(None) => return Ok(()),
+        // A dataDir this node refuses (outside its path roots, through a symlink): ADD never
+        // reserved anything there, and DEL touches nothing there.
+        Err(Error::Config(msg)) => {
+            eprintln!("DEL releases nothing: {msg}");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
     };
     let holder = holder(args);
     let reservations = store.reservations()?;
@@ -109,7 +119,8 @@ fn del(args: &CmdArgs) -> Result<()> {
 fn check(args: &CmdArgs) -> Result<()> {
     let conf = Config::load(&args.stdin, &args.args)?;
     let holder = holder(args);
-    let found = match Store::open_existing(&conf.data_dir, &conf.name)? {
+    let found = match Store::open_existing(&PathRoots::for_call(args)?, &conf.data_dir, &conf.name)?
+    {
         Some(store) => store
             .reservations()?
             .iter()
@@ -132,7 +143,8 @@ fn check(args: &CmdArgs) -> Result<()> {
 fn status(args: &CmdArgs) -> Result<()> {
     let conf = Config::load(&args.stdin, &args.args)?;
     let unusable = |e: Error| Error::NotAvailable(format!("host-local store unusable: {e}"));
-    let store = Store::open(&conf.data_dir, &conf.name).map_err(unusable)?;
+    let store =
+        Store::open(&PathRoots::for_call(args)?, &conf.data_dir, &conf.name).map_err(unusable)?;
     let reserved = store.reserved_ips().map_err(unusable)?;
     for (index, set) in conf.range_sets.iter().enumerate() {
         let used = reserved
@@ -155,7 +167,9 @@ fn gc(args: &CmdArgs) -> Result<()> {
     let valid = conf.valid_attachments.ok_or_else(|| {
         Error::config("GC needs cni.dev/valid-attachments (an empty list releases everything)")
     })?;
-    let Some(store) = Store::open_existing(&conf.data_dir, &conf.name)? else {
+    let Some(store) =
+        Store::open_existing(&PathRoots::for_call(args)?, &conf.data_dir, &conf.name)?
+    else {
         return Ok(());
     };
     let keep: HashSet<(&str, &str)> = valid

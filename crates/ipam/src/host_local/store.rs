@@ -7,13 +7,13 @@
 //! - `last_reserved_ip.<range set index>`: the address last reserved from that set;
 //! - `lock`: `flock`ed for the whole of an operation, by us and by the reference alike.
 
-use std::fs::{DirBuilder, File};
+use std::fs::File;
 use std::io::{ErrorKind, Write};
 use std::net::IpAddr;
-use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 use cni::dir::{self, Dir};
+use cni::path_roots::PathRoots;
 
 use crate::error::{Error, Result};
 
@@ -82,10 +82,10 @@ impl Reservation {
 
 /// An open, locked store for one network. The lock is released when this is dropped.
 ///
-/// `dataDir` comes from the network config, so the store may sit where others can write. The
-/// network's directory is opened once, refused if it is a symlink, and every file is opened,
-/// made and removed relative to it, never through a symlink: nothing outside the store is
-/// ever written.
+/// `dataDir` comes from the network config, a tenant's: it is opened beneath the node's path
+/// roots, never through a symlink ([`cni::path_roots`]). The network's directory is opened
+/// once, and every file is opened, made and removed relative to it, never through a symlink:
+/// nothing outside the store is ever written.
 pub struct Store {
     dir: Dir,
     _lock: File,
@@ -93,20 +93,9 @@ pub struct Store {
 
 impl Store {
     /// Opens the network's store, creating it if needed, and waits for its lock.
-    pub fn open(data_dir: &Path, network: &str) -> Result<Store> {
+    pub fn open(roots: &PathRoots, data_dir: &Path, network: &str) -> Result<Store> {
         cni::config::validate_network_name(network)?;
-        let open_error = |e| Error::io(format!("cannot open {}", data_dir.display()), e);
-        let parent = match Dir::open(data_dir) {
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                DirBuilder::new()
-                    .recursive(true)
-                    .mode(DIR_MODE)
-                    .create(data_dir)
-                    .map_err(|e| Error::io(format!("cannot create {}", data_dir.display()), e))?;
-                Dir::open(data_dir).map_err(open_error)?
-            }
-            opened => opened.map_err(open_error)?,
-        };
+        let parent = roots.dir("dataDir", data_dir, Some(DIR_MODE))?;
         let dir = parent
             .open_or_create_dir(network, DIR_MODE)
             .map_err(|e| Error::io(format!("cannot open {}", parent.join(network).display()), e))?;
@@ -114,10 +103,18 @@ impl Store {
     }
 
     /// Opens the network's store if it exists: DEL, CHECK and GC have nothing to do otherwise.
-    pub fn open_existing(data_dir: &Path, network: &str) -> Result<Option<Store>> {
+    pub fn open_existing(
+        roots: &PathRoots,
+        data_dir: &Path,
+        network: &str,
+    ) -> Result<Option<Store>> {
         cni::config::validate_network_name(network)?;
         let path = data_dir.join(network);
-        let dir = match Dir::open(data_dir).and_then(|parent| parent.open_dir(network)) {
+        let parent = match roots.dir("dataDir", data_dir, None) {
+            Err(e) if e.is_not_found() => return Ok(None),
+            opened => opened?,
+        };
+        let dir = match parent.open_dir(network) {
             Ok(dir) => dir,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), e)),
@@ -223,11 +220,16 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    /// The test's directory as the node's only path root.
+    pub fn test_roots(dir: &Path) -> PathRoots {
+        PathRoots::new(vec![dir.to_owned()], "the test".into())
+    }
 
     const HOLDER: Holder = Holder {
         container_id: "c1",
@@ -241,7 +243,7 @@ mod tests {
     #[test]
     fn reserve_writes_reference_format() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), "net").unwrap();
+        let store = Store::open(&test_roots(tmp.path()), tmp.path(), "net").unwrap();
         assert!(store.reserve(ip("10.1.2.2"), &HOLDER, 0).unwrap());
         assert!(!store.reserve(ip("10.1.2.2"), &HOLDER, 0).unwrap());
         assert!(store.reserve(ip("fd00::2"), &HOLDER, 1).unwrap());
@@ -267,7 +269,7 @@ mod tests {
     #[test]
     fn failed_last_reserved_write_keeps_no_reservation() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), "net").unwrap();
+        let store = Store::open(&test_roots(tmp.path()), tmp.path(), "net").unwrap();
         // A directory in its place makes the write fail.
         fs::create_dir(tmp.path().join("net/last_reserved_ip.0")).unwrap();
         let e = store.reserve(ip("10.1.2.2"), &HOLDER, 0).unwrap_err();
@@ -297,7 +299,7 @@ mod tests {
     #[test]
     fn reservations_skip_other_files() {
         let tmp = tempfile::tempdir().unwrap();
-        let store = Store::open(tmp.path(), "net").unwrap();
+        let store = Store::open(&test_roots(tmp.path()), tmp.path(), "net").unwrap();
         store.reserve(ip("10.1.2.2"), &HOLDER, 0).unwrap();
         fs::write(tmp.path().join("net/junk"), "c1\r\neth0").unwrap();
         let all = store.reservations().unwrap();
@@ -312,13 +314,17 @@ mod tests {
     fn refuses_escaping_names() {
         let tmp = tempfile::tempdir().unwrap();
         for name in ["", ".", "..", "../x", "a/b", "/abs"] {
-            let e = Store::open(tmp.path(), name).err().unwrap();
+            let e = Store::open(&test_roots(tmp.path()), tmp.path(), name)
+                .err()
+                .unwrap();
             assert!(matches!(e, Error::Cni(_)), "{name}: {e}");
             assert_eq!(cni::CniError::from(e).code, 7, "{name}");
         }
-        assert!(Store::open_existing(tmp.path(), "absent")
-            .unwrap()
-            .is_none());
+        assert!(
+            Store::open_existing(&test_roots(tmp.path()), tmp.path(), "absent")
+                .unwrap()
+                .is_none()
+        );
         assert!(!tmp.path().join("absent").exists());
     }
 
@@ -327,7 +333,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let victim = tmp.path().join("victim");
         fs::write(&victim, b"precious").unwrap();
-        let store = Store::open(tmp.path(), "net").unwrap();
+        let store = Store::open(&test_roots(tmp.path()), tmp.path(), "net").unwrap();
         (tmp, store, victim)
     }
 
@@ -372,8 +378,12 @@ mod tests {
         fs::create_dir(&elsewhere).unwrap();
         std::os::unix::fs::symlink(&elsewhere, tmp.path().join("net")).unwrap();
         for e in [
-            Store::open(tmp.path(), "net").err().unwrap(),
-            Store::open_existing(tmp.path(), "net").err().unwrap(),
+            Store::open(&test_roots(tmp.path()), tmp.path(), "net")
+                .err()
+                .unwrap(),
+            Store::open_existing(&test_roots(tmp.path()), tmp.path(), "net")
+                .err()
+                .unwrap(),
         ] {
             assert!(e.to_string().contains("symbolic link"), "{e}");
             assert!(e.to_string().contains("/net"), "{e}");

@@ -1,13 +1,13 @@
 //! whereabouts' configuration: the `ipam` object merged over the node's flat file, with the
 //! reference's keys, defaults and search path, and our checks on what a tenant may name.
 
-use std::fs::File;
 use std::io::Read;
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use cni::args::CniArgs;
+use cni::path_roots::{PathError, PathRoots};
 use cni::quote::quote;
 use cni::{Dns, IpConfig, Route};
 use ipnet::IpNet;
@@ -49,6 +49,16 @@ impl Sources {
             trusted_dirs: dirs.iter().map(PathBuf::from).collect(),
             state_dir: PathBuf::from(super::STATE_DIR),
         }
+    }
+
+    /// The admin's directories as the roots a NAD's paths are opened beneath.
+    fn roots(&self) -> PathRoots {
+        PathRoots::new(
+            self.trusted_dirs.clone(),
+            "the CNI configuration directories, and WHEREABOUTS_CONFIG_DIR from the runtime's \
+             environment"
+                .into(),
+        )
     }
 }
 
@@ -219,6 +229,9 @@ impl Config {
             .filter(|p| !p.is_empty())
         {
             check_trusted("kubernetes.kubeconfig", path, sources)?;
+            if read_flat {
+                check_no_symlink("kubernetes.kubeconfig", path, sources)?;
+            }
         }
         let overlapping_ranges = match ipam.get("enable_overlapping_ranges") {
             None | Some(Value::Null) => true,
@@ -286,7 +299,6 @@ impl Config {
                 read_flat.then_some(&flat_file),
             )?),
         };
-        check_network_name(&ipam.network_name)?;
         Ok(Config {
             cni_version: raw.cni_version,
             name: raw.name,
@@ -470,51 +482,78 @@ fn check_network_name(name: &str) -> Result<()> {
 /// directories: a tenant could otherwise point the plugin, which runs as root, at any file on
 /// the node, such as a kubeconfig it wrote into a volume of its own.
 fn check_trusted(key: &str, path: &str, sources: &Sources) -> Result<()> {
-    let p = Path::new(path);
-    let plain = p.is_absolute() && p.components().all(|c| !matches!(c, Component::ParentDir));
-    if plain && sources.trusted_dirs.iter().any(|d| p.starts_with(d)) {
-        return Ok(());
-    }
-    let dirs: Vec<String> = sources
-        .trusted_dirs
-        .iter()
-        .map(|d| d.display().to_string())
-        .collect();
-    Err(Error::config(format!(
-        "ipam.{key}: {} is not a plain absolute path under {}: the node's files are chosen by \
-         its admin, in the flat file, not by the network's config",
-        quote(path),
-        dirs.join(", ")
-    )))
+    Ok(sources
+        .roots()
+        .check(&format!("ipam.{key}"), Path::new(path))?)
 }
 
-/// The first flat file that exists, `configuration_path` first, as a JSON object. Its text
-/// never appears in an error: the file may be any file a NAD names under the admin's
-/// directories.
+/// The file a NAD names, found beneath the admin's directories without a symlink on the way
+/// (or at it): what the plugin then reads by that path is the file found. One that is not
+/// there is left to the reader to report.
+fn check_no_symlink(key: &str, path: &str, sources: &Sources) -> Result<()> {
+    let key = format!("ipam.{key}");
+    let found = sources
+        .roots()
+        .parent(&key, Path::new(path), None)
+        .and_then(|(dir, name)| {
+            dir.open_path(&name).map(drop).map_err(|e| {
+                if cni::dir::is_symlink_refusal(&e) {
+                    PathError::Refused {
+                        key: key.clone(),
+                        msg: format!("{path} is a symbolic link, which is never followed here"),
+                    }
+                } else {
+                    PathError::Io {
+                        path: dir.join(&name),
+                        source: e,
+                    }
+                }
+            })
+        });
+    match found {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// The first flat file that exists, `configuration_path` first, as a JSON object, found
+/// beneath the admin's directories without a symlink on the way. Its text never appears in an
+/// error: the file may be any file a NAD names under the admin's directories.
 fn read_flat_file(
     configuration_path: Option<PathBuf>,
     sources: &Sources,
 ) -> Result<(PathBuf, Map<String, Value>)> {
+    let roots = sources.roots();
     let tried: Vec<PathBuf> = configuration_path
         .into_iter()
         .chain(sources.flat_files.iter().cloned())
         .collect();
     for path in &tried {
-        let file = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => {
+        let read = roots
+            .parent("ipam.configuration_path", path, None)
+            .and_then(|(dir, name)| {
+                dir.read(&name).map_err(|e| PathError::Io {
+                    path: path.clone(),
+                    source: e,
+                })
+            });
+        let text = match read {
+            Ok(text) => text,
+            Err(e) if e.is_not_found() => continue,
+            Err(PathError::Io { source, .. }) => {
                 return Err(Error::io(
-                    format!("opening the flat file {}", path.display()),
-                    e,
+                    format!("reading the flat file {}", path.display()),
+                    source,
                 ))
             }
+            Err(refused) => return Err(refused.into()),
         };
-        let text = read_capped(file, path)?;
+        if text.len() as u64 > MAX_FLAT_FILE {
+            return Err(Error::config(format!(
+                "the flat file {} is larger than {MAX_FLAT_FILE} bytes",
+                path.display()
+            )));
+        }
         return match serde_json::from_slice::<Value>(&text) {
             Ok(Value::Object(m)) => Ok((path.clone(), m)),
             Ok(_) => Err(Error::config(format!(
@@ -539,28 +578,6 @@ fn read_flat_file(
          looked at {}",
         list.join(", ")
     )))
-}
-
-fn read_capped(file: File, path: &Path) -> Result<Vec<u8>> {
-    let what = || format!("reading the flat file {}", path.display());
-    let meta = file.metadata().map_err(|e| Error::io(what(), e))?;
-    if !meta.is_file() {
-        return Err(Error::config(format!(
-            "the flat file {} is not a regular file",
-            path.display()
-        )));
-    }
-    let mut text = Vec::new();
-    file.take(MAX_FLAT_FILE + 1)
-        .read_to_end(&mut text)
-        .map_err(|e| Error::io(what(), e))?;
-    if text.len() as u64 > MAX_FLAT_FILE {
-        return Err(Error::config(format!(
-            "the flat file {} is larger than {MAX_FLAT_FILE} bytes",
-            path.display()
-        )));
-    }
-    Ok(text)
 }
 
 /// The reference merges with mergo: a field the `ipam` object leaves at its zero value takes
@@ -815,7 +832,31 @@ mod tests {
             let (code, msg) = err(load(&n, ipam, ""));
             assert_eq!(code, 7, "{key}");
             assert!(msg.starts_with(&format!("ipam.{key}: ")), "{msg}");
-            assert!(msg.contains("not a plain absolute path under"), "{msg}");
+            assert!(
+                msg.contains("is not beneath one of the node's path roots")
+                    || msg.contains("must be an absolute path without . or .."),
+                "{msg}"
+            );
+        }
+        // A link planted beneath the admin's directory leads nowhere: neither for the flat
+        // file nor for the kubeconfig.
+        let elsewhere = n.dir.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::write(
+            elsewhere.join("flat.conf"),
+            kubeconfig_flat(n.dir.path()).to_string(),
+        )
+        .unwrap();
+        std::fs::write(elsewhere.join("kubeconfig"), "").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, n.dir.path().join("net.d/link")).unwrap();
+        let through = n.dir.path().join("net.d/link");
+        for ipam in [
+            json!({"type": "whereabouts", "range": "10.1.0.0/24", "configuration_path": through.join("flat.conf")}),
+            json!({"type": "whereabouts", "range": "10.1.0.0/24", "kubernetes": {"kubeconfig": through.join("kubeconfig")}}),
+        ] {
+            let (code, msg) = err(load(&n, ipam, ""));
+            assert_eq!(code, 7, "{msg}");
+            assert!(msg.contains("net.d/link is a symbolic link"), "{msg}");
         }
         let (code, msg) = err(load(
             &n,
@@ -855,13 +896,13 @@ mod tests {
         std::fs::create_dir(flat).unwrap();
         assert!(err(load(&n, ipam.clone(), ""))
             .1
-            .contains("is not a regular file"));
+            .contains("not a regular file"));
         std::fs::remove_dir(flat).unwrap();
         // A FIFO does not hold the call.
         let c = std::ffi::CString::new(flat.as_os_str().as_encoded_bytes()).unwrap();
         // SAFETY: a valid NUL-terminated path; mkfifo only creates a file.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(err(load(&n, ipam, "")).1.contains("is not a regular file"));
+        assert!(err(load(&n, ipam, "")).1.contains("not a regular file"));
     }
 
     #[test]

@@ -61,6 +61,10 @@ impl Env {
             "CNI_PATH".into(),
             testkit::reference_dir().display().to_string(),
         );
+        vars.insert(
+            cni::path_roots::ROOTS_FILE_ENV.into(),
+            testkit::test_path_roots().display().to_string(),
+        );
         Env { vars }
     }
 

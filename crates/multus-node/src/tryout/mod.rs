@@ -106,6 +106,8 @@ pub fn run(opts: &Options) -> Result<bool, Error> {
     // trusted), and keeps its node record here. Set before this process starts a thread.
     std::env::set_var("WHEREABOUTS_CONFIG_DIR", sandbox::STATE_ROOT);
     std::env::set_var("WHEREABOUTS_STATE_DIR", sandbox::whereabouts_records());
+    // The stores and sockets the sandboxes' configs name are in their state directories.
+    std::env::set_var(cni::path_roots::ROOTS_FILE_ENV, sandbox::path_roots_file()?);
     // (title, files, why the set is skipped)
     let mut sets: Vec<(String, Inputs, Option<&str>)> = Vec::new();
     if opts.paths.is_empty() {
@@ -279,8 +281,9 @@ fn kernel_has_ipvlan() -> bool {
 }
 
 fn clean() -> Result<bool, Error> {
-    // whereabouts' records of kept sandboxes.
+    // whereabouts' records of kept sandboxes, and the path roots of the runs.
     let _ = std::fs::remove_dir_all(sandbox::whereabouts_records());
+    let _ = std::fs::remove_file(Path::new(sandbox::STATE_ROOT).join(sandbox::PATH_ROOTS_FILE));
     let names = sandbox::existing();
     if names.is_empty() {
         println!("no sandboxes to remove");
@@ -433,6 +436,7 @@ fn gather(
         args: cni_args.clone(),
         path: vec![sb.bin_dir()],
         stdin: Vec::new(),
+        path_roots_file: None,
     };
 
     let added = call_multus(&sb, &conf, &api, call(cni::Command::Add))?;

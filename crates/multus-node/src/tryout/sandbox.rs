@@ -14,6 +14,8 @@ use super::Error;
 
 /// Where kept sandboxes are found by `multus try --clean`.
 pub const STATE_ROOT: &str = "/run/multus-try";
+/// The runs' path roots file, in [`STATE_ROOT`].
+pub const PATH_ROOTS_FILE: &str = "path-roots.json";
 /// Every sandbox name starts with this.
 pub const PREFIX: &str = "mtry";
 /// The node's uplink and its peer's address on the lan (a benchmarking range, unlikely to
@@ -251,6 +253,19 @@ fn state_dir(name: &str, plugins_bin: &Path) -> Result<PathBuf, Error> {
     std::os::unix::fs::symlink(multus, dir.join("bin").join("whereabouts"))
         .map_err(|e| Error::Sandbox(format!("linking whereabouts: {e}")))?;
     Ok(dir)
+}
+
+/// The node's path roots for the plugins this process runs: the defaults, and the sandboxes'
+/// state, where their stores and the dhcp daemon's socket are. Written once per run.
+pub fn path_roots_file() -> Result<PathBuf, Error> {
+    let file = Path::new(STATE_ROOT).join(PATH_ROOTS_FILE);
+    let mut roots: Vec<&str> = cni::path_roots::DEFAULT_ROOTS.to_vec();
+    roots.push(STATE_ROOT);
+    let text = serde_json::json!({ "roots": roots }).to_string();
+    std::fs::create_dir_all(STATE_ROOT)
+        .and_then(|()| cni::atomic_file::write(&file, text.as_bytes(), 0o644))
+        .map_err(|e| Error::Sandbox(format!("writing {}: {e}", file.display())))?;
+    Ok(file)
 }
 
 /// Where the whereabouts plugin keeps its node record in `multus try`.

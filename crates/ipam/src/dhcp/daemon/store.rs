@@ -2,6 +2,8 @@
 //! daemon resumes renewing them and can still release them on DEL.
 
 use std::path::{Path, PathBuf};
+
+use cni::dir::Dir;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -57,40 +59,41 @@ pub fn now_ms() -> u64 {
         .unwrap_or_default()
 }
 
-/// The state directory.
+/// The state directory, opened once: the files are made, read and removed relative to it,
+/// never through a symlink, and read capped.
 pub struct Store {
-    dir: PathBuf,
+    dir: Dir,
 }
 
 impl Store {
     pub fn open(dir: &Path) -> std::io::Result<Store> {
         std::fs::create_dir_all(dir)?;
         Ok(Store {
-            dir: dir.to_path_buf(),
+            dir: Dir::open(dir)?,
         })
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
-    fn path(&self, container_id: &str, network: &str, ifname: &str) -> PathBuf {
+    fn name(container_id: &str, network: &str, ifname: &str) -> String {
         let name = [container_id, network, ifname].map(escape).join("_");
-        self.dir.join(format!("{name}.json"))
+        format!("{name}.json")
     }
 
     /// Writes the record so that a crash leaves either version whole.
     pub fn save(&self, record: &Record) -> std::io::Result<()> {
-        let path = self.path(&record.container_id, &record.network, &record.ifname);
+        let name = Store::name(&record.container_id, &record.network, &record.ifname);
         let text = serde_json::to_vec_pretty(record).map_err(std::io::Error::other)?;
-        cni::atomic_file::write(&path, &text, 0o600)
+        cni::atomic_file::write_in(&self.dir, name.as_ref(), &text, 0o600)
     }
 
     /// Removes the temp files of lease files that a daemon killed mid-write left, saying so
     /// on stderr. Only the one daemon calls this, between its writes.
     pub fn remove_temp_files(&self) {
         let is_lease = |target: &std::ffi::OsStr| target.as_encoded_bytes().ends_with(b".json");
-        match cni::atomic_file::remove_temp_files(&self.dir, is_lease) {
+        match cni::atomic_file::remove_temp_files(self.dir.path(), is_lease) {
             Ok(removed) => {
                 for path in removed {
                     eprintln!(
@@ -101,14 +104,17 @@ impl Store {
             }
             Err(e) => eprintln!(
                 "dhcp daemon: cannot remove temporary files in {}: {e}",
-                self.dir.display()
+                self.dir().display()
             ),
         }
     }
 
     pub fn remove(&self, record: &Record) -> std::io::Result<()> {
-        match std::fs::remove_file(self.path(&record.container_id, &record.network, &record.ifname))
-        {
+        match self.dir.remove(Store::name(
+            &record.container_id,
+            &record.network,
+            &record.ifname,
+        )) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
@@ -118,15 +124,16 @@ impl Store {
     pub fn load_all(&self) -> (Vec<Record>, Vec<(PathBuf, String)>) {
         let mut records = Vec::new();
         let mut bad = Vec::new();
-        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+        let Ok(names) = self.dir.names() else {
             return (records, bad);
         };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().is_none_or(|e| e != "json") {
+        for name in names {
+            if !name.as_encoded_bytes().ends_with(b".json") {
                 continue;
             }
-            let parsed = std::fs::read(&path)
+            let parsed = self
+                .dir
+                .read(&name)
                 .map_err(|e| e.to_string())
                 // serde_json quotes a misplaced string whole: cut it for the log line.
                 .and_then(|b| {
@@ -135,7 +142,7 @@ impl Store {
                 });
             match parsed {
                 Ok(r) => records.push(r),
-                Err(e) => bad.push((path, e)),
+                Err(e) => bad.push((self.dir.join(&name), e)),
             }
         }
         (records, bad)
@@ -186,13 +193,29 @@ pub(super) mod tests {
 
     #[test]
     fn names_do_not_collide() {
-        let s = Store {
-            dir: PathBuf::from("/x"),
-        };
-        assert_ne!(s.path("a_b", "c", "d"), s.path("a", "b_c", "d"));
+        assert_ne!(Store::name("a_b", "c", "d"), Store::name("a", "b_c", "d"));
         assert_eq!(
-            s.path("c0ffee", "net/1", "eth0"),
-            PathBuf::from("/x/c0ffee_net%2F1_eth0.json")
+            Store::name("c0ffee", "net/1", "eth0"),
+            "c0ffee_net%2F1_eth0.json"
         );
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_lease_file_is_reported_not_waited_on() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::open(tmp.path()).unwrap();
+        let fifo =
+            std::ffi::CString::new(tmp.path().join("fifo.json").as_os_str().as_encoded_bytes())
+                .unwrap();
+        // SAFETY: `fifo` is a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/etc/passwd", tmp.path().join("link.json")).unwrap();
+        let (records, bad) = store.load_all();
+        assert!(records.is_empty());
+        let mut reasons: Vec<String> = bad.into_iter().map(|(_, why)| why).collect();
+        reasons.sort();
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert!(reasons[0].contains("symbolic link"), "{reasons:?}");
+        assert_eq!(reasons[1], "not a regular file");
     }
 }
