@@ -127,6 +127,13 @@ pub fn validate_main(plugin: &dyn Plugin, stdin: &mut dyn Read, stdout: &mut dyn
     }
 }
 
+/// A binary that is not a plugin under the name it was run by: prints `e` as a plugin prints
+/// its error object, and returns the exit status.
+pub fn refuse_main(e: CniError) -> i32 {
+    print_error(&mut std::io::stdout().lock(), e);
+    1
+}
+
 /// The error object, bounded: it goes into the runtime's log and, through multus, into events.
 fn print_error(out: &mut dyn Write, e: CniError) {
     let value = serde_json::to_value(e.bounded()).unwrap_or_default();

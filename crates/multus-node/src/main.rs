@@ -94,16 +94,23 @@ fn main() {
     let invoked_as = std::env::args_os()
         .next()
         .map(std::path::PathBuf::from)
-        .and_then(|p| p.file_name().map(|n| n.to_owned()));
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
     // Thick mode's two halves, under upstream's names.
-    if invoked_as.as_ref().is_some_and(|n| n == "multus-shim") {
+    if invoked_as == "multus-shim" {
         std::process::exit(multus_node::thick::shim::main());
     }
-    if invoked_as.as_ref().is_some_and(|n| n == "multus-daemon") {
+    if invoked_as == "multus-daemon" {
+        if cni_call {
+            // A network naming it as a plugin would start a daemon as root.
+            std::process::exit(cni::skel::refuse_main(cni::CniError::invalid_config(
+                "multus-daemon is thick mode's daemon, not a CNI plugin: a network cannot run it",
+            )));
+        }
         let args: Vec<String> = std::env::args().skip(1).collect();
         std::process::exit(multus_node::thick::daemon::main(&args));
     }
-    if invoked_as.is_some_and(|n| n == "whereabouts") {
+    if invoked_as == "whereabouts" {
         if cni_call {
             let about = format!("multus-rs whereabouts v{}", env!("CARGO_PKG_VERSION"));
             std::process::exit(cni::plugin_main(&whereabouts::Whereabouts::node(), &about));
@@ -113,6 +120,7 @@ fn main() {
     if cni_call {
         let about = format!("multus-rs meta-plugin v{}", env!("CARGO_PKG_VERSION"));
         let plugin = multus::command::Multus {
+            called_as: invoked_as,
             connect: Box::new(multus::api::kube::connect),
             log_per_call: true,
         };

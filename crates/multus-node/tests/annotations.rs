@@ -619,51 +619,6 @@ fn bad_annotations_fail_with_a_clear_error_and_leave_nothing() {
 /// A NAD of type multus (or a plugin that is the multus binary under another name) is refused
 /// before anything runs: its own multus settings never apply, and it cannot recurse.
 #[test]
-fn a_nad_cannot_run_multus_itself() {
-    let c = Cluster::new(json!({}), json!({}));
-    let victim = c.sb.dir.path().join("victim");
-    std::fs::write(&victim, "root:x:0:0\n").unwrap();
-    let elsewhere = c.sb.dir.path().join("elsewhere");
-    let evil = json!({"cniVersion": "1.0.0", "name": "evil", "type": "multus",
-        "clusterNetwork": "evil", "logFile": victim, "logLevel": "debug",
-        "logOptions": {"maxSize": 1}, "cniDir": elsewhere, "kubeconfig": "/etc/kubernetes/admin.conf"});
-    c.nad("default", "evil", evil);
-    c.nad(
-        "default",
-        "evillist",
-        json!({"cniVersion": "1.0.0", "name": "evillist",
-        "plugins": [{"type": "static", "addresses": []}, {"type": "multus-shim"}]}),
-    );
-    // As on a node, multus sits in the plugin directory, under its name and another.
-    for name in ["multus", "renamed"] {
-        std::os::unix::fs::symlink(common::multus_bin(), c.sb.plugins.path().join(name)).unwrap();
-    }
-    c.nad(
-        "default",
-        "alias",
-        json!({"cniVersion": "1.0.0", "name": "alias", "type": "renamed"}),
-    );
-    for (nad, plugin) in [
-        ("evil", "plugin 0 is \"multus\""),
-        ("evillist", "plugin 1 is \"multus-shim\""),
-        ("alias", "plugin 0 is \"renamed\""),
-    ] {
-        c.set_pod(json!({NETWORKS: nad}));
-        let (code, msg) = c.add_err();
-        assert_eq!(code, 7, "{nad}: {msg}");
-        assert!(msg.contains(&format!("default/{nad}")), "{msg}");
-        assert!(msg.contains(plugin), "{msg}");
-        assert!(msg.contains("cannot delegate to multus"), "{msg}");
-        c.assert_add_left_nothing(nad);
-        c.cmd("DEL").ok();
-        c.assert_add_left_nothing(&format!("{nad}, after DEL"));
-    }
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root:x:0:0\n");
-    assert!(!elsewhere.exists());
-    assert!(!c.sb.dir.path().join("victim.1.gz").exists());
-}
-
-#[test]
 fn a_nad_selected_twice_and_older_versions_and_lists_each_attach() {
     let c = Cluster::new(json!({NETWORKS: "a,a,old,list"}), json!({}));
     c.bridge_nad("default", "a", "10.20.0.0/24");

@@ -243,21 +243,22 @@ fn a_delegate_with_the_capability_reports_its_device_in_network_status() {
 
 #[test]
 fn a_device_plugin_file_is_copied_for_the_nads_resource_and_the_pods_device() {
-    let s = Setup::new(r#"[{"name": "sriov", "deviceID": "0000:03:02.0"}]"#);
+    let s = Setup::new(r#"[{"name": "sriov"}]"#);
     // A plugin that does not write device-info: what shows is the device plugin's.
     s.nad(
         "sriov",
         "writer",
         false,
-        json!({"k8s.v1.cni.cncf.io/resourceName": "example.com/sriov_vf"}),
+        json!({"k8s.v1.cni.cncf.io/resourceName": RESOURCE}),
     );
-    let pci = json!({"type": "pci", "version": "1.1.0",
-                     "pci": {"pci-address": "0000:03:02.0", "pf-pci-address": "0000:03:00.0"}});
+    s.checkpoint(
+        json!([{"PodUID": POD_UID, "ContainerName": "a", "ResourceName": RESOURCE,
+                         "DeviceIDs": {"0": ["0000:03:02.1"]}}]),
+    );
+    let pci = s.dp_file("0000:03:02.1");
     let dp_file = s
         .devinfo_dir()
-        .join("dp/example.com-sriov_vf-0000:03:02.0-device.json");
-    fs::create_dir_all(dp_file.parent().unwrap()).unwrap();
-    fs::write(&dp_file, pci.to_string()).unwrap();
+        .join("dp/example.com-sriov_vf-0000:03:02.1-device.json");
 
     s.cmd("ADD").ok();
     // The delegate has no capability: it gets no path (nor would the reference pass one).
@@ -269,6 +270,38 @@ fn a_device_plugin_file_is_copied_for_the_nads_resource_and_the_pods_device() {
     s.del_leaves_nothing();
     // The device plugin's own file is the device plugin's to remove.
     assert_eq!(read_json(&dp_file), pci);
+}
+
+#[test]
+fn a_pods_annotation_cannot_pick_the_device_of_a_nads_resource() {
+    // Another pod's device (the checkpoint gives 0000:03:02.0 to "another-pod"), named in
+    // this pod's annotation: neither it nor its device-info file is this pod's.
+    let s = Setup::new(r#"[{"name": "sriov", "deviceID": "0000:03:02.0"}]"#);
+    s.nad(
+        "sriov",
+        "writer",
+        false,
+        json!({"k8s.v1.cni.cncf.io/resourceName": RESOURCE}),
+    );
+    s.dp_file("0000:03:02.0");
+    s.checkpoint(json!([]));
+    let out = s.cmd("ADD");
+    assert_eq!(out.err_code(), 7, "{}", out.stdout);
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(msg.contains("the kubelet allocated the pod"), "{msg}");
+    assert_eq!(s.calls(), Vec::<String>::new());
+    s.cmd("DEL").ok();
+    s.sb.assert_clean("after DEL");
+    // With a device of its own, the pod gets that one, whatever its annotation says.
+    s.checkpoint(
+        json!([{"PodUID": POD_UID, "ContainerName": "a", "ResourceName": RESOURCE,
+                         "DeviceIDs": {"0": ["0000:03:02.1"]}}]),
+    );
+    let own = s.dp_file("0000:03:02.1");
+    s.cmd("ADD").ok();
+    assert_eq!(s.stdin("writer", "ADD", "net1")["deviceID"], "0000:03:02.1");
+    assert_eq!(s.network_status()[1]["device-info"], own);
+    s.del_leaves_nothing();
 }
 
 #[test]

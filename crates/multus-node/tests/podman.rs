@@ -12,7 +12,7 @@ fn podman_runs_a_container_on_multus_with_two_networks() {
     let plugins = PluginDir::new(&common::plugins_bin(), &["bridge", "host-local"]);
     std::os::unix::fs::symlink(common::multus_bin(), plugins.path().join("multus"))
         .expect("link multus");
-    let scratch = tempfile::tempdir().expect("tempdir");
+    let scratch = testkit::podman::scratch();
     let s = scratch.path();
     let podman = Podman::new(s, plugins.path());
     std::fs::create_dir_all(s.join("multus.d")).expect("mkdir");

@@ -78,6 +78,7 @@ impl Thick {
             .command(self.links.path().join("multus-daemon"));
         cmd.args(["-config".as_ref(), self.config.as_os_str()])
             .env("MULTUS_NODE_NAME", "node-1")
+            .env(cni::path_roots::ROOTS_FILE_ENV, testkit::test_path_roots())
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log);

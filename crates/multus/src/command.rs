@@ -239,6 +239,9 @@ pub fn gc(inv: &Invocation) -> Result<()> {
 /// The `cni::Plugin` adapter: parses the config, sets up logging and the API, and maps
 /// errors to CNI error objects.
 pub struct Multus {
+    /// The `type` a config must have for multus to act on it: the name it was run under
+    /// (`multus`; thick mode's daemon takes the shim's calls, `multus-shim`).
+    pub called_as: String,
     /// Connects to the Kubernetes API named by the configuration (`None`: no API).
     pub connect: crate::api::Connect,
     /// Whether each call sets up logging from its config, as a process per call does; a
@@ -252,6 +255,7 @@ impl Multus {
         args: &CmdArgs,
         f: fn(&Invocation) -> Result<T>,
     ) -> std::result::Result<T, CniError> {
+        crate::config::require_own_config(&args.stdin, &self.called_as, args.command)?;
         let conf = MultusConf::parse(&args.stdin).map_err(|e| e.to_cni())?;
         if self.log_per_call {
             crate::log::init(&conf);
@@ -281,7 +285,15 @@ impl cni::Plugin for Multus {
         self.run(args, add)
     }
 
+    /// DEL; a config that is not multus's own made nothing at ADD, so there is nothing to
+    /// delete, and nothing of it is read.
     fn del(&self, args: &CmdArgs) -> std::result::Result<(), CniError> {
+        if let Err(e) =
+            crate::config::require_own_config(&args.stdin, &self.called_as, args.command)
+        {
+            eprintln!("DEL does nothing: {}", e.msg);
+            return Ok(());
+        }
         self.run(args, del)
     }
 

@@ -15,6 +15,46 @@ pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni/multus";
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 pub const DEFAULT_MULTUS_NAMESPACE: &str = "kube-system";
 
+/// Refuses a config that is not multus's own, before any other key of it is read: multus
+/// acts only on a config whose `type` is the name it was run under (`multus`, `multus-shim`)
+/// and, for ADD, that no plugin ran before. Run as another plugin's IPAM, the config's `type`
+/// is that plugin's; run as a chained plugin's ADD, it carries a `prevResult` (the runtime
+/// passes one to every CHECK and DEL). Either way a network is trying to run multus, as root,
+/// with settings of its own (a log file, a plugin directory).
+pub fn require_own_config(
+    config: &[u8],
+    called_as: &str,
+    command: cni::Command,
+) -> std::result::Result<(), cni::CniError> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(rename = "type", default)]
+        plugin_type: String,
+        #[serde(rename = "prevResult", default)]
+        prev_result: Option<serde::de::IgnoredAny>,
+    }
+    let head: Head = cni::decode::from_slice(config)
+        .map_err(|e| cni::CniError::decoding(format!("error parsing multus config: {e}")))?;
+    let refuse = |why: String| {
+        Err(cni::CniError::invalid_config(format!(
+            "{called_as} runs only on its own config: {why}; a network cannot run multus"
+        )))
+    };
+    if head.plugin_type != called_as {
+        return refuse(format!(
+            "this config's type is {}, not {called_as:?}, so {called_as} was run as another \
+             plugin's IPAM or under another name",
+            quote(&head.plugin_type)
+        ));
+    }
+    if command == cni::Command::Add && head.prev_result.is_some() {
+        return refuse(format!(
+            "this config has a prevResult, so {called_as} was run as a chained plugin"
+        ));
+    }
+    Ok(())
+}
+
 /// How much multus logs (upstream's levels, in increasing order).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
@@ -43,6 +83,42 @@ pub struct LogOptions {
     pub max_size: Option<u64>,
     pub max_backups: Option<u64>,
     pub compress: Option<bool>,
+}
+
+/// The node admin's policy for what a tenant's NAD or pod annotation may ask of the node
+/// (ours; docs/security.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantPolicy {
+    /// `hostPortRanges`: the host ports a pod's annotation may map (default `1024-65535`). A
+    /// port the node listens on is never mapped.
+    pub host_ports: Vec<std::ops::RangeInclusive<u16>>,
+    /// `clusterCIDRs`: the cluster's pod and service networks. What the cluster network's
+    /// result shows (its addresses' subnets, its routes) counts too.
+    pub cluster_cidrs: Vec<ipnet::IpNet>,
+    /// `allowClusterRoutes`: keep a secondary network's routes into the cluster's networks.
+    pub allow_cluster_routes: bool,
+    /// `allowClusterAddresses`: let a secondary network's address be in the cluster's
+    /// networks, or one the node holds.
+    pub allow_cluster_addresses: bool,
+    /// `allowClusterInterfaces`: let a secondary network attach to the cluster network's own
+    /// bridge or host interfaces.
+    pub allow_cluster_interfaces: bool,
+}
+
+/// The host ports a pod's annotation may map without a `hostPortRanges`: none of the
+/// privileged ones, which the node's own services use.
+pub const DEFAULT_HOST_PORTS: std::ops::RangeInclusive<u16> = 1024..=65535;
+
+impl Default for TenantPolicy {
+    fn default() -> TenantPolicy {
+        TenantPolicy {
+            host_ports: vec![DEFAULT_HOST_PORTS],
+            cluster_cidrs: Vec::new(),
+            allow_cluster_routes: false,
+            allow_cluster_addresses: false,
+            allow_cluster_interfaces: false,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -88,6 +164,7 @@ pub struct MultusConf {
     pub api_retries: u32,
     /// `cni.dev/valid-attachments`, for GC.
     pub valid_attachments: Option<Vec<cni::GcAttachment>>,
+    pub policy: TenantPolicy,
 }
 
 impl MultusConf {
@@ -237,6 +314,33 @@ impl MultusConf {
                 })?,
             },
             valid_attachments,
+            policy: TenantPolicy {
+                host_ports: match keys.get("hostPortRanges") {
+                    None | Some(Value::Null) => vec![DEFAULT_HOST_PORTS],
+                    Some(_) => keys
+                        .string_list("hostPortRanges")?
+                        .iter()
+                        .enumerate()
+                        .map(|(i, text)| port_range(text, i))
+                        .collect::<Result<_>>()?,
+                },
+                cluster_cidrs: keys
+                    .string_list("clusterCIDRs")?
+                    .iter()
+                    .enumerate()
+                    .map(|(i, text)| {
+                        cni::decode::parse_cidr(text, "a CIDR").map_err(|want| {
+                            Error::config(
+                                &format!("clusterCIDRs[{i}]"),
+                                format!("{} is not {want}", quote(text)),
+                            )
+                        })
+                    })
+                    .collect::<Result<_>>()?,
+                allow_cluster_routes: keys.bool("allowClusterRoutes")?.unwrap_or(false),
+                allow_cluster_addresses: keys.bool("allowClusterAddresses")?.unwrap_or(false),
+                allow_cluster_interfaces: keys.bool("allowClusterInterfaces")?.unwrap_or(false),
+            },
         }
         .checked()
     }
@@ -278,6 +382,26 @@ impl MultusConf {
         path.extend(cni_path.iter().filter(|p| **p != self.bin_dir).cloned());
         path
     }
+}
+
+/// `80` or `1024-65535`, entry `index` of `hostPortRanges`.
+fn port_range(text: &str, index: usize) -> Result<std::ops::RangeInclusive<u16>> {
+    let bad = || {
+        Error::config(
+            &format!("hostPortRanges[{index}]"),
+            format!(
+                "{} is not a port or a range of ports like 30000-32767",
+                quote(text)
+            ),
+        )
+    };
+    let (low, high) = text.split_once('-').unwrap_or((text, text));
+    let low: u16 = low.trim().parse().map_err(|_| bad())?;
+    let high: u16 = high.trim().parse().map_err(|_| bad())?;
+    if low == 0 || low > high {
+        return Err(bad());
+    }
+    Ok(low..=high)
 }
 
 /// Typed reads of a JSON object whose errors name the key.

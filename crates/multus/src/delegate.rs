@@ -31,30 +31,78 @@ pub struct Delegate {
     pub filter_v6_gateway: bool,
 }
 
-/// multus under its upstream binary names: never a delegate.
-const MULTUS_TYPES: &[&str] = &["multus", "multus-shim"];
+/// multus under its upstream binary names: never a delegate, nor a delegate's IPAM.
+const MULTUS_TYPES: &[&str] = &["multus", "multus-shim", "multus-daemon"];
 
-/// Refuses a network one of whose plugins is multus: its own multus settings (`logFile`,
-/// `cniDir`, `kubeconfig`, ...) would run with the node's privileges, and it could select
-/// itself again without end. `is_multus` tells a type that is multus under another name.
+/// The one name of the multus binary that a network may run: the whereabouts IPAM plugin,
+/// which reads only its own keys.
+const WHEREABOUTS: &str = "whereabouts";
+
+/// Keys only the runtime (or multus, for it) puts in a plugin's config: a network that sets
+/// them itself would choose its own host ports, addresses or previous result.
+const RUNTIME_KEYS: &[&str] = &["runtimeConfig", "prevResult", "cni.dev/valid-attachments"];
+
+/// Refuses a network that would run multus: as one of its plugins, or as a plugin's IPAM.
+/// Its own multus settings (`logFile`, `binDir`, `cniDir`, `kubeconfig`, ...) would apply on
+/// the node as root, and it could select itself again without end. `is_multus` tells a type
+/// that is multus under another name.
 fn refuse_multus(network: &Network, origin: &str, is_multus: impl Fn(&str) -> bool) -> Result<()> {
     for (index, plugin) in network.plugins().iter().enumerate() {
-        let plugin_type = plugin
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if MULTUS_TYPES.contains(&plugin_type) || is_multus(plugin_type) {
-            return Err(Error::Network {
-                network: origin.to_owned(),
-                source: Box::new(cni::CniError::invalid_config(format!(
-                    "plugin {index} is {plugin_type:?}, which runs multus itself: a network \
-                     cannot delegate to multus (its multus settings would apply on the node, \
-                     and it could call itself without end)"
-                ))),
-            });
+        let ipam_type = plugin
+            .get("ipam")
+            .and_then(|ipam| ipam.get("type"))
+            .and_then(Value::as_str);
+        let runs = [
+            (
+                format!("plugin {index}"),
+                plugin.get("type").and_then(Value::as_str),
+            ),
+            (format!("plugin {index}'s ipam"), ipam_type),
+        ];
+        for (role, plugin_type) in runs {
+            let Some(plugin_type) = plugin_type else {
+                continue;
+            };
+            let is_it = MULTUS_TYPES.contains(&plugin_type)
+                || (plugin_type != WHEREABOUTS && is_multus(plugin_type));
+            if is_it {
+                return Err(refused(
+                    origin,
+                    format!(
+                        "{role} is {plugin_type:?}, which runs multus itself: a network cannot \
+                         delegate to multus (its multus settings would apply on the node, and it \
+                         could call itself without end)"
+                    ),
+                ));
+            }
         }
     }
     Ok(())
+}
+
+/// Refuses a network whose plugins set what only the runtime sets (see [`RUNTIME_KEYS`]).
+fn refuse_runtime_keys(network: &Network, origin: &str) -> Result<()> {
+    for (index, plugin) in network.plugins().iter().enumerate() {
+        if let Some(key) = RUNTIME_KEYS.iter().find(|k| plugin.contains_key(**k)) {
+            return Err(refused(
+                origin,
+                format!(
+                    "plugin {index} sets {key:?}, which only the runtime sets: multus fills \
+                     runtimeConfig from the pod's annotation for the capabilities a plugin \
+                     declares, and the previous result from the plugins before it; remove it \
+                     from the network's config"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn refused(origin: &str, msg: String) -> Error {
+    Error::Network {
+        network: origin.to_owned(),
+        source: Box::new(cni::CniError::invalid_config(msg)),
+    }
 }
 
 impl Delegate {
@@ -119,6 +167,7 @@ impl Delegate {
         });
         let bytes = serde_json::to_vec(&value).map_err(|e| bad(e.to_string()))?;
         let mut delegate = Delegate::from_config(&bytes, &origin)?;
+        refuse_runtime_keys(&delegate.network, &origin)?;
         delegate.name = origin;
         delegate.ifname_request = selection.interface.clone();
         delegate.mac = selection.mac.clone();

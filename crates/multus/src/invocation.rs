@@ -20,6 +20,8 @@ pub struct Invocation<'a> {
     pub api: Option<&'a dyn Api>,
     /// The command's events, recorded together at its end.
     pub events: Events,
+    /// What the node has that a tenant must not take, read when first needed.
+    pub node: crate::plan::policy::NodeFacts,
 }
 
 impl<'a> Invocation<'a> {
@@ -31,6 +33,7 @@ impl<'a> Invocation<'a> {
             args,
             api,
             events: Events::default(),
+            node: Default::default(),
         })
     }
 

@@ -12,6 +12,9 @@ use crate::status::{self, NetworkStatus};
 
 /// The reason of the event a secondary network's default route, kept behind the pod's, leaves.
 const SECONDARY_DEFAULT_ROUTE_EVENT: &str = "SecondaryDefaultRoute";
+/// The reason of the event a secondary network's route into the cluster's networks, removed,
+/// leaves.
+const SECONDARY_ROUTE_DROPPED_EVENT: &str = "SecondaryRouteDropped";
 
 /// The network-status entries of every attachment, with the device-info each delegate left.
 /// The auxiliary chain makes no interface of its own: an empty result of it shows nothing (as
@@ -71,7 +74,8 @@ pub fn write_status(inv: &Invocation, plan: &Plan, statuses: &[NetworkStatus]) -
 }
 
 /// The events of a successful ADD: one per interface added, then one per secondary network
-/// whose default route was kept behind the pod's.
+/// whose default route was kept behind the pod's, and one per route into the cluster's
+/// networks removed.
 pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
     let pod = plan.pod.as_ref();
     for (a, Added { result, .. }) in plan.attachments.iter().zip(attached) {
@@ -93,6 +97,15 @@ pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
                 a.ifname, a.delegate.name
             );
             inv.warn(pod, SECONDARY_DEFAULT_ROUTE_EVENT, &msg);
+        }
+    }
+    for (a, Added { dropped, .. }) in plan.attachments.iter().zip(attached) {
+        for route in dropped {
+            let msg = format!(
+                "{} from {}: {route} (allowClusterRoutes in the multus config keeps such routes)",
+                a.ifname, a.delegate.name
+            );
+            inv.warn(pod, SECONDARY_ROUTE_DROPPED_EVENT, &msg);
         }
     }
 }

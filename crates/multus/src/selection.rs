@@ -12,6 +12,9 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
+/// The most networks one pod's annotation may select: each is a NAD read from the API, a
+/// delegate run as root and an interface in the pod.
+pub const MAX_NETWORKS: usize = 32;
 pub const DEFAULT_NETWORK_ANNOTATION: &str = "v1.multus-cni.io/default-network";
 
 /// One network a pod asks for.
@@ -28,6 +31,26 @@ pub struct Selection {
     pub device_id: Option<String>,
     pub cni_args: Option<Map<String, Value>>,
     pub default_route: Vec<IpAddr>,
+}
+
+impl Selection {
+    /// The host ports `portMappings` asks for, with each one's protocol (`tcp` when it names
+    /// none, as portmap reads it).
+    pub fn host_ports(port_mappings: &Value) -> Vec<(u16, String)> {
+        let mappings: Vec<PortMapping> =
+            serde_json::from_value(port_mappings.clone()).unwrap_or_default();
+        mappings
+            .into_iter()
+            .map(|m| {
+                let protocol = if m.protocol.is_empty() {
+                    "tcp".to_owned()
+                } else {
+                    m.protocol.to_ascii_lowercase()
+                };
+                (m.host_port, protocol)
+            })
+            .collect()
+    }
 }
 
 /// The JSON form of one element, as written by users.
@@ -119,6 +142,12 @@ pub fn parse(annotation: &str, text: &str, default_namespace: &str) -> Result<Ve
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(bad)?
     };
+    if selections.len() > MAX_NETWORKS {
+        return Err(bad(format!(
+            "selects {} networks: a pod may have at most {MAX_NETWORKS}",
+            selections.len()
+        )));
+    }
     for (i, s) in selections.iter_mut().enumerate() {
         if s.namespace.is_empty() {
             s.namespace = default_namespace.to_owned();

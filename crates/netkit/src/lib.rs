@@ -13,6 +13,7 @@ pub mod masq;
 pub mod netlink;
 pub mod netns;
 pub mod nftables;
+pub mod sockets;
 pub mod spoofcheck;
 pub mod sysctl;
 pub mod tap;

@@ -369,9 +369,14 @@ fn saved_file(
 impl cni::Plugin for Tuning {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let conf = Conf::parse(&args.stdin, &args.args)?;
-        // Refused before anything changes, whether or not there is state to save.
+        // dataDir is refused before anything changes, whether or not there is state to save.
         let roots = PathRoots::for_call(args)?;
         roots.check("dataDir", &conf.data_dir)?;
+        let file = if conf.changes_link() {
+            saved_file(&roots, &conf.data_dir, args, true)?
+        } else {
+            None
+        };
         let mut prev = prev_result(&conf.net)?;
         let pod = open_netns(&args.netns)?;
         let ctx = format!("interface {:?} in netns {}", args.ifname, args.netns);
@@ -379,14 +384,12 @@ impl cni::Plugin for Tuning {
             let path = sysctl_path(key, &args.ifname)?;
             netkit::sysctl::write_in(&pod, &path, value).map_err(sys)?;
         }
-        if !conf.changes_link() {
+        let Some(file) = file else {
             return Ok(prev);
-        }
+        };
         let nl = Netlink::in_ns(&pod).map_err(sys)?;
         let link = nl.link(&args.ifname).map_err(sys_ctx(&ctx))?;
         let saved = Saved::of(&link, &conf);
-        let file = saved_file(&roots, &conf.data_dir, args, true)?
-            .ok_or_else(|| CniError::internal("tuning's dataDir was not made"))?;
         // Another tuning earlier in the chain saved the originals of what it changed: they
         // stay, and only what it left alone is added.
         let earlier: Option<Saved> = file.load("tuning's saved state")?;

@@ -12,7 +12,7 @@ fn podman_container_gets_bridge_network_and_reaches_gateway() {
         Path::new(env!("CARGO_BIN_EXE_cni-plugins")),
         &["bridge", "host-local", "static"],
     );
-    let scratch = tempfile::tempdir().expect("tempdir");
+    let scratch = testkit::podman::scratch();
     let s = scratch.path();
     let podman = Podman::new(s, plugins.path());
     podman.add_network(
@@ -64,7 +64,7 @@ fn podman_runs_a_chain_ending_in_our_loopback_with_no_reference_plugins() {
         Path::new(env!("CARGO_BIN_EXE_cni-plugins")),
         &["bridge", "host-local", "loopback"],
     );
-    let scratch = tempfile::tempdir().expect("tempdir");
+    let scratch = testkit::podman::scratch();
     let s = scratch.path();
     let podman = Podman::new(s, plugins.path());
     podman.add_network(

@@ -150,33 +150,7 @@ impl DhcpNet {
     }
 
     fn start_dnsmasq(&self, opts: &[&str]) -> Process {
-        let d = self.dir.path();
-        let mut cmd = self.node.command("dnsmasq");
-        if !opts.iter().any(|o| o.starts_with("--dhcp-range=")) {
-            cmd.arg("--dhcp-range=10.97.0.100,10.97.0.199,255.255.255.0,1h");
-        }
-        cmd.args([
-            "--conf-file=/dev/null",
-            "--keep-in-foreground",
-            "--port=0",
-            "--bind-interfaces",
-            "--except-interface=lo",
-            "--no-ping",
-            "--log-dhcp",
-            // No user switch: the VM's initramfs has no user for dnsmasq to become.
-            "--user=root",
-        ])
-        .arg(format!("--interface={}", self.bridge))
-        .arg(format!("--dhcp-leasefile={}", d.join("leases").display()))
-        .arg(format!("--pid-file={}", d.join("dnsmasq.pid").display()))
-        .arg(format!("--log-facility={}", self.log_path().display()))
-        .args(opts)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-        let p = Process::spawn(cmd);
-        wait_for_path(&d.join("dnsmasq.pid"), Duration::from_secs(10));
-        p
+        dnsmasq(&self.node, &self.bridge, self.dir.path(), opts)
     }
 
     fn start_udhcpd(&self, extra: &str) -> Process {
@@ -211,6 +185,41 @@ impl DhcpNet {
         }
         p
     }
+}
+
+/// dnsmasq serving DHCP on `interface` in `node` (by default `10.97.0.100` to `.199` of a
+/// /24; a `--dhcp-range=` in `opts` replaces it), with its lease, pid and log files
+/// (`server.log`) in `dir`.
+pub fn dnsmasq(node: &Netns, interface: &str, dir: &Path, opts: &[&str]) -> Process {
+    let mut cmd = node.command("dnsmasq");
+    if !opts.iter().any(|o| o.starts_with("--dhcp-range=")) {
+        cmd.arg("--dhcp-range=10.97.0.100,10.97.0.199,255.255.255.0,1h");
+    }
+    cmd.args([
+        "--conf-file=/dev/null",
+        "--keep-in-foreground",
+        "--port=0",
+        "--bind-interfaces",
+        "--except-interface=lo",
+        "--no-ping",
+        "--log-dhcp",
+        // No user switch: the VM's initramfs has no user for dnsmasq to become.
+        "--user=root",
+    ])
+    .arg(format!("--interface={interface}"))
+    .arg(format!("--dhcp-leasefile={}", dir.join("leases").display()))
+    .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
+    .arg(format!(
+        "--log-facility={}",
+        dir.join("server.log").display()
+    ))
+    .args(opts)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let p = Process::spawn(cmd);
+    wait_for_path(&dir.join("dnsmasq.pid"), Duration::from_secs(10));
+    p
 }
 
 /// A dhcp daemon (ours or the reference) listening on a socket in its own directory.

@@ -53,6 +53,11 @@ impl Podman {
                 "CONTAINERS_STORAGE_CONF",
                 scratch.join("storage.conf").display().to_string(),
             ),
+            // podman passes its environment on to the plugins it runs.
+            (
+                cni::path_roots::ROOTS_FILE_ENV,
+                crate::test_path_roots().display().to_string(),
+            ),
         ];
         Podman {
             scratch: scratch.to_path_buf(),
@@ -143,6 +148,17 @@ impl Podman {
             .output()
             .expect("run podman")
     }
+}
+
+/// A scratch directory for a podman test, beneath `/run/cni`, one of the node's default path
+/// roots: podman's cleanup after `--rm` runs the plugins' DEL without the environment podman
+/// was started with, so only the default roots hold there.
+pub fn scratch() -> tempfile::TempDir {
+    std::fs::create_dir_all("/run/cni").expect("mkdir /run/cni");
+    tempfile::Builder::new()
+        .prefix("multus-rs-podman-")
+        .tempdir_in("/run/cni")
+        .expect("tempdir")
 }
 
 /// Asserts that no veth is left in `node`: `--rm` tore the container's attachments down.

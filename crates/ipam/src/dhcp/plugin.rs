@@ -1,7 +1,8 @@
 //! The `dhcp` plugin: a thin, synchronous client of the daemon, which holds the leases.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::Path;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cni::path_roots::{PathError, PathRoots};
@@ -28,8 +29,9 @@ impl Plugin for Dhcp {
         }
     }
 
-    /// DEL. A config that cannot be read never reached the daemon at ADD: there is no lease
-    /// to release, and DEL says so on stderr instead of failing forever.
+    /// DEL. A config that cannot be read, or whose socket this node refuses, never reached
+    /// the daemon at ADD: there is no lease to release, and DEL says so on stderr instead of
+    /// failing forever.
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = match DhcpConf::parse(&args.stdin, &args.args, &args.container_id, &args.ifname)
         {
@@ -39,12 +41,16 @@ impl Plugin for Dhcp {
                 return Ok(());
             }
         };
-        // A socket this node refuses was never asked for a lease either.
-        if let Err(e) = PathRoots::for_call(args)?.check(SOCKET_KEY, &conf.socket_path) {
-            eprintln!("DEL asks the daemon nothing: {e}");
-            return Ok(());
-        }
-        call(args, Op::Del).map(drop)
+        let stream = match connect(args, &conf.socket_path) {
+            Err(Error::Config(msg)) => {
+                eprintln!("DEL asks the daemon nothing: {msg}");
+                return Ok(());
+            }
+            connected => connected?,
+        };
+        let request = request(args, conf, Op::Del, Vec::new())?;
+        exchange(stream, &request.0, &request.1)?;
+        Ok(())
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -84,6 +90,21 @@ fn call(args: &CmdArgs, op: Op) -> Result<Option<CniResult>, CniError> {
 
 fn send(args: &CmdArgs, op: Op, valid: Vec<GcAttachment>) -> Result<Option<CniResult>, CniError> {
     let conf = DhcpConf::parse(&args.stdin, &args.args, &args.container_id, &args.ifname)?;
+    let stream = connect(args, &conf.socket_path)?;
+    let (socket, request) = request(args, conf, op, valid)?;
+    match exchange(stream, &socket, &request)? {
+        Response::Ok(result) => Ok(result),
+        Response::Error(e) => Err(e),
+    }
+}
+
+/// The request for `op`, and the daemon's socket it goes to.
+fn request(
+    args: &CmdArgs,
+    conf: DhcpConf,
+    op: Op,
+    valid: Vec<GcAttachment>,
+) -> Result<(PathBuf, Request)> {
     let netns = if args.netns.is_empty() {
         String::new()
     } else {
@@ -101,25 +122,29 @@ fn send(args: &CmdArgs, op: Op, valid: Vec<GcAttachment>) -> Result<Option<CniRe
         params: conf.params,
         valid,
     };
-    match exchange(&PathRoots::for_call(args)?, &conf.socket_path, &request)? {
-        Response::Ok(result) => Ok(result),
-        Response::Error(e) => Err(e),
-    }
+    Ok((conf.socket_path, request))
 }
 
 /// The config key naming the daemon's socket, a tenant's path.
 const SOCKET_KEY: &str = "ipam.daemonSocketPath";
 
-/// Sends `request` to the daemon at `socket`, a socket beneath the node's path `roots`, and
-/// reads its answer.
-fn exchange(roots: &PathRoots, socket: &Path, request: &Request) -> Result<Response> {
-    let mut stream = roots.connect(SOCKET_KEY, socket).map_err(|e| match e {
-        PathError::Io { source, .. } => Error::DaemonUnreachable {
-            socket: socket.to_path_buf(),
-            source,
-        },
-        refused => refused.into(),
-    })?;
+/// Connects to the daemon's socket, which must be beneath the node's path roots: a socket
+/// elsewhere, or through a symlink, is a config error (code 7); nothing listening there is
+/// the daemon being unreachable (code 11).
+fn connect(args: &CmdArgs, socket: &Path) -> Result<UnixStream> {
+    PathRoots::for_call(args)?
+        .connect(SOCKET_KEY, socket)
+        .map_err(|e| match e {
+            PathError::Io { source, .. } => Error::DaemonUnreachable {
+                socket: socket.to_path_buf(),
+                source,
+            },
+            refused => refused.into(),
+        })
+}
+
+/// Sends `request` to the daemon at `socket` on `stream` and reads its answer.
+fn exchange(mut stream: UnixStream, socket: &Path, request: &Request) -> Result<Response> {
     let talk = |e| {
         Error::io(
             format!("talking to the dhcp daemon at {}", socket.display()),

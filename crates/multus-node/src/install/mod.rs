@@ -260,9 +260,14 @@ pub fn run(opts: &Options) -> Result<(), InstallError> {
 }
 
 /// Whether `name` in `dir` is a file holding `bytes`. A symlink never is (it is not
-/// followed), so the caller replaces it with the file itself.
+/// followed), so the caller replaces it with the file itself. Read whole: binaries are larger
+/// than a config's read cap.
 fn holds(dir: &cni::dir::Dir, name: &str, bytes: &[u8]) -> bool {
-    dir.read(name).is_ok_and(|old| old == bytes)
+    use std::io::Read;
+    let mut old = Vec::with_capacity(bytes.len());
+    dir.open_read(name)
+        .and_then(|f| f.take(bytes.len() as u64 + 1).read_to_end(&mut old))
+        .is_ok_and(|_| old == bytes)
 }
 
 /// One line to the DaemonSet's log.

@@ -89,13 +89,24 @@ fn unreachable(socket: &std::path::Path, why: &str, code: Code) -> CniError {
     )
 }
 
-/// The shim as a CNI plugin.
-pub struct Shim;
+/// The shim as a CNI plugin, run under the name `called_as` (`multus-shim`).
+pub struct Shim {
+    called_as: String,
+}
 
 impl Shim {
+    /// The socket of the daemon, once the config is known to be the shim's own: a config of
+    /// another type (the shim run as a network's IPAM) or with a previous result (as a chained
+    /// plugin) is refused before anything else of it is read, the daemon asked nothing and the
+    /// delegate cache not touched.
+    fn socket(&self, args: &CmdArgs) -> Result<PathBuf, CniError> {
+        multus::config::require_own_config(&args.stdin, &self.called_as, args.command)?;
+        Ok(wire::socket_path(&socket_dir(&args.stdin)))
+    }
+
     /// Everything but ADD and DEL: the daemon's answer, or an error naming the socket.
     fn forward(&self, args: &CmdArgs, down: Code) -> Result<(), CniError> {
-        let socket = wire::socket_path(&socket_dir(&args.stdin));
+        let socket = self.socket(args)?;
         match ask(args, &socket) {
             Answer::Done(_) => Ok(()),
             Answer::Failed(e) => Err(e),
@@ -106,7 +117,7 @@ impl Shim {
 
 impl cni::Plugin for Shim {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let socket = wire::socket_path(&socket_dir(&args.stdin));
+        let socket = self.socket(args)?;
         match ask(args, &socket) {
             Answer::Done(Some(result)) => CniResult::from_value(&result),
             Answer::Done(None) => Err(CniError::new(
@@ -121,7 +132,14 @@ impl cni::Plugin for Shim {
     /// The daemon's DEL; when it does not answer, the shim's own, from the delegate cache, as
     /// thin mode does it.
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let socket = wire::socket_path(&socket_dir(&args.stdin));
+        // A config that is not the shim's own made nothing at ADD: nothing to delete.
+        let socket = match self.socket(args) {
+            Ok(socket) => socket,
+            Err(e) => {
+                eprintln!("DEL does nothing: {}", e.msg);
+                return Ok(());
+            }
+        };
         let why = match ask(args, &socket) {
             Answer::Done(_) => return Ok(()),
             Answer::Failed(e) => return Err(e),
@@ -161,5 +179,8 @@ impl cni::Plugin for Shim {
 /// The `multus-shim` binary's entry: a CNI plugin.
 pub fn main() -> i32 {
     let about = format!("multus-rs shim v{}", env!("CARGO_PKG_VERSION"));
-    cni::plugin_main(&Shim, &about)
+    let shim = Shim {
+        called_as: "multus-shim".to_owned(),
+    };
+    cni::plugin_main(&shim, &about)
 }

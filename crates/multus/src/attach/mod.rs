@@ -1,28 +1,22 @@
 //! Attach: runs a plan's delegates in order (ADD), in reverse (DEL), or each (CHECK). A failed
 //! ADD deletes every delegate that ran and the delegate cache again, so DEL finds nothing.
 
+mod cluster;
 mod exec;
 pub mod route;
-
-use cni::CniResult;
 
 use crate::api::{EventKind, Pod};
 use crate::cache::{self, CacheSync};
 use crate::devinfo;
 use crate::error::{Error, Result};
 use crate::invocation::Invocation;
-use crate::plan::{Attachment, Plan};
-use route::{Demoted, PodNetns};
+use crate::plan::{Attachment, Plan, Role};
+use cluster::ClusterView;
+pub use exec::Added;
+use route::PodNetns;
 
 /// The reason of the event a device-info file that cannot be used leaves on the pod.
 pub const DEVICE_INFO_EVENT: &str = "DeviceInfoUnusable";
-
-/// What one attachment's ADD made.
-pub struct Added {
-    pub result: CniResult,
-    /// Its default routes kept behind the pod's.
-    pub demoted: Vec<Demoted>,
-}
 
 /// ADD of every attachment in order. The delegate cache is written before the first runs, so
 /// a DEL after a crash finds them all; it is returned on its way to disk, with one [`Added`]
@@ -39,16 +33,27 @@ pub fn add(inv: &Invocation, plan: &Plan) -> Result<(Vec<Added>, CacheSync)> {
         &inv.args.container_id,
         plan.attachments.iter().map(|a| &a.delegate),
     )?;
-    let mut attached = Vec::with_capacity(plan.attachments.len());
+    let mut attached: Vec<Added> = Vec::with_capacity(plan.attachments.len());
+    // What the cluster network holds, once it is attached: a secondary network must not take it.
+    let mut cluster: Option<ClusterView> = None;
     for (index, a) in plan.attachments.iter().enumerate() {
         // A name taken since is refused before the delegate runs: its DEL would remove the
         // interface that was there.
         if let Err(e) = free_ifname(&pod_ns, a) {
             return Err(fail(inv, plan, index, e));
         }
+        let secondary = cluster.as_ref().filter(|_| a.role == Role::Secondary);
+        if let Some(Err(e)) = secondary.map(|c| c.check_interfaces(&inv.conf.policy, a)) {
+            return Err(fail(inv, plan, index, e));
+        }
         copy_device_info(inv, plan.pod.as_ref(), a);
-        match exec::add(inv, &pod_ns, a) {
-            Ok((result, demoted)) => attached.push(Added { result, demoted }),
+        match exec::add(inv, &pod_ns, a, secondary) {
+            Ok(added) => {
+                if a.role == Role::Cluster {
+                    cluster = Some(ClusterView::new(&inv.conf.policy, a, &added.result));
+                }
+                attached.push(added);
+            }
             Err(e) => return Err(fail(inv, plan, index + 1, e)),
         }
     }

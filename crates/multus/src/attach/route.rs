@@ -147,6 +147,73 @@ pub fn demote_defaults(
     Ok(demoted)
 }
 
+/// A secondary network's route that was removed: it led into the cluster's network `into`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dropped {
+    pub dst: IpNet,
+    pub gateway: Option<IpAddr>,
+    pub into: IpNet,
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "its route to {}", self.dst)?;
+        if let Some(gw) = self.gateway {
+            write!(f, " via {gw}")?;
+        }
+        write!(
+            f,
+            " was removed: it overlaps the cluster's network {}, whose traffic it would take",
+            self.into
+        )
+    }
+}
+
+/// Removes interface `ifname`'s routes (main table, both families) whose destination overlaps
+/// a network of the cluster (`overlapped_by` tells which), from the pod and from `result`.
+pub fn drop_overlapping(
+    pod: &PodNetns,
+    ifname: &str,
+    overlapped_by: impl Fn(&IpNet) -> Option<IpNet>,
+    result: &mut CniResult,
+) -> Result<Vec<Dropped>> {
+    let (nl, netns) = (&pod.nl, &pod.path);
+    let fail = |what: &str, e: netkit::Error| {
+        Error::netlink(format!("{what} on interface {ifname} in {netns}"), e)
+    };
+    let mut dropped = Vec::new();
+    // A delegate that made no interface of this name (a chain that only configures) has no
+    // routes on it either.
+    let link = nl
+        .link_by_name(ifname)
+        .map_err(|e| fail("looking up the interface", e))?;
+    if let Some(link) = link {
+        for family in [Family::V4, Family::V6] {
+            let routes = nl
+                .routes(family, Some(RT_TABLE_MAIN))
+                .map_err(|e| fail("listing routes", e))?;
+            for route in routes.iter().filter(|r| r.oif == Some(link.index)) {
+                let Some(into) = overlapped_by(&route.dst) else {
+                    continue;
+                };
+                match nl.del_route(route) {
+                    Err(e) if e.errno() != Some(libc::ESRCH) => {
+                        return Err(fail("removing a route into the cluster's network", e))
+                    }
+                    _ => {}
+                }
+                dropped.push(Dropped {
+                    dst: route.dst,
+                    gateway: route.gateway,
+                    into,
+                });
+            }
+        }
+    }
+    result.routes.retain(|r| overlapped_by(&r.dst).is_none());
+    Ok(dropped)
+}
+
 /// What to do with one interface's default routes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DefaultRouteChange<'a> {

@@ -92,15 +92,12 @@ impl PodDevices {
         Ok((allocated, source))
     }
 
-    /// The next device of `resource` for `network`. `None` when there is none left and the
-    /// selection gives its own `deviceID` (`selection_device`), or on DEL; otherwise that is an
-    /// error, where upstream runs the network without a device.
-    pub fn next(
-        &self,
-        resource: &str,
-        network: &str,
-        selection_device: bool,
-    ) -> Result<Option<String>> {
+    /// The next device of `resource` for `network`. `None` when there is none left on DEL;
+    /// on ADD that is an error, where upstream runs the network without a device, or with the
+    /// `deviceID` the pod's annotation names: the device a NAD's resource stands for is the one
+    /// the kubelet allocated, never one a pod picks (its device-info file would be another
+    /// pod's).
+    pub fn next(&self, resource: &str, network: &str) -> Result<Option<String>> {
         let mut allocated = self.allocated.borrow_mut();
         if allocated.is_none() {
             match self.read(network) {
@@ -139,7 +136,7 @@ impl PodDevices {
             "its NetworkAttachmentDefinition names the resource {resource:?} ({}), but {why} (per {source}): request one {resource} per network that uses it in the resources of one of the pod's containers",
             crate::devinfo::RESOURCE_NAME_ANNOTATION,
         );
-        if selection_device || !self.required {
+        if !self.required {
             tracing::info!("network {network}: {msg}; it goes without one from the kubelet");
             return Ok(None);
         }

@@ -5,6 +5,7 @@
 
 mod devices;
 mod networks;
+pub mod policy;
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -156,6 +157,7 @@ pub fn add(inv: &Invocation) -> Result<Plan> {
     let auxiliary = delegates.len();
     delegates.extend(networks.auxiliary_chain()?);
     let attachments = attachments(inv, delegates, auxiliary);
+    policy::check(&inv.conf.policy, &inv.node, &attachments)?;
     for (index, a) in attachments.iter().enumerate() {
         a.delegate.refuse_this_binary(&inv.path)?;
         a.delegate.check_capabilities(&a.ifname)?;

@@ -303,11 +303,9 @@ impl Networks<'_> {
     /// the selection's `deviceID`).
     fn delegate_from_nad(&self, nad: &Nad, sel: &Selection) -> Result<Delegate> {
         let device = match (&nad.resource_name, &self.devices) {
-            (Some(resource), Some(devices)) => devices.next(
-                resource,
-                &format!("{}/{}", sel.namespace, sel.name),
-                sel.device_id.is_some(),
-            )?,
+            (Some(resource), Some(devices)) => {
+                devices.next(resource, &format!("{}/{}", sel.namespace, sel.name))?
+            }
             _ => None,
         };
         let mut d = self.delegate_from_nad_config(&nad.config, sel, device.as_deref())?;

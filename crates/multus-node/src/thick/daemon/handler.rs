@@ -91,6 +91,7 @@ impl Handler {
             .map_err(CniError::decoding)?;
         let shared = Arc::clone(&self.shared);
         let plugin = Multus {
+            called_as: "multus-shim".to_owned(),
             connect: Box::new(move |_| Ok(Some(Box::new(shared.api())))),
             log_per_call: false,
         };
