@@ -28,6 +28,10 @@ impl EventType {
 /// recorder does, so that a long delegate error cannot get the event refused.
 const EVENT_MESSAGE_MAX: usize = 1024;
 
+/// The most events one command has in flight: a pod's events are a few lines of its story,
+/// and over HTTP/1.1 each one in flight is a connection (and a TLS handshake) of its own.
+pub const EVENTS_IN_FLIGHT: usize = 4;
+
 /// The component events are reported by.
 const EVENT_COMPONENT: &str = "multus";
 
@@ -51,18 +55,21 @@ fn event_call(e: &PodEvent<'_>) -> Call {
 }
 
 impl KubeClient {
-    /// Records events on pods, all at once and all within `deadline`: each is tried (and
-    /// retried) like any call, but one that has not reached the API server by then is given
-    /// up. Events are best effort, and a hanging API must not hold up the CNI result. One
-    /// result per event, in order.
+    /// Records events on pods, [`EVENTS_IN_FLIGHT`] at a time and all within `deadline`:
+    /// each is tried (and retried) like any call, but one that has not reached the API server
+    /// by then is given up. Events are best effort, and a hanging API must not hold up the CNI
+    /// result. One result per event, in order.
     pub fn record_events(
         &self,
         events: &[PodEvent<'_>],
         deadline: Duration,
     ) -> Vec<Result<(), K8sError>> {
+        use futures_util::StreamExt;
         let sends = events.iter().map(|e| self.record_event(e));
         self.runtime.block_on(async {
-            let all = futures_util::future::join_all(sends);
+            let all = futures_util::stream::iter(sends)
+                .buffered(EVENTS_IN_FLIGHT)
+                .collect::<Vec<_>>();
             match tokio::time::timeout(deadline, all).await {
                 Ok(results) => results,
                 Err(_) => events

@@ -34,7 +34,7 @@ use nad::NAD_RESOURCE_NAME;
 
 pub use credentials::in_cluster_available;
 pub use error::{Call, Cause, K8sError};
-pub use events::{EventType, PodEvent};
+pub use events::{EventType, PodEvent, EVENTS_IN_FLIGHT};
 /// The pod identity an event names.
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 pub use nad::{nad_resource, NadSpec, NetworkAttachmentDefinition};
@@ -53,6 +53,32 @@ pub struct ClientOptions {
     pub timeout: Duration,
     /// How many times a failed call is tried again (timeouts, transport errors, 5xx, 429).
     pub retries: u32,
+    /// When a silent HTTP/2 connection is pinged, and dropped.
+    pub keep_alive: KeepAlive,
+}
+
+/// When a silent HTTP/2 connection is pinged, and how long an answer may take before the
+/// connection is dropped: a policy per kind of process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeepAlive {
+    /// A CNI call lives tens of milliseconds: a connection that went silent (a server failing
+    /// over behind a VIP) is pinged after 0.5 s and dropped 0.5 s later, so that the call's
+    /// retry connects again rather than waiting on it.
+    Call,
+    /// A long-lived process (thick mode's daemon, the reconciler): client-go's 30 s and 15 s.
+    /// A slow answer does not tear down its watches and the writes in flight, and a node does
+    /// not ping the API server twice a second.
+    Process,
+}
+
+impl KeepAlive {
+    /// How long a connection may stay silent before a ping, and then wait for its answer.
+    pub fn ping_after_and_timeout(self) -> (Duration, Duration) {
+        match self {
+            KeepAlive::Call => (Duration::from_millis(500), Duration::from_millis(500)),
+            KeepAlive::Process => (Duration::from_secs(30), Duration::from_secs(15)),
+        }
+    }
 }
 
 impl Default for ClientOptions {
@@ -61,6 +87,7 @@ impl Default for ClientOptions {
             kubeconfig: None,
             timeout: Duration::from_secs(5),
             retries: 3,
+            keep_alive: KeepAlive::Call,
         }
     }
 }
@@ -110,7 +137,8 @@ impl KubeClient {
             config.auth_info.token = None;
         }
         let _entered = runtime.enter();
-        let service = transport::service(&config).map_err(|e| K8sError::setup(&from, &*e))?;
+        let service = transport::service(&config, opts.keep_alive)
+            .map_err(|e| K8sError::setup(&from, &*e))?;
         // A reply is read whole: past the cap it is an error, not memory taken.
         let builder = kube::client::ClientBuilder::new(service, config.default_namespace.clone())
             .with_layer(&tower::util::MapResponseLayer::new(

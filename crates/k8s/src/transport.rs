@@ -10,13 +10,11 @@ use kube::client::{Body, ConfigExt};
 use rustls::pki_types::ServerName;
 use tower::{BoxError, ServiceBuilder};
 
-/// How long an HTTP/2 connection may stay silent before a ping, and then wait for its answer.
-const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_millis(500);
-
 /// An HTTP client for `config`'s server with its credentials, ready for `kube::Client::new`.
 /// Must be called inside the tokio runtime the client will run on.
 pub(crate) fn service(
     config: &kube::Config,
+    keep_alive: crate::KeepAlive,
 ) -> Result<
     impl tower::Service<
             http::Request<Body>,
@@ -46,13 +44,14 @@ pub(crate) fn service(
         https = https.with_server_name_resolver(FixedServerNameResolver::new(name));
     }
     let https = https.enable_all_versions().wrap_connector(tcp);
-    // HTTP/2 keeps one connection for every attempt, so one that went silent (a server failing
-    // over behind a VIP) must be noticed and dropped, or every retry waits on it: a ping
-    // unanswered within KEEP_ALIVE closes it, and the next attempt connects again.
+    // HTTP/2 keeps one connection for every attempt, so one that went silent must be noticed
+    // and dropped, or every retry waits on it: a ping unanswered in time closes it, and the
+    // next attempt connects again. How soon is the process's policy.
+    let (ping_after, ping_timeout) = keep_alive.ping_after_and_timeout();
     let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
-        .http2_keep_alive_interval(KEEP_ALIVE)
-        .http2_keep_alive_timeout(KEEP_ALIVE)
+        .http2_keep_alive_interval(ping_after)
+        .http2_keep_alive_timeout(ping_timeout)
         .http2_keep_alive_while_idle(true)
         .build(https);
     Ok(ServiceBuilder::new()

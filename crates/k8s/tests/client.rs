@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use k8s::ObjectMeta;
-use k8s::{Cause, ClientOptions, EventType, K8sError, KubeClient, PodEvent};
+use k8s::{Cause, ClientOptions, EventType, K8sError, KeepAlive, KubeClient, PodEvent};
 use serde_json::json;
 use testkit::kube_api::{
     pod_manifest, Fault, InCluster, KubeApiServer, KubeconfigAuth, Latency, LoggedRequest, Scheme,
@@ -40,6 +40,7 @@ impl Setup {
             kubeconfig: Some(self.kubeconfig.clone()),
             timeout: Duration::from_millis(timeout_ms),
             retries,
+            keep_alive: KeepAlive::Call,
         })?)
     }
 
@@ -331,6 +332,53 @@ fn events_sent_together_are_all_stored() -> Result<()> {
         .collect();
     names.dedup();
     assert_eq!(names.len(), 3, "{names:?}");
+    Ok(())
+}
+
+#[test]
+fn events_are_sent_a_few_at_a_time() -> Result<()> {
+    // Over HTTP/1.1, each event in flight is a connection of its own.
+    let s = Setup::with(KubeApiServer::http()?, KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let client = s.client(5000, 0)?;
+    let pod = client.get_pod("ns1", "web")?;
+    s.server.set_latency(testkit::kube_api::Latency {
+        read: Duration::ZERO,
+        write: Duration::from_millis(100),
+    });
+    let events: Vec<PodEvent> = (0..20)
+        .map(|seq| PodEvent {
+            pod: &pod.metadata,
+            event_type: EventType::Normal,
+            reason: "AddedInterface",
+            message: "m",
+            seq,
+        })
+        .collect();
+    let results = client.record_events(&events, Duration::from_secs(60));
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let posts: Vec<_> = s
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/events"))
+        .collect();
+    assert_eq!(posts.len(), 20);
+    // The most in flight at one moment: those being served when one of them arrived.
+    let most = posts
+        .iter()
+        .map(|p| {
+            posts
+                .iter()
+                .filter(|q| q.arrived <= p.arrived && p.arrived < q.served)
+                .count()
+        })
+        .max()
+        .unwrap_or_default();
+    assert!(
+        (2..=k8s::EVENTS_IN_FLIGHT).contains(&most),
+        "{most} events were in flight at once"
+    );
     Ok(())
 }
 
@@ -1124,5 +1172,176 @@ fn a_list_whose_continue_token_repeats_ends_with_an_error() -> Result<()> {
         "{err}"
     );
     assert_eq!(served.load(Ordering::SeqCst), 2);
+    Ok(())
+}
+
+/// A TCP proxy in front of the server that can hold every byte, both ways: a connection that
+/// goes silent, as one does behind a VIP whose server fails over, or on a slow link.
+struct StallingProxy {
+    addr: std::net::SocketAddr,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl StallingProxy {
+    fn to(upstream: std::net::SocketAddr) -> Result<StallingProxy> {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let stalled = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (stall, count) = (Arc::clone(&stalled), Arc::clone(&accepted));
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                count.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = std::net::TcpStream::connect(upstream) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (client.try_clone(), server.try_clone()),
+                    (server.try_clone(), client.try_clone()),
+                ]
+                .into_iter()
+                .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
+                {
+                    let stall = Arc::clone(&stall);
+                    std::thread::spawn(move || {
+                        use std::io::{Read, Write};
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = from.read(&mut buf) {
+                            if n == 0 {
+                                break;
+                            }
+                            while stall.load(Ordering::SeqCst) {
+                                std::thread::sleep(Duration::from_millis(10));
+                            }
+                            if to.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Ok(StallingProxy {
+            addr,
+            stalled,
+            accepted,
+        })
+    }
+
+    /// Holds every byte for `how_long`, then lets them through.
+    fn stall(&self, how_long: Duration) {
+        use std::sync::atomic::Ordering;
+        self.stalled.store(true, Ordering::SeqCst);
+        std::thread::sleep(how_long);
+        self.stalled.store(false, Ordering::SeqCst);
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A client of `s`'s server through `proxy`, with `keep_alive`.
+fn proxied_client(s: &Setup, proxy: &StallingProxy, keep_alive: KeepAlive) -> Result<KubeClient> {
+    let text = std::fs::read_to_string(&s.kubeconfig)?;
+    let through = text.replace(&s.server.addr().to_string(), &proxy.addr.to_string());
+    let kubeconfig = s.dir.path().join("proxied.kubeconfig");
+    std::fs::write(&kubeconfig, through)?;
+    Ok(KubeClient::new(&ClientOptions {
+        kubeconfig: Some(kubeconfig),
+        timeout: Duration::from_secs(5),
+        retries: 1,
+        keep_alive,
+    })?)
+}
+
+/// A call made while the connection is silent for `stall`: how many connections it took.
+fn connections_for_a_call_through_a_stall(keep_alive: KeepAlive, stall: Duration) -> Result<usize> {
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let proxy = StallingProxy::to(s.server.addr())?;
+    let client = proxied_client(&s, &proxy, keep_alive)?;
+    client.get_pod("ns1", "web")?;
+    std::thread::scope(|scope| {
+        scope.spawn(|| proxy.stall(stall));
+        std::thread::sleep(Duration::from_millis(100));
+        client.get_pod("ns1", "web")
+    })?;
+    Ok(proxy.accepted())
+}
+
+#[test]
+fn a_cni_call_drops_a_connection_that_went_silent_and_a_daemon_waits() -> Result<()> {
+    // A CNI call gives a silent connection up within a second and tries again on a new one.
+    assert_eq!(
+        connections_for_a_call_through_a_stall(KeepAlive::Call, Duration::from_millis(1500))?,
+        2
+    );
+    // A long-lived process waits the same answer out on the connection it has.
+    assert_eq!(
+        connections_for_a_call_through_a_stall(KeepAlive::Process, Duration::from_millis(1500))?,
+        1
+    );
+    Ok(())
+}
+
+#[test]
+fn a_daemons_watch_outlives_a_slow_answer() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let s = Setup::https(KubeconfigAuth::Token)?;
+    add_web_pod(&s.server);
+    let proxy = StallingProxy::to(s.server.addr())?;
+    let client = proxied_client(&s, &proxy, KeepAlive::Process)?;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reflector = {
+        let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            client.reflect(&k8s::Collection::pods(None), &stop, &mut |change| {
+                let name = |v: &serde_json::Value| {
+                    v["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                let names: Vec<String> = match change {
+                    k8s::Change::Listed(items) => items.iter().map(name).collect(),
+                    k8s::Change::Applied(v) => vec![name(&v)],
+                    k8s::Change::Deleted(_) => Vec::new(),
+                };
+                seen.lock().unwrap_or_else(|e| e.into_inner()).extend(names);
+            })
+        })
+    };
+    let sees = |name: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|n| n == name)
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    };
+    s.server.add_pod(pod_manifest("ns1", "before"));
+    assert!(sees("before"));
+    // Two seconds without an answer: the watch carries on on the same connection.
+    proxy.stall(Duration::from_secs(2));
+    s.server.add_pod(pod_manifest("ns1", "after"));
+    assert!(sees("after"));
+    assert_eq!(proxy.accepted(), 1, "the watch's connection was torn down");
+    stop.store(true, Ordering::SeqCst);
+    s.server.add_pod(pod_manifest("ns1", "last"));
+    reflector.join().expect("the reflector stops");
     Ok(())
 }

@@ -68,6 +68,7 @@ fn run_whereabouts(tool: &WhereaboutsTool) -> ! {
         kubeconfig: kubeconfig.clone(),
         // Listing every pod of a cluster takes longer than a plugin's call.
         timeout: std::time::Duration::from_secs(30),
+        keep_alive: k8s::KeepAlive::Process,
         ..k8s::ClientOptions::default()
     };
     let done = k8s::KubeClient::new(&opts)

@@ -150,6 +150,7 @@ fn options(kubeconfig: &Path) -> ClientOptions {
         kubeconfig: Some(kubeconfig.to_owned()),
         timeout: Duration::from_secs(2),
         retries: 0,
+        ..ClientOptions::default()
     }
 }
 

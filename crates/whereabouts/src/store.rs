@@ -52,6 +52,7 @@ impl Store {
             kubeconfig: Some(kubeconfig.to_owned()),
             timeout: CALL_TIMEOUT,
             retries: 3,
+            keep_alive: k8s::KeepAlive::Call,
         })?;
         let namespace = client
             .context_namespace()

@@ -56,6 +56,7 @@ pub fn connect(conf: &MultusConf) -> Result<Option<Box<dyn Api>>> {
             kubeconfig,
             timeout: conf.api_timeout,
             retries: conf.api_retries,
+            keep_alive: k8s::KeepAlive::Call,
         },
         client: OnceCell::new(),
     })))

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use k8s::{Change, ClientOptions, Collection, KubeClient};
+use k8s::{Change, ClientOptions, Collection, KeepAlive, KubeClient};
 use multus::api::{Nad, Pod};
 use serde_json::Value;
 
@@ -201,6 +201,7 @@ impl Caches {
         for (collection, is_pods) in [(pods, true), (Collection::nads(), false)] {
             let client = KubeClient::new(&ClientOptions {
                 kubeconfig: kubeconfig.clone(),
+                keep_alive: KeepAlive::Process,
                 ..ClientOptions::default()
             })
             .map_err(|e| e.to_string())?;

@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s::{ClientOptions, KubeClient};
+use k8s::{ClientOptions, KeepAlive, KubeClient};
 
 pub use config::DaemonConfig;
 
@@ -120,6 +120,7 @@ fn run(args: &[String]) -> Result<(), String> {
     cni::invoke::limit_delegates_to(config.delegate_timeout).map_err(|e| e.msg)?;
     let client = KubeClient::new(&ClientOptions {
         kubeconfig: config.kubeconfig.clone(),
+        keep_alive: KeepAlive::Process,
         ..ClientOptions::default()
     })
     .map_err(|e| e.to_string())?;
