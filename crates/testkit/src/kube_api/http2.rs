@@ -75,6 +75,10 @@ async fn serve_stream(
         let delay = ticket.delay;
         let _ = tokio::task::spawn_blocking(move || std::thread::sleep(delay)).await;
     }
+    if let Some(Fault::Hold(gate)) = &ticket.fault {
+        let gate = gate.clone();
+        let _ = tokio::task::spawn_blocking(move || gate.hold()).await;
+    }
     if let Some(w) = start_watch(&shared, &req, &ticket, http::Version::HTTP_2) {
         let Ok(head) = http::Response::builder()
             .status(200)

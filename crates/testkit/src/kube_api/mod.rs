@@ -20,9 +20,10 @@
 //!
 //! Tests seed and read back what was stored (pods, NADs, events, [`Resource`] objects, the
 //! request log) and inject faults, into every request or only into one method on one path or
-//! the paths under it: latency, error replies, dropped connections, and the whole server going
-//! down and coming back.
+//! the paths under it: latency, error replies, dropped connections, a request held until the
+//! test lets it through, and the whole server going down and coming back.
 
+mod gate;
 mod http1;
 mod http2;
 mod in_cluster;
@@ -32,6 +33,7 @@ mod routes;
 mod tls;
 mod watch;
 
+pub use gate::Gate;
 pub use in_cluster::InCluster;
 pub use latency::Latency;
 pub use objects::Resource;
@@ -82,6 +84,9 @@ pub enum Fault {
     /// Answer a watch with 200 and end it at once, with no event: a proxy that cuts long
     /// requests short.
     EndWatch,
+    /// Hold the request when it arrives until the test releases the gate, then serve it
+    /// normally: other requests land meanwhile, in an order the test decides.
+    Hold(Gate),
 }
 
 /// How long a [`Fault::Stall`] keeps its connection silent.
@@ -635,7 +640,7 @@ fn answer(
         _ if !ticket.authorized => Some(routes::unauthorized()),
         Some(Fault::Status(code)) => Some(routes::injected(code)),
         Some(Fault::Close | Fault::Stall) => None,
-        Some(Fault::Delay(_) | Fault::LoseReply | Fault::EndWatch) | None => {
+        Some(Fault::Delay(_) | Fault::LoseReply | Fault::EndWatch | Fault::Hold(_)) | None => {
             Some(routes::handle(&mut state, req))
         }
     };
@@ -666,7 +671,8 @@ fn start_watch(
     version: ::http::Version,
 ) -> Option<watch::Watch> {
     let ends = matches!(ticket.fault, Some(Fault::EndWatch));
-    if !ticket.authorized || !(ends || matches!(ticket.fault, None | Some(Fault::Delay(_)))) {
+    let served = matches!(ticket.fault, None | Some(Fault::Delay(_) | Fault::Hold(_)));
+    if !ticket.authorized || !(ends || served) {
         return None;
     }
     let Some(Ok(mut w)) = watch::Watch::of(req) else {
@@ -758,6 +764,9 @@ fn serve<S: Read + Write>(shared: &Shared, stream: S) -> S {
     while let Ok(Some(req)) = http1::read_request(&mut conn) {
         let ticket = ticket(shared, &req);
         std::thread::sleep(ticket.delay);
+        if let Some(Fault::Hold(gate)) = &ticket.fault {
+            gate.hold();
+        }
         if let Some(w) = start_watch(shared, &req, &ticket, ::http::Version::HTTP_11) {
             // One watch, then the connection closes, so it needs no framing of its own end.
             let out = conn.get_mut();
