@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use testkit::kube_api::{Fault, KubeApiServer, KubeconfigAuth, Resource};
+use testkit::kube_api::{Fault, Gate, KubeApiServer, KubeconfigAuth, Resource};
 use testkit::{CniCall, CniOutput, Netns, PluginDir};
 
 const NS: &str = "kube-system";
@@ -525,6 +525,26 @@ fn secondary(ip: &str) -> Value {
            {"name": "default/blue", "interface": "net1", "ips": [ip]}])
 }
 
+impl Caller {
+    /// One pass of the reconciler, which must succeed: what it printed.
+    fn reconcile(&self) -> String {
+        let kubeconfig = self.conf_dir.join("whereabouts.d/whereabouts.kubeconfig");
+        let out = std::process::Command::new(&self.bin)
+            .arg("reconcile")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .output()
+            .expect("run the reconciler");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    }
+}
+
 impl Cluster {
     /// An ADD SIGKILLed after its pool write: the reservation's create hangs, and the kill
     /// comes meanwhile. Returns whether the kill came before the ADD ended.
@@ -549,24 +569,6 @@ impl Cluster {
         }
         call.run_killed_after(&self.bin, None, std::time::Duration::from_secs(1))
             .1
-    }
-
-    /// One pass of the reconciler, which must succeed: what it printed.
-    fn reconcile(&self) -> String {
-        let kubeconfig = self.conf_dir.join("whereabouts.d/whereabouts.kubeconfig");
-        let out = std::process::Command::new(&self.bin)
-            .arg("reconcile")
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .output()
-            .expect("run the reconciler");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
     }
 
     /// NodeSlicePool `slim` as the reference's controller makes it: 10.88.0.0/24 in /26
@@ -659,6 +661,53 @@ fn the_reconciler_frees_what_the_reference_frees() {
     assert!(c
         .reconcile()
         .contains("reconciled: freed 0 addresses, deleted 0 reservations, freed 0 node slices"));
+}
+
+/// A pod made while a pass runs is not in the pass's list of pods. Its ADD lands between the
+/// pass's reads and its write, so the write loses: the pass reads the pool again, and frees
+/// only the orphan it had found, not the new pod's address; the new reservation stays too.
+#[test]
+fn an_add_during_a_pass_keeps_its_address_when_the_passs_write_loses() {
+    let c = Cluster::new();
+    c.api
+        .add_pod(pod("live", "Running", secondary("10.77.0.1"), json!([])));
+    c.add(&v4(), "c1", "live");
+    c.add(&v4(), "c2", "gone");
+    let gate = Gate::new();
+    c.api.inject_on(
+        "PATCH",
+        &Resource::IP_POOLS.object_path(NS, "10.77.0.0-24"),
+        Fault::Hold(gate.clone()),
+        1,
+    );
+    let caller = c.caller.clone();
+    let text = std::thread::scope(|s| {
+        let pass = s.spawn(move || caller.reconcile());
+        assert!(
+            gate.arrived(std::time::Duration::from_secs(30)),
+            "the pass never wrote the pool"
+        );
+        c.api.add_pod(pod("new", "Pending", json!([]), json!([])));
+        assert_eq!(ips(&c.add(&v4(), "c3", "new")), ["10.77.0.3/24"]);
+        gate.release();
+        pass.join().expect("the pass")
+    });
+    assert!(
+        text.contains("freed 10.77.0.2 in IPPool kube-system/10.77.0.0-24: pod default/gone"),
+        "{text}"
+    );
+    assert!(text.contains("reconciled: freed 1 addresses"), "{text}");
+    let mut held: Vec<String> = c
+        .allocations("10.77.0.0-24")
+        .into_iter()
+        .map(|(k, v)| format!("{k}: {}", v["id"]))
+        .collect();
+    held.sort();
+    assert_eq!(held, ["1: \"c1\"", "3: \"c3\""], "{text}");
+    let names: Vec<String> = c.reservations().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["10.77.0.1", "10.77.0.3"], "{text}");
+    // The next pod gets the freed orphan's address, not the new pod's.
+    assert_eq!(ips(&c.add(&v4(), "c4", "next")), ["10.77.0.2/24"]);
 }
 
 /// A cluster whose pods do not fit one list reply: the pass reads them in pages and frees

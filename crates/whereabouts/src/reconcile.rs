@@ -4,6 +4,9 @@
 //! network-status. A pod still Pending is read again, up to 3 times 250 ms apart, before its
 //! addresses count as orphaned. In node-slice mode, it also frees the slices of nodes that are
 //! gone, as the reference's node-slice controller does.
+//!
+//! Every allocation and reservation judged was there before the pods were listed: what an ADD
+//! writes during the pass may be a pod's that the list does not hold, and is left alone.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -113,7 +116,10 @@ impl Pods<'_> {
 /// One pass: frees orphaned allocations and deletes orphaned reservations, printing a line
 /// for each to `out`.
 pub fn reconcile(client: &KubeClient, out: &mut dyn Write) -> Result<Summary, Error> {
+    // Pools and reservations before pods: an allocation made after the pods were listed
+    // may be a pod's that the list does not hold.
     let pools = client.list_objects_everywhere(IPPOOLS)?;
+    let reservations = client.list_objects_everywhere(RESERVATIONS)?;
     let live = client
         .list_pods_everywhere()?
         .iter()
@@ -124,7 +130,7 @@ pub fn reconcile(client: &KubeClient, out: &mut dyn Write) -> Result<Summary, Er
     for obj in &pools {
         summary.freed += reconcile_pool(client, &mut pods, obj, out)?;
     }
-    for obj in client.list_objects_everywhere(RESERVATIONS)? {
+    for obj in &reservations {
         let text = |p: &str| {
             obj.pointer(p)
                 .and_then(Value::as_str)
@@ -306,8 +312,10 @@ fn addresses_named(name: &str) -> Vec<IpAddr> {
         .collect()
 }
 
-/// Frees the pool's orphaned allocations in one conditional write, reading the pool again if
-/// it changed meanwhile. Returns how many were freed.
+/// Frees the pool's orphaned allocations in one conditional write. When the pool changed
+/// meanwhile, it is read again and only the allocations judged orphaned in the first read and
+/// still as they were are freed: one written since may be a pod's that the list of pods
+/// predates. Returns how many were freed.
 fn reconcile_pool(
     client: &KubeClient,
     pods: &mut Pods,
@@ -335,32 +343,38 @@ fn reconcile_pool(
         );
         return Ok(0);
     };
-    let mut obj = listed.clone();
-    for _ in 0..POOL_ROUNDS {
-        let (pool, _) = Pool::from_object(&obj)
-            .map_err(|why| Error::Object(format!("IPPool {ns}/{name}: {why}")))?;
-        let mut orphans = Vec::new();
-        for (&offset, a) in &pool.allocations {
-            let (Some(ip), false) = (range.ip_at(offset), a.podref.is_empty()) else {
-                continue;
-            };
-            if let Some(why) = pods.orphaned(&a.podref, &[ip]) {
-                orphans.push((offset, ip, why));
-            }
+    let read = |obj: &Value| {
+        Pool::from_object(obj)
+            .map(|(pool, _)| pool)
+            .map_err(|why| Error::Object(format!("IPPool {ns}/{name}: {why}")))
+    };
+    let mut pool = read(listed)?;
+    let mut orphans = Vec::new();
+    for (&offset, a) in &pool.allocations {
+        let (Some(ip), false) = (range.ip_at(offset), a.podref.is_empty()) else {
+            continue;
+        };
+        if let Some(why) = pods.orphaned(&a.podref, &[ip]) {
+            orphans.push((offset, a.clone(), ip, why));
         }
+    }
+    for _ in 0..POOL_ROUNDS {
         if orphans.is_empty() {
             return Ok(0);
         }
         let offsets: Vec<u128> = orphans.iter().map(|o| o.0).collect();
         match client.json_patch_object(IPPOOLS, &ns, &name, &pool.release_all_patch(&offsets))? {
             Written::Done(_) => {
-                for (_, ip, why) in &orphans {
+                for (_, _, ip, why) in &orphans {
                     let _ = writeln!(out, "freed {ip} in IPPool {ns}/{name}: {why}");
                 }
                 return Ok(orphans.len());
             }
             Written::Stale => match client.get_object(IPPOOLS, &ns, &name)? {
-                Some(fresh) => obj = fresh,
+                Some(fresh) => {
+                    pool = read(&fresh)?;
+                    orphans.retain(|(offset, a, ..)| pool.allocations.get(offset) == Some(a));
+                }
                 None => return Ok(0),
             },
         }
