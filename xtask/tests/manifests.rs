@@ -1,42 +1,11 @@
 //! The manifests in deploy/: each kustomize tree renders with kubectl, every object passes
 //! Kubernetes' own schemas (strict: no unknown fields), and the objects say what a node needs.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
-use testkit::manifests::validate;
-
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
-}
-
-/// `kubectl kustomize <tree>`: the YAML a user would apply.
-fn render(tree: &str) -> Result<String> {
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(deploy_dir().join(tree))
-        .output()
-        .context("running kubectl (preinstalled on these machines)")?;
-    ensure!(
-        out.status.success(),
-        "kubectl kustomize deploy/{tree}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
-}
-
-fn objects(yaml: &str) -> Result<Vec<Value>> {
-    let mut all = Vec::new();
-    for doc in serde_norway::Deserializer::from_str(yaml) {
-        let value: Value = serde::Deserialize::deserialize(doc)?;
-        if !value.is_null() {
-            all.push(value);
-        }
-    }
-    Ok(all)
-}
+use testkit::manifests::{deploy_dir, objects, render, validate};
 
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Result<&'a Value> {
     objects

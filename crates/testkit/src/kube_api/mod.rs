@@ -18,6 +18,10 @@
 //! UID or an existing name, 422 on a failed JSON patch `test`, ...). Every write bumps the
 //! server-wide resourceVersion and gives the object written that version.
 //!
+//! A test may opt in to RBAC ([`KubeApiServer::enforce_rbac`]): each ServiceAccount gets a
+//! token of its own, and its requests are authorized by the Roles and bindings of rendered
+//! manifests, with kube-apiserver's 403 for what they do not allow.
+//!
 //! Tests seed and read back what was stored (pods, NADs, events, [`Resource`] objects, the
 //! request log) and inject faults, into every request or only into one method on one path or
 //! the paths under it: latency, error replies, dropped connections, a request held until the
@@ -29,6 +33,7 @@ mod http2;
 mod in_cluster;
 mod latency;
 mod objects;
+mod rbac;
 mod routes;
 mod tls;
 mod watch;
@@ -123,6 +128,9 @@ impl LoggedRequest {
 pub enum KubeconfigAuth {
     /// The server's current token inline (`token:`).
     Token,
+    /// This ServiceAccount's token inline
+    /// ([`KubeApiServer::service_account_token`]).
+    ServiceAccount { namespace: String, name: String },
     /// A `tokenFile:` reference; the test writes the file.
     TokenFile(PathBuf),
     /// No credentials at all.
@@ -255,6 +263,29 @@ impl KubeApiServer {
         lock(&self.shared.state).token = token.to_string();
     }
 
+    /// The bearer token of a ServiceAccount, made on first use. Without
+    /// [`enforce_rbac`](Self::enforce_rbac), it may do anything the server's own token may.
+    pub fn service_account_token(&self, namespace: &str, name: &str) -> String {
+        let mut state = lock(&self.shared.state);
+        let account = (namespace.to_string(), name.to_string());
+        if let Some((token, _)) = state.accounts.iter().find(|(_, a)| **a == account) {
+            return token.clone();
+        }
+        let token = format!("testkit-sa-{}", routes::new_uid());
+        state.accounts.insert(token.clone(), account);
+        token
+    }
+
+    /// From now on, authorizes the requests of ServiceAccounts (their tokens) by the RBAC
+    /// objects among `manifests` (e.g. [`crate::manifests::objects`] of a rendered deploy/
+    /// tree), as kube-apiserver does: what no rule allows gets its 403. Replaces any policy
+    /// given before. The server's own token stays a cluster admin's.
+    pub fn enforce_rbac(&self, manifests: &[Value]) -> anyhow::Result<()> {
+        let policy = rbac::Rbac::new(manifests)?;
+        lock(&self.shared.state).rbac = Some(policy);
+        Ok(())
+    }
+
     /// Writes a kubeconfig (JSON, which is valid YAML) for this server with the CA inline.
     pub fn write_kubeconfig(&self, path: &Path, auth: KubeconfigAuth) -> anyhow::Result<()> {
         let mut cluster = json!({ "server": self.url() });
@@ -264,6 +295,9 @@ impl KubeApiServer {
         }
         let user = match auth {
             KubeconfigAuth::Token => json!({ "token": self.token() }),
+            KubeconfigAuth::ServiceAccount { namespace, name } => {
+                json!({ "token": self.service_account_token(&namespace, &name) })
+            }
             KubeconfigAuth::TokenFile(file) => json!({ "tokenFile": file }),
             KubeconfigAuth::None => json!({}),
         };
@@ -597,7 +631,8 @@ fn accept_loop(
 
 /// What the server does with one request, decided when it arrives.
 struct Ticket {
-    authorized: bool,
+    /// The 401 or 403 it gets instead of being served.
+    refusal: Option<(u16, Value)>,
     fault: Option<Fault>,
     /// The latency model's delay, and an injected one.
     delay: Duration,
@@ -606,8 +641,8 @@ struct Ticket {
 
 fn ticket(shared: &Shared, req: &http1::Request) -> Ticket {
     let mut state = lock(&shared.state);
-    let authorized = state.authorized(req);
-    let fault = if authorized {
+    let refusal = state.refusal(req);
+    let fault = if refusal.is_none() {
         state.take_fault(req)
     } else {
         None
@@ -617,7 +652,7 @@ fn ticket(shared: &Shared, req: &http1::Request) -> Ticket {
         delay += d;
     }
     Ticket {
-        authorized,
+        refusal,
         fault,
         delay,
         arrived: Instant::now(),
@@ -637,7 +672,7 @@ fn answer(
     }
     let mut state = lock(&shared.state);
     let reply = match ticket.fault {
-        _ if !ticket.authorized => Some(routes::unauthorized()),
+        _ if ticket.refusal.is_some() => ticket.refusal.clone(),
         Some(Fault::Status(code)) => Some(routes::injected(code)),
         Some(Fault::Close | Fault::Stall) => None,
         Some(Fault::Delay(_) | Fault::LoseReply | Fault::EndWatch | Fault::Hold(_)) | None => {
@@ -672,7 +707,7 @@ fn start_watch(
 ) -> Option<watch::Watch> {
     let ends = matches!(ticket.fault, Some(Fault::EndWatch));
     let served = matches!(ticket.fault, None | Some(Fault::Delay(_) | Fault::Hold(_)));
-    if !ticket.authorized || !(ends || served) {
+    if ticket.refusal.is_some() || !(ends || served) {
         return None;
     }
     let Some(Ok(mut w)) = watch::Watch::of(req) else {

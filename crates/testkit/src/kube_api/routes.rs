@@ -72,7 +72,12 @@ impl Aim {
 }
 
 pub(super) struct State {
+    /// The server's own token: a cluster admin's.
     pub token: String,
+    /// Each ServiceAccount's token: its namespace and name.
+    pub accounts: BTreeMap<String, Key>,
+    /// The policy enforced on ServiceAccounts, once a test asks for it.
+    pub rbac: Option<super::rbac::Rbac>,
     pub resource_version: u64,
     pub pods: BTreeMap<Key, Value>,
     /// Nodes by name (cluster-scoped).
@@ -92,6 +97,8 @@ impl State {
     pub fn new(token: &str) -> State {
         State {
             token: token.to_string(),
+            accounts: BTreeMap::new(),
+            rbac: None,
             resource_version: 0,
             pods: BTreeMap::new(),
             nodes: BTreeMap::new(),
@@ -119,10 +126,24 @@ impl State {
         self.faults.remove(at).map(|p| p.fault)
     }
 
-    pub fn authorized(&self, req: &Request) -> bool {
-        req.header("authorization")
+    /// `None` when the request may be served; otherwise the reply: 401 for a token the
+    /// server does not know, 403 for what the enforced RBAC does not allow its account.
+    pub fn refusal(&self, req: &Request) -> Option<(u16, Value)> {
+        let token = req
+            .header("authorization")
             .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| t.trim() == self.token)
+            .map(str::trim);
+        match token {
+            Some(t) if t == self.token => None,
+            Some(t) => match self.accounts.get(t) {
+                Some((ns, name)) => self
+                    .rbac
+                    .as_ref()?
+                    .refuse(&super::rbac::User::service_account(ns, name), req),
+                None => Some(unauthorized()),
+            },
+            None => Some(unauthorized()),
+        }
     }
 
     /// Gives a stored object the server-owned metadata a real API server sets on create.
@@ -189,11 +210,12 @@ pub(super) fn status(
         "status": "Failure",
         "message": message,
         "reason": reason,
-        "code": code,
     });
+    // In kube-apiserver's order.
     if let Some(d) = details {
         s["details"] = d;
     }
+    s["code"] = json!(code);
     (code, s)
 }
 
