@@ -327,6 +327,7 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
                 "/nodes:list",
                 "/pods:get",
                 "/pods:list",
+                "whereabouts.cni.cncf.io/ippools:delete",
                 "whereabouts.cni.cncf.io/ippools:get",
                 "whereabouts.cni.cncf.io/ippools:list",
                 "whereabouts.cni.cncf.io/ippools:patch",
