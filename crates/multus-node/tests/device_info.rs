@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use common::{Sandbox, CONTAINER_ID, POD_NAME, POD_NS, POD_UID};
 use serde_json::{json, Value};
-use testkit::kube_api::{pod_manifest, KubeApiServer, KubeconfigAuth, Scheme};
+use testkit::kube_api::{pod_manifest, KubeApiServer, Scheme};
 use testkit::pod_resources::{Allocation, Answer, PodResourcesServer};
 use testkit::CniOutput;
 
@@ -56,9 +56,10 @@ impl Setup {
         sb.script("chained", &device_delegate(&vhost_user().to_string()));
         let server =
             KubeApiServer::start_in(Scheme::Https, &sb.node).expect("starts the test server");
+        common::cluster::enforce_rbac(&server, "base");
         let kubeconfig = sb.dir.path().join("multus.kubeconfig");
         server
-            .write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)
+            .write_kubeconfig(&kubeconfig, common::cluster::multus_account())
             .expect("writes the kubeconfig");
         let mut pod = pod_manifest(POD_NS, POD_NAME);
         pod["metadata"]["uid"] = json!(POD_UID);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::cluster::{cni_error, Cluster, NETWORKS};
 use common::CONTAINER_ID;
 use serde_json::{json, Value};
-use testkit::kube_api::{Fault, Latency, Scheme};
+use testkit::kube_api::{Fault, KubeconfigAuth, Latency, Scheme};
 
 #[test]
 fn the_status_is_a_merge_patch_of_the_annotations_on_pods_status() {
@@ -300,7 +300,14 @@ fn a_nad_the_api_refuses_to_serve_fails_the_add_naming_it() {
     c.assert_add_left_nothing("NAD forbidden");
 
     // Credentials the server refuses: code 7 too, naming the call.
-    c.server.set_token("another-token");
+    let token = c.sb.dir.path().join("stale-token");
+    std::fs::write(&token, "another-token").expect("a token file");
+    c.server
+        .write_kubeconfig(
+            &c.sb.dir.path().join("multus.kubeconfig"),
+            KubeconfigAuth::TokenFile(token),
+        )
+        .expect("the kubeconfig");
     let (code, msg) = c.add_err();
     assert_eq!(code, 7, "{msg}");
     assert!(msg.contains("get pods default/web: unauthorized"), "{msg}");

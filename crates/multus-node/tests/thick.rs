@@ -1,5 +1,6 @@
 //! Thick mode through the real binaries: `multus-daemon` (the `multus` binary under that name)
-//! in the sandbox's node namespace, against testkit's API server over HTTPS, and `multus-shim`
+//! in the sandbox's node namespace, against testkit's API server over HTTPS with the RBAC of
+//! deploy/thick enforced (the daemon runs as multus's ServiceAccount), and `multus-shim`
 //! exec'd as a runtime execs a CNI plugin. Also upstream's protocol both ways: requests in the
 //! shape upstream's shim sends, and our shim against a daemon that answers as upstream's does.
 
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::cluster::{cni_error, Cluster, NETWORKS};
+use common::cluster::{cni_error, enforce_rbac, Cluster, NETWORKS};
 use common::{multus_bin, CONTAINER_ID, POD_NAME};
 use serde_json::{json, Value};
 use testkit::{CniCall, CniOutput, PluginDir};
@@ -30,6 +31,7 @@ impl Thick {
     /// A daemon for the cluster's node, `extra` keys in its config, serving once ready.
     fn new(annotations: Value, extra: Value) -> Thick {
         let c = Cluster::new(annotations, json!({}));
+        enforce_rbac(&c.server, "thick");
         let links = PluginDir::new(&multus_bin(), &["multus-daemon", "multus-shim"]);
         let primary = c.sb.cluster("cluster", "cni0", "10.88.0.0/24", "1.0.0");
         c.sb.write_conf("10-cluster.conf", &primary);

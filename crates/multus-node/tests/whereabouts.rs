@@ -1,13 +1,18 @@
 //! whereabouts through the real binary (the `multus` executable run through a `whereabouts`
-//! link, as a runtime or an interface plugin runs it) against testkit's API server over HTTPS.
+//! link, as a runtime or an interface plugin runs it) against testkit's API server over HTTPS,
+//! with the RBAC of deploy/whereabouts enforced: the plugin runs as multus's ServiceAccount,
+//! the reconciler as its own.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 use testkit::kube_api::{Fault, Gate, KubeApiServer, KubeconfigAuth, Resource};
+use testkit::manifests::deploy_objects;
 use testkit::{CniCall, CniOutput, Netns, PluginDir};
 
 const NS: &str = "kube-system";
+/// The reconciler's kubeconfig, in the node's CNI config directory.
+const RECONCILER_KUBECONFIG: &str = "reconciler.kubeconfig";
 
 /// What a plugin call needs: the link, and the node's CNI config directory, name and state
 /// directory. Threads that stand for other nodes call through [`Caller::on_node`].
@@ -102,9 +107,20 @@ impl Cluster {
         let conf_dir = tempfile::tempdir().expect("tempdir");
         let dir = conf_dir.path().join("whereabouts.d");
         std::fs::create_dir_all(&dir).expect("mkdir");
+        api.enforce_rbac(&deploy_objects("whereabouts").expect("deploy/whereabouts"))
+            .expect("RBAC");
+        let account = |name: &str| KubeconfigAuth::ServiceAccount {
+            namespace: "multus".into(),
+            name: name.into(),
+        };
         let kubeconfig = dir.join("whereabouts.kubeconfig");
-        api.write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)
+        api.write_kubeconfig(&kubeconfig, account("multus"))
             .expect("kubeconfig");
+        api.write_kubeconfig(
+            &conf_dir.path().join(RECONCILER_KUBECONFIG),
+            account("whereabouts-reconciler"),
+        )
+        .expect("the reconciler's kubeconfig");
         std::fs::write(
             dir.join("whereabouts.conf"),
             json!({"datastore": "kubernetes", "kubernetes": {"kubeconfig": kubeconfig}})
@@ -528,7 +544,7 @@ fn secondary(ip: &str) -> Value {
 impl Caller {
     /// One pass of the reconciler, which must succeed: what it printed.
     fn reconcile(&self) -> String {
-        let kubeconfig = self.conf_dir.join("whereabouts.d/whereabouts.kubeconfig");
+        let kubeconfig = self.conf_dir.join(RECONCILER_KUBECONFIG);
         let out = std::process::Command::new(&self.bin)
             .arg("reconcile")
             .arg("--kubeconfig")

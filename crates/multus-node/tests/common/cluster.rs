@@ -1,6 +1,7 @@
 //! A pod in a Kubernetes API server (testkit's, over HTTPS with a bearer token) listening in
 //! the sandbox's node namespace, and the real `multus` binary exec'd there as a runtime does.
-//! One server per test: cases change the pod and NADs between calls.
+//! One server per test: cases change the pod and NADs between calls. multus runs as its
+//! ServiceAccount, with the RBAC of deploy/base enforced.
 
 use std::cell::Cell;
 
@@ -40,9 +41,10 @@ impl Cluster {
     pub fn serving(scheme: Scheme, namespace: &str, annotations: Value, extra: Value) -> Cluster {
         let sb = Sandbox::new();
         let server = KubeApiServer::start_in(scheme, &sb.node).expect("start the API server");
+        enforce_rbac(&server, "base");
         let kubeconfig = sb.dir.path().join("multus.kubeconfig");
         server
-            .write_kubeconfig(&kubeconfig, KubeconfigAuth::Token)
+            .write_kubeconfig(&kubeconfig, multus_account())
             .expect("write the kubeconfig");
         let mut extra = extra;
         extra["kubeconfig"] = json!(kubeconfig);
@@ -156,6 +158,21 @@ impl Cluster {
         self.sb.assert_clean(what);
         assert_eq!(self.network_status(), None, "{what}: network-status");
     }
+}
+
+/// multus's ServiceAccount, as deploy/ makes it.
+pub fn multus_account() -> KubeconfigAuth {
+    KubeconfigAuth::ServiceAccount {
+        namespace: "multus".into(),
+        name: "multus".into(),
+    }
+}
+
+/// Authorizes the server's ServiceAccounts by the RBAC of deploy/`tree`, as rendered.
+pub fn enforce_rbac(server: &KubeApiServer, tree: &str) {
+    let objects =
+        testkit::manifests::deploy_objects(tree).unwrap_or_else(|e| panic!("deploy/{tree}: {e:#}"));
+    server.enforce_rbac(&objects).expect("the RBAC objects");
 }
 
 /// The code and message of a CNI error output; panics when the call succeeded.
