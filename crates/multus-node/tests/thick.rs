@@ -502,6 +502,52 @@ fn a_burst_past_the_queue_is_refused_and_a_call_past_its_deadline_says_so() {
     del.run(&shim, Some(node)).ok();
 }
 
+/// A call whose deadline passes while every worker is inside a slow delegate is answered at
+/// its deadline, not when a worker frees, which may be past the kubelet's own timeout.
+#[test]
+fn a_call_past_its_deadline_is_answered_while_every_worker_is_busy() {
+    let t = Thick::slow(
+        "8",
+        json!({"connectionLimit": 1, "requestTimeoutSeconds": 1}),
+    );
+    let shim = t.links.path().join("multus-shim");
+    let node = &t.c.sb.node;
+    let call = t.shim_call("ADD");
+    std::thread::scope(|s| {
+        let busy = s.spawn(|| call.run(&shim, Some(node)));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while t.metric("multus_requests_in_flight") != 1 {
+            assert!(Instant::now() < deadline, "{}", t.metrics());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut queued = t.shim_call("ADD");
+        queued.container_id = "queued".into();
+        let at = Instant::now();
+        let out = queued.run(&shim, Some(node));
+        let took = at.elapsed();
+        let (code, msg) = cni_error(&out);
+        assert_eq!(code, 11, "{msg}");
+        assert!(
+            msg.contains("gave up at its deadline (requestTimeoutSeconds)"),
+            "{msg}"
+        );
+        // The point is when: about a second after its 1 s deadline at most, while the worker
+        // still has 7 s of its delegate to go. The margin is generous for a loaded machine;
+        // before, the answer came when the worker freed, 8 s in.
+        assert!(took < Duration::from_secs(3), "answered after {took:?}");
+        assert!(!busy.is_finished(), "the worker freed first");
+        assert_eq!(t.metric("multus_requests_in_flight"), 1);
+        busy.join().expect("the call in hand").ok();
+    });
+    assert_eq!(
+        t.metric("multus_requests_total{command=\"unknown\",result=\"expired\"}"),
+        1
+    );
+    let mut del = t.shim_call("DEL");
+    del.container_id = call.container_id.clone();
+    del.run(&shim, Some(node)).ok();
+}
+
 /// The queue is bounded in bytes too: calls of up to 4 MiB each would let a long queue hold
 /// gigabytes.
 #[test]

@@ -1,20 +1,21 @@
 //! The socket: one acceptor thread reads each request and answers health, readiness and
 //! metrics itself; CNI calls go into a bounded queue that a fixed number of workers
-//! (`connectionLimit`) take from. A call that finds the queue full, or waited past its
-//! deadline, gets a CNI error that says so (code 11), well before the runtime gives up; no
-//! call gets a thread of its own.
+//! (`connectionLimit`) take from. A call that finds the queue full gets a CNI error that says
+//! so (code 11); one still waiting at its deadline is answered then, by a thread of the queue's
+//! own, even while every worker is busy, well before the runtime gives up. No call gets a
+//! thread of its own.
 //!
 //! Stopping: the acceptor stops taking connections (so probes fail, and shims do DEL
-//! themselves), the workers finish the calls they have and those queued, and [`Server::stop`] returns once they are done or its
-//! deadline passes.
+//! themselves), the workers finish the calls they have and those queued, and
+//! [`Server::stop`] returns once they are done or its deadline passes.
 
+use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,103 @@ struct Job {
     body: Vec<u8>,
     arrived: Instant,
     _held: Held,
+}
+
+/// The calls waiting for a worker, oldest first, `length` at most. Closed when the acceptor
+/// stops: the workers and the deadline thread end once it is empty.
+struct Queue {
+    waiting: Mutex<(VecDeque<Job>, bool)>,
+    /// Signalled for the workers when a call comes, and for all when closed.
+    work: Condvar,
+    /// Signalled for the deadline thread when a call comes into an empty queue, or it closes.
+    deadline: Condvar,
+    length: usize,
+    wait: Duration,
+}
+
+/// Why a call was not queued.
+enum Refused {
+    Full(Job),
+    Closed(Job),
+}
+
+impl Queue {
+    fn lock(&self) -> MutexGuard<'_, (VecDeque<Job>, bool)> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&self, job: Job) -> Result<(), Refused> {
+        let mut q = self.lock();
+        if q.1 {
+            return Err(Refused::Closed(job));
+        }
+        if q.0.len() >= self.length {
+            return Err(Refused::Full(job));
+        }
+        let was_empty = q.0.is_empty();
+        q.0.push_back(job);
+        drop(q);
+        self.work.notify_one();
+        if was_empty {
+            self.deadline.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The oldest call, waiting for one; `None` once closed and empty.
+    fn pop(&self) -> Option<Job> {
+        let mut q = self.lock();
+        loop {
+            if let Some(job) = q.0.pop_front() {
+                return Some(job);
+            }
+            if q.1 {
+                return None;
+            }
+            q = self.work.wait(q).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn close(&self) {
+        self.lock().1 = true;
+        self.work.notify_all();
+        self.deadline.notify_all();
+    }
+
+    /// The deadline thread: answers each call still queued at its deadline, then waits for
+    /// the next one's, until the queue is closed and empty.
+    fn expire(&self, metrics: &Metrics) {
+        let mut q = self.lock();
+        loop {
+            let now = Instant::now();
+            let mut expired = Vec::new();
+            while q.0.front().is_some_and(|j| now >= j.arrived + self.wait) {
+                expired.extend(q.0.pop_front());
+            }
+            if !expired.is_empty() {
+                drop(q);
+                for job in expired {
+                    end_unrun(job, metrics);
+                }
+                q = self.lock();
+                continue;
+            }
+            q = match q.0.front() {
+                Some(oldest) => {
+                    let due = (oldest.arrived + self.wait).saturating_duration_since(now);
+                    self.deadline
+                        .wait_timeout(q, due)
+                        .map(|(q, _)| q)
+                        .unwrap_or_else(|e| e.into_inner().0)
+                }
+                None if q.1 => return,
+                None => self
+                    .deadline
+                    .wait(q)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+        }
+    }
 }
 
 /// A call's share of [`HELD_BYTES`], given back when its job is dropped.
@@ -160,25 +258,37 @@ impl Server {
         queue_wait: Duration,
     ) -> Result<Server, String> {
         let (socket, socket_id, listener) = listen(dir)?;
-        let (queue, jobs) = sync_channel::<Job>(queue_length);
-        let jobs = Arc::new(Mutex::new(jobs));
-        let workers = (0..in_flight)
+        let queue = Arc::new(Queue {
+            waiting: Mutex::new((VecDeque::new(), false)),
+            work: Condvar::new(),
+            deadline: Condvar::new(),
+            length: queue_length,
+            wait: queue_wait,
+        });
+        let mut workers = (0..in_flight)
             .map(|i| {
-                let (jobs, handler, state) =
-                    (Arc::clone(&jobs), Arc::clone(&handler), Arc::clone(&state));
+                let (queue, handler, state) =
+                    (Arc::clone(&queue), Arc::clone(&handler), Arc::clone(&state));
                 std::thread::Builder::new()
                     .name(format!("worker-{i}"))
-                    .spawn(move || work(&jobs, &handler, &state, queue_wait))
+                    .spawn(move || work(&queue, &handler, &state))
                     .map_err(|e| format!("cannot start a worker: {e}"))
             })
             .collect::<Result<Vec<_>, String>>()?;
+        let (expiring, metrics) = (Arc::clone(&queue), Arc::clone(&state.metrics));
+        workers.push(
+            std::thread::Builder::new()
+                .name("queue-deadline".into())
+                .spawn(move || expiring.expire(&metrics))
+                .map_err(|e| format!("cannot start the queue's deadline thread: {e}"))?,
+        );
         let accepting = listener
             .try_clone()
             .map_err(|e| format!("the socket: {e}"))?;
         let acceptor_state = Arc::clone(&state);
         let acceptor = std::thread::Builder::new()
             .name("acceptor".into())
-            .spawn(move || accept(&accepting, queue, &acceptor_state))
+            .spawn(move || accept(&accepting, &queue, &acceptor_state))
             .map_err(|e| format!("cannot start the acceptor: {e}"))?;
         Ok(Server {
             socket,
@@ -194,8 +304,8 @@ impl Server {
     /// socket. Returns whether every call finished before `deadline`.
     pub fn stop(mut self, deadline: Instant) -> bool {
         self.state.stopping.store(true, Ordering::SeqCst);
-        // accept() fails on a socket shut down, and the acceptor, seeing `stopping`, ends:
-        // the queue's sender goes with it, and the workers end once it is empty.
+        // accept() fails on a socket shut down, and the acceptor, seeing `stopping`, ends and
+        // closes the queue: the workers end once it is empty.
         // SAFETY: shutdown(2) on a socket this struct owns; no memory is involved.
         unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
         if identity(&self.socket) == Some(self.socket_id) {
@@ -264,7 +374,12 @@ fn reply_error(stream: &mut UnixStream, status: u16, e: &CniError) {
     reply(stream, status, "application/json", &body);
 }
 
-fn accept(listener: &UnixListener, queue: SyncSender<Job>, state: &State) {
+fn accept(listener: &UnixListener, queue: &Queue, state: &State) {
+    serve_connections(listener, queue, state);
+    queue.close();
+}
+
+fn serve_connections(listener: &UnixListener, queue: &Queue, state: &State) {
     for conn in listener.incoming() {
         if state.stopping.load(Ordering::SeqCst) {
             break;
@@ -339,15 +454,15 @@ fn accept(listener: &UnixListener, queue: SyncSender<Job>, state: &State) {
                             _held: held,
                         };
                         state.metrics.queued.fetch_add(1, Ordering::Relaxed);
-                        let refused = match queue.try_send(job) {
+                        let refused = match queue.push(job) {
                             Ok(()) => continue,
-                            Err(TrySendError::Full(job)) => (
+                            Err(Refused::Full(job)) => (
                                 job.stream,
                                 "the multus daemon has as many calls queued as it takes \
                                  (maxQueuedRequests): try again"
                                     .to_owned(),
                             ),
-                            Err(TrySendError::Disconnected(job)) => (
+                            Err(Refused::Closed(job)) => (
                                 job.stream,
                                 "the multus daemon's workers have stopped: see its log".to_owned(),
                             ),
@@ -409,34 +524,38 @@ fn gone(stream: &UnixStream) -> bool {
     n == 0
 }
 
-fn work(jobs: &Mutex<Receiver<Job>>, handler: &Handler, state: &State, queue_wait: Duration) {
-    loop {
-        let next = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
-        let Ok(mut job) = next else { return };
+/// Ends a queued call that is not to run: its shim has gone (the runtime's timeout killed it:
+/// the runtime tears the sandbox down without this call, which must not run after that), or
+/// it waited for a worker past its deadline, which it is told.
+fn end_unrun(mut job: Job, m: &Metrics) {
+    m.queued.fetch_sub(1, Ordering::Relaxed);
+    let waited = job.arrived.elapsed();
+    if gone(&job.stream) {
+        m.request("unknown", "abandoned", waited);
+        return;
+    }
+    m.request("unknown", "expired", waited);
+    m.served("/cni", 400, "post");
+    let e = CniError::new(
+        Code::TryAgainLater,
+        format!(
+            "the call waited {} s for one of the multus daemon's workers (its \
+             connectionLimit) and gave up at its deadline (requestTimeoutSeconds): try again",
+            waited.as_secs()
+        ),
+    );
+    reply_error(&mut job.stream, 400, &e);
+}
+
+fn work(queue: &Queue, handler: &Handler, state: &State) {
+    while let Some(mut job) = queue.pop() {
         let m = &state.metrics;
+        // A deadline may also pass between the deadline thread's look and this worker's.
+        if gone(&job.stream) || job.arrived.elapsed() >= queue.wait {
+            end_unrun(job, m);
+            continue;
+        }
         m.queued.fetch_sub(1, Ordering::Relaxed);
-        let waited = job.arrived.elapsed();
-        if gone(&job.stream) {
-            // The shim gave up (the runtime's timeout killed it): the runtime tears the
-            // sandbox down without this call, which must not run after that.
-            m.request("unknown", "abandoned", waited);
-            continue;
-        }
-        if waited > queue_wait {
-            m.request("unknown", "expired", waited);
-            m.served("/cni", 400, "post");
-            let e = CniError::new(
-                Code::TryAgainLater,
-                format!(
-                    "the call waited {} s for one of the multus daemon's workers (its \
-                     connectionLimit) and gave up at its deadline (requestTimeoutSeconds): \
-                     try again",
-                    waited.as_secs()
-                ),
-            );
-            reply_error(&mut job.stream, 400, &e);
-            continue;
-        }
         m.in_flight.fetch_add(1, Ordering::Relaxed);
         let answer: Answer = handler.cni(&job.body);
         m.in_flight.fetch_sub(1, Ordering::Relaxed);
