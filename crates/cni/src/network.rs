@@ -335,6 +335,42 @@ impl Network {
         if !self.version.has_status_and_gc() || self.disable_gc {
             return Ok(());
         }
+        let mut errors: Vec<CniError> = self
+            .del_stale(path, cache_dir, valid)
+            .err()
+            .into_iter()
+            .collect();
+        let empty = Map::new();
+        let att = Attachment::network_wide(path, cache_dir, &empty);
+        let valid_json = serde_json::to_value(valid)
+            .map_err(|e| CniError::internal(format!("cannot encode valid attachments: {e}")))?;
+        for index in 0..self.plugins.len() {
+            let mut conf = self.plugin_map(index, &empty, None);
+            conf.insert("cni.dev/valid-attachments".into(), valid_json.clone());
+            let outcome =
+                encode(&conf).and_then(|stdin| self.exec(index, Command::Gc, &att, &stdin));
+            if let Err(e) = outcome {
+                errors.push(e);
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(join_errors(errors))
+        }
+    }
+
+    /// GC's first step alone, whatever the network's version (DEL is in every one): DEL each
+    /// cached attachment of this network that is not in `valid`. `disableGC` leaves it alone.
+    pub fn del_stale(
+        &self,
+        path: &[PathBuf],
+        cache_dir: &Path,
+        valid: &[GcAttachment],
+    ) -> Result<(), CniError> {
+        if self.disable_gc {
+            return Ok(());
+        }
         let mut errors = Vec::new();
         for entry in cache::list(cache_dir)? {
             let cached = match entry {
@@ -360,19 +396,6 @@ impl Network {
                 cache_dir,
             };
             if let Err(e) = self.del(&att) {
-                errors.push(e);
-            }
-        }
-        let empty = Map::new();
-        let att = Attachment::network_wide(path, cache_dir, &empty);
-        let valid_json = serde_json::to_value(valid)
-            .map_err(|e| CniError::internal(format!("cannot encode valid attachments: {e}")))?;
-        for index in 0..self.plugins.len() {
-            let mut conf = self.plugin_map(index, &empty, None);
-            conf.insert("cni.dev/valid-attachments".into(), valid_json.clone());
-            let outcome =
-                encode(&conf).and_then(|stdin| self.exec(index, Command::Gc, &att, &stdin));
-            if let Err(e) = outcome {
                 errors.push(e);
             }
         }

@@ -316,7 +316,7 @@ fn a_pod_with_two_nads_through_the_shim() {
             "Add net2 [10.21.0.2/24] from default/b",
         ]
     );
-    // CHECK, STATUS and GC go through the daemon too.
+    // CHECK goes through the daemon too (STATUS and GC: their own tests below).
     let mut check = t.shim_call("CHECK");
     check.stdin = serde_json::to_string(&{
         let mut c: Value = serde_json::from_str(&t.shim_conf()).unwrap();
@@ -334,6 +334,129 @@ fn a_pod_with_two_nads_through_the_shim() {
     let log = t.daemon_log();
     assert!(log.contains(&format!("pod=default/{POD_NAME}")), "{log}");
     assert!(log.contains(&format!("container={CONTAINER_ID}")), "{log}");
+}
+
+impl Thick {
+    /// A daemon and cluster network of CNI 1.1.0, which have STATUS and GC.
+    fn v1_1(extra: Value) -> Thick {
+        let mut extra = extra;
+        extra["cniVersion"] = json!("1.1.0");
+        let t = Thick::new(json!({}), extra);
+        t.c.sb.write_conf(
+            "10-cluster.conf",
+            &t.c.sb.cluster("cluster", "cni0", "10.88.0.0/24", "1.1.0"),
+        );
+        t
+    }
+
+    /// A STATUS or GC as the runtime sends it: no container, the shim's config with `extra`
+    /// keys.
+    fn network_wide(&self, command: &str, extra: Value) -> CniOutput {
+        let mut call = self.shim_call(command);
+        let mut conf: Value = serde_json::from_str(&call.stdin).expect("the shim's config");
+        if let (Value::Object(c), Value::Object(e)) = (&mut conf, extra) {
+            c.extend(e);
+        }
+        call.stdin = conf.to_string();
+        call.container_id = String::new();
+        call.netns = String::new();
+        call.ifname = String::new();
+        self.c
+            .sb
+            .run_in_node(&self.links.path().join("multus-shim"), &call)
+    }
+}
+
+/// STATUS through the shim is the daemon's: ready when the readiness indicator file exists
+/// and the cluster network's own STATUS succeeds, code 50 saying why otherwise; with the
+/// daemon down, code 50 naming the socket.
+#[test]
+fn status_through_the_shim_says_whether_the_node_can_take_pods() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ready = dir.path().join("ready");
+    std::fs::write(&ready, "").expect("the readiness file");
+    let mut t = Thick::v1_1(json!({"readinessindicatorfile": ready}));
+    t.network_wide("STATUS", json!({})).ok();
+
+    std::fs::remove_file(&ready).expect("remove the readiness file");
+    let (code, msg) = cni_error(&t.network_wide("STATUS", json!({})));
+    assert_eq!(code, 50, "{msg}");
+    assert!(
+        msg.contains(&format!("readiness indicator file {}", ready.display())),
+        "{msg}"
+    );
+    std::fs::write(&ready, "").expect("the readiness file");
+    t.network_wide("STATUS", json!({})).ok();
+
+    // The cluster network's STATUS is asked, and its failure passed on.
+    t.c.sb.script(
+        "sick",
+        r#"cat > /dev/null
+if [ "$CNI_COMMAND" = STATUS ]; then
+  echo '{"cniVersion":"1.1.0","code":50,"msg":"sick: the uplink is down"}'; exit 1
+fi"#,
+    );
+    t.c.sb.write_conf(
+        "10-cluster.conf",
+        &json!({"cniVersion": "1.1.0", "name": "cluster", "type": "sick"}),
+    );
+    let (code, msg) = cni_error(&t.network_wide("STATUS", json!({})));
+    assert_eq!(code, 50, "{msg}");
+    assert!(msg.contains("the uplink is down"), "{msg}");
+
+    t.signal(libc::SIGKILL);
+    let (code, msg) = cni_error(&t.network_wide("STATUS", json!({})));
+    assert_eq!(code, 50, "{msg}");
+    assert!(
+        msg.contains(&t.socket().display().to_string()),
+        "{msg}"
+    );
+}
+
+/// GC through the shim is the daemon's: the attachments of containers the runtime no longer
+/// lists are deleted from the node, on every network (the NAD's is CNI 1.0.0, which has no GC
+/// of its own, but DEL), and the valid ones are kept. Without the runtime's list, it is
+/// refused.
+#[test]
+fn gc_through_the_shim_collects_stale_attachments_and_keeps_valid_ones() {
+    let t = Thick::v1_1(json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    let shim = t.links.path().join("multus-shim");
+    let (kept_ns, kept) = t.pod("kept", json!({NETWORKS: "a"}));
+    let (stale_ns, stale) = t.pod("stale", json!({NETWORKS: "a"}));
+    for call in [&kept, &stale] {
+        t.c.sb.run_in_node(&shim, call).ok();
+    }
+    assert_eq!(t.c.sb.reservations().len(), 4);
+
+    let (code, msg) = cni_error(&t.network_wide("GC", json!({})));
+    assert_eq!(code, 7, "{msg}");
+    assert!(msg.contains("cni.dev/valid-attachments"), "{msg}");
+    assert_eq!(t.c.sb.reservations().len(), 4);
+
+    t.network_wide(
+        "GC",
+        json!({"cni.dev/valid-attachments": [{"containerID": kept.container_id, "ifname": "eth0"}]}),
+    )
+    .ok();
+    assert_eq!(stale_ns.links(), ["lo"]);
+    let mut kept_links = kept_ns.links();
+    kept_links.sort();
+    assert_eq!(kept_links, ["eth0", "lo", "net1"]);
+    assert_eq!(t.c.sb.reservations().len(), 2);
+    let cached = t.c.sb.cache_files();
+    assert!(
+        cached.iter().all(|f| !f.contains(&stale.container_id)),
+        "{cached:?}"
+    );
+    assert!(
+        cached.iter().any(|f| f.contains(&kept.container_id)),
+        "{cached:?}"
+    );
+    let mut del = kept.clone();
+    del.command = "DEL".into();
+    t.c.sb.run_in_node(&shim, &del).ok();
+    t.c.sb.assert_clean("after GC and DEL");
 }
 
 #[test]

@@ -213,7 +213,14 @@ pub fn gc(inv: &Invocation) -> Result<()> {
             tracing::error!(network = %d.name, "GC skips it: {e}");
             continue;
         }
-        if let Err(source) = d.network.gc(&inv.path, dir, &expanded) {
+        // A network older than CNI 1.1.0 has no GC, but DEL: a stale container's attachments
+        // on it are deleted, not left behind with the cache that records them.
+        let collected = if d.network.version.has_status_and_gc() {
+            d.network.gc(&inv.path, dir, &expanded)
+        } else {
+            d.network.del_stale(&inv.path, dir, &expanded)
+        };
+        if let Err(source) = collected {
             errors.push(Error::Network {
                 network: d.name.clone(),
                 source: Box::new(source),
