@@ -25,46 +25,105 @@ struct Thick {
     config: PathBuf,
     log: PathBuf,
     daemon: Option<Child>,
+    /// deploy/thick's layout: the daemon's root, made again at each start.
+    root: Option<tempfile::TempDir>,
 }
+
+/// deploy/thick's mounts, in a private mount namespace, for a daemon chrooted into a root of
+/// its own (`$1`): the node's root at /hostroot (`chrootDir`); the node's CNI config directory
+/// (`$3`) and /run (`$4`) under /host, at /host<node path>; /run/netns; the scratch directory
+/// (`$5`, where the plugin, cache and IPAM directories are) at its node path, as the DaemonSet
+/// mounts /opt/cni/bin and /var/lib/cni/multus; and the directory of the built binaries
+/// (`$2`), which the plugin links point into. The daemon's command line follows.
+const DAEMONSET_ROOT: &str = r#"set -e
+root=$1 bins=$2 conf=$3 run=$4 scratch=$5; shift 5
+mount -t tmpfs tmpfs "$root"
+for d in usr etc dev proc sys; do mkdir "$root/$d"; mount --rbind "/$d" "$root/$d"; done
+for d in bin sbin lib lib64; do
+  if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$root/$d"
+  elif [ -d "/$d" ]; then mkdir "$root/$d"; mount --rbind "/$d" "$root/$d"; fi
+done
+for d in "$bins" "$scratch"; do mkdir -p "$root/$d"; mount --bind "$d" "$root/$d"; done
+mkdir -p "$root/run/netns" "$root/hostroot" "$root/host$conf" "$root/host$run"
+mount --rbind /run/netns "$root/run/netns"
+mount --rbind / "$root/hostroot"
+mount --bind "$conf" "$root/host$conf"
+mount --bind "$run" "$root/host$run"
+exec chroot "$root" "$@""#;
 
 impl Thick {
     /// A daemon for the cluster's node, `extra` keys in its config, serving once ready.
     fn new(annotations: Value, extra: Value) -> Thick {
-        let c = Cluster::new(annotations, json!({}));
-        enforce_rbac(&c.server, "thick");
-        let links = PluginDir::new(&multus_bin(), &["multus-daemon", "multus-shim"]);
-        let primary = c.sb.cluster("cluster", "cni0", "10.88.0.0/24", "1.0.0");
-        c.sb.write_conf("10-cluster.conf", &primary);
-        let sock = c.sb.dir.path().join("run/multus");
+        let t = Thick::prepared(annotations, None);
+        let sb = &t.c.sb;
         let mut config = json!({
             "cniVersion": "1.0.0",
-            "cniConfigDir": c.sb.conf_dir(),
-            "multusAutoconfigDir": c.sb.conf_dir(),
-            "socketDir": sock,
-            "daemonSocketDir": sock,
-            "binDir": c.sb.plugins.path(),
-            "cniDir": c.sb.cni_dir(),
-            "confDir": c.sb.conf_dir(),
-            "kubeconfig": c.sb.dir.path().join("multus.kubeconfig"),
+            "cniConfigDir": sb.conf_dir(),
+            "multusAutoconfigDir": sb.conf_dir(),
+            "socketDir": t.sock,
+            "daemonSocketDir": t.sock,
+            "binDir": sb.plugins.path(),
+            "cniDir": sb.cni_dir(),
+            "confDir": sb.conf_dir(),
+            "kubeconfig": sb.dir.path().join("multus.kubeconfig"),
             "logLevel": "verbose",
             "logToStderr": true,
         });
         if let (Value::Object(base), Value::Object(more)) = (&mut config, extra) {
             base.extend(more);
         }
-        let path = c.sb.dir.path().join("daemon-config.json");
-        std::fs::write(&path, config.to_string()).expect("daemon config");
-        let log = c.sb.dir.path().join("daemon.log");
-        let mut t = Thick {
+        t.started(&config)
+    }
+
+    /// A daemon as deploy/thick runs it, in a root of its own ([`DAEMONSET_ROOT`]) with
+    /// deploy/thick's config: the node's CNI config directory and /run seen under /host, its
+    /// root as `chrootDir`. The shim runs on the node, as ever.
+    fn in_daemonset_layout(annotations: Value) -> Thick {
+        let t = Thick::prepared(
+            annotations,
+            Some(tempfile::tempdir().expect("the daemon's root")),
+        );
+        let sb = &t.c.sb;
+        let host = |p: &std::path::Path| format!("/host{}", p.display());
+        let config = json!({
+            "chrootDir": "/hostroot",
+            "cniVersion": "1.0.0",
+            "cniConfigDir": host(&sb.conf_dir()),
+            "multusAutoconfigDir": host(&sb.conf_dir()),
+            "socketDir": host(&t.sock),
+            "binDir": sb.plugins.path(),
+            "cniDir": sb.cni_dir(),
+            "kubeconfig": sb.dir.path().join("multus.kubeconfig"),
+            "logLevel": "verbose",
+            "logToStderr": true,
+        });
+        t.started(&config)
+    }
+
+    /// The cluster, the links, the node's cluster network and /run; no daemon yet.
+    fn prepared(annotations: Value, root: Option<tempfile::TempDir>) -> Thick {
+        let c = Cluster::new(annotations, json!({}));
+        enforce_rbac(&c.server, "thick");
+        let links = PluginDir::new(&multus_bin(), &["multus-daemon", "multus-shim"]);
+        let primary = c.sb.cluster("cluster", "cni0", "10.88.0.0/24", "1.0.0");
+        c.sb.write_conf("10-cluster.conf", &primary);
+        std::fs::create_dir_all(c.sb.dir.path().join("run")).expect("the node's /run");
+        Thick {
+            sock: c.sb.dir.path().join("run/multus"),
+            config: c.sb.dir.path().join("daemon-config.json"),
+            log: c.sb.dir.path().join("daemon.log"),
             c,
             links,
-            sock,
-            config: path,
-            log,
             daemon: None,
-        };
-        t.start();
-        t
+            root,
+        }
+    }
+
+    /// Writes the daemon's config and starts it.
+    fn started(mut self, config: &Value) -> Thick {
+        std::fs::write(&self.config, config.to_string()).expect("daemon config");
+        self.start();
+        self
     }
 
     fn start(&mut self) {
@@ -73,11 +132,23 @@ impl Thick {
             .append(true)
             .open(&self.log)
             .expect("log");
-        let mut cmd = self
-            .c
-            .sb
-            .node
-            .command(self.links.path().join("multus-daemon"));
+        let node = &self.c.sb.node;
+        let daemon = self.links.path().join("multus-daemon");
+        let mut cmd = match &self.root {
+            None => node.command(&daemon),
+            Some(root) => {
+                let mut cmd = node.command("unshare");
+                cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+                    .args([DAEMONSET_ROOT, "daemonset-root"])
+                    .arg(root.path())
+                    .arg(multus_bin().parent().expect("the binaries' directory"))
+                    .arg(self.c.sb.conf_dir())
+                    .arg(self.c.sb.dir.path().join("run"))
+                    .arg(std::env::temp_dir())
+                    .arg(&daemon);
+                cmd
+            }
+        };
         cmd.args(["-config".as_ref(), self.config.as_os_str()])
             .env("MULTUS_NODE_NAME", "node-1")
             .env(cni::path_roots::ROOTS_FILE_ENV, testkit::test_path_roots())
@@ -407,10 +478,7 @@ fi"#,
     t.signal(libc::SIGKILL);
     let (code, msg) = cni_error(&t.network_wide("STATUS", json!({})));
     assert_eq!(code, 50, "{msg}");
-    assert!(
-        msg.contains(&t.socket().display().to_string()),
-        "{msg}"
-    );
+    assert!(msg.contains(&t.socket().display().to_string()), "{msg}");
 }
 
 /// GC through the shim is the daemon's: the attachments of containers the runtime no longer
@@ -497,6 +565,37 @@ fn del_with_the_daemon_down_is_done_by_the_shim_and_add_fails_at_once() {
     t.c.sb.assert_clean("DEL without the daemon");
     // And again: nothing left to do is no error.
     t.shim("DEL").ok();
+}
+
+/// In deploy/thick's layout the daemon sees the node's CNI config directory and /run under
+/// /host, but writes 00-multus.conf for the shim on the node: with the node's paths, which it
+/// finds through `chrootDir`. So with the daemon down, the shim's DEL reads the cluster
+/// network even without a cache: a repeated DEL, or one after an ADD that died before its
+/// cache was written.
+#[test]
+fn del_without_the_daemon_works_in_the_daemonsets_layout() {
+    let mut t = Thick::in_daemonset_layout(json!({NETWORKS: "a"}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    // The delegates ran chrooted in the node's root.
+    t.shim("ADD").ok();
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"]);
+    t.signal(libc::SIGKILL);
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("DEL without the daemon");
+    let again = t.shim("DEL");
+    assert_eq!(
+        again.code, 0,
+        "a DEL without the daemon or a cache: {again:?}"
+    );
+    // What the shim read: every path as the node sees it.
+    let conf: Value = serde_json::from_str(&t.shim_conf()).expect("JSON");
+    let sb = &t.c.sb;
+    assert_eq!(
+        conf["clusterNetwork"],
+        json!(sb.conf_dir().join("10-cluster.conf"))
+    );
+    assert_eq!(conf["cniDir"], json!(sb.cni_dir()));
+    assert_eq!(conf["daemonSocketDir"], json!(t.sock));
 }
 
 #[test]
