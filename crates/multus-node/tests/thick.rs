@@ -853,6 +853,38 @@ fn a_hung_delegate_is_killed_and_a_call_its_shim_left_is_skipped() {
     );
 }
 
+/// Upstream's `perNodeCertificate` (a client certificate per node, from a bootstrap
+/// kubeconfig) is not implemented: a daemon asked for it does not start, and says what to use.
+#[test]
+fn per_node_certificates_are_refused_at_start_saying_what_to_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let links = PluginDir::new(&multus_bin(), &["multus-daemon"]);
+    let config = dir.path().join("daemon-config.json");
+    let socket_dir = dir.path().join("run");
+    let certificates = json!({"enabled": true, "bootstrapKubeconfig": "/var/lib/kubelet/kubeconfig",
+                              "certDir": "/var/lib/multus/certs"});
+    std::fs::write(
+        &config,
+        json!({"perNodeCertificate": certificates, "socketDir": socket_dir}).to_string(),
+    )
+    .expect("the config");
+    let out = std::process::Command::new(links.path().join("multus-daemon"))
+        .args(["-config".as_ref(), config.as_os_str()])
+        .env("MULTUS_NODE_NAME", "node-1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the daemon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("perNodeCertificate: per-node client certificates")
+            && stderr.contains("are not supported by this daemon")
+            && stderr.contains("service account"),
+        "{stderr}"
+    );
+    assert!(!socket_dir.exists(), "it served before refusing");
+}
+
 #[test]
 fn bad_requests_on_the_socket_get_clear_answers() {
     let t = Thick::new(json!({}), json!({}));

@@ -70,6 +70,28 @@ fn bad(key: &str, why: impl std::fmt::Display) -> String {
     format!("{key}: {why}")
 }
 
+/// Upstream's `perNodeCertificate`, when `enabled`, has the daemon make its own client
+/// certificate from a bootstrap kubeconfig (a CertificateSigningRequest per node, approved by
+/// a cert-approver, rotated before it expires). This daemon does not: started with it, it
+/// would talk to the API with other credentials than those configured, so it refuses to start.
+fn refuse_per_node_certificate(value: Option<&Value>) -> Result<(), String> {
+    match value {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Object(o)) if o.get("enabled") != Some(&Value::Bool(true)) => Ok(()),
+        Some(Value::Object(_)) => Err(bad(
+            "perNodeCertificate",
+            "per-node client certificates (a bootstrap kubeconfig and a certificate signing \
+             request per node) are not supported by this daemon: remove the key, and give the \
+             daemon its credentials through its pod's service account (the default) or \
+             `kubeconfig`",
+        )),
+        Some(other) => Err(bad(
+            "perNodeCertificate",
+            format!("{other} is not an object"),
+        )),
+    }
+}
+
 impl DaemonConfig {
     pub fn read(path: &Path) -> Result<DaemonConfig, String> {
         let at = |e: String| format!("{}: {e}", path.display());
@@ -176,14 +198,13 @@ impl DaemonConfig {
                 ),
             ));
         }
+        refuse_per_node_certificate(keys.get("perNodeCertificate"))?;
         let cni_config_dir = path("cniConfigDir")?.unwrap_or_else(|| "/etc/cni/net.d".into());
-        let warnings = ["perNodeCertificate", "enablePprof"]
-            .iter()
-            .filter(|k| {
-                keys.get(**k)
-                    .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
-            })
-            .map(|k| format!("{k} is not supported by this daemon: it is ignored"))
+        let warnings = keys
+            .get("enablePprof")
+            .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+            .then(|| "enablePprof is not supported by this daemon: it is ignored".to_owned())
+            .into_iter()
             .collect();
         Ok(DaemonConfig {
             socket_dir: path("socketDir")?.unwrap_or_else(|| wire::DEFAULT_SOCKET_DIR.into()),
@@ -247,6 +268,8 @@ mod tests {
         assert_eq!(c.log_level, LogLevel::Verbose);
         assert_eq!(c.in_flight, DEFAULT_IN_FLIGHT);
         assert_eq!(c.cni_version.as_deref(), Some("0.3.1"));
+        // Present but not enabled, as upstream reads it: nothing to do.
+        DaemonConfig::parse(br#"{"perNodeCertificate": {"enabled": false}}"#).unwrap();
         let d = DaemonConfig::parse(b"{}").unwrap();
         assert_eq!(d.socket_dir, Path::new("/run/multus/"));
         assert_eq!(d.cni_config_dir, Path::new("/etc/cni/net.d"));
@@ -273,6 +296,14 @@ mod tests {
                 "multusConfigFile: \"/x.conf\": only",
             ),
             (r#"{"socketDir": 5}"#, "socketDir: 5 is not a string"),
+            (
+                r#"{"perNodeCertificate": {"enabled": true, "bootstrapKubeconfig": "/b", "certDir": "/c"}}"#,
+                "perNodeCertificate: per-node client certificates",
+            ),
+            (
+                r#"{"perNodeCertificate": true}"#,
+                "perNodeCertificate: true is not an object",
+            ),
             ("[]", "not a JSON object"),
         ] {
             let e = DaemonConfig::parse(text.as_bytes()).unwrap_err();
