@@ -7,6 +7,9 @@ use std::path::Path;
 use anyhow::{ensure, Context, Result};
 
 const IMAGE: &str = "localhost/multus-rs:latest";
+/// Where upstream's thick image has its daemon and shim, which its DaemonSet runs.
+const UPSTREAM_BIN: &str = "/usr/src/multus-cni/bin";
+const UPSTREAM_LINKS: [&str; 2] = ["multus-daemon", "multus-shim"];
 
 pub fn run() -> Result<()> {
     let podman = Podman::new()?;
@@ -18,6 +21,14 @@ pub fn run() -> Result<()> {
     for name in ["multus", "cni-plugins"] {
         std::fs::copy(bins.join(name), context.join(name))
             .with_context(|| format!("copying {name} into the image context"))?;
+    }
+    let upstream = context.join("upstream");
+    std::fs::create_dir_all(&upstream)?;
+    for name in UPSTREAM_LINKS {
+        let link = upstream.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/usr/bin/multus", &link)
+            .with_context(|| format!("linking {name} in the image context"))?;
     }
     podman.run(&[
         "build",
@@ -33,6 +44,8 @@ pub fn run() -> Result<()> {
         &context.display().to_string(),
     ])?;
     println!("built {IMAGE} (also tagged {})", env!("CARGO_PKG_VERSION"));
+    upstream_paths_run(&podman)?;
+    println!("multus-daemon and multus-shim run from upstream's paths in the image");
 
     // A node as the DaemonSet mounts it.
     let node = tempfile::tempdir()?;
@@ -89,6 +102,22 @@ pub fn run() -> Result<()> {
     let _ = podman.run(&["rm", "-f", "multus-relay"]);
     relayed?;
     println!("the container relayed multus's log lines to its own, across a rotation");
+    Ok(())
+}
+
+/// The daemon and the shim at upstream's paths run as themselves: the daemon prints its
+/// version, the shim (a CNI plugin, called without a command) what it is.
+fn upstream_paths_run(podman: &Podman) -> Result<()> {
+    for (name, args, says) in [
+        ("multus-daemon", &["-version"][..], "multus-daemon "),
+        ("multus-shim", &[], "multus-rs shim "),
+    ] {
+        let entrypoint = format!("--entrypoint={UPSTREAM_BIN}/{name}");
+        let mut run = vec!["run", "--rm", "--network=none", &entrypoint, IMAGE];
+        run.extend_from_slice(args);
+        let said = podman.output(&run)?;
+        ensure!(said.contains(says), "{UPSTREAM_BIN}/{name} said: {said}");
+    }
     Ok(())
 }
 
@@ -218,6 +247,11 @@ impl Podman {
     }
 
     fn run(&self, args: &[&str]) -> Result<()> {
+        self.output(args).map(drop)
+    }
+
+    /// What a podman command that must succeed printed, stdout and stderr.
+    fn output(&self, args: &[&str]) -> Result<String> {
         let out = self
             .podman
             .command()
@@ -230,6 +264,10 @@ impl Podman {
             args.join(" "),
             String::from_utf8_lossy(&out.stderr)
         );
-        Ok(())
+        Ok(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
     }
 }
