@@ -36,7 +36,9 @@ file=$(printf '%s' "$conf" | sed -n 's/.*"CNIDeviceInfoFile":"\([^"]*\)".*/\1/p'
 echo "$CNI_COMMAND $CNI_IFNAME ${{file:-none}}" >> "$(dirname "$0")/devinfo.log"
 [ "$CNI_COMMAND" = ADD ] || exit 0
 if [ -n "$file" ]; then mkdir -p "$(dirname "$file")"; printf '%s' '{content}' > "$file"; fi
-printf '{{"cniVersion":"1.0.0","interfaces":[{{"name":"%s","sandbox":"%s"}}],"ips":[{{"address":"10.77.0.2/24","interface":0}}]}}' "$CNI_IFNAME" "$CNI_NETNS""#
+# The cluster network's address on eth0, one of another subnet per secondary interface.
+case "$CNI_IFNAME" in eth0) address=10.77.0.2 ;; *) address="10.78.${{CNI_IFNAME#net}}.2" ;; esac
+printf '{{"cniVersion":"1.0.0","interfaces":[{{"name":"%s","sandbox":"%s"}}],"ips":[{{"address":"%s/24","interface":0}}]}}' "$CNI_IFNAME" "$CNI_NETNS" "$address""#
     )
 }
 
@@ -225,7 +227,7 @@ fn a_delegate_with_the_capability_reports_its_device_in_network_status() {
         json!([
             {"name": "cluster", "interface": "eth0", "ips": ["10.77.0.2"], "default": true,
              "dns": {}},
-            {"name": "default/dev", "interface": "net1", "ips": ["10.77.0.2"], "dns": {},
+            {"name": "default/dev", "interface": "net1", "ips": ["10.78.1.2"], "dns": {},
              "device-info": vhost_user()}
         ])
     );

@@ -353,6 +353,52 @@ fn gc_deletes_the_attachments_of_containers_no_longer_valid_on_every_network() {
 }
 
 #[test]
+fn gc_waits_for_an_add_under_way_and_never_collects_half_of_it() {
+    let sb = Sandbox::new();
+    // A second network that takes its time: the ADD is under way, its cluster network
+    // attached and its address reserved, while the runtime runs GC.
+    let started = sb.dir.path().join("slow-started");
+    sb.script(
+        "slow",
+        &format!(
+            r#"[ "$CNI_COMMAND" = ADD ] || exit 0
+touch {}; sleep 1
+echo '{{"cniVersion":"1.1.0"}}'"#,
+            started.display()
+        ),
+    );
+    let conf = sb.multus(
+        "1.1.0",
+        vec![
+            sb.cluster("cluster", "br0", "10.10.0.0/24", "1.1.0"),
+            json!({"cniVersion": "1.1.0", "name": "slow", "type": "slow"}),
+        ],
+        json!({}),
+    );
+    let mut gc_conf: Value = serde_json::from_str(&conf).unwrap();
+    // A list the runtime made before this ADD began.
+    gc_conf["cni.dev/valid-attachments"] = json!([]);
+    let mut gc = sb.call("GC", &gc_conf.to_string());
+    gc.container_id = String::new();
+    gc.netns = String::new();
+    gc.ifname = String::new();
+    std::thread::scope(|s| {
+        let add = s.spawn(|| sb.cmd("ADD", &conf));
+        while !started.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        sb.run(&gc).ok();
+        // GC waited for the ADD, which succeeded whole.
+        assert!(add.is_finished(), "GC ran while the ADD was under way");
+        add.join().unwrap().ok();
+    });
+    // Then GC collected the container whole, as the runtime's list says: no interface left
+    // with its address freed under it.
+    sb.assert_clean("after GC");
+    sb.cmd("DEL", &conf).ok();
+}
+
+#[test]
 fn logs_go_to_the_log_file_with_the_pod_container_and_interface_and_stdout_stays_clean() {
     let sb = Sandbox::new();
     let log = sb.dir.path().join("multus.log");

@@ -51,6 +51,7 @@ fn wait_ready(conf: &MultusConf) -> Result<()> {
 /// DEL of the same container never waits behind that wait.
 pub fn add(inv: &Invocation) -> Result<CniResult> {
     wait_ready(&inv.conf)?;
+    let _no_gc = container_lock::gc_lock(&inv.conf.cni_dir, false, container_lock::WAIT)?;
     let lock = inv.lock()?;
     let added = add_locked(inv);
     // A failed ADD left nothing, so nothing is left for a DEL to find either.
@@ -177,6 +178,8 @@ pub fn gc(inv: &Invocation) -> Result<()> {
         )
     })?;
     let dir = &inv.conf.cni_dir;
+    // No ADD is under way while GC collects: one not yet in any cache would be collected.
+    let _gc = container_lock::gc_lock(dir, true, container_lock::WAIT)?;
     let mut errors = Vec::new();
     let mut expanded: Vec<GcAttachment> = valid.clone();
     let mut networks: Vec<Delegate> = plan::cluster_networks(inv)?;
@@ -204,6 +207,18 @@ pub fn gc(inv: &Invocation) -> Result<()> {
             }
         }
     }
+    // Each stale container is locked while it is collected. One that another call holds (a
+    // DEL under way) is left for the next GC, its attachments kept.
+    let mut locked = Vec::new();
+    for id in stale {
+        match container_lock::acquire(dir, &id, Duration::ZERO) {
+            Ok(lock) => locked.push((id, lock)),
+            Err(e) => {
+                tracing::info!("GC leaves container {id}: {e}");
+                expanded.extend(cached_attachments(dir, &id)?);
+            }
+        }
+    }
     let mut seen = HashSet::new();
     for d in networks
         .iter()
@@ -228,19 +243,26 @@ pub fn gc(inv: &Invocation) -> Result<()> {
         }
     }
     if errors.is_empty() {
-        for id in stale {
-            // A container some call is busy with is left for the next GC.
-            match container_lock::acquire(dir, &id, Duration::ZERO) {
-                Ok(lock) => {
-                    cache::remove(dir, &id)?;
-                    lock.remove();
-                }
-                Err(e) => tracing::info!("GC leaves container {id}: {e}"),
-            }
+        for (id, lock) in locked {
+            cache::remove(dir, &id)?;
+            lock.remove();
         }
         return Ok(());
     }
     Err(Error::Many(errors))
+}
+
+/// The attachments of container `id` that the result cache records.
+fn cached_attachments(dir: &std::path::Path, id: &str) -> Result<Vec<GcAttachment>> {
+    Ok(cni::cache::list(dir)?
+        .into_iter()
+        .flatten()
+        .filter(|a| a.container_id == id)
+        .map(|a| GcAttachment {
+            container_id: a.container_id,
+            ifname: a.ifname,
+        })
+        .collect())
 }
 
 /// The `cni::Plugin` adapter: parses the config, sets up logging and the API, and maps

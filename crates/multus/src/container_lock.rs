@@ -1,8 +1,12 @@
-//! One multus command per container at a time. ADD, DEL and CHECK of a container hold
+//! One multus command per container at a time. ADD, DEL, CHECK and GC of a container hold
 //! `<cniDir>/locks/<containerID>` exclusively, so a second call (a runtime retrying, or a DEL
 //! while the ADD still runs) waits for the first and then sees what it left: it never undoes
 //! the other's work. The file holds the holder's PID, for the error of a call that waited too
 //! long.
+//!
+//! GC also locks the directory `<cniDir>/locks` itself exclusively, and every ADD shared:
+//! GC collects what no valid attachment holds, and an ADD under way (of a container GC does not
+//! know yet, its allocations not yet in any cache) must not be collected halfway.
 
 use std::fs::{DirBuilder, File, OpenOptions, TryLockError};
 use std::io::{ErrorKind, Read, Seek, Write};
@@ -87,6 +91,57 @@ pub fn acquire(cni_dir: &Path, container_id: &str, wait: Duration) -> Result<Con
         let _ = file.rewind();
         let _ = write!(file, "{}", std::process::id());
         return Ok(ContainerLock { file, path });
+    }
+}
+
+/// The node's GC lock, held shared (ADD) or exclusively (GC); released when dropped.
+pub struct GcLock {
+    _held: File,
+}
+
+/// Takes the node's GC lock, waiting at most `wait` (then code 11).
+pub fn gc_lock(cni_dir: &Path, exclusive: bool, wait: Duration) -> Result<GcLock> {
+    let dir = cni_dir.join(DIR);
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| lock_error(&dir, format!("cannot create: {e}")))?;
+    // The lock is on the locks directory itself: nothing is left behind for it.
+    let path = dir;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| lock_error(&path, format!("cannot open: {e}")))?;
+    let deadline = Instant::now() + wait;
+    loop {
+        let taken = if exclusive {
+            file.try_lock()
+        } else {
+            file.try_lock_shared()
+        };
+        match taken {
+            Ok(()) => return Ok(GcLock { _held: file }),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(POLL);
+            }
+            Err(TryLockError::WouldBlock) => {
+                let what = if exclusive {
+                    "GC waited for the ADDs under way"
+                } else {
+                    "ADD waited for a GC under way"
+                };
+                return Err(Error::Busy(format!(
+                    "{what} for {} s ({}); try again later",
+                    wait.as_secs(),
+                    path.display()
+                )));
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(lock_error(&path, format!("cannot lock: {e}")))
+            }
+        }
     }
 }
 
