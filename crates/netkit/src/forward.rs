@@ -8,12 +8,13 @@
 //! - for the `same-bridge` ingress policy, `CNI-ISOLATION-STAGE-1` (first in `FORWARD`) and
 //!   `CNI-ISOLATION-STAGE-2`, which drop what enters a bridge from another interface.
 //!
-//! Each change is one iptables-save and one iptables-restore per family.
+//! Each change is one iptables-save and one iptables-restore per family (see [`ipt`] for what
+//! happens when another call changes the table in between).
 
 use std::net::IpAddr;
 
 use crate::error::Result;
-use crate::ipt::{self, declared, has_exact, has_rule, quote, tools};
+use crate::ipt::{self, has_exact, has_rule, quote, tools};
 
 pub const FORWARD_CHAIN: &str = "CNI-FORWARD";
 pub const ADMIN_CHAIN: &str = "CNI-ADMIN";
@@ -40,42 +41,35 @@ fn by_family(ips: &[IpAddr]) -> impl Iterator<Item = (&'static ipt::Tools, Vec<&
     })
 }
 
-/// The filter table's listing; missing tools are an error here.
-fn listing(t: &ipt::Tools) -> Result<String> {
-    ipt::save(t, "filter")?
-        .ok_or_else(|| crate::tool::not_installed("listing the filter table".into(), t.save))
-}
-
 /// Accepts forwarded traffic from `ips` and back to them, with the admin's chain `admin` ahead.
 pub fn allow(ips: &[IpAddr], admin: &str) -> Result<()> {
     for (t, family) in by_family(ips) {
-        let saved = listing(t)?;
-        let mut lines = Vec::new();
-        for chain in [FORWARD_CHAIN, admin] {
-            if !declared(&saved, chain) {
-                lines.push(format!(":{chain} - [0:0]"));
+        ipt::update(t, "filter", |saved| {
+            let mut lines: Vec<String> = [FORWARD_CHAIN, admin]
+                .into_iter()
+                .filter_map(|chain| ipt::create(saved, chain))
+                .collect();
+            if !has_rule(saved, "FORWARD", &["-j", FORWARD_CHAIN]) {
+                lines.push(format!(
+                    "-I FORWARD 1 -m comment --comment {} -j {FORWARD_CHAIN}",
+                    quote(PLUGIN_COMMENT)
+                ));
             }
-        }
-        if !has_rule(&saved, "FORWARD", &["-j", FORWARD_CHAIN]) {
-            lines.push(format!(
-                "-I FORWARD 1 -m comment --comment {} -j {FORWARD_CHAIN}",
-                quote(PLUGIN_COMMENT)
-            ));
-        }
-        if !has_rule(&saved, FORWARD_CHAIN, &["-j", admin]) {
-            lines.push(format!(
-                "-I {FORWARD_CHAIN} 1 -m comment --comment {} -j {admin}",
-                quote(ADMIN_COMMENT)
-            ));
-        }
-        for ip in family {
-            for rule in pod_rules(ip) {
-                if !has_exact(&saved, FORWARD_CHAIN, &rule) {
-                    lines.push(format!("-A {FORWARD_CHAIN} {rule}"));
+            if !has_rule(saved, FORWARD_CHAIN, &["-j", admin]) {
+                lines.push(format!(
+                    "-I {FORWARD_CHAIN} 1 -m comment --comment {} -j {admin}",
+                    quote(ADMIN_COMMENT)
+                ));
+            }
+            for ip in &family {
+                for rule in pod_rules(ip) {
+                    if !has_exact(saved, FORWARD_CHAIN, &rule) {
+                        lines.push(format!("-A {FORWARD_CHAIN} {rule}"));
+                    }
                 }
             }
-        }
-        ipt::restore(t, "filter", &lines)?;
+            lines
+        })?;
     }
     Ok(())
 }
@@ -101,7 +95,7 @@ pub fn revoke(ips: &[IpAddr]) -> Result<()> {
 /// Whether the rules [`allow`] makes for `ips` are all there; the first missing as an error.
 pub fn check(ips: &[IpAddr], admin: &str) -> Result<()> {
     for (t, family) in by_family(ips) {
-        let saved = listing(t)?;
+        let saved = ipt::listing(t, "filter")?;
         let missing = |what: String| crate::error::Error::NotFound {
             what: format!("{} {what}", t.cmd),
         };
@@ -132,40 +126,38 @@ pub fn isolate_bridge(bridge: &str, v4: bool, v6: bool) -> Result<()> {
         if !on {
             continue;
         }
-        let t = tools(family);
-        let saved = listing(t)?;
-        let mut lines = Vec::new();
-        for chain in [STAGE1, STAGE2] {
-            if !declared(&saved, chain) {
-                lines.push(format!(":{chain} - [0:0]"));
+        ipt::update(tools(family), "filter", |saved| {
+            let mut lines: Vec<String> = [STAGE1, STAGE2]
+                .into_iter()
+                .filter_map(|chain| ipt::create(saved, chain))
+                .collect();
+            if !has_rule(saved, "FORWARD", &["-j", STAGE1]) {
+                lines.push(format!(
+                    "-I FORWARD 1 -j {STAGE1} -m comment --comment {comment}"
+                ));
             }
-        }
-        if !has_rule(&saved, "FORWARD", &["-j", STAGE1]) {
-            lines.push(format!(
-                "-I FORWARD 1 -j {STAGE1} -m comment --comment {comment}"
-            ));
-        }
-        if !has_rule(&saved, STAGE1, &["-i", bridge, "-j", STAGE2]) {
-            lines.push(format!(
-                "-I {STAGE1} 1 -i {bridge} ! -o {bridge} -j {STAGE2} -m comment --comment {comment}"
-            ));
-        }
-        if !has_rule(&saved, STAGE1, &["RETURN"]) {
-            lines.push(format!(
-                "-A {STAGE1} -j RETURN -m comment --comment {comment}"
-            ));
-        }
-        if !has_rule(&saved, STAGE2, &["-o", bridge, "DROP"]) {
-            lines.push(format!(
-                "-I {STAGE2} 1 -o {bridge} -j DROP -m comment --comment {comment}"
-            ));
-        }
-        if !has_rule(&saved, STAGE2, &["RETURN"]) {
-            lines.push(format!(
-                "-A {STAGE2} -j RETURN -m comment --comment {comment}"
-            ));
-        }
-        ipt::restore(t, "filter", &lines)?;
+            if !has_rule(saved, STAGE1, &["-i", bridge, "-j", STAGE2]) {
+                lines.push(format!(
+                    "-I {STAGE1} 1 -i {bridge} ! -o {bridge} -j {STAGE2} -m comment --comment {comment}"
+                ));
+            }
+            if !has_rule(saved, STAGE1, &["RETURN"]) {
+                lines.push(format!(
+                    "-A {STAGE1} -j RETURN -m comment --comment {comment}"
+                ));
+            }
+            if !has_rule(saved, STAGE2, &["-o", bridge, "DROP"]) {
+                lines.push(format!(
+                    "-I {STAGE2} 1 -o {bridge} -j DROP -m comment --comment {comment}"
+                ));
+            }
+            if !has_rule(saved, STAGE2, &["RETURN"]) {
+                lines.push(format!(
+                    "-A {STAGE2} -j RETURN -m comment --comment {comment}"
+                ));
+            }
+            lines
+        })?;
     }
     Ok(())
 }

@@ -164,68 +164,65 @@ impl Forwarding<'_> {
         }
         rules
     }
+
+    /// The iptables-restore lines that set up the forwarding on a table listed as `saved`.
+    fn setup_lines(&self, saved: &str) -> Vec<String> {
+        let chain = dnat_chain(self.network, self.container_id);
+        let mark = mark(self.mark_bit);
+        // In the order the reference makes them, which is the order nftables lists the chains.
+        let mut lines: Vec<String> = Vec::new();
+        if self.snat && self.external_set_mark.is_none() {
+            lines.extend(ipt::create(saved, SET_MARK_CHAIN));
+            if !has_rule(saved, SET_MARK_CHAIN, &["--set-xmark", &mark]) {
+                lines.push(format!(
+                    "-A {SET_MARK_CHAIN} -m comment --comment {} -j MARK --set-xmark {mark}",
+                    quote("CNI portfwd masquerade mark")
+                ));
+            }
+            lines.extend(ipt::create(saved, MASQ_CHAIN));
+            if !has_rule(saved, MASQ_CHAIN, &["--mark", &mark, "MASQUERADE"]) {
+                lines.push(format!(
+                    "-A {MASQ_CHAIN} -m mark --mark {mark} -j MASQUERADE"
+                ));
+            }
+            if !has_rule(saved, "POSTROUTING", &[MASQ_CHAIN]) {
+                lines.push(format!(
+                    "-I POSTROUTING 1 -m comment --comment {} -j {MASQ_CHAIN}",
+                    quote("CNI portfwd requiring masquerade")
+                ));
+            }
+        }
+        lines.extend(ipt::create(saved, TOP_DNAT_CHAIN));
+        for entry in ["PREROUTING", "OUTPUT"] {
+            if !has_rule(saved, entry, &[TOP_DNAT_CHAIN]) {
+                lines.push(format!(
+                    "-A {entry} -m addrtype --dst-type LOCAL -j {TOP_DNAT_CHAIN}"
+                ));
+            }
+        }
+        // The attachment's own chain is declared (which flushes it) and filled again, and its
+        // entry rules replaced.
+        lines.extend(jumps_to(saved, TOP_DNAT_CHAIN, &chain));
+        lines.push(format!(":{chain} - [0:0]"));
+        lines.extend(
+            self.dnat_rules()
+                .into_iter()
+                .map(|r| format!("-A {chain} {r}")),
+        );
+        lines.extend(
+            self.entry_rules()
+                .into_iter()
+                .map(|r| format!("-A {TOP_DNAT_CHAIN} {r} -j {chain}")),
+        );
+        lines
+    }
 }
 
 /// Sets up the forwarding to `f.pod`. Running it again for the attachment replaces its
 /// rules; the shared chains get what they lack.
 pub fn setup(f: &Forwarding) -> Result<()> {
     let tools = ipt::tools(f.pod.addr().is_ipv4());
-    let saved = ipt::save(tools, "nat")?.ok_or_else(|| {
-        tool::not_installed(format!("forwarding host ports to {}", f.pod), tools.save)
-    })?;
-    let chain = dnat_chain(f.network, f.container_id);
-    let mark = mark(f.mark_bit);
-    // In the order the reference makes them, which is the order nftables lists the chains.
-    let mut lines: Vec<String> = Vec::new();
-    let declare = |lines: &mut Vec<String>, c: &str| {
-        if !declared(&saved, c) {
-            lines.push(format!(":{c} - [0:0]"));
-        }
-    };
-    if f.snat && f.external_set_mark.is_none() {
-        declare(&mut lines, SET_MARK_CHAIN);
-        if !has_rule(&saved, SET_MARK_CHAIN, &["--set-xmark", &mark]) {
-            lines.push(format!(
-                "-A {SET_MARK_CHAIN} -m comment --comment {} -j MARK --set-xmark {mark}",
-                quote("CNI portfwd masquerade mark")
-            ));
-        }
-        declare(&mut lines, MASQ_CHAIN);
-        if !has_rule(&saved, MASQ_CHAIN, &["--mark", &mark, "MASQUERADE"]) {
-            lines.push(format!(
-                "-A {MASQ_CHAIN} -m mark --mark {mark} -j MASQUERADE"
-            ));
-        }
-        if !has_rule(&saved, "POSTROUTING", &[MASQ_CHAIN]) {
-            lines.push(format!(
-                "-I POSTROUTING 1 -m comment --comment {} -j {MASQ_CHAIN}",
-                quote("CNI portfwd requiring masquerade")
-            ));
-        }
-    }
-    declare(&mut lines, TOP_DNAT_CHAIN);
-    for entry in ["PREROUTING", "OUTPUT"] {
-        if !has_rule(&saved, entry, &[TOP_DNAT_CHAIN]) {
-            lines.push(format!(
-                "-A {entry} -m addrtype --dst-type LOCAL -j {TOP_DNAT_CHAIN}"
-            ));
-        }
-    }
-    // The attachment's own chain is declared (which flushes it) and filled again, and its
-    // entry rules replaced.
-    lines.extend(jumps_to(&saved, TOP_DNAT_CHAIN, &chain));
-    lines.push(format!(":{chain} - [0:0]"));
-    lines.extend(
-        f.dnat_rules()
-            .into_iter()
-            .map(|r| format!("-A {chain} {r}")),
-    );
-    lines.extend(
-        f.entry_rules()
-            .into_iter()
-            .map(|r| format!("-A {TOP_DNAT_CHAIN} {r} -j {chain}")),
-    );
-    ipt::restore(tools, "nat", &lines).map_err(|e| match e {
+    ipt::update(tools, "nat", |saved| f.setup_lines(saved)).map_err(|e| match e {
         Error::Command { msg, .. } => Error::Command {
             op: format!("forwarding host ports to {}", f.pod),
             msg,

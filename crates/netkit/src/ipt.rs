@@ -1,6 +1,12 @@
 //! What the iptables users (masquerade, host ports, forwarding) share: each family's tools, and
 //! reading an `iptables-save` listing and writing an `iptables-restore` script, so a change is
 //! one save and one restore per family.
+//!
+//! Calls on other pods run at the same time, with no lock between the save and the restore, so
+//! a script writes only what is its caller's own: a chain every pod shares is made with `-N`,
+//! never declared (`:CHAIN` in a `--noflush` script empties a chain that exists, and with it
+//! the rules other pods put there). When another call made the chain after the listing was
+//! read, `-N` fails the whole script, and [`update`] reads the table again and starts over.
 
 use crate::error::Result;
 use crate::tool;
@@ -43,6 +49,11 @@ pub(crate) fn save(t: &Tools, table: &str) -> Result<Option<String>> {
     tool::run(t.save, &["-t", table], None)
 }
 
+/// `table`'s listing; a missing tool is an error.
+pub(crate) fn listing(t: &Tools, table: &str) -> Result<String> {
+    save(t, table)?.ok_or_else(|| tool::not_installed(format!("listing the {table} table"), t.save))
+}
+
 /// Applies `lines` to `table` in one transaction, leaving the rest of the table as it is.
 pub(crate) fn restore(t: &Tools, table: &str, lines: &[String]) -> Result<()> {
     if lines.is_empty() {
@@ -50,6 +61,37 @@ pub(crate) fn restore(t: &Tools, table: &str, lines: &[String]) -> Result<()> {
     }
     let script = format!("*{table}\n{}\nCOMMIT\n", lines.join("\n"));
     tool::run_installed(t.restore, &["-w", "--noflush"], Some(&script)).map(drop)
+}
+
+/// How often [`update`] starts over because other calls made the chains it was making.
+const ATTEMPTS: usize = 5;
+
+/// Applies to `table` the lines `change` makes of its current listing, reading it again and
+/// starting over when the script failed because a chain it makes (`-N`) was made meanwhile.
+pub(crate) fn update(t: &Tools, table: &str, change: impl Fn(&str) -> Vec<String>) -> Result<()> {
+    let mut saved = listing(t, table)?;
+    let mut attempt = 1;
+    loop {
+        let lines = change(&saved);
+        let Err(e) = restore(t, table, &lines) else {
+            return Ok(());
+        };
+        saved = listing(t, table)?;
+        let raced = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("-N "))
+            .any(|chain| declared(&saved, chain));
+        if !raced || attempt == ATTEMPTS {
+            return Err(e);
+        }
+        attempt += 1;
+    }
+}
+
+/// The line that makes `chain` when `saved` does not have it, without touching one that
+/// another call makes in the meantime.
+pub(crate) fn create(saved: &str, chain: &str) -> Option<String> {
+    (!declared(saved, chain)).then(|| format!("-N {chain}"))
 }
 
 /// Whether `saved` declares `chain`.
@@ -92,6 +134,8 @@ mod tests {
     #[test]
     fn listings_are_read() {
         assert!(declared(SAVED, "CNI-X") && !declared(SAVED, "CNI-Y"));
+        assert_eq!(create(SAVED, "CNI-X"), None);
+        assert_eq!(create(SAVED, "CNI-Y").as_deref(), Some("-N CNI-Y"));
         assert!(has_rule(SAVED, "POSTROUTING", &["-s", "CNI-X"]));
         assert!(!has_rule(SAVED, "CNI-X", &["MASQUERADE"]));
         assert!(has_exact(SAVED, "CNI-X", "-d 10.0.0.0/24 -j ACCEPT"));
