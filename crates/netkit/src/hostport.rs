@@ -6,7 +6,8 @@
 //! - `CNI-HOSTPORT-DNAT`: per protocol and up to 15 ports, a multiport rule commented
 //!   `dnat name: "<net>" id: "<cid>"` jumping to the attachment's `CNI-DN-<hash>`;
 //! - `CNI-DN-<hash>`: per mapping, the hairpin and (IPv4) localhost rules jumping to
-//!   `CNI-HOSTPORT-SETMARK`, then the DNAT to the pod;
+//!   `CNI-HOSTPORT-SETMARK` (with `masq_all`, one rule for every source instead), then the
+//!   DNAT to the pod;
 //! - `CNI-HOSTPORT-SETMARK` marks with the masquerade bit, and `CNI-HOSTPORT-MASQ`, first in
 //!   `POSTROUTING`, masquerades what is marked.
 //!
@@ -53,6 +54,9 @@ pub struct Forwarding<'a> {
     pub mappings: &'a [Mapping],
     /// Mark hairpin and localhost traffic for masquerading.
     pub snat: bool,
+    /// With `snat`: mark traffic from every source for masquerading, not only the pod's subnet
+    /// and localhost (the reference's `masqAll`).
+    pub masq_all: bool,
     /// The masquerade mark bit (0 to 31).
     pub mark_bit: u8,
     /// A chain of the admin's that marks instead of `CNI-HOSTPORT-SETMARK` (which is then
@@ -150,7 +154,14 @@ impl Forwarding<'_> {
                     base.push_str(&format!(" -d {ip}"));
                 }
             }
-            if self.snat {
+            if self.snat && self.masq_all {
+                let any = if pod_ip.is_ipv4() {
+                    "0.0.0.0/0"
+                } else {
+                    "::/0"
+                };
+                rules.push(format!("{base} -s {any} -j {set_mark}"));
+            } else if self.snat {
                 rules.push(format!("{base} -s {} -j {set_mark}", self.pod));
                 // IPv4 only: the reference marks no IPv6 localhost traffic.
                 if pod_ip.is_ipv4() {
@@ -320,6 +331,7 @@ mod tests {
             pod: pod.parse().expect("net"),
             mappings,
             snat: true,
+            masq_all: false,
             mark_bit: 13,
             external_set_mark: None,
             conditions: &[],
@@ -368,6 +380,26 @@ mod tests {
                 "-p tcp --dport 8080 -s fd20::5/64 -j CNI-HOSTPORT-SETMARK",
                 "-p tcp --dport 8080 -j DNAT --to-destination [fd20::5]:80",
             ]
+        );
+        // masqAll: every source is marked, in one rule.
+        let f = Forwarding {
+            masq_all: true,
+            ..fwd(&maps[..1], "10.20.0.5/24")
+        };
+        assert_eq!(
+            f.dnat_rules(),
+            [
+                "-p tcp --dport 8080 -s 0.0.0.0/0 -j CNI-HOSTPORT-SETMARK",
+                "-p tcp --dport 8080 -j DNAT --to-destination 10.20.0.5:80",
+            ]
+        );
+        let f = Forwarding {
+            masq_all: true,
+            ..fwd(&maps[..1], "fd20::5/64")
+        };
+        assert_eq!(
+            f.dnat_rules()[0],
+            "-p tcp --dport 8080 -s ::/0 -j CNI-HOSTPORT-SETMARK"
         );
         assert_eq!(dnat_chain("net", "c1").len(), 28);
         assert_eq!(mark(13), "0x2000/0x2000");

@@ -5,7 +5,8 @@
 //! As the reference (1.1.1): for the pod's first IPv4 and first IPv6 address on `CNI_IFNAME`,
 //! each mapping's DNAT, with `snat` (the default) marking hairpin and IPv4 localhost traffic for
 //! masquerade and turning `route_localnet` on for the interface that routes to the pod;
-//! `markMasqBit`, `externalSetMarkChain`, `conditionsV4` and `conditionsV6`; DEL removes the
+//! `markMasqBit`, `externalSetMarkChain`, `conditionsV4` and `conditionsV6`, and `masqAll` of
+//! later releases (with `snat`, traffic from any source is masqueraded); DEL removes the
 //! attachment's chain and the rules jumping to it; UDP's stale conntrack entries for the host
 //! ports are dropped after ADD (with the `conntrack` tool, when the node has it).
 //!
@@ -60,6 +61,8 @@ struct Raw {
     #[serde(default)]
     snat: Option<bool>,
     #[serde(default)]
+    masq_all: bool,
+    #[serde(default)]
     conditions_v4: Option<Vec<String>>,
     #[serde(default)]
     conditions_v6: Option<Vec<String>>,
@@ -78,6 +81,7 @@ struct PortmapConf {
     net: NetConf,
     mappings: Vec<Mapping>,
     snat: bool,
+    masq_all: bool,
     mark_bit: u8,
     external_set_mark: Option<String>,
     conditions_v4: Vec<String>,
@@ -131,6 +135,7 @@ impl PortmapConf {
             net,
             mappings,
             snat: raw.snat.unwrap_or(true),
+            masq_all: raw.masq_all,
             mark_bit,
             external_set_mark: raw.external_set_mark_chain,
             conditions_v4: conditions("conditionsV4", raw.conditions_v4)?,
@@ -154,6 +159,7 @@ impl PortmapConf {
             pod,
             mappings: &self.mappings,
             snat: self.snat,
+            masq_all: self.masq_all,
             mark_bit: self.mark_bit,
             external_set_mark: self.external_set_mark.as_deref(),
             conditions: if pod.addr().is_ipv4() {
@@ -377,17 +383,17 @@ mod tests {
     #[test]
     fn options() {
         let c = parse(&format!(
-            r#","snat":false,"markMasqBit":5,"conditionsV4":["-s","10.0.0.0/8"]{}"#,
+            r#","snat":false,"masqAll":true,"markMasqBit":5,"conditionsV4":["-s","10.0.0.0/8"]{}"#,
             maps(r#"{"hostPort":8080,"containerPort":80,"protocol":"tcp","hostIP":"192.0.2.1"}"#)
         ))
         .expect("parsed");
-        assert!(!c.snat);
+        assert!(!c.snat && c.masq_all);
         assert_eq!(c.mark_bit, 5);
         assert_eq!(c.conditions_v4, ["-s", "10.0.0.0/8"]);
         assert_eq!(c.mappings[0].host_port, 8080);
         assert_eq!(c.mappings[0].host_ip, "192.0.2.1".parse().ok());
         let c = parse("").expect("parsed");
-        assert!(c.snat && c.mark_bit == 13 && c.mappings.is_empty());
+        assert!(c.snat && !c.masq_all && c.mark_bit == 13 && c.mappings.is_empty());
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Our portmap forwarding real traffic: a client in another namespace and the node itself
 //! reach a pod's TCP and UDP servers through the node's ports, and the ports close with DEL.
+//! The servers answer with the address they see the client at, which shows what was
+//! masqueraded: localhost by default, every client with `masqAll`.
 
 mod common;
 
@@ -70,7 +72,7 @@ fn in_ns<T: Send>(ns: &Netns, f: impl FnOnce() -> T + Send) -> T {
         .expect("enter the namespace")
 }
 
-/// A TCP server on :80 and a UDP echo on :53 in the pod, answering with their own name.
+/// A TCP server on :80 and a UDP server on :53 in the pod, answering with the client's address.
 fn serve(pod: &Netns) -> (TcpListener, UdpSocket) {
     in_ns(pod, || {
         let tcp = TcpListener::bind("0.0.0.0:80").expect("bind tcp");
@@ -96,8 +98,8 @@ fn ask(
             // Answer one connection, if one comes.
             tcp.set_nonblocking(true).expect("nonblocking");
             for _ in 0..200 {
-                if let Ok((mut c, _)) = tcp.accept() {
-                    let _ = c.write_all(b"tcp-pod");
+                if let Ok((mut c, peer)) = tcp.accept() {
+                    let _ = c.write_all(peer.ip().to_string().as_bytes());
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(10));
@@ -106,7 +108,7 @@ fn ask(
         let echo = s.spawn(move || {
             let mut buf = [0u8; 64];
             if let Ok((_, peer)) = udp.recv_from(&mut buf) {
-                let _ = udp.send_to(b"udp-pod", peer);
+                let _ = udp.send_to(peer.ip().to_string().as_bytes(), peer);
             }
         });
         let answers = in_ns(from, || {
@@ -134,6 +136,11 @@ fn ask(
     })
 }
 
+/// Both servers' answers: the address each saw the client at.
+fn seen_as(ip: &str) -> (Option<String>, Option<String>) {
+    (Some(ip.to_owned()), Some(ip.to_owned()))
+}
+
 #[test]
 fn host_ports_reach_the_pod_from_outside_and_from_the_node_until_del() {
     let plugins = Plugins::new();
@@ -141,21 +148,20 @@ fn host_ports_reach_the_pod_from_outside_and_from_the_node_until_del() {
     let client = topology(&sb);
     let servers = serve(&sb.pod);
     assert_eq!(sb.add(CONF).code, 0);
-    let want = (Some("tcp-pod".to_owned()), Some("udp-pod".to_owned()));
     assert_eq!(
         ask(&client, "192.0.2.1", &servers),
-        want,
-        "from another namespace"
+        seen_as("192.0.2.2"),
+        "from another namespace, not masqueraded"
     );
     assert_eq!(
         ask(&sb.node, "192.0.2.1", &servers),
-        want,
+        seen_as("192.0.2.1"),
         "from the node, to its address"
     );
     assert_eq!(
         ask(&sb.node, "127.0.0.1", &servers).0,
-        want.0,
-        "from the node, to localhost"
+        seen_as("10.30.0.1").0,
+        "from the node, to localhost: masqueraded to the node's address toward the pod"
     );
     let check = sb.run(&sb.call("CHECK", CONF));
     assert_eq!(check.code, 0, "{check:?}");
@@ -168,4 +174,49 @@ fn host_ports_reach_the_pod_from_outside_and_from_the_node_until_del() {
     );
     let fw = sb.firewall();
     assert!(!fw.contains("CNI-DN-"), "{fw}");
+}
+
+/// `masqAll`: whatever the source, forwarded traffic is masqueraded, so the pod answers the
+/// node (for a pod whose replies would not go back through it otherwise).
+#[test]
+fn masq_all_masquerades_every_client() {
+    let plugins = Plugins::new();
+    let sb = Sandbox::new(&plugins, Side::Ours);
+    let client = topology(&sb);
+    let servers = serve(&sb.pod);
+    let conf = CONF.replacen(
+        r#""type":"portmap","#,
+        r#""type":"portmap","masqAll":true,"#,
+        1,
+    );
+    assert_eq!(sb.add(&conf).code, 0);
+
+    // One mark rule per mapping, for any source: no pod-subnet or localhost rule.
+    let nat = sb
+        .node
+        .command("iptables")
+        .args(["-t", "nat", "-S"])
+        .output()
+        .expect("iptables");
+    let nat = String::from_utf8_lossy(&nat.stdout);
+    let marks: Vec<&str> = nat
+        .lines()
+        .filter(|l| l.starts_with("-A CNI-DN-") && l.ends_with("-j CNI-HOSTPORT-SETMARK"))
+        .collect();
+    assert_eq!(marks.len(), 2, "{nat}");
+    assert!(marks.iter().all(|l| !l.contains(" -s ")), "{nat}");
+
+    assert_eq!(
+        ask(&client, "192.0.2.1", &servers),
+        seen_as("10.30.0.1"),
+        "from another namespace: masqueraded"
+    );
+    assert_eq!(
+        ask(&sb.node, "127.0.0.1", &servers).0,
+        seen_as("10.30.0.1").0,
+        "from the node's localhost"
+    );
+    let check = sb.run(&sb.call("CHECK", &conf));
+    assert_eq!(check.code, 0, "{check:?}");
+    assert_eq!(sb.del(&conf).code, 0);
 }
