@@ -26,8 +26,9 @@ pub struct DecodeError {
     problem: Problem,
 }
 
+/// A step of a key path: a key of an object, or an index of a list.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Segment {
+pub(crate) enum Segment {
     Key(String),
     Index(usize),
 }
@@ -67,20 +68,7 @@ impl DecodeError {
 
     /// The key path, as the message shows it (`ipam.ranges[0][1].gateway`).
     pub fn path(&self) -> String {
-        let mut out = String::new();
-        for segment in &self.path {
-            match segment {
-                Segment::Index(i) => out.push_str(&format!("[{i}]")),
-                Segment::Key(k) if is_plain_key(k) => {
-                    if !out.is_empty() {
-                        out.push('.');
-                    }
-                    out.push_str(k);
-                }
-                Segment::Key(k) => out.push_str(&format!("[{}]", quote(k))),
-            }
-        }
-        out
+        show_path(&self.path)
     }
 
     fn at(mut self, segment: Segment, value: &Value) -> DecodeError {
@@ -111,6 +99,25 @@ impl DecodeError {
             },
         }
     }
+}
+
+/// A key path as messages show it: `ipam.ranges[0][1].gateway`, a key that is not a plain
+/// name quoted in brackets.
+pub(crate) fn show_path(path: &[Segment]) -> String {
+    let mut out = String::new();
+    for segment in path {
+        match segment {
+            Segment::Index(i) => out.push_str(&format!("[{i}]")),
+            Segment::Key(k) if is_plain_key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Segment::Key(k) => out.push_str(&format!("[{}]", quote(k))),
+        }
+    }
+    out
 }
 
 /// A key shown as is in a path; any other is shown quoted, in brackets.

@@ -12,6 +12,7 @@ pub mod env;
 pub mod error;
 pub mod input;
 pub mod invoke;
+pub mod keys;
 pub mod network;
 pub mod path_roots;
 pub mod quote;

@@ -113,12 +113,15 @@ pub fn dispatch(
     }
 }
 
-/// `<plugin> validate`: reads a config on stdin and checks it with [`validate`]. Prints nothing
-/// and returns 0 when it passes; prints the CNI error object and returns 1 when it does not.
-pub fn validate_main(plugin: &dyn Plugin, stdin: &mut dyn Read, stdout: &mut dyn Write) -> i32 {
-    let outcome =
-        crate::input::read_capped(stdin, "stdin").and_then(|config| validate(plugin, &config));
-    match outcome {
+/// `<plugin> validate`: checks the config read from stdin ([`crate::input::read_capped`]'s
+/// answer) with [`validate`]. Prints nothing and returns 0 when it passes; prints the CNI error
+/// object and returns 1 when it does not.
+pub fn validate_main(
+    plugin: &dyn Plugin,
+    stdin: Result<Vec<u8>, CniError>,
+    stdout: &mut dyn Write,
+) -> i32 {
+    match stdin.and_then(|config| validate(plugin, &config)) {
         Ok(()) => 0,
         Err(e) => {
             print_error(stdout, e);

@@ -358,10 +358,10 @@ fn an_add_whose_result_cannot_be_expressed_is_undone() {
     assert_eq!(*fake.calls.borrow(), [Command::Add, Command::Del]);
 }
 
-/// `validate_main` with `config` on stdin: exit status and stdout.
+/// `validate_main` with `config` read from stdin: exit status and stdout.
 fn validate(plugin: &Fake, config: &str) -> (i32, String) {
     let mut out = Vec::new();
-    let code = cni::skel::validate_main(plugin, &mut config.as_bytes(), &mut out);
+    let code = cni::skel::validate_main(plugin, Ok(config.as_bytes().to_vec()), &mut out);
     (code, String::from_utf8(out).expect("stdout is UTF-8"))
 }
 

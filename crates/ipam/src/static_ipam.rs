@@ -4,6 +4,7 @@
 use std::net::IpAddr;
 
 use cni::args::CniArgs;
+use cni::keys::Keys;
 use cni::{CmdArgs, CniError, CniResult, Dns, IpConfig, Plugin, Route};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -68,6 +69,14 @@ struct RawIpam {
     addresses: Vec<RawAddress>,
     #[serde(default, deserialize_with = "null_default")]
     dns: Dns,
+}
+
+/// The keys static reads in `ipam`.
+pub fn keys() -> Keys {
+    Keys::of::<RawIpam>()
+        .with("addresses", Keys::of::<RawAddress>())
+        .with("routes", Keys::of::<Route>())
+        .with("dns", Keys::of::<Dns>())
 }
 
 /// `runtimeConfig` and `args.cni` both carry `ips`: CIDR strings.

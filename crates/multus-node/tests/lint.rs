@@ -526,7 +526,7 @@ fn cni_versions_nobody_speaks() {
 
 /// The error message `cni-plugins validate <plugin>` gives for `config`.
 fn plugin_says(plugin: &str, config: &Value) -> String {
-    let (_, err) = testkit::validate_config(&cni_plugins(), plugin, &config.to_string());
+    let (_, err, _) = testkit::validate_config(&cni_plugins(), plugin, &config.to_string());
     err.expect("validate fails")["msg"]
         .as_str()
         .expect("a string")
@@ -589,6 +589,84 @@ fn every_plugins_option_errors_carry_the_plugins_own_message() {
     let f = lint_config(&list, &[]).only("plugin-options");
     assert_eq!(f["path"], "spec.config.plugins[1]");
     says(&f, r#"mode: "nope" is not a mode of macvlan"#);
+}
+
+/// Keys no plugin reads, in a single config and in a list, at the top and inside IPAM: a
+/// warning each, at the key, naming the key it resembles; the keys runtimes and multus add
+/// are not among them.
+#[test]
+fn unknown_keys_are_warnings_at_the_key() {
+    let list = json!({"cniVersion": "1.0.0", "name": "web", "plugins": [
+        {"type": "bridge", "bridge": "br-lab", "isgateway": true, "deviceID": "0000:01:00.1",
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": "192.168.50.0/24",
+                  "rangestart": "192.168.50.10"}]], "routes": [{"dst": "192.168.60.0/24"}]}},
+        {"type": "portmap", "capabilities": {"portMappings": true}, "masqall": true},
+        {"type": "tuning", "sysctls": {"net.ipv4.conf.IFNAME.arp_filter": "1"}},
+        {"type": "firewall", "backend": "iptables"}]});
+    let run = lint_config(&list, &[]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    let found: Vec<(String, String)> = run
+        .findings()
+        .iter()
+        .map(|f| {
+            assert_eq!(
+                (&f["check"], &f["severity"]),
+                (&json!("unknown-key"), &json!("warning"))
+            );
+            (
+                f["path"].as_str().unwrap().to_owned(),
+                f["problem"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.config.plugins[0].isgateway",
+            "spec.config.plugins[0].ipam.ranges[0][0].rangestart",
+            "spec.config.plugins[1].masqall",
+            "spec.config.plugins[2].sysctls",
+        ]
+    );
+    assert!(
+        found[2]
+            .1
+            .starts_with(r#"portmap: unknown key "masqall" (did you mean "masqAll"?)"#),
+        "{}",
+        found[2].1
+    );
+    assert!(
+        found[1].1.contains(r#"(did you mean "rangeStart"?)"#),
+        "{}",
+        found[1].1
+    );
+    assert!(
+        found[3].1.contains(r#"(did you mean "sysctl"?)"#),
+        "{}",
+        found[3].1
+    );
+
+    // A single config, and whereabouts (which multus carries) in it.
+    let config = json!({"cniVersion": "1.0.0", "type": "macvlan", "master": "eth1", "vlanid": 5,
+        "ipam": {"type": "whereabouts", "range": "192.168.2.0/24", "range_begin": "192.168.2.9",
+                 "log_level": "debug"}});
+    let run = lint_config(&config, &[]);
+    let paths: Vec<String> = run
+        .findings()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        paths,
+        ["spec.config.vlanid", "spec.config.ipam.range_begin"],
+        "{}",
+        run.stdout
+    );
+    says(
+        &run.findings()[1],
+        r#"whereabouts: unknown key "ipam.range_begin""#,
+    );
 }
 
 #[test]

@@ -13,6 +13,7 @@
 //! validates still deletes the ifb; a rate below 8 bits per second is refused (the reference
 //! divides by zero); CHECK also checks the egress side and the latency.
 
+use cni::keys::Keys;
 use cni::{CmdArgs, CniError, CniResult, Interface, NetConf};
 use netkit::netlink::{Bucket, Link, LATENCY_USEC};
 use netkit::Netlink;
@@ -70,6 +71,15 @@ struct Limits {
     egress: Option<Bucket>,
 }
 
+/// The keys of its own bandwidth reads: the limits (which `runtimeConfig.bandwidth` gives
+/// too), and the subnets of later releases it refuses.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Entry>().named(&UNSUPPORTED)
+}
+
+/// Keys of later releases this bandwidth refuses rather than ignores.
+const UNSUPPORTED: [&str; 2] = ["shapedSubnets", "unshapedSubnets"];
+
 struct BandwidthConf {
     net: NetConf,
     limits: Limits,
@@ -82,7 +92,7 @@ impl BandwidthConf {
         let top: Entry = cni::decode::from_value(&config)?;
         let runtime: RawRuntimeConfig = cni::decode::from_value(&config)?;
         net.version()?;
-        for key in ["shapedSubnets", "unshapedSubnets"] {
+        for key in UNSUPPORTED {
             if config.get(key).is_some() {
                 return Err(CniError::invalid_config(format!(
                     "{key}: not supported by this bandwidth plugin yet, which shapes all of the \

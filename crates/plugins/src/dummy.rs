@@ -7,6 +7,7 @@
 //! interface of the same name); the result keeps the DNS settings IPAM returned; IPv6
 //! addresses are added without DAD unless `enabledad` is set; CHECK also checks routes.
 
+use cni::keys::Keys;
 use cni::{CmdArgs, CniError, CniResult, NetConf};
 use serde::Deserialize;
 
@@ -49,6 +50,11 @@ impl DummyConf {
             enable_dad: raw.enable_dad,
         })
     }
+}
+
+/// The keys this plugin reads, besides those every config carries.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>()
 }
 
 impl cni::Plugin for Dummy {

@@ -21,6 +21,7 @@
 
 use std::net::IpAddr;
 
+use cni::keys::Keys;
 use cni::quote::quote;
 use cni::{CmdArgs, CniError, CniResult, Code, NetConf};
 use netkit::firewalld::Firewalld;
@@ -216,6 +217,11 @@ fn unbind(zone: &str, ips: &[IpAddr]) -> Result<(), CniError> {
         fw.remove_source(zone, *ip).map_err(firewalld_error)?;
     }
     Ok(())
+}
+
+/// The keys this plugin reads, besides those every config carries.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>()
 }
 
 impl cni::Plugin for Firewall {

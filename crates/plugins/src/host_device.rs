@@ -14,6 +14,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use cni::keys::Keys;
 use cni::{CmdArgs, CniError, CniResult, Interface, NetConf};
 use netkit::netlink::Link;
 use netkit::{Family, NetNs, Netlink};
@@ -370,6 +371,11 @@ fn record_file(args: &CmdArgs) -> Result<StateFile, CniError> {
         Path::new(STATE_DIR),
         format!("{}_{}.json", args.container_id, args.ifname),
     )
+}
+
+/// The keys this plugin reads, besides those every config carries.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>()
 }
 
 impl cni::Plugin for HostDevice {

@@ -1,9 +1,8 @@
 //! `cni-plugins`: one binary for every plugin, chosen by the name it is run under
 //! (a link named `bridge`, `host-local`, ...) or by its first argument. `cni-plugins --list`
 //! prints the names, `cni-plugins --version` the version and commit; `cni-plugins validate
-//! <name>` checks a config on stdin as that plugin's ADD would, printing nothing when it passes
-//! and the CNI error object (exit 1) when not; `dhcp daemon [flags]` runs the dhcp daemon
-//! instead of the plugin.
+//! <name>` checks a config on stdin as that plugin's ADD would (see [`plugins::validate`]);
+//! `dhcp daemon [flags]` runs the dhcp daemon instead of the plugin.
 
 use std::path::Path;
 
@@ -51,10 +50,11 @@ fn main() {
         std::process::exit(2);
     };
     if validating {
-        let status = cni::skel::validate_main(
-            entry.plugin,
+        let status = plugins::validate::main(
+            entry,
             &mut std::io::stdin().lock(),
             &mut std::io::stdout().lock(),
+            &mut std::io::stderr().lock(),
         );
         std::process::exit(status);
     }

@@ -17,6 +17,7 @@
 
 use std::net::IpAddr;
 
+use cni::keys::Keys;
 use cni::quote::quote;
 use cni::{CmdArgs, CniError, CniResult, NetConf};
 use ipnet::IpNet;
@@ -309,6 +310,11 @@ fn drop_stale_udp(conf: &PortmapConf, family: Family) {
             Err(e) => eprintln!("portmap: running conntrack for UDP port {port}: {e}"),
         }
     }
+}
+
+/// The keys this plugin reads, besides those every config carries.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>()
 }
 
 impl cni::Plugin for Portmap {

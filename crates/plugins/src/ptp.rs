@@ -15,6 +15,7 @@
 
 use std::net::IpAddr;
 
+use cni::keys::Keys;
 use cni::{CmdArgs, CniError, CniResult, Interface, NetConf};
 use ipnet::IpNet;
 use netkit::netlink::{AddrOpts, Link, Route, RT_SCOPE_HOST, RT_SCOPE_LINK};
@@ -71,6 +72,11 @@ impl PtpConf {
             net,
         })
     }
+}
+
+/// The keys this plugin reads, besides those every config carries.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>()
 }
 
 impl cni::Plugin for Ptp {

@@ -19,6 +19,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use cni::keys::Keys;
 use cni::{CmdArgs, CniError, CniResult, IpConfig, NetConf};
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 use netkit::netlink::{Link, Route, Rule, RT_SCOPE_LINK, RT_TABLE_MAIN};
@@ -131,6 +132,11 @@ fn required(conf: &SbrConf, args: &CmdArgs) -> Result<(CniResult, Vec<IpConfig>)
         )));
     }
     Ok((prev, ips))
+}
+
+/// The keys this plugin reads, besides those every config carries.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>()
 }
 
 impl cni::Plugin for Sbr {

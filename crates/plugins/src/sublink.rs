@@ -5,6 +5,7 @@
 //! DEL needs neither the master nor a default route: it releases the IPAM reservation while
 //! the interface still exists, then deletes the interface if the pod still has it.
 
+use cni::keys::Keys;
 use cni::{CmdArgs, CniError, CniResult, NetConf};
 use netkit::netlink::Link;
 use netkit::{NetNs, Netlink};
@@ -30,6 +31,11 @@ struct RawConf {
     link_in_container: bool,
     #[serde(default, rename = "enabledad")]
     enable_dad: bool,
+}
+
+/// The keys macvlan, ipvlan and vlan share.
+pub fn keys() -> Keys {
+    Keys::of::<RawConf>()
 }
 
 /// The shared keys, checked.

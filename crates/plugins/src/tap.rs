@@ -9,6 +9,7 @@
 //! deletes only a tun/tap device of that name; the result keeps the DNS settings IPAM returned;
 //! CHECK also checks the kind and the MAC.
 
+use cni::keys::Keys;
 use cni::quote::quote;
 use cni::{CmdArgs, CniError, CniResult, NetConf};
 use netkit::netlink::Link;
@@ -111,6 +112,11 @@ fn check_context(context: String) -> Result<String, CniError> {
         )));
     }
     Ok(context)
+}
+
+/// The keys this plugin reads, besides those every config carries.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>()
 }
 
 impl cni::Plugin for Tap {

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use cni::keys::Keys;
 use cni::path_roots::PathRoots;
 use cni::{CmdArgs, CniError, CniResult, NetConf};
 use netkit::netlink::Link;
@@ -110,6 +111,11 @@ struct RawArgs {
     tx_qlen: Option<u32>,
     #[serde(default)]
     allmulti: Option<bool>,
+}
+
+/// The keys of its own tuning reads.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>().and::<RawSysctls>()
 }
 
 /// The checked configuration.

@@ -7,6 +7,7 @@
 //! config without `ipam` is refused before anything is created, with a message that says so;
 //! IPv6 addresses are added without DAD unless `enabledad` is set.
 
+use cni::keys::Keys;
 use cni::{CmdArgs, CniError, CniResult};
 use netkit::netlink::Link;
 use netkit::{NetNs, Netlink};
@@ -54,6 +55,11 @@ impl VlanConf {
             })?;
         Ok(VlanConf { common, vlan_id })
     }
+}
+
+/// The keys vlan reads: those it shares with macvlan and ipvlan but `mode`, and `vlanId`.
+pub(crate) fn keys() -> Keys {
+    sublink::keys().without("mode").and::<Raw>()
 }
 
 impl cni::Plugin for Vlan {

@@ -13,6 +13,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use cni::keys::Keys;
 use cni::quote::quote;
 use cni::{CmdArgs, CniError, CniResult, NetConf};
 use netkit::netlink::{AddrOpts, Link, Route, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
@@ -92,6 +93,11 @@ fn find_vrf(nl: &Netlink, name: &str) -> Result<Option<Link>, CniError> {
         ))),
         None => Ok(None),
     }
+}
+
+/// The keys this plugin reads, besides those every config carries.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>()
 }
 
 impl cni::Plugin for Vrf {

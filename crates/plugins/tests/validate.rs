@@ -1,11 +1,12 @@
 //! `cni-plugins validate <type>`: every plugin's config checks, run as a tool would run them
-//! (config on stdin, nothing or a CNI error object on stdout), with nothing on the node read.
+//! (config on stdin, nothing or a CNI error object on stdout, a warning on stderr per key the
+//! plugin does not read), with nothing on the node read.
 
 use std::path::Path;
 
 use serde_json::Value;
 
-fn validate(plugin: &str, config: &str) -> (i32, Option<Value>) {
+fn validate(plugin: &str, config: &str) -> (i32, Option<Value>, Vec<String>) {
     testkit::validate_config(Path::new(env!("CARGO_BIN_EXE_cni-plugins")), plugin, config)
 }
 
@@ -16,13 +17,13 @@ fn conf(plugin: &str, extra: &str) -> String {
 /// The config passes: exit 0 and nothing printed.
 fn passes(plugin: &str, extra: &str) {
     let config = conf(plugin, extra);
-    assert_eq!(validate(plugin, &config), (0, None), "{config}");
+    assert_eq!(validate(plugin, &config), (0, None, Vec::new()), "{config}");
 }
 
 /// The config fails with `code` and a message containing `msg`.
 fn fails(plugin: &str, extra: &str, code: u64, msg: &str) {
     let config = conf(plugin, extra);
-    let (status, err) = validate(plugin, &config);
+    let (status, err, _) = validate(plugin, &config);
     assert_eq!(status, 1, "{config}");
     let err = err.expect("an error object on stdout");
     assert_eq!(err["code"], code, "{config}: {err}");
@@ -183,20 +184,20 @@ fn static_ipam() {
 
 #[test]
 fn shared_checks_and_unknown_types() {
-    let (status, err) = validate(
+    let (status, err, _) = validate(
         "bridge",
         r#"{"cniVersion":"9.0.0","name":"net","type":"bridge"}"#,
     );
     assert_eq!(status, 1);
     assert_eq!(err.unwrap()["code"], 1);
-    let (status, err) = validate("bridge", r#"{"cniVersion":"1.0.0","name":"a b"}"#);
+    let (status, err, _) = validate("bridge", r#"{"cniVersion":"1.0.0","name":"a b"}"#);
     assert_eq!(status, 1);
     assert_eq!(err.unwrap()["code"], 7);
-    let (status, err) = validate("bridge", "not json");
+    let (status, err, _) = validate("bridge", "not json");
     assert_eq!(status, 1);
     assert_eq!(err.unwrap()["code"], 6);
     // A type that is not built in is not ours to answer for.
-    let (status, err) = validate("whereabouts", "{}");
+    let (status, err, _) = validate("whereabouts", "{}");
     assert_eq!((status, err), (2, None));
 }
 
@@ -223,8 +224,16 @@ fn dhcp() {
 #[test]
 fn passthru() {
     passes("passthru", "");
-    // passthru has no options, so it minds none.
-    passes("passthru", r#","anything":{"at":"all"}"#);
+    // passthru has no options: it refuses none, and says it reads none.
+    let config = conf("passthru", r#","anything":{"at":"all"}"#);
+    assert_eq!(
+        validate("passthru", &config),
+        (
+            0,
+            None,
+            vec![r#"passthru: unknown key "anything""#.to_owned()]
+        )
+    );
 }
 
 #[test]
@@ -473,4 +482,37 @@ fn firewall() {
         "firewalldZone: ",
     );
     fails("firewall", r#","ingressPolicy":7"#, 6, "ingressPolicy");
+}
+
+/// A key no plugin reads is a warning on stderr, naming the plugin, the key and the key it
+/// most resembles; the exit status is the config's own.
+#[test]
+fn unknown_keys_are_warnings() {
+    let (status, err, warnings) = validate("portmap", &conf("portmap", r#","masqall":true"#));
+    assert_eq!((status, err), (0, None));
+    assert_eq!(
+        warnings,
+        [r#"portmap: unknown key "masqall" (did you mean "masqAll"?)"#]
+    );
+    // Inside a built-in IPAM, and beside an error.
+    let (status, _, warnings) = validate(
+        "bridge",
+        &conf(
+            "bridge",
+            r#","vlan":5000,"hairpin":true,"ipam":{"type":"host-local","subnet":"10.9.0.0/24","rangestart":"10.9.0.9"}"#,
+        ),
+    );
+    assert_eq!(status, 1);
+    assert_eq!(
+        warnings,
+        [
+            r#"bridge: unknown key "hairpin""#,
+            r#"bridge: unknown key "ipam.rangestart" (did you mean "rangeStart"?)"#,
+        ]
+    );
+    // The keys runtimes and multus add are every plugin's.
+    passes(
+        "tuning",
+        r#","mtu":1400,"deviceID":"0000:01:00.1","pciBusID":"0000:01:00.1","args":{"cni":{"mac":"02:00:00:00:00:01"}},"runtimeConfig":{"mac":"02:00:00:00:00:02"},"capabilities":{"mac":true}"#,
+    );
 }

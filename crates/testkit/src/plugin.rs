@@ -29,8 +29,12 @@ pub fn workspace_binary(name: &str, package: &str) -> PathBuf {
 }
 
 /// Runs `<bin> validate <plugin>` (the `cni-plugins` config check) with `config` on stdin:
-/// its exit status, and the CNI error object it printed, if any.
-pub fn validate_config(bin: &Path, plugin: &str, config: &str) -> (i32, Option<serde_json::Value>) {
+/// its exit status, the CNI error object it printed, if any, and its warnings (stderr's lines).
+pub fn validate_config(
+    bin: &Path,
+    plugin: &str,
+    config: &str,
+) -> (i32, Option<serde_json::Value>, Vec<String>) {
     let mut child = Command::new(bin)
         .args(["validate", plugin])
         .stdin(Stdio::piped())
@@ -56,7 +60,11 @@ pub fn validate_config(bin: &Path, plugin: &str, config: &str) -> (i32, Option<s
         .expect("wait for cni-plugins validate");
     let err = (!out.stdout.is_empty())
         .then(|| serde_json::from_slice(&out.stdout).expect("an error object on stdout"));
-    (out.status.code().expect("an exit status"), err)
+    let warnings = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    (out.status.code().expect("an exit status"), err, warnings)
 }
 
 /// A directory that holds our multi-call binary under each plugin name, to use as `CNI_PATH`.

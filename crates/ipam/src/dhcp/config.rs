@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 
 use cni::args::CniArgs;
+use cni::keys::Keys;
 use cni::quote::quote;
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +74,13 @@ struct RawRequest {
     skip_default: bool,
     #[serde(default)]
     option: String,
+}
+
+/// The keys dhcp reads in `ipam`.
+pub fn keys() -> Keys {
+    Keys::of::<RawIpam>()
+        .with("provide", Keys::of::<RawProvide>())
+        .with("request", Keys::of::<RawRequest>())
 }
 
 /// An option the client sends with its value.

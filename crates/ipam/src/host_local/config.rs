@@ -4,6 +4,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use cni::args::CniArgs;
+use cni::keys::Keys;
 use cni::{GcAttachment, Route};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -161,6 +162,15 @@ struct RawStoreNet {
 struct RawStoreIpam {
     #[serde(default, deserialize_with = "null_default")]
     data_dir: String,
+}
+
+/// The keys host-local reads in `ipam`: `ranges`, `routes`, and a range written in `ipam`
+/// itself (the legacy form).
+pub fn keys() -> Keys {
+    Keys::of::<RawIpam>()
+        .and::<RawRange>()
+        .with("ranges", Keys::of::<RawRange>())
+        .with("routes", Keys::of::<Route>())
 }
 
 fn data_dir(raw: String) -> PathBuf {

@@ -6,6 +6,8 @@ mod range;
 mod resolv;
 mod store;
 
+pub use config::keys;
+
 use std::collections::HashSet;
 
 use cni::path_roots::PathRoots;

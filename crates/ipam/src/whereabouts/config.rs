@@ -7,6 +7,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use cni::args::CniArgs;
+use cni::keys::Keys;
 use cni::path_roots::{PathError, PathRoots};
 use cni::quote::quote;
 use cni::{Dns, IpConfig, Route};
@@ -187,6 +188,39 @@ struct RawIpam {
     node_slice_size: String,
     #[serde(default)]
     configuration_path: String,
+}
+
+/// Keys of the reference's `ipam` this whereabouts takes and ignores (see [`RawIpam`]).
+const IGNORED: [&str; 14] = [
+    "datastore",
+    "etcd_host",
+    "etcd_username",
+    "etcd_password",
+    "etcd_key_file",
+    "etcd_cert_file",
+    "etcd_ca_cert_file",
+    "leader_lease_duration",
+    "leader_renew_deadline",
+    "leader_retry_period",
+    "sleep_for_race",
+    "log_file",
+    "log_level",
+    "reconciler_cron_expression",
+];
+
+/// The keys whereabouts reads in `ipam`, with those it takes and ignores.
+pub fn keys() -> Keys {
+    Keys::of::<RawIpam>()
+        .named(&["enable_overlapping_ranges"])
+        .named(&IGNORED)
+        .with("ipRanges", Keys::of::<RawRange>())
+        .with(
+            "kubernetes",
+            Keys::of::<RawKubernetes>().named(&["k8s_api_root"]),
+        )
+        .with("addresses", Keys::of::<RawAddress>())
+        .with("routes", Keys::of::<Route>())
+        .with("dns", Keys::of::<Dns>())
 }
 
 impl Config {

@@ -10,7 +10,7 @@ mod record;
 mod reservation;
 mod slices;
 
-pub use config::{Config, NodeSlices, PodRef, Sources};
+pub use config::{keys, Config, NodeSlices, PodRef, Sources};
 pub use names::{pool_name, reservation_name};
 pub use pool::{Allocation, Choice, Pool, API_VERSION};
 pub use range::{parse_exclude, parse_range, Range};

@@ -8,11 +8,12 @@ use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use cni::keys::UnknownKey;
 use cni::{NetConfList, Version};
 use ipnet::IpNet;
 use serde_json::{json, Map, Value};
 
-use super::plugins::{Plugins, Verdict};
+use super::plugins::Plugins;
 use super::report::{Place, Report, Severity};
 
 /// Address space a NAD's ranges and routes must stay out of.
@@ -289,7 +290,11 @@ impl Plugin<'_> {
     /// whereabouts is carried by multus itself: its validate runs here, on the config the
     /// interface plugin would hand it.
     fn check_whereabouts(&self, report: &mut Report) {
-        let config = Value::Object(self.conf.clone()).to_string();
+        let value = Value::Object(self.conf.clone());
+        for key in cni::keys::unknown_in_ipam(&value, ipam::whereabouts::keys()) {
+            self.unknown_key("whereabouts", &key.warning("whereabouts"), report);
+        }
+        let config = value.to_string();
         if let Err(e) = cni::skel::validate(&whereabouts::Whereabouts::node(), config.as_bytes()) {
             report.add(
                 Severity::Error,
@@ -304,6 +309,24 @@ impl Plugin<'_> {
         }
     }
 
+    /// A key `plugin` does not read, from its warning (`portmap: unknown key "masqall" (did
+    /// you mean "masqAll"?)`), at the key when the warning names it whole.
+    fn unknown_key(&self, plugin: &str, warning: &str, report: &mut Report) {
+        let place = match UnknownKey::path_in_warning(plugin, warning) {
+            Some(key) => self.key(key),
+            None => self.place.clone(),
+        };
+        report.add(
+            Severity::Warning,
+            "unknown-key",
+            place,
+            format!(
+                "{warning}: the plugin ignores it, so the network works as if it were not there"
+            ),
+            "correct the key's name (names are case-sensitive), or remove it",
+        );
+    }
+
     /// The plugin's own checks: `cni-plugins validate` for a built-in type, the VERSION answer
     /// for another binary in the bin dir.
     fn check_options(&self, ctx: &Context, plugin_type: &str, report: &mut Report) {
@@ -311,17 +334,23 @@ impl Plugin<'_> {
         if plugins.is_builtin(plugin_type) {
             let config = Value::Object(self.conf.clone()).to_string();
             match plugins.validate(plugin_type, config.as_bytes()) {
-                Ok(Verdict::Valid) => {}
-                Ok(Verdict::Invalid(e)) => report.add(
-                    Severity::Error,
-                    "plugin-options",
-                    self.place.clone(),
-                    format!(
-                        "{plugin_type} refuses this config (CNI error {}): {e}",
-                        e.code
-                    ),
-                    "change what the plugin names: ADD would fail with this same error",
-                ),
+                Ok(answer) => {
+                    for warning in &answer.warnings {
+                        self.unknown_key(plugin_type, warning, report);
+                    }
+                    if let Some(e) = answer.error {
+                        report.add(
+                            Severity::Error,
+                            "plugin-options",
+                            self.place.clone(),
+                            format!(
+                                "{plugin_type} refuses this config (CNI error {}): {e}",
+                                e.code
+                            ),
+                            "change what the plugin names: ADD would fail with this same error",
+                        );
+                    }
+                }
                 Err(e) => report.add(
                     Severity::Note,
                     "not-checked",

@@ -19,10 +19,11 @@ pub struct Plugins {
 }
 
 /// A plugin's answer about one config.
-pub enum Verdict {
-    Valid,
-    /// The plugin's own error object.
-    Invalid(CniError),
+pub struct Answer {
+    /// The plugin's own error object, when it refuses the config.
+    pub error: Option<CniError>,
+    /// Its warnings: one line per key it does not read.
+    pub warnings: Vec<String>,
 }
 
 impl Plugins {
@@ -84,7 +85,7 @@ impl Plugins {
     }
 
     /// Runs `cni-plugins validate <type>` on `config`. `Err` when it could not be asked.
-    pub fn validate(&self, plugin_type: &str, config: &[u8]) -> Result<Verdict, String> {
+    pub fn validate(&self, plugin_type: &str, config: &[u8]) -> Result<Answer, String> {
         let bin = self
             .multi_call
             .as_ref()
@@ -103,22 +104,27 @@ impl Plugins {
         let out = child
             .wait_with_output()
             .map_err(|e| format!("{} validate {plugin_type}: {e}", bin.display()))?;
-        match out.status.code() {
-            Some(0) => Ok(Verdict::Valid),
-            Some(1) => serde_json::from_slice(&out.stdout)
-                .map(Verdict::Invalid)
-                .map_err(|e| {
-                    format!(
-                        "{} validate {plugin_type} printed no error object ({e})",
-                        bin.display()
-                    )
-                }),
-            _ => Err(format!(
-                "{} validate {plugin_type} failed: {}",
-                bin.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )),
-        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let error = match out.status.code() {
+            Some(0) => None,
+            Some(1) => Some(serde_json::from_slice(&out.stdout).map_err(|e| {
+                format!(
+                    "{} validate {plugin_type} printed no error object ({e})",
+                    bin.display()
+                )
+            })?),
+            _ => {
+                return Err(format!(
+                    "{} validate {plugin_type} failed: {}",
+                    bin.display(),
+                    stderr.trim()
+                ))
+            }
+        };
+        Ok(Answer {
+            error,
+            warnings: stderr.lines().map(str::to_owned).collect(),
+        })
     }
 
     /// The CNI versions a plugin binary in the bin dir speaks; `None` when it is not there.

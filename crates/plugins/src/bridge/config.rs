@@ -1,6 +1,7 @@
 //! The bridge plugin's configuration: parsed, checked and resolved once (MAC precedence, VLAN
 //! trunk ranges, implied options), so the rest of the plugin reads plain values.
 
+use cni::keys::Keys;
 use cni::quote::quote;
 use cni::{CniError, NetConf};
 use serde::Deserialize;
@@ -60,6 +61,11 @@ struct TrunkEntry {
     max_id: Option<i64>,
     #[serde(default)]
     id: Option<i64>,
+}
+
+/// The keys of its own bridge reads.
+pub fn keys() -> Keys {
+    Keys::of::<Raw>().with("vlanTrunk", Keys::of::<TrunkEntry>())
 }
 
 /// The checked configuration.

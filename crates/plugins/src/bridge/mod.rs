@@ -14,6 +14,8 @@ mod del;
 mod gateway;
 mod port;
 
+pub(crate) use config::keys;
+
 use cni::{CmdArgs, CniError, CniResult};
 
 use crate::ipam_call::{self, Ipam};

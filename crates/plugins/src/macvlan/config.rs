@@ -1,6 +1,7 @@
 //! The macvlan plugin's configuration: parsed, checked and resolved once (mode, MTU, MAC
 //! precedence), so the rest of the plugin reads plain values.
 
+use cni::keys::Keys;
 use cni::CniError;
 use netkit::netlink::MacvlanMode;
 use serde::Deserialize;
@@ -22,6 +23,11 @@ struct Raw {
     mac: String,
     #[serde(default, rename = "bcqueuelen")]
     bc_queue_len: u32,
+}
+
+/// The keys macvlan reads.
+pub fn keys() -> Keys {
+    crate::sublink::keys().and::<Raw>()
 }
 
 /// The checked configuration.

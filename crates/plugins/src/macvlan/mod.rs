@@ -8,6 +8,8 @@
 
 mod config;
 
+pub(crate) use config::keys;
+
 use cni::{CmdArgs, CniError, CniResult};
 use netkit::netlink::{Link, MacvlanOpts};
 use netkit::{NetNs, Netlink};
