@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::error::{Error, Result};
-use crate::ipt::{self, declared, has_rule, jumps_to, quote};
+use crate::ipt::{self, declared, jumps_to, quote, SharedRule};
 use crate::tool;
 
 pub const TOP_DNAT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
@@ -176,39 +176,78 @@ impl Forwarding<'_> {
         rules
     }
 
+    /// What the forwarding needs of the chains every attachment shares, in the order the
+    /// reference makes it (the order nftables lists the chains in): `CNI-HOSTPORT-DNAT` and
+    /// the jumps of local traffic to it and, with `snat`, the chains and rules that mark and
+    /// masquerade.
+    fn shared(&self) -> Vec<Shared> {
+        let mark = mark(self.mark_bit);
+        let rule = |chain: &str, first: bool, words: &[&str], rule: String| {
+            Shared::Rule(SharedRule {
+                chain: chain.into(),
+                first,
+                words: words.iter().map(|w| (*w).to_owned()).collect(),
+                rule,
+            })
+        };
+        let mut shared = Vec::new();
+        if self.marks_itself() {
+            shared.extend([
+                Shared::Chain(SET_MARK_CHAIN),
+                rule(
+                    SET_MARK_CHAIN,
+                    false,
+                    &["--set-xmark", &mark],
+                    format!(
+                        "-m comment --comment {} -j MARK --set-xmark {mark}",
+                        quote("CNI portfwd masquerade mark")
+                    ),
+                ),
+                Shared::Chain(MASQ_CHAIN),
+                rule(
+                    MASQ_CHAIN,
+                    false,
+                    &["--mark", &mark, "MASQUERADE"],
+                    format!("-m mark --mark {mark} -j MASQUERADE"),
+                ),
+                rule(
+                    "POSTROUTING",
+                    true,
+                    &[MASQ_CHAIN],
+                    format!(
+                        "-m comment --comment {} -j {MASQ_CHAIN}",
+                        quote("CNI portfwd requiring masquerade")
+                    ),
+                ),
+            ]);
+        }
+        shared.push(Shared::Chain(TOP_DNAT_CHAIN));
+        for entry in ["PREROUTING", "OUTPUT"] {
+            shared.push(rule(
+                entry,
+                false,
+                &[TOP_DNAT_CHAIN],
+                format!("-m addrtype --dst-type LOCAL -j {TOP_DNAT_CHAIN}"),
+            ));
+        }
+        shared
+    }
+
+    /// Whether the forwarding marks for masquerade in `CNI-HOSTPORT-SETMARK` (not in an
+    /// admin's chain).
+    fn marks_itself(&self) -> bool {
+        self.snat && self.external_set_mark.is_none()
+    }
+
     /// The iptables-restore lines that set up the forwarding on a table listed as `saved`.
     fn setup_lines(&self, saved: &str) -> Vec<String> {
         let chain = dnat_chain(self.network, self.container_id);
-        let mark = mark(self.mark_bit);
-        // In the order the reference makes them, which is the order nftables lists the chains.
-        let mut lines: Vec<String> = Vec::new();
-        if self.snat && self.external_set_mark.is_none() {
-            lines.extend(ipt::create(saved, SET_MARK_CHAIN));
-            if !has_rule(saved, SET_MARK_CHAIN, &["--set-xmark", &mark]) {
-                lines.push(format!(
-                    "-A {SET_MARK_CHAIN} -m comment --comment {} -j MARK --set-xmark {mark}",
-                    quote("CNI portfwd masquerade mark")
-                ));
-            }
-            lines.extend(ipt::create(saved, MASQ_CHAIN));
-            if !has_rule(saved, MASQ_CHAIN, &["--mark", &mark, "MASQUERADE"]) {
-                lines.push(format!(
-                    "-A {MASQ_CHAIN} -m mark --mark {mark} -j MASQUERADE"
-                ));
-            }
-            if !has_rule(saved, "POSTROUTING", &[MASQ_CHAIN]) {
-                lines.push(format!(
-                    "-I POSTROUTING 1 -m comment --comment {} -j {MASQ_CHAIN}",
-                    quote("CNI portfwd requiring masquerade")
-                ));
-            }
-        }
-        lines.extend(ipt::create(saved, TOP_DNAT_CHAIN));
-        for entry in ["PREROUTING", "OUTPUT"] {
-            if !has_rule(saved, entry, &[TOP_DNAT_CHAIN]) {
-                lines.push(format!(
-                    "-A {entry} -m addrtype --dst-type LOCAL -j {TOP_DNAT_CHAIN}"
-                ));
+        let mut lines = Vec::new();
+        for piece in self.shared() {
+            match piece {
+                Shared::Chain(c) => lines.extend(ipt::create(saved, c)),
+                Shared::Rule(r) if !r.is_in(saved) => lines.push(r.line()),
+                Shared::Rule(_) => {}
             }
         }
         // The attachment's own chain is declared (which flushes it) and filled again, and its
@@ -227,6 +266,12 @@ impl Forwarding<'_> {
         );
         lines
     }
+}
+
+/// A piece of the chains every attachment shares: a chain, made when missing, or a rule.
+enum Shared {
+    Chain(&'static str),
+    Rule(SharedRule),
 }
 
 /// Sets up the forwarding to `f.pod`. Running it again for the attachment replaces its
@@ -275,6 +320,12 @@ pub fn check(f: &Forwarding) -> Result<()> {
     let saved = ipt::save(tools, "nat")?.ok_or_else(|| missing("nat table".into()))?;
     if !declared(&saved, &chain) {
         return Err(missing(format!("chain {chain}")));
+    }
+    for piece in f.shared() {
+        match piece {
+            Shared::Rule(r) if !r.is_in(&saved) => return Err(r.missing(tools)),
+            _ => {}
+        }
     }
     let checks = f
         .dnat_rules()

@@ -8,7 +8,7 @@
 //! the rules other pods put there). When another call made the chain after the listing was
 //! read, `-N` fails the whole script, and [`update`] reads the table again and starts over.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::tool;
 
 /// The tools of one address family.
@@ -92,6 +92,42 @@ pub(crate) fn update(t: &Tools, table: &str, change: impl Fn(&str) -> Vec<String
 /// another call makes in the meantime.
 pub(crate) fn create(saved: &str, chain: &str) -> Option<String> {
     (!declared(saved, chain)).then(|| format!("-N {chain}"))
+}
+
+/// A rule in a chain every pod shares: found in a listing by some of its words (another
+/// release may have written the rest differently), added when missing, first in its chain or
+/// last.
+pub(crate) struct SharedRule {
+    pub chain: String,
+    pub first: bool,
+    pub words: Vec<String>,
+    /// Without `-A CHAIN`.
+    pub rule: String,
+}
+
+impl SharedRule {
+    /// The iptables-restore line that adds it.
+    pub fn line(&self) -> String {
+        let (chain, rule) = (&self.chain, &self.rule);
+        if self.first {
+            format!("-I {chain} 1 {rule}")
+        } else {
+            format!("-A {chain} {rule}")
+        }
+    }
+
+    /// Whether `saved` has it.
+    pub fn is_in(&self, saved: &str) -> bool {
+        let words: Vec<&str> = self.words.iter().map(String::as_str).collect();
+        has_rule(saved, &self.chain, &words)
+    }
+
+    /// The error naming it, missing from a listing of `t`'s.
+    pub fn missing(&self, t: &Tools) -> Error {
+        Error::NotFound {
+            what: format!("{} rule {:?} in chain {}", t.cmd, self.rule, self.chain),
+        }
+    }
 }
 
 /// Whether `saved` declares `chain`.
