@@ -14,7 +14,7 @@
 use std::net::IpAddr;
 
 use crate::error::Result;
-use crate::ipt::{self, has_exact, has_rule, quote, tools};
+use crate::ipt::{self, has_exact, quote, tools, SharedRule};
 
 pub const FORWARD_CHAIN: &str = "CNI-FORWARD";
 pub const ADMIN_CHAIN: &str = "CNI-ADMIN";
@@ -41,6 +41,28 @@ fn by_family(ips: &[IpAddr]) -> impl Iterator<Item = (&'static ipt::Tools, Vec<&
     })
 }
 
+/// The rules of the shared chains every pod's rules need: `FORWARD`'s jump to `CNI-FORWARD`,
+/// and its jump to the admin's chain `admin` ahead of the pods' rules.
+fn shared_rules(admin: &str) -> [SharedRule; 2] {
+    [
+        SharedRule {
+            chain: "FORWARD".into(),
+            first: true,
+            words: vec!["-j".into(), FORWARD_CHAIN.into()],
+            rule: format!(
+                "-m comment --comment {} -j {FORWARD_CHAIN}",
+                quote(PLUGIN_COMMENT)
+            ),
+        },
+        SharedRule {
+            chain: FORWARD_CHAIN.into(),
+            first: true,
+            words: vec!["-j".into(), admin.into()],
+            rule: format!("-m comment --comment {} -j {admin}", quote(ADMIN_COMMENT)),
+        },
+    ]
+}
+
 /// Accepts forwarded traffic from `ips` and back to them, with the admin's chain `admin` ahead.
 pub fn allow(ips: &[IpAddr], admin: &str) -> Result<()> {
     for (t, family) in by_family(ips) {
@@ -49,18 +71,12 @@ pub fn allow(ips: &[IpAddr], admin: &str) -> Result<()> {
                 .into_iter()
                 .filter_map(|chain| ipt::create(saved, chain))
                 .collect();
-            if !has_rule(saved, "FORWARD", &["-j", FORWARD_CHAIN]) {
-                lines.push(format!(
-                    "-I FORWARD 1 -m comment --comment {} -j {FORWARD_CHAIN}",
-                    quote(PLUGIN_COMMENT)
-                ));
-            }
-            if !has_rule(saved, FORWARD_CHAIN, &["-j", admin]) {
-                lines.push(format!(
-                    "-I {FORWARD_CHAIN} 1 -m comment --comment {} -j {admin}",
-                    quote(ADMIN_COMMENT)
-                ));
-            }
+            lines.extend(
+                shared_rules(admin)
+                    .iter()
+                    .filter(|r| !r.is_in(saved))
+                    .map(SharedRule::line),
+            );
             for ip in &family {
                 for rule in pod_rules(ip) {
                     if !has_exact(saved, FORWARD_CHAIN, &rule) {
@@ -96,19 +112,15 @@ pub fn revoke(ips: &[IpAddr]) -> Result<()> {
 pub fn check(ips: &[IpAddr], admin: &str) -> Result<()> {
     for (t, family) in by_family(ips) {
         let saved = ipt::listing(t, "filter")?;
-        let missing = |what: String| crate::error::Error::NotFound {
-            what: format!("{} {what}", t.cmd),
-        };
-        if !has_rule(&saved, "FORWARD", &["-j", FORWARD_CHAIN]) {
-            return Err(missing(format!("FORWARD's jump to {FORWARD_CHAIN}")));
-        }
-        if !has_rule(&saved, FORWARD_CHAIN, &["-j", admin]) {
-            return Err(missing(format!("{FORWARD_CHAIN}'s jump to {admin}")));
+        if let Some(r) = shared_rules(admin).iter().find(|r| !r.is_in(&saved)) {
+            return Err(r.missing(t));
         }
         for ip in family {
             for rule in pod_rules(ip) {
                 if !has_exact(&saved, FORWARD_CHAIN, &rule) {
-                    return Err(missing(format!("rule {rule:?} in {FORWARD_CHAIN}")));
+                    return Err(crate::error::Error::NotFound {
+                        what: format!("{} rule {rule:?} in chain {FORWARD_CHAIN}", t.cmd),
+                    });
                 }
             }
         }
@@ -116,12 +128,53 @@ pub fn check(ips: &[IpAddr], admin: &str) -> Result<()> {
     Ok(())
 }
 
+/// Whether the rules [`isolate_bridge`] makes for `bridge` are there, in the families of
+/// `ips`; the first missing as an error.
+pub fn check_isolation(bridge: &str, ips: &[IpAddr]) -> Result<()> {
+    for (t, _) in by_family(ips) {
+        let saved = ipt::listing(t, "filter")?;
+        if let Some(r) = isolation_rules(bridge).iter().find(|r| !r.is_in(&saved)) {
+            return Err(r.missing(t));
+        }
+    }
+    Ok(())
+}
+
+/// The `same-bridge` rules for `bridge`: `FORWARD` sends to `CNI-ISOLATION-STAGE-1`, which
+/// sends what comes in on the bridge and goes out elsewhere to `CNI-ISOLATION-STAGE-2`, which
+/// drops what goes out to the bridge; each returns what it does not decide.
+fn isolation_rules(bridge: &str) -> Vec<SharedRule> {
+    let comment = quote(ISOLATION_COMMENT);
+    let rule = |chain: &str, first: bool, words: &[&str], rule: String| SharedRule {
+        chain: chain.into(),
+        first,
+        words: words.iter().map(|w| (*w).to_owned()).collect(),
+        rule: format!("{rule} -m comment --comment {comment}"),
+    };
+    vec![
+        rule("FORWARD", true, &["-j", STAGE1], format!("-j {STAGE1}")),
+        rule(
+            STAGE1,
+            true,
+            &["-i", bridge, "-j", STAGE2],
+            format!("-i {bridge} ! -o {bridge} -j {STAGE2}"),
+        ),
+        rule(STAGE1, false, &["RETURN"], "-j RETURN".into()),
+        rule(
+            STAGE2,
+            true,
+            &["-o", bridge, "DROP"],
+            format!("-o {bridge} -j DROP"),
+        ),
+        rule(STAGE2, false, &["RETURN"], "-j RETURN".into()),
+    ]
+}
+
 /// The `same-bridge` ingress policy for `bridge`, in the families given: what enters the
 /// bridge from another interface is dropped. The chains stay after DEL: other pods on the
 /// bridge need them.
 pub fn isolate_bridge(bridge: &str, v4: bool, v6: bool) -> Result<()> {
     crate::netlink::validate_ifname(bridge)?;
-    let comment = quote(ISOLATION_COMMENT);
     for (family, on) in [(true, v4), (false, v6)] {
         if !on {
             continue;
@@ -131,31 +184,12 @@ pub fn isolate_bridge(bridge: &str, v4: bool, v6: bool) -> Result<()> {
                 .into_iter()
                 .filter_map(|chain| ipt::create(saved, chain))
                 .collect();
-            if !has_rule(saved, "FORWARD", &["-j", STAGE1]) {
-                lines.push(format!(
-                    "-I FORWARD 1 -j {STAGE1} -m comment --comment {comment}"
-                ));
-            }
-            if !has_rule(saved, STAGE1, &["-i", bridge, "-j", STAGE2]) {
-                lines.push(format!(
-                    "-I {STAGE1} 1 -i {bridge} ! -o {bridge} -j {STAGE2} -m comment --comment {comment}"
-                ));
-            }
-            if !has_rule(saved, STAGE1, &["RETURN"]) {
-                lines.push(format!(
-                    "-A {STAGE1} -j RETURN -m comment --comment {comment}"
-                ));
-            }
-            if !has_rule(saved, STAGE2, &["-o", bridge, "DROP"]) {
-                lines.push(format!(
-                    "-I {STAGE2} 1 -o {bridge} -j DROP -m comment --comment {comment}"
-                ));
-            }
-            if !has_rule(saved, STAGE2, &["RETURN"]) {
-                lines.push(format!(
-                    "-A {STAGE2} -j RETURN -m comment --comment {comment}"
-                ));
-            }
+            lines.extend(
+                isolation_rules(bridge)
+                    .iter()
+                    .filter(|r| !r.is_in(saved))
+                    .map(SharedRule::line),
+            );
             lines
         })?;
     }

@@ -155,6 +155,21 @@ impl FirewallConf {
         })?;
         CniResult::from_value_at(prev, Some("prevResult"))
     }
+
+    /// With `same-bridge`, the bridge to isolate: the first interface of `prev`, as bridge's
+    /// result names it.
+    fn isolated_bridge(&self, prev: &CniResult) -> Result<Option<String>, CniError> {
+        if !self.same_bridge {
+            return Ok(None);
+        }
+        match prev.interfaces.first().map(|i| i.name.as_str()) {
+            Some(name) if !name.is_empty() => Ok(Some(name.to_owned())),
+            _ => Err(CniError::invalid_config(
+                "ingressPolicy \"same-bridge\" needs the bridge: chain firewall after bridge, \
+                 whose result names it first",
+            )),
+        }
+    }
 }
 
 /// Every address of the result, as the reference allows them.
@@ -229,22 +244,7 @@ impl cni::Plugin for Firewall {
         let conf = FirewallConf::parse(&args.stdin)?;
         let prev = conf.prev_result()?;
         let ips = addresses(&prev);
-        let bridge = if conf.same_bridge {
-            let name = prev
-                .interfaces
-                .first()
-                .map(|i| i.name.as_str())
-                .unwrap_or("");
-            if name.is_empty() {
-                return Err(CniError::invalid_config(
-                    "ingressPolicy \"same-bridge\" needs the bridge: chain firewall after \
-                     bridge, whose result names it first",
-                ));
-            }
-            Some(name.to_owned())
-        } else {
-            None
-        };
+        let bridge = conf.isolated_bridge(&prev)?;
         let mut firewalld = firewalld_for(conf.backend)?;
         match firewalld.as_mut() {
             Some(fw) => bind(fw, &conf.zone, &ips)?,
@@ -300,7 +300,13 @@ impl cni::Plugin for Firewall {
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = FirewallConf::parse(&args.stdin)?;
-        let ips = addresses(&conf.prev_result()?);
+        let prev = conf.prev_result()?;
+        let ips = addresses(&prev);
+        let bridge = conf.isolated_bridge(&prev)?;
+        if let Some(bridge) = &bridge {
+            netkit::forward::check_isolation(bridge, &ips)
+                .map_err(|e| check::fail(e.to_string()))?;
+        }
         let Some(mut fw) = firewalld_for(conf.backend)? else {
             return netkit::forward::check(&ips, &conf.admin_chain)
                 .map_err(|e| check::fail(e.to_string()));
