@@ -306,6 +306,16 @@ impl cni::Plugin for Bandwidth {
                 .link_by_name(&name)
                 .map_err(sys)?
                 .ok_or_else(|| check::fail(format!("the ifb {name:?} is missing")))?;
+            if !node
+                .ingress_redirects(host.index)
+                .map_err(sys)?
+                .contains(&ifb.index)
+            {
+                return Err(check::fail(format!(
+                    "{:?} has no redirect to {name:?} for the pod's traffic",
+                    host.name
+                )));
+            }
             check_tbf(&node, &ifb, bucket, ticks)?;
         }
         Ok(())

@@ -236,6 +236,46 @@ impl Netlink {
         Ok(())
     }
 
+    /// The links the filters on link `index`'s ingress redirect its traffic to (mirred egress
+    /// redirects, as [`Netlink::add_redirect`] makes them).
+    pub fn ingress_redirects(&self, index: u32) -> Result<Vec<u32>> {
+        let parent = TcHandle {
+            major: 0xffff,
+            minor: 0,
+        };
+        let request = message(index, TcHandle::UNSPEC, parent, 0)?;
+        let replies = self.dump(RouteNetlinkMessage::GetTrafficFilter(request), || {
+            format!("listing the ingress filters of link {index}")
+        })?;
+        let mut to = Vec::new();
+        for reply in replies {
+            let RouteNetlinkMessage::NewTrafficFilter(msg) = reply else {
+                continue;
+            };
+            let options = msg.attributes.into_iter().filter_map(|a| match a {
+                TcAttribute::Options(options) => Some(options),
+                _ => None,
+            });
+            let actions = options.flatten().filter_map(|o| match o {
+                TcOption::U32(TcFilterU32Option::Action(actions)) => Some(actions),
+                _ => None,
+            });
+            for attribute in actions.flatten().flat_map(|a| a.attributes) {
+                let TcActionAttribute::Options(action_options) = attribute else {
+                    continue;
+                };
+                for option in action_options {
+                    if let TcActionOption::Mirror(TcActionMirrorOption::Parms(m)) = option {
+                        if m.eaction == TcMirrorActionType::EgressRedir {
+                            to.push(m.ifindex);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(to)
+    }
+
     /// The kinds of link `index`'s qdiscs, and its root tbf if it has one.
     pub fn qdiscs(&self, index: u32) -> Result<(Vec<String>, Option<Tbf>)> {
         let replies = self.dump(
