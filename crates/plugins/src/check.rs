@@ -60,6 +60,14 @@ pub fn kind(link: &Link, kind: &str) -> Result<(), CniError> {
     )))
 }
 
+/// The link is up, as ADD leaves it.
+pub fn up(link: &Link) -> Result<(), CniError> {
+    if link.up {
+        return Ok(());
+    }
+    Err(fail(format!("interface {:?} is down", link.name)))
+}
+
 /// The link has the MAC of its result entry, when the entry names one.
 pub fn mac(entry: &Interface, link: &Link) -> Result<(), CniError> {
     if entry.mac.is_empty() {

@@ -446,6 +446,7 @@ impl cni::Plugin for HostDevice {
         let entry = crate::check::container_entry(&prev, args)?;
         let pod_nl = Netlink::in_ns(&pod).map_err(sys)?;
         let link = crate::check::pod_link(&pod_nl, args)?;
+        crate::check::up(&link)?;
         crate::check::mac(entry, &link)?;
         crate::check::addresses(&pod_nl, &link, &prev)?;
         crate::check::routes(&pod_nl, &prev)

@@ -109,9 +109,11 @@ impl cni::Plugin for Ptp {
         let pod_nl = Netlink::in_ns(&pod).map_err(sys)?;
         let link = check::pod_link(&pod_nl, args)?;
         check::kind(&link, "veth")?;
+        check::up(&link)?;
         check::mac(entry, &link)?;
         check::addresses(&pod_nl, &link, &prev)?;
-        check::routes(&pod_nl, &prev)
+        check::routes(&pod_nl, &prev)?;
+        check_node_side(&Netlink::new().map_err(sys)?, &prev)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -271,6 +273,50 @@ fn node_side(node: &Netlink, host: &Link, gateways: &[(IpNet, IpAddr)]) -> netki
         match node.add_route(&route) {
             Err(e) if e.errno() == Some(libc::EEXIST) => {}
             other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// CHECK of what ADD put on the node: its veth (the result's interface outside the pod), up,
+/// with each gateway as a host address and a host route to each pod address.
+fn check_node_side(node: &Netlink, prev: &CniResult) -> Result<(), CniError> {
+    let name = prev
+        .interfaces
+        .iter()
+        .find(|i| i.sandbox.is_empty())
+        .map(|i| i.name.as_str())
+        .ok_or_else(|| check::fail("prevResult names no veth of the node".into()))?;
+    let host = node
+        .link_by_name(name)
+        .map_err(sys)?
+        .ok_or_else(|| check::fail(format!("the node's veth {name:?} is missing")))?;
+    check::kind(&host, "veth")?;
+    check::up(&host)?;
+    let addrs = node.addrs(Some(host.index), None).map_err(sys)?;
+    let mut routes = Vec::new();
+    for family in [Family::V4, Family::V6] {
+        routes.extend(
+            node.routes(family, Some(netkit::netlink::RT_TABLE_MAIN))
+                .map_err(sys)?,
+        );
+    }
+    for ip in &prev.ips {
+        if let Some(gw) = ip.gateway.map(IpNet::from) {
+            if !addrs.iter().any(|a| a.net == gw) {
+                return Err(check::fail(format!(
+                    "address {gw} is missing from {name:?}"
+                )));
+            }
+        }
+        let pod = IpNet::from(ip.address.addr());
+        if !routes
+            .iter()
+            .any(|r| r.dst == pod && r.oif == Some(host.index))
+        {
+            return Err(check::fail(format!(
+                "the node's route to {pod} dev {name:?} is missing"
+            )));
         }
     }
     Ok(())
