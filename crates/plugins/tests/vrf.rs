@@ -1,5 +1,6 @@
 //! Our vrf plugin chained after bridge, as a runtime runs a conflist: ADD of each plugin with
-//! the previous one's result, CHECK of the whole chain with the last result, DEL in reverse.
+//! the previous one's result, CHECK of the whole chain with the last result (and of vrf once
+//! the interface has left the VRF), DEL in reverse.
 //! This machine's kernel has no VRFs: here the test checks the clear error; under `cargo xtask
 //! vm-test` (MULTUS_RS_VM=1) the chain runs.
 
@@ -50,6 +51,18 @@ fn bridge_then_vrf_checks_pings_and_deletes() {
         let check = sb.run(&sb.call("CHECK", &with_prev(conf, &result)));
         assert_eq!(check.code, 0, "{conf}: {check:?}");
     }
+    // CHECK finds the interface moved out of the VRF, and back in.
+    sb.pod.ip(&["link", "set", "eth0", "nomaster"]);
+    let check = sb.run(&sb.call("CHECK", &with_prev(VRF, &result)));
+    assert_error(
+        &check,
+        999,
+        r#"interface "eth0" is not in VRF "red""#,
+        "out of the VRF",
+    );
+    sb.pod.ip(&["link", "set", "eth0", "master", "red"]);
+    let check = sb.run(&sb.call("CHECK", &with_prev(VRF, &result)));
+    assert_eq!(check.code, 0, "back in the VRF: {check:?}");
     // DEL in reverse, twice.
     for _ in 0..2 {
         for conf in [VRF, BRIDGE] {
