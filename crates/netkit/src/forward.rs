@@ -67,16 +67,7 @@ fn shared_rules(admin: &str) -> [SharedRule; 2] {
 pub fn allow(ips: &[IpAddr], admin: &str) -> Result<()> {
     for (t, family) in by_family(ips) {
         ipt::update(t, "filter", |saved| {
-            let mut lines: Vec<String> = [FORWARD_CHAIN, admin]
-                .into_iter()
-                .filter_map(|chain| ipt::create(saved, chain))
-                .collect();
-            lines.extend(
-                shared_rules(admin)
-                    .iter()
-                    .filter(|r| !r.is_in(saved))
-                    .map(SharedRule::line),
-            );
+            let mut lines = ipt::missing(saved, &[FORWARD_CHAIN, admin], &shared_rules(admin));
             for ip in &family {
                 for rule in pod_rules(ip) {
                     if !has_exact(saved, FORWARD_CHAIN, &rule) {
@@ -180,17 +171,7 @@ pub fn isolate_bridge(bridge: &str, v4: bool, v6: bool) -> Result<()> {
             continue;
         }
         ipt::update(tools(family), "filter", |saved| {
-            let mut lines: Vec<String> = [STAGE1, STAGE2]
-                .into_iter()
-                .filter_map(|chain| ipt::create(saved, chain))
-                .collect();
-            lines.extend(
-                isolation_rules(bridge)
-                    .iter()
-                    .filter(|r| !r.is_in(saved))
-                    .map(SharedRule::line),
-            );
-            lines
+            ipt::missing(saved, &[STAGE1, STAGE2], &isolation_rules(bridge))
         })?;
     }
     Ok(())

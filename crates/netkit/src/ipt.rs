@@ -88,6 +88,16 @@ pub(crate) fn update(t: &Tools, table: &str, change: impl Fn(&str) -> Vec<String
     }
 }
 
+/// The lines that make what `saved` lacks of `chains` (first) and `rules`.
+pub(crate) fn missing(saved: &str, chains: &[&str], rules: &[SharedRule]) -> Vec<String> {
+    let made = chains.iter().filter_map(|c| create(saved, c));
+    let added = rules
+        .iter()
+        .filter(|r| !r.is_in(saved))
+        .map(SharedRule::line);
+    made.chain(added).collect()
+}
+
 /// The line that makes `chain` when `saved` does not have it, without touching one that
 /// another call makes in the meantime.
 pub(crate) fn create(saved: &str, chain: &str) -> Option<String> {

@@ -117,23 +117,10 @@ const BANDWIDTH: &str = r#"{"cniVersion":"1.0.0","name":"bw","type":"bandwidth",
  "prevResult":{"cniVersion":"1.0.0","interfaces":[{"name":"vethbw0"},{"name":"eth0","sandbox":"/x"}],
   "ips":[{"address":"10.20.0.5/24","interface":1}]}}"#;
 
-/// The veth pair a bridge or ptp leaves: `vethbw0` up in the node, eth0 in the pod.
+/// bandwidth ADDed on the veth pair a bridge or ptp leaves, and CHECKed.
 fn bandwidth_sandbox(plugins: &Plugins) -> Sandbox {
     let sb = Sandbox::new(plugins, Side::Ours);
-    sb.node.ip(&[
-        "link",
-        "add",
-        "vethbw0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        sb.pod.name(),
-    ]);
-    sb.node.ip(&["link", "set", "vethbw0", "up"]);
-    sb.pod.ip(&["link", "set", "eth0", "up"]);
+    common::bw_pair(&sb);
     assert_eq!(sb.add(BANDWIDTH).code, 0);
     check_passes(&sb, BANDWIDTH);
     sb

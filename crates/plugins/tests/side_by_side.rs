@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{bridge_conf, host_local, normalize_result, Plugins, Sandbox, Side};
+use common::{bridge_conf, bw_pair, host_local, normalize_result, Plugins, Sandbox, Side};
 use serde_json::{json, Value};
 
 const V4: &str = r#"[[{"subnet":"10.20.0.0/24"}]]"#;
@@ -1199,24 +1199,6 @@ fn bw_conf(body: &str) -> String {
     format!(
         r#"{{"cniVersion":"1.0.0","name":"sbs","type":"bandwidth"{body},"prevResult":{{"cniVersion":"1.0.0","interfaces":[{{"name":"vethbw0"}},{{"name":"eth0","sandbox":"/var/run/netns/x"}}],"ips":[{{"address":"10.20.0.5/24","interface":1}}]}}}}"#
     )
-}
-
-/// The veth pair a bridge or ptp leaves: `vethbw0` up in the node, eth0 in the pod.
-fn bw_pair(sb: &Sandbox) {
-    sb.node.ip(&[
-        "link",
-        "add",
-        "vethbw0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        sb.pod.name(),
-    ]);
-    sb.node.ip(&["link", "set", "vethbw0", "up"]);
-    sb.pod.ip(&["link", "set", "eth0", "up"]);
 }
 
 const BW_IN: &str = r#","ingressRate":1000000,"ingressBurst":100000"#;

@@ -547,6 +547,25 @@ pub fn kernel_has_dummy() -> bool {
     *HAS.get_or_init(|| kernel_can("dummy link", &[&["link", "add", "probe0", "type", "dummy"]]))
 }
 
+/// The veth pair a bridge or ptp leaves, for bandwidth: `vethbw0` up in the node, eth0 (up) in
+/// the pod.
+pub fn bw_pair(sb: &Sandbox) {
+    sb.node.ip(&[
+        "link",
+        "add",
+        "vethbw0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        sb.pod.name(),
+    ]);
+    sb.node.ip(&["link", "set", "vethbw0", "up"]);
+    sb.pod.ip(&["link", "set", "eth0", "up"]);
+}
+
 /// Gives the node namespace a master for macvlan/ipvlan: `up0`, a veth whose peer `up0p` is
 /// up too (so the master has a carrier), with 192.0.2.1/24 and a default route via it.
 pub fn veth_master(node: &Netns, mtu: u32) {
