@@ -401,7 +401,7 @@ mod tests {
             .dir("dataDir", &tmp.path().join("other"), None)
             .unwrap_err();
         assert!(
-            e.to_string().contains("the node admin may add roots"),
+            e.to_string().contains("; the test)"),
             "{e}"
         );
         assert!(!tmp.path().join("other").exists());
