@@ -400,10 +400,7 @@ mod tests {
         let e = r
             .dir("dataDir", &tmp.path().join("other"), None)
             .unwrap_err();
-        assert!(
-            e.to_string().contains("; the test)"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("; the test)"), "{e}");
         assert!(!tmp.path().join("other").exists());
     }
 

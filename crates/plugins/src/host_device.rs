@@ -593,17 +593,46 @@ fn move_out(
 
 /// An attachment ADD made without a record (an earlier version, or the reference's): the
 /// link named `CNI_IFNAME` with a node name in its alias, as the reference finds it. A link
-/// without one was not moved in by host-device and stays.
+/// without one was not moved in by host-device and stays. So does a link the pod could have
+/// made itself, name and alias included: only a device (no kind: a NIC, a VF) or a veth whose
+/// peer is on the node came from the node.
 fn give_back_by_alias(args: &CmdArgs, pod: &NetNs, node: &NetNs) -> Result<(), CniError> {
     let pod_nl = Netlink::in_ns(pod).map_err(sys)?;
     let Some(link) = pod_nl.link_by_name(&args.ifname).map_err(sys)? else {
         return Ok(());
     };
-    match link.alias.clone() {
-        Some(name) if netkit::netlink::validate_ifname(&name).is_ok() => {
-            move_out(&pod_nl, node, &link, &name, "")
+    let Some(name) = link.alias.clone() else {
+        return Ok(());
+    };
+    if netkit::netlink::validate_ifname(&name).is_err() {
+        return Ok(());
+    }
+    if !came_from_the_node(&link)? {
+        eprintln!(
+            "DEL leaves {:?} in the pod: it is a {} link the pod could have made itself, and \
+             host-device has no record of moving it in",
+            args.ifname,
+            link.kind.as_deref().unwrap_or_default()
+        );
+        return Ok(());
+    }
+    move_out(&pod_nl, node, &link, &name, "")
+}
+
+/// Whether the pod's `link` is one a pod cannot make: a device, or a veth whose peer is a
+/// veth of the node's pointing back at it.
+fn came_from_the_node(link: &Link) -> Result<bool, CniError> {
+    match link.kind.as_deref() {
+        None => Ok(true),
+        Some("veth") if link.link_netnsid.is_some() => {
+            let node_nl = Netlink::new().map_err(sys)?;
+            let peer = link
+                .link
+                .and_then(|index| node_nl.link_by_index(index).ok().flatten());
+            Ok(peer
+                .is_some_and(|p| p.kind.as_deref() == Some("veth") && p.link == Some(link.index)))
         }
-        _ => Ok(()),
+        Some(_) => Ok(false),
     }
 }
 
