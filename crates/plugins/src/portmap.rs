@@ -265,7 +265,10 @@ fn pod_addresses(prev: &CniResult, ifname: &str) -> Vec<IpNet> {
 }
 
 /// `route_localnet` on the interface whose main-table route (longest prefix) reaches `pod`,
-/// so that 127.0.0.1 may be DNATed to it.
+/// so that 127.0.0.1 may be DNATed to it. Only a pods' link (a bridge or a veth) gets it: a
+/// pod whose address is routed through the node's uplink would otherwise open the node's
+/// localhost-only services to its neighbours on that link; its host ports then answer on the
+/// node's other addresses, not on 127.0.0.1.
 fn enable_localnet(pod: IpAddr) -> Result<(), CniError> {
     let nl = Netlink::new().map_err(sys)?;
     let best = nl
@@ -279,6 +282,14 @@ fn enable_localnet(pod: IpAddr) -> Result<(), CniError> {
     let Some(link) = nl.link_by_index(index).map_err(sys)? else {
         return Ok(());
     };
+    if !matches!(link.kind.as_deref(), Some("bridge" | "veth")) {
+        eprintln!(
+            "portmap: route_localnet left off on {:?}, which routes to {pod} but is not a pods' \
+             bridge or veth: the pod's host ports do not answer on 127.0.0.1",
+            link.name
+        );
+        return Ok(());
+    }
     netkit::sysctl::write(&format!("net/ipv4/conf/{}/route_localnet", link.name), "1").map_err(
         sys_ctx(format!("enabling route_localnet on {:?}", link.name)),
     )

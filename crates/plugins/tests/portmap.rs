@@ -176,6 +176,46 @@ fn host_ports_reach_the_pod_from_outside_and_from_the_node_until_del() {
     assert!(!fw.contains("CNI-DN-"), "{fw}");
 }
 
+/// `net.ipv4.conf.<link>.route_localnet` in the node.
+fn route_localnet(node: &Netns, link: &str) -> String {
+    let out = node
+        .command("sysctl")
+        .args(["-n", &format!("net.ipv4.conf.{link}.route_localnet")])
+        .output()
+        .expect("sysctl");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn localhost_is_routed_only_to_a_pods_own_link() {
+    let plugins = Plugins::new();
+    let sb = Sandbox::new(&plugins, Side::Ours);
+    let _client = topology(&sb);
+    assert_eq!(sb.add(CONF).code, 0);
+    assert_eq!(route_localnet(&sb.node, "vethpm0"), "1", "the pod's veth");
+    assert_eq!(sb.del(CONF).code, 0);
+    // A pod address the node reaches through its uplink (a macvlan here): turning
+    // route_localnet on there would open the node's localhost services to that LAN.
+    sb.node.ip(&[
+        "link", "add", "mv0", "link", "up0", "type", "macvlan", "mode", "bridge",
+    ]);
+    sb.node
+        .ip(&["addr", "add", "198.51.100.1/24", "dev", "mv0"]);
+    sb.node.ip(&["link", "set", "mv0", "up"]);
+    let lan = CONF
+        .replace("10.30.0.5/24", "198.51.100.5/24")
+        .replace("10.30.0.1", "198.51.100.1");
+    let out = sb.add(&lan);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(route_localnet(&sb.node, "mv0"), "0", "the node's uplink");
+    assert!(
+        out.stderr.contains("route_localnet left off on \"mv0\""),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(sb.del(&lan).code, 0);
+}
+
 /// `masqAll`: whatever the source, forwarded traffic is masqueraded, so the pod answers the
 /// node (for a pod whose replies would not go back through it otherwise).
 #[test]
