@@ -140,6 +140,17 @@ fn ensure_addr(
                 link.name, a.net
             )));
         }
+        // The node's own uplink bridge keeps its address, whatever a network's config says.
+        let leads = nl
+            .default_route_iface(Some(family))
+            .map_err(sys_ctx(ctx()))?;
+        if leads == Some(link.index) {
+            return Err(CniError::invalid_config(format!(
+                "forceAddress: {:?} carries the node's default route: its address {} is the \
+                 node's, and a network does not replace it; give this network its own bridge",
+                link.name, a.net
+            )));
+        }
         nl.del_addr(link.index, a.net).map_err(sys_ctx(ctx()))?;
     }
     let opts = AddrOpts {
