@@ -919,3 +919,27 @@ fn binaries_only_installs_the_binaries_and_stops() {
     let written: Vec<_> = std::fs::read_dir(node.conf_dir()).unwrap().collect();
     assert!(written.is_empty(), "no config is written: {written:?}");
 }
+
+#[test]
+fn the_tenant_policy_flags_go_into_the_multus_config() {
+    let node = Node::new();
+    node.write_conf("10-bridge.conf", &bridge_conf());
+    node.install_ok(&[
+        "--cluster-cidrs=10.42.0.0/16,10.43.0.0/16",
+        "--host-port-ranges=80,30000-32767",
+    ]);
+    let conf = node.multus_conf();
+    assert_eq!(
+        conf["clusterCIDRs"],
+        json!(["10.42.0.0/16", "10.43.0.0/16"])
+    );
+    assert_eq!(conf["hostPortRanges"], json!(["80", "30000-32767"]));
+    // Wrong values are refused before anything is written.
+    for bad in ["--cluster-cidrs=10.42.0.0/33", "--host-port-ranges=0-10"] {
+        let fresh = Node::new();
+        fresh.write_conf("10-bridge.conf", &bridge_conf());
+        let out = fresh.install(&[bad]);
+        assert!(!out.status.success(), "{bad}");
+        assert!(!fresh.conf_dir().join("00-multus.conf").exists(), "{bad}");
+    }
+}

@@ -386,13 +386,16 @@ impl MultusConf {
 
 /// `80` or `1024-65535`, entry `index` of `hostPortRanges`.
 fn port_range(text: &str, index: usize) -> Result<std::ops::RangeInclusive<u16>> {
+    parse_port_range(text).map_err(|msg| Error::config(&format!("hostPortRanges[{index}]"), msg))
+}
+
+/// A port (`80`) or a range of ports (`1024-65535`), as `hostPortRanges` and the installer's
+/// `--host-port-ranges` give them.
+pub fn parse_port_range(text: &str) -> std::result::Result<std::ops::RangeInclusive<u16>, String> {
     let bad = || {
-        Error::config(
-            &format!("hostPortRanges[{index}]"),
-            format!(
-                "{} is not a port or a range of ports like 30000-32767",
-                quote(text)
-            ),
+        format!(
+            "{} is not a port or a range of ports like 30000-32767",
+            quote(text)
         )
     };
     let (low, high) = text.split_once('-').unwrap_or((text, text));

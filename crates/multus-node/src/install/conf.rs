@@ -232,6 +232,13 @@ impl<'a> Generator<'a> {
         if let Some(file) = &o.readiness_indicator_file {
             multus.insert("readinessindicatorfile".into(), json!(file));
         }
+        if !o.cluster_cidrs.is_empty() {
+            let cidrs: Vec<String> = o.cluster_cidrs.iter().map(ToString::to_string).collect();
+            multus.insert("clusterCIDRs".into(), json!(cidrs));
+        }
+        if !o.host_port_ranges.is_empty() {
+            multus.insert("hostPortRanges".into(), json!(o.host_port_ranges));
+        }
         multus.insert("kubeconfig".into(), json!(o.multus_kubeconfig_file_host));
         let mut delegate = delegate;
         if o.force_cni_version {

@@ -97,6 +97,14 @@ pub struct Options {
     /// Rename the primary network's file to <name>.old so the runtime only sees multus.
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     pub rename_conf_file: bool,
+    /// The cluster's pod and service networks, comma-separated (`clusterCIDRs`): a secondary
+    /// network's routes into them are removed, and its addresses may not be in them.
+    #[arg(long, value_delimiter = ',', value_parser = parse_cidr)]
+    pub cluster_cidrs: Vec<ipnet::IpNet>,
+    /// The host ports a pod's networks annotation may map, comma-separated ports and ranges
+    /// (`hostPortRanges`; default 1024-65535).
+    #[arg(long, value_delimiter = ',', value_parser = check_port_range)]
+    pub host_port_ranges: Vec<String>,
     /// A file (path on the host) that exists once the primary network is ready; waited for
     /// under --host-prefix, and passed to multus.
     #[arg(long)]
@@ -273,4 +281,12 @@ fn holds(dir: &cni::dir::Dir, name: &str, bytes: &[u8]) -> bool {
 /// One line to the DaemonSet's log.
 fn log(msg: &str) {
     println!("multus install: {msg}");
+}
+
+fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {
+    cni::decode::parse_cidr(text, "a CIDR").map_err(|want| format!("{text:?} is not {want}"))
+}
+
+fn check_port_range(text: &str) -> Result<String, String> {
+    multus::config::parse_port_range(text).map(|_| text.to_owned())
 }
