@@ -66,6 +66,21 @@ pub fn resolve(name: Option<&str>, pod: &NetNs, in_pod: bool) -> Result<Master, 
     Ok(Master { nl, link })
 }
 
+impl Master {
+    /// Whether the node uses this link itself: it holds one of the node's addresses (but an
+    /// IPv6 link-local one) or carries a default route.
+    pub fn is_the_nodes(&self) -> Result<bool, CniError> {
+        let index = self.link.index;
+        let addressed = self
+            .nl
+            .addrs(Some(index), None)
+            .map_err(sys)?
+            .iter()
+            .any(|a| !matches!(a.net.addr(), std::net::IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80));
+        Ok(addressed || self.nl.default_route_iface(None).map_err(sys)? == Some(index))
+    }
+}
+
 /// An MTU for a link on `master`: 0 (the master's) up to the master's MTU.
 pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<(), CniError> {
     match mtu {

@@ -157,6 +157,11 @@ pub trait Flavor {
     fn implied_master(&self) -> Result<Option<String>, CniError> {
         Ok(None)
     }
+
+    /// Refuses a master this link must not be made on; called before anything is created.
+    fn check_master(&self, _master: &master::Master) -> Result<(), CniError> {
+        Ok(())
+    }
 }
 
 /// What ADD checks before touching the system, on a parsed config (`config` is its JSON, for
@@ -191,6 +196,7 @@ pub fn add<F: Flavor>(args: &CmdArgs, f: &F) -> Result<CniResult, CniError> {
     };
     let master = master::resolve(name.as_deref(), &pod, conf.link_in_container)?;
     master::check_mtu(conf.mtu, &master.link)?;
+    f.check_master(&master)?;
     let attachment = (args.container_id.as_str(), args.ifname.as_str());
     let link = container::create_renamed(&pod_nl, &pod, attachment, F::KIND, |temp| {
         f.create(&master.nl, temp, master.link.index, &pod)

@@ -38,3 +38,42 @@ fn force_address_never_takes_the_address_of_the_nodes_uplink_bridge() {
     sb.assert_no_pod_links("after DEL");
     assert!(testkit::reservation_files(&data).is_empty());
 }
+
+#[test]
+fn macvlan_passthru_never_takes_a_master_the_node_uses() {
+    let plugins = PluginDir::new(
+        Path::new(env!("CARGO_BIN_EXE_cni-plugins")),
+        &["macvlan", "static"],
+    );
+    let sb = Sandbox::new(plugins.path(), "c1");
+    // The node's uplink holds its address; a spare link holds nothing.
+    for (link, peer) in [("up0", "up0p"), ("spare0", "spare0p")] {
+        sb.node
+            .ip(&["link", "add", link, "type", "veth", "peer", "name", peer]);
+        sb.node.ip(&["link", "set", link, "up"]);
+    }
+    sb.node
+        .ip(&["addr", "add", "192.168.71.10/24", "dev", "up0"]);
+    let conf = |master: &str| {
+        json!({"cniVersion": "1.0.0", "name": "pt", "type": "macvlan", "master": master,
+               "mode": "passthru",
+               "ipam": {"type": "static", "addresses": [{"address": "192.168.72.5/24"}]}})
+        .to_string()
+    };
+    let macvlan = plugins.path().join("macvlan");
+    let out = sb.run_in_node(&macvlan, &sb.call("ADD", &conf("up0")));
+    assert_eq!(out.err_code(), 7, "{}", out.stdout);
+    let msg = out.json()["msg"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        msg.contains("passthru on \"up0\", which the node itself uses"),
+        "{msg}"
+    );
+    sb.assert_no_pod_links("refused");
+    sb.run_in_node(&macvlan, &sb.call("DEL", &conf("up0"))).ok();
+    // A master the node does not use may be handed over whole, as passthru means.
+    sb.run_in_node(&macvlan, &sb.call("ADD", &conf("spare0")))
+        .ok();
+    assert!(sb.pod.links().contains(&"eth0".to_owned()));
+    sb.run_in_node(&macvlan, &sb.call("DEL", &conf("spare0")))
+        .ok();
+}

@@ -454,8 +454,20 @@ fn macvlan_cases() -> Vec<Case> {
         ),
         m("macvlan mode vepa", mv(&format!(r#","mode":"vepa",{hl4}"#))),
         m(
-            "macvlan mode passthru",
+            "macvlan mode passthru on the node's own uplink",
             mv(&format!(r#","mode":"passthru",{hl4}"#)),
+        )
+        .fails_with(7)
+        .differs(
+            "v1.1.1 hands the pod the node's uplink, its address and default route included",
+            |sb, out| {
+                assert!(
+                    out[0].raw.contains("which the node itself uses"),
+                    "{}",
+                    out[0].raw
+                );
+                assert_eq!(sb.pod_links(), Vec::<String>::new());
+            },
         ),
         m("macvlan mtu", mv(&format!(r#","mtu":1400,{hl4}"#))),
         m(

@@ -11,7 +11,7 @@ mod config;
 pub(crate) use config::keys;
 
 use cni::{CmdArgs, CniError, CniResult};
-use netkit::netlink::{Link, MacvlanOpts};
+use netkit::netlink::{Link, MacvlanMode, MacvlanOpts};
 use netkit::{NetNs, Netlink};
 
 use crate::sublink::{self, Flavor, SubConf};
@@ -62,6 +62,23 @@ impl Flavor for MacvlanConf {
             bc_queue_len: self.bc_queue_len,
         };
         nl.add_macvlan(name, master, &opts, Some(pod))
+    }
+
+    /// passthru hands the master's every frame, and its MAC, to the pod: never on a link the
+    /// node uses itself.
+    fn check_master(&self, master: &crate::master::Master) -> Result<(), CniError> {
+        if self.mode != MacvlanMode::Passthru
+            || self.common.link_in_container
+            || !master.is_the_nodes()?
+        {
+            return Ok(());
+        }
+        Err(CniError::invalid_config(format!(
+            "mode: passthru on {:?}, which the node itself uses (it holds the node's addresses or \
+             carries its default route), would take the node's traffic: use bridge mode, or a \
+             master the node does not use",
+            master.link.name
+        )))
     }
 
     fn check_link(&self, link: &Link) -> Result<(), CniError> {
