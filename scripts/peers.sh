@@ -137,7 +137,8 @@ build_containerd() { # out version
 }
 
 build_kubernetes() { # out version
-  # hack/lib/version.sh and golang.sh: the version in both version packages, stripped.
+  # hack/lib/version.sh and golang.sh: the version in both version packages, stripped, and
+  # upstream's tags.
   local v=$2 major minor ld="-s -w" p
   major=${v#v}
   major=${major%%.*}
@@ -146,7 +147,7 @@ build_kubernetes() { # out version
   for p in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
     ld+=" -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
   done
-  gob "$modules/kubernetes" -o "$1/" -ldflags "$ld" tool
+  gob "$modules/kubernetes" -o "$1/" -tags selinux,notest,grpcnotrace -ldflags "$ld" tool
 }
 
 build_etcd() { # out version
