@@ -151,7 +151,8 @@ build_kubernetes() { # out version
 }
 
 build_etcd() { # out version
-  # etcd's own version is a constant of its api module; its build sets nothing else we know.
+  # etcd's version is a constant of its api module; upstream's build sets only the git commit,
+  # which a module download does not carry.
   gob "$modules/etcd" -o "$1/" tool
   # The etcd main is the root package of go.etcd.io/etcd/server/v3; upstream names it etcd.
   mv "$1/server" "$1/etcd"
@@ -175,7 +176,8 @@ build_one() { # peer
     trap "rm -rf '$tmp'" EXIT
     echo "building $peer $v into $d" >&2
     start=$SECONDS
-    "build_${peer//-/_}" "$tmp" "$v"
+    # stdout carries only the directories.
+    "build_${peer//-/_}" "$tmp" "$v" >&2
     stamp "$peer" >"$tmp/.peer-stamp"
     chmod 755 "$tmp"
     # Atomic for readers: the finished directory appears under its name in one rename; a stale
@@ -207,7 +209,9 @@ kube_replaces() { # version
   echo ")"
 }
 
-export GOTOOLCHAIN=local GOWORK=off CGO_ENABLED=0
+# The Go on this machine (1.26 or later) unless GOTOOLCHAIN says otherwise; no go.work of a
+# parent directory.
+export GOTOOLCHAIN=${GOTOOLCHAIN:-local} GOWORK=off CGO_ENABLED=0
 # Reproducible and pinned: the checked-in go.sum, no paths of this machine in the binaries.
 export GOFLAGS="-mod=readonly -trimpath -buildvcs=false"
 
@@ -226,6 +230,7 @@ case ${1:-} in
       echo "usage: $0 dir <peer>" >&2
       exit 2
     }
+    main_module "$2" >/dev/null
     built "$2" || exit 1
     dir_of "$2"
     ;;
