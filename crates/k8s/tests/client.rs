@@ -335,6 +335,19 @@ fn events_sent_together_are_all_stored() -> Result<()> {
     Ok(())
 }
 
+/// `n` `AddedInterface` events on `pod`.
+fn added_interfaces(pod: &ObjectMeta, n: usize) -> Vec<PodEvent<'_>> {
+    (0..n)
+        .map(|seq| PodEvent {
+            pod,
+            event_type: EventType::Normal,
+            reason: "AddedInterface",
+            message: "m",
+            seq,
+        })
+        .collect()
+}
+
 #[test]
 fn events_are_sent_a_few_at_a_time() -> Result<()> {
     // Over HTTP/1.1, each event in flight is a connection of its own.
@@ -346,16 +359,10 @@ fn events_are_sent_a_few_at_a_time() -> Result<()> {
         read: Duration::ZERO,
         write: Duration::from_millis(100),
     });
-    let events: Vec<PodEvent> = (0..20)
-        .map(|seq| PodEvent {
-            pod: &pod.metadata,
-            event_type: EventType::Normal,
-            reason: "AddedInterface",
-            message: "m",
-            seq,
-        })
-        .collect();
-    let results = client.record_events(&events, Duration::from_secs(60));
+    let results = client.record_events(
+        &added_interfaces(&pod.metadata, 20),
+        Duration::from_secs(60),
+    );
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let posts: Vec<_> = s
         .server
@@ -843,16 +850,7 @@ fn an_adds_calls_share_one_http2_connection() -> Result<()> {
     assert!(took < Duration::from_millis(900), "one by one: {took:?}");
     s.server.set_latency(Latency::ZERO);
     client.set_pod_annotations("ns1", "web", &BTreeMap::from([("a".into(), "b".into())]))?;
-    let events: Vec<PodEvent> = (0..3)
-        .map(|seq| PodEvent {
-            pod: &pod.metadata,
-            event_type: EventType::Normal,
-            reason: "AddedInterface",
-            message: "m",
-            seq,
-        })
-        .collect();
-    let sent = client.record_events(&events, Duration::from_secs(60));
+    let sent = client.record_events(&added_interfaces(&pod.metadata, 3), Duration::from_secs(60));
     assert!(sent.iter().all(Result::is_ok), "{sent:?}");
     let versions: Vec<_> = s.server.requests().iter().map(|r| r.version).collect();
     assert_eq!(versions, [http::Version::HTTP_2; 8]);

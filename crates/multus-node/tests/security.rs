@@ -90,6 +90,16 @@ fn interface_plugins() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// A config of `plugin` with `keys`, whose IPAM is `ipam`.
+fn with_ipam(plugin: &str, keys: &Value, ipam: &str) -> Value {
+    let mut config =
+        json!({"cniVersion": "1.0.0", "name": "evil", "type": plugin, "ipam": {"type": ipam}});
+    if let (Value::Object(c), Value::Object(k)) = (&mut config, keys) {
+        c.extend(k.clone());
+    }
+    config
+}
+
 #[test]
 fn a_nad_cannot_run_multus_itself() {
     let c = Cluster::new(json!({}), json!({}));
@@ -116,12 +126,7 @@ fn a_nad_cannot_run_multus_itself() {
     }
     for (plugin, keys) in interface_plugins() {
         for ipam in ["multus", "multus-shim", "renamed"] {
-            let mut config = json!({"cniVersion": "1.0.0", "name": "evil", "type": plugin,
-                "ipam": {"type": ipam}});
-            config
-                .as_object_mut()
-                .unwrap()
-                .extend(keys.as_object().unwrap().clone());
+            let config = with_ipam(plugin, &keys, ipam);
             let expect = format!("plugin 0's ipam is \"{ipam}\"");
             cases.push((format!("{plugin}-ipam-{ipam}"), config, expect));
         }
@@ -185,13 +190,7 @@ fn multus_run_as_a_plugins_ipam_or_chained_refuses_before_reading_its_config() {
     {
         for ipam in ["multus", "multus-shim"] {
             let what = format!("{plugin} with ipam {ipam}");
-            let mut config = json!({"cniVersion": "1.0.0", "name": "evil", "type": plugin,
-                "ipam": {"type": ipam}});
-            config
-                .as_object_mut()
-                .unwrap()
-                .extend(keys.as_object().unwrap().clone());
-            let config = bait.baited(config).to_string();
+            let config = bait.baited(with_ipam(plugin, &keys, ipam)).to_string();
             let out = sb.run_in_node(&sb.plugins.path().join(plugin), &sb.call("ADD", &config));
             let (_, msg) = common::cluster::cni_error(&out);
             assert!(

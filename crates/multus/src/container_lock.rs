@@ -39,13 +39,7 @@ fn lock_error(path: &Path, msg: impl std::fmt::Display) -> Error {
 /// Takes the lock of `container_id`, waiting at most `wait`. Past that the error (code 11,
 /// try again later) names the PID that holds it.
 pub fn acquire(cni_dir: &Path, container_id: &str, wait: Duration) -> Result<ContainerLock> {
-    let dir = cni_dir.join(DIR);
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| lock_error(&dir, format!("cannot create: {e}")))?;
-    let path = dir.join(container_id);
+    let path = locks_dir(cni_dir)?.join(container_id);
     let deadline = Instant::now() + wait;
     loop {
         let mut file = OpenOptions::new()
@@ -94,6 +88,17 @@ pub fn acquire(cni_dir: &Path, container_id: &str, wait: Duration) -> Result<Con
     }
 }
 
+/// `<cniDir>/locks`, made when missing.
+fn locks_dir(cni_dir: &Path) -> Result<PathBuf> {
+    let dir = cni_dir.join(DIR);
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| lock_error(&dir, format!("cannot create: {e}")))?;
+    Ok(dir)
+}
+
 /// The node's GC lock, held shared (ADD) or exclusively (GC); released when dropped.
 pub struct GcLock {
     _held: File,
@@ -101,14 +106,8 @@ pub struct GcLock {
 
 /// Takes the node's GC lock, waiting at most `wait` (then code 11).
 pub fn gc_lock(cni_dir: &Path, exclusive: bool, wait: Duration) -> Result<GcLock> {
-    let dir = cni_dir.join(DIR);
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&dir)
-        .map_err(|e| lock_error(&dir, format!("cannot create: {e}")))?;
     // The lock is on the locks directory itself: nothing is left behind for it.
-    let path = dir;
+    let path = locks_dir(cni_dir)?;
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
