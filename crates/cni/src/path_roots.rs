@@ -405,6 +405,36 @@ mod tests {
     }
 
     #[test]
+    fn a_root_is_the_admins_and_may_be_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("real"), tmp.path().join("root")).unwrap();
+        let r = roots(tmp.path());
+        r.dir("dataDir", &tmp.path().join("root/a"), Some(0o755))
+            .unwrap();
+        assert!(tmp.path().join("real/a").is_dir());
+    }
+
+    #[test]
+    fn the_node_file_replaces_the_defaults_and_its_absence_keeps_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("roots.json");
+        let missing = PathRoots::of_node(Some(&file)).unwrap();
+        assert_eq!(
+            missing.roots,
+            DEFAULT_ROOTS.map(PathBuf::from).to_vec(),
+            "{}",
+            missing.source
+        );
+        std::fs::write(&file, r#"{"roots": ["/data/cni"]}"#).unwrap();
+        let listed = PathRoots::of_node(Some(&file)).unwrap();
+        assert_eq!(listed.roots, [PathBuf::from("/data/cni")]);
+        assert!(listed
+            .check("dataDir", Path::new("/var/lib/cni/networks"))
+            .is_err());
+    }
+
+    #[test]
     fn the_roots_file_is_read_checked_and_optional() {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("roots.json");

@@ -565,3 +565,36 @@ fn a_pod_selects_at_most_32_networks_and_more_are_refused_before_any_read() {
     assert_eq!(nad_reads, 0, "NADs were read for a refused annotation");
     c.cmd("DEL").ok();
 }
+
+#[test]
+fn a_pods_mac_is_neither_multicast_nor_the_nodes() {
+    let c = Cluster::new(json!({}), json!({}));
+    c.sb.node.ip(&["link", "add", "up0", "type", "bridge"]);
+    let node_mac = c.sb.node.ip_json(&["link", "show", "up0"])[0]["address"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut conf =
+        c.sb.bridge("macnet", &c.bridge_name(), "10.24.0.0/24", "1.0.0");
+    conf["capabilities"] = json!({"mac": true});
+    c.nad("default", "macnet", conf);
+    for (mac, why) in [
+        ("01:00:5e:00:00:01", "is a multicast address"),
+        (
+            node_mac.as_str(),
+            "is the MAC of one of the node's interfaces",
+        ),
+    ] {
+        c.set_pod(json!({NETWORKS: format!(r#"[{{"name": "macnet", "mac": "{mac}"}}]"#)}));
+        let (code, msg) = c.add_err();
+        assert_eq!(code, 7, "{mac}: {msg}");
+        assert!(msg.contains(why), "{mac}: {msg}");
+        c.assert_add_left_nothing(mac);
+        c.cmd("DEL").ok();
+    }
+    c.set_pod(json!({NETWORKS: r#"[{"name": "macnet", "mac": "02:42:00:00:00:07"}]"#}));
+    c.cmd("ADD").ok();
+    assert_eq!(c.sb.mac("net1"), "02:42:00:00:00:07");
+    c.cmd("DEL").ok();
+    c.sb.assert_clean("after DEL");
+}
