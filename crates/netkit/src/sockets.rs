@@ -1,5 +1,7 @@
-//! The ports this network namespace listens on, from `/proc/net/{tcp,tcp6,udp,udp6}` (the
-//! namespace of the calling thread): a tenant's port mapping must not take one of them.
+//! The ports this network namespace listens on, from `/proc/thread-self/net/{tcp,tcp6,udp,udp6}`
+//! (the calling thread's namespace: `/proc/net` is the process's first thread's, which a thread
+//! that entered a node's namespace would not see): a tenant's port mapping must not take one of
+//! them.
 
 use std::collections::BTreeSet;
 use std::io::BufRead;
@@ -30,10 +32,10 @@ const UDP_UNCONNECTED: &str = "07";
 pub fn listening() -> Result<BTreeSet<(Protocol, u16)>> {
     let mut ports = BTreeSet::new();
     for (file, protocol, state) in [
-        ("/proc/net/tcp", Protocol::Tcp, TCP_LISTEN),
-        ("/proc/net/tcp6", Protocol::Tcp, TCP_LISTEN),
-        ("/proc/net/udp", Protocol::Udp, UDP_UNCONNECTED),
-        ("/proc/net/udp6", Protocol::Udp, UDP_UNCONNECTED),
+        ("/proc/thread-self/net/tcp", Protocol::Tcp, TCP_LISTEN),
+        ("/proc/thread-self/net/tcp6", Protocol::Tcp, TCP_LISTEN),
+        ("/proc/thread-self/net/udp", Protocol::Udp, UDP_UNCONNECTED),
+        ("/proc/thread-self/net/udp6", Protocol::Udp, UDP_UNCONNECTED),
     ] {
         // The kernel's own table, read a line at a time: a busy node has many sockets.
         let table = match std::fs::File::open(file) {
@@ -77,6 +79,19 @@ mod tests {
         let tcp6 = "   0: 00000000000000000000000000000000:0016 00000000000000000000000000000000:0000 0A 0";
         assert_eq!(listening_port(tcp6, TCP_LISTEN), Some(22));
         assert_eq!(listening_port("garbage", TCP_LISTEN), None);
+    }
+
+    #[test]
+    fn a_thread_in_another_namespace_sees_that_namespaces_listeners() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let name = format!("nk-sockets-{}", std::process::id());
+        let other = crate::NetNs::create_named(&name).unwrap();
+        let seen = other.run(|| listening().unwrap());
+        crate::NetNs::delete_named(&name).unwrap();
+        // A fresh namespace listens on nothing: the process's own listener is not in it.
+        assert_eq!(seen.unwrap(), BTreeSet::new());
+        assert!(listening().unwrap().contains(&(Protocol::Tcp, port)));
     }
 
     #[test]
