@@ -243,22 +243,6 @@ fn multus_run_as_a_plugins_ipam_or_chained_refuses_before_reading_its_config() {
     bait.assert_untouched("multus run by a plugin");
 }
 
-/// The node's nat table, as `iptables-save` prints its rules.
-fn nat_table(sb: &common::Sandbox) -> String {
-    let out = sb
-        .node
-        .command("iptables-save")
-        .args(["-t", "nat"])
-        .output()
-        .expect("run iptables-save");
-    // Without its comments, which carry the time.
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// A bridge network with portmap chained, which declares the `portMappings` capability.
 fn portmap_nad(c: &Cluster, name: &str, subnet: &str, portmap: Value) -> Value {
     let mut bridge = c.sb.bridge("", &c.bridge_name(), subnet, "1.0.0");
@@ -277,7 +261,7 @@ fn portmap_nad(c: &Cluster, name: &str, subnet: &str, portmap: Value) -> Value {
 fn host_ports_are_the_node_admins() {
     let c = Cluster::new(json!({}), json!({}));
     std::os::unix::fs::symlink(common::plugins_bin(), c.sb.plugins.path().join("portmap")).unwrap();
-    let nat_before = nat_table(&c.sb);
+    let firewall_before = c.sb.node.firewall();
     // A NAD that maps the kubelet's port for itself: runtimeConfig is the runtime's.
     let kubelet = json!({"runtimeConfig": {"portMappings": [
         {"hostPort": 10250, "containerPort": 80, "protocol": "tcp"}]}});
@@ -332,15 +316,19 @@ fn host_ports_are_the_node_admins() {
         c.assert_add_left_nothing(&format!("host port {port}"));
         c.cmd("DEL").ok();
     }
-    assert_eq!(nat_table(&c.sb), nat_before, "the node's nat table changed");
+    assert_eq!(
+        c.sb.node.firewall(),
+        firewall_before,
+        "the node's firewall changed"
+    );
     // A port in the admin's ranges that nothing on the node uses is mapped.
     c.set_pod(json!({NETWORKS:
         r#"[{"name": "web", "portMappings": [{"hostPort": 30080, "containerPort": 80, "protocol": "tcp"}]}]"#}));
     c.cmd("ADD").ok();
-    let nat = nat_table(&c.sb);
-    assert!(nat.contains("--dport 30080"), "{nat}");
+    let rules = c.sb.node.firewall();
+    assert!(rules.contains("--dport 30080"), "{rules}");
     c.cmd("DEL").ok();
-    assert!(!nat_table(&c.sb).contains("--dport 30080"));
+    assert!(!c.sb.node.firewall().contains("--dport 30080"));
 }
 
 #[test]
@@ -365,7 +353,7 @@ fn the_admin_sets_which_host_ports_a_pod_may_map() {
     for port in [80, 8080] {
         c.set_pod(annotation(port));
         c.cmd("ADD").ok();
-        assert!(nat_table(&c.sb).contains(&format!("--dport {port}")));
+        assert!(c.sb.node.firewall().contains(&format!("--dport {port}")));
         c.cmd("DEL").ok();
     }
 }

@@ -20,23 +20,10 @@ const CONF: &str = r#"{"cniVersion":"1.0.0","name":"pmnet","type":"portmap",
 /// The node routes between the pod (10.30.0.5 on `vethpm0`) and a client (192.0.2.2 on
 /// `up0`; the node is 192.0.2.1).
 fn topology(sb: &Sandbox) -> Netns {
-    sb.node.ip(&[
-        "link",
-        "add",
-        "vethpm0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        sb.pod.name(),
-    ]);
+    common::veth_to_pod(sb, "vethpm0");
     sb.node
         .ip(&["addr", "add", "10.30.0.1/24", "dev", "vethpm0"]);
-    sb.node.ip(&["link", "set", "vethpm0", "up"]);
     sb.pod.ip(&["addr", "add", "10.30.0.5/24", "dev", "eth0"]);
-    sb.pod.ip(&["link", "set", "eth0", "up"]);
     sb.pod.ip(&["link", "set", "lo", "up"]);
     sb.pod.ip(&["route", "add", "default", "via", "10.30.0.1"]);
     let client = Netns::new("pmclient");

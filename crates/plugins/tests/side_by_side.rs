@@ -1314,22 +1314,9 @@ fn assert_no_ifb(sb: &Sandbox, _: &[Outcome]) {
 /// The pair portmap follows: `vethpm0` (10.20.0.1/24) in the node, eth0 (10.20.0.5/24,
 /// fd20::5/64) in the pod.
 fn pm_pair(sb: &Sandbox) {
-    sb.node.ip(&[
-        "link",
-        "add",
-        "vethpm0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        sb.pod.name(),
-    ]);
-    sb.node.ip(&["link", "set", "vethpm0", "up"]);
+    common::veth_to_pod(sb, "vethpm0");
     sb.node
         .ip(&["addr", "add", "10.20.0.1/24", "dev", "vethpm0"]);
-    sb.pod.ip(&["link", "set", "eth0", "up"]);
     sb.pod.ip(&["addr", "add", "10.20.0.5/24", "dev", "eth0"]);
     sb.pod
         .ip(&["-6", "addr", "add", "fd20::5/64", "dev", "eth0", "nodad"]);

@@ -547,13 +547,12 @@ pub fn kernel_has_dummy() -> bool {
     *HAS.get_or_init(|| kernel_can("dummy link", &[&["link", "add", "probe0", "type", "dummy"]]))
 }
 
-/// The veth pair a bridge or ptp leaves, for bandwidth: `vethbw0` up in the node, eth0 (up) in
-/// the pod.
-pub fn bw_pair(sb: &Sandbox) {
+/// The pair a bridge or ptp leaves: `host` up in the node, `eth0` up in the pod.
+pub fn veth_to_pod(sb: &Sandbox, host: &str) {
     sb.node.ip(&[
         "link",
         "add",
-        "vethbw0",
+        host,
         "type",
         "veth",
         "peer",
@@ -562,8 +561,13 @@ pub fn bw_pair(sb: &Sandbox) {
         "netns",
         sb.pod.name(),
     ]);
-    sb.node.ip(&["link", "set", "vethbw0", "up"]);
+    sb.node.ip(&["link", "set", host, "up"]);
     sb.pod.ip(&["link", "set", "eth0", "up"]);
+}
+
+/// The pair bandwidth follows: `vethbw0` in the node, eth0 in the pod.
+pub fn bw_pair(sb: &Sandbox) {
+    veth_to_pod(sb, "vethbw0");
 }
 
 /// Gives the node namespace a master for macvlan/ipvlan: `up0`, a veth whose peer `up0p` is
