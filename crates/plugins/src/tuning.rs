@@ -378,13 +378,14 @@ impl cni::Plugin for Tuning {
         // dataDir is refused before anything changes, whether or not there is state to save.
         let roots = PathRoots::for_call(args)?;
         roots.check("dataDir", &conf.data_dir)?;
+        let mut prev = prev_result(&conf.net)?;
+        let pod = open_netns(&args.netns)?;
+        // Made once nothing else can refuse the call, and before the pod changes.
         let file = if conf.changes_link() {
             saved_file(&roots, &conf.data_dir, args, true)?
         } else {
             None
         };
-        let mut prev = prev_result(&conf.net)?;
-        let pod = open_netns(&args.netns)?;
         let ctx = format!("interface {:?} in netns {}", args.ifname, args.netns);
         for (key, value) in &conf.sysctls {
             let path = sysctl_path(key, &args.ifname)?;
