@@ -399,6 +399,36 @@ echo '{{"cniVersion":"1.1.0"}}'"#,
 }
 
 #[test]
+fn gc_leaves_a_container_another_call_holds_for_the_next_gc() {
+    let sb = Sandbox::new();
+    let conf = sb.multus(
+        "1.1.0",
+        vec![sb.cluster("cluster", "br0", "10.10.0.0/24", "1.1.0")],
+        json!({}),
+    );
+    sb.cmd("ADD", &conf).ok();
+    let mut gc_conf: Value = serde_json::from_str(&conf).unwrap();
+    gc_conf["cni.dev/valid-attachments"] = json!([]);
+    let mut gc = sb.call("GC", &gc_conf.to_string());
+    gc.container_id = String::new();
+    gc.netns = String::new();
+    gc.ifname = String::new();
+    // A DEL of the container is under way: it holds the container's lock.
+    let lock = fs::File::open(sb.cni_dir().join("locks").join(CONTAINER_ID)).unwrap();
+    lock.lock().unwrap();
+    sb.run(&gc).ok();
+    assert_eq!(
+        sb.pod_links(),
+        ["eth0"],
+        "GC collected a container another call holds"
+    );
+    assert_eq!(sb.reservations().len(), 1);
+    drop(lock);
+    sb.run(&gc).ok();
+    sb.assert_clean("after the next GC");
+}
+
+#[test]
 fn logs_go_to_the_log_file_with_the_pod_container_and_interface_and_stdout_stays_clean() {
     let sb = Sandbox::new();
     let log = sb.dir.path().join("multus.log");
