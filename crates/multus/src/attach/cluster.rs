@@ -96,7 +96,12 @@ impl ClusterView {
                     &format!("in the cluster's network {net}"),
                 )));
             }
-            policy::check_address(policy, node, &ip.to_string()).map_err(refuse)?;
+            if node.holds(ip)? {
+                return Err(refuse(policy::cluster_address(
+                    ip,
+                    "an address of the node",
+                )));
+            }
         }
         Ok(())
     }

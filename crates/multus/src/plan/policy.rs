@@ -165,7 +165,7 @@ fn args_cni_strings(d: &Delegate, key: &str) -> Vec<String> {
 
 /// An address inside the cluster's networks, or one the node holds, is refused unless the
 /// admin allows it: a second holder of a pod's or the node's address takes its traffic.
-pub fn check_address(
+fn check_address(
     policy: &TenantPolicy,
     node: &NodeFacts,
     text: &str,
