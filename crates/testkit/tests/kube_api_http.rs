@@ -243,3 +243,75 @@ fn faults_aimed_at_one_method_and_path() -> Result<()> {
     );
     Ok(())
 }
+
+/// A watch-list, as client-go's informers ask for one: the objects there are as ADDED, a
+/// bookmark marking the end of them, then the changes; `sendInitialEvents` without
+/// `resourceVersionMatch=NotOlderThan` is refused as kube-apiserver refuses it.
+#[test]
+fn a_watch_list_sends_the_initial_events_then_their_end() -> Result<()> {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    let server = KubeApiServer::http()?;
+    server.add_pod(pod_manifest("ns1", "web"));
+    server.add_pod(pod_manifest("ns2", "db"));
+    let at = server.pod("ns2", "db").expect("db")["metadata"]["resourceVersion"].clone();
+    let watch = "/api/v1/pods?watch=true&sendInitialEvents=true&allowWatchBookmarks=true";
+    let mut c = Conn::open(&server)?;
+    let (code, status) = c.send(&get(&server, watch, &server.token()))?;
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
+        "{status}"
+    );
+
+    let stream = TcpStream::connect(server.addr())?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(stream);
+    let request = get(
+        &server,
+        &format!("{watch}&resourceVersionMatch=NotOlderThan&resourceVersion={at}"),
+        &server.token(),
+    );
+    reader.get_mut().write_all(request.as_bytes())?;
+    let mut head = String::new();
+    while head.is_empty() || !head.ends_with("\r\n\r\n") {
+        anyhow::ensure!(reader.read_line(&mut head)? > 0, "the head: {head}");
+    }
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // One event per chunk.
+    let mut next = || -> Result<serde_json::Value> {
+        let mut size = String::new();
+        reader.read_line(&mut size)?;
+        let mut data = vec![0; usize::from_str_radix(size.trim(), 16)? + 2];
+        reader.read_exact(&mut data)?;
+        Ok(serde_json::from_slice(&data)?)
+    };
+    let mut initial = Vec::new();
+    for _ in 0..2 {
+        let event = next()?;
+        assert_eq!(event["type"], "ADDED", "{event}");
+        initial.push(event["object"]["metadata"]["name"].clone());
+    }
+    initial.sort_by_key(|n| n.to_string());
+    assert_eq!(initial, [json!("db"), json!("web")]);
+    let end = next()?;
+    assert_eq!(end["type"], "BOOKMARK", "{end}");
+    assert_eq!(
+        end["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert_eq!(end["object"]["metadata"]["resourceVersion"], at);
+    server.add_pod(pod_manifest("ns1", "later"));
+    let later = loop {
+        let event = next()?;
+        if event["type"] != "BOOKMARK" {
+            break event;
+        }
+    };
+    assert_eq!(later["type"], "ADDED", "{later}");
+    assert_eq!(later["object"]["metadata"]["name"], "later");
+    Ok(())
+}

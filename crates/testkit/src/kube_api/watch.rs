@@ -6,7 +6,9 @@
 //! until `timeoutSeconds`. A `resourceVersion` older than the history
 //! ([`super::KubeApiServer::compact`]) gets an ERROR event carrying a 410 `Expired` Status, as
 //! a real server sends it. `fieldSelector` takes `spec.nodeName`, `metadata.name` and
-//! `metadata.namespace`, in lists too.
+//! `metadata.namespace`, in lists too. A watch-list (`sendInitialEvents=true`, as client-go's
+//! informers ask since Kubernetes 1.35) gets the current objects as ADDED, then a bookmark
+//! annotated `k8s.io/initial-events-end` when bookmarks are allowed, then the changes.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -89,6 +91,8 @@ pub(super) struct Watch {
     fields: Vec<(String, String)>,
     since: Option<u64>,
     bookmarks: bool,
+    /// A watch-list whose initial-events-end bookmark is still to be sent.
+    initial_events_end: bool,
     until: Instant,
 }
 
@@ -144,7 +148,30 @@ impl Watch {
                  metadata.namespace",
             )));
         };
+        let send_initial = req.param("sendInitialEvents");
+        let matching = req.param("resourceVersionMatch");
+        if let Some(problem) = match (send_initial.as_deref(), matching.as_deref()) {
+            (Some(_), Some("NotOlderThan")) | (None, None) => None,
+            (Some(_), _) => Some(
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting \
+                 resourceVersionMatch to NotOlderThan",
+            ),
+            (None, Some(_)) => Some(
+                "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch \
+                 unless sendInitialEvents is provided",
+            ),
+        } {
+            return Some(Err(super::routes::status(
+                422,
+                "Invalid",
+                &format!("ListOptions.meta.k8s.io \"\" is invalid: {problem}"),
+                None,
+            )));
+        }
+        let send_initial = matches!(send_initial.as_deref(), Some("true" | "1"));
         let since = match req.param("resourceVersion").as_deref() {
+            // The state now is at least as new as any version asked for.
+            _ if send_initial => None,
             None | Some("" | "0") => None,
             Some(rv) => match rv.parse() {
                 Ok(rv) => Some(rv),
@@ -159,15 +186,17 @@ impl Watch {
             .param("timeoutSeconds")
             .and_then(|t| t.parse().ok())
             .map_or(LONGEST, Duration::from_secs);
+        let bookmarks = matches!(
+            req.param("allowWatchBookmarks").as_deref(),
+            Some("true" | "1")
+        );
         Some(Ok(Watch {
             what,
             namespace,
             fields,
             since,
-            bookmarks: matches!(
-                req.param("allowWatchBookmarks").as_deref(),
-                Some("true" | "1")
-            ),
+            bookmarks,
+            initial_events_end: send_initial && bookmarks,
             until: Instant::now() + timeout.min(LONGEST),
         }))
     }
@@ -210,6 +239,16 @@ impl Watch {
                 };
                 for obj in objects.filter(|o| self.wanted(self.what, o)) {
                     lines.push(Watch::line("ADDED", obj));
+                }
+                if std::mem::take(&mut self.initial_events_end) {
+                    let (kind, api_version) = self.what.kind();
+                    lines.push(Watch::line(
+                        "BOOKMARK",
+                        &json!({"kind": kind, "apiVersion": api_version, "metadata": {
+                            "resourceVersion": state.resource_version.to_string(),
+                            "annotations": {"k8s.io/initial-events-end": "true"}}}),
+                    ));
+                    *last_bookmark = Instant::now();
                 }
                 state.resource_version
             }
