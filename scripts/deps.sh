@@ -98,3 +98,9 @@ if ! command -v kubectl >/dev/null; then
   echo "kubectl (>= 1.24) is missing: the testkit kube_api tests run it" >&2
   exit 1
 fi
+
+# Upstream multus v4.3.0, whose daemon the mixed-version thick test runs beside our shim
+# (crates/multus-node/tests/thick_mixed.rs). Built here, from its Go module, because the tests
+# run in a network namespace of their own, where the Go module proxy cannot be reached.
+scripts_dir=$(cd "$(dirname "$0")" && pwd)
+"$scripts_dir/peers.sh" build multus >/dev/null

@@ -1,8 +1,8 @@
 //! Test support: network namespaces owned by a test, running CNI plugin binaries exactly as a
 //! container runtime does (env, stdin, stdout, exit code) in a node and pod [`Sandbox`], a
 //! Kubernetes API test server ([`kube_api`]), a fake kubelet pod-resources API
-//! ([`pod_resources`]), podman as a runtime ([`podman`]), and the fuzz suites' corpus and
-//! mutations ([`fuzz`]).
+//! ([`pod_resources`]), podman as a runtime ([`podman`]), the upstream peers built from their
+//! Go modules ([`peers`]), and the fuzz suites' corpus and mutations ([`fuzz`]).
 //!
 //! Nothing here touches the machine's root network namespace: plugins run with their process
 //! moved into a "node" namespace that the test created. DHCP servers and daemons run there too.
@@ -13,6 +13,7 @@ pub mod fuzz;
 pub mod kube_api;
 pub mod manifests;
 mod netns;
+pub mod peers;
 mod plugin;
 pub mod pod_resources;
 pub mod podman;

@@ -1,0 +1,36 @@
+//! The real upstream peers (the reference plugins, multus, whereabouts, containerd, Kubernetes,
+//! etcd) as `scripts/peers.sh` builds them from their Go modules, cached outside the clone by
+//! version.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{ensure, Context, Result};
+
+/// The directory of `peer`'s binaries (`scripts/peers.sh build <peer>`): built first when it
+/// is missing or was built from other pins. A build needs the Go module proxy, which a test's
+/// network namespace cannot reach; scripts/deps.sh builds the peers the tests use beforehand.
+pub fn build(peer: &str) -> Result<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/peers.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["build", peer])
+        .output()
+        .with_context(|| format!("running {}", script.display()))?;
+    ensure!(
+        out.status.success(),
+        "scripts/peers.sh build {peer} failed (run scripts/deps.sh, which builds it with the \
+         network): {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let stdout =
+        String::from_utf8(out.stdout).context("peers.sh printed a path that is not UTF-8")?;
+    let dir = PathBuf::from(
+        stdout
+            .lines()
+            .last()
+            .context("scripts/peers.sh build printed no directory")?,
+    );
+    ensure!(dir.is_dir(), "{} is not a directory", dir.display());
+    Ok(dir)
+}
