@@ -1,12 +1,14 @@
 //! `cargo xtask image`: builds the container image from deploy/Containerfile with podman, then
 //! runs it the way the DaemonSet does against a node tree in a temporary directory, and checks
-//! what it installed.
+//! what it installed. The image is left as a docker-archive beside the release binaries.
 
 use std::path::Path;
 
 use anyhow::{ensure, Context, Result};
 
 const IMAGE: &str = "localhost/multus-rs:latest";
+/// The saved image's file name, in the release directory.
+const ARCHIVE: &str = "multus-rs-image.tar";
 /// Where upstream's thick image has its daemon and shim, which its DaemonSet runs.
 const UPSTREAM_BIN: &str = "/usr/src/multus-cni/bin";
 const UPSTREAM_LINKS: [&str; 2] = ["multus-daemon", "multus-shim"];
@@ -44,6 +46,18 @@ pub fn run() -> Result<()> {
         &context.display().to_string(),
     ])?;
     println!("built {IMAGE} (also tagged {})", env!("CARGO_PKG_VERSION"));
+    // The image as an archive beside the binaries, which scripts/cluster.sh imports into the
+    // node's containerd: podman's storage here is scratch.
+    let archive = bins.join(ARCHIVE);
+    podman.run(&[
+        "save",
+        "--quiet",
+        "--format=docker-archive",
+        "-o",
+        &archive.display().to_string(),
+        IMAGE,
+    ])?;
+    println!("saved {IMAGE} to {}", archive.display());
     upstream_paths_run(&podman)?;
     println!("multus-daemon and multus-shim run from upstream's paths in the image");
 

@@ -93,6 +93,7 @@ fn check_cluster_objects(objects: &[Value], namespace: &str) -> Result<()> {
         let container = &pod["containers"][0];
         ensure!(container["securityContext"]["privileged"] == true, "{name}");
         ensure!(container["image"] == "localhost/multus-rs:latest", "{name}");
+        ensure!(container["imagePullPolicy"] == "IfNotPresent", "{name}");
     }
     let dhcp = &find(objects, "DaemonSet", "dhcp-daemon")?["spec"]["template"]["spec"];
     let container = &dhcp["containers"][0];
@@ -346,6 +347,7 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
     ensure!(pod["securityContext"]["runAsNonRoot"] == true);
     let container = &pod["containers"][0];
     ensure!(container["image"] == "localhost/multus-rs:latest");
+    ensure!(container["imagePullPolicy"] == "IfNotPresent");
     ensure!(strings(&container["command"]) == ["/usr/bin/multus", "whereabouts", "reconcile"]);
     Ok(())
 }

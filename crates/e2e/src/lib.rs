@@ -1,0 +1,242 @@
+//! The real node of `scripts/cluster.sh`, driven as a user drives it: `kubectl` from the machine
+//! with the kubeconfig `up` prints, and commands on the node through `cluster.sh exec`.
+//!
+//! A test binary brings the node up in the mode it needs with [`up`]; the node stays up between
+//! binaries (cargo runs them one after another), and the test command takes it down at the end.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use serde_json::Value;
+
+/// The image with busybox that the tests' pods run.
+pub const TEST_IMAGE: &str = "localhost/multus-rs-test:latest";
+
+/// The node, as `scripts/cluster.sh up` left it.
+pub struct Node {
+    /// What `up` printed for a user's shell: the kubeconfig and kubectl's directory.
+    pub exports: Vec<String>,
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn cluster_sh() -> PathBuf {
+    root().join("scripts/cluster.sh")
+}
+
+/// `scripts/cluster.sh up MODE`, and the node it printed the exports of.
+pub fn up(mode: &str) -> Result<Node> {
+    let out = Command::new(cluster_sh())
+        .args(["up", mode])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running scripts/cluster.sh up")?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success(),
+        "scripts/cluster.sh up {mode} failed: {stdout}"
+    );
+    let exports: Vec<String> = stdout.lines().map(str::to_owned).collect();
+    let [.., kubeconfig, path] = exports.as_slice() else {
+        bail!("scripts/cluster.sh up printed {stdout:?}");
+    };
+    ensure!(
+        kubeconfig.starts_with("export KUBECONFIG=") && path.starts_with("export PATH="),
+        "the last two lines of up: {kubeconfig:?} {path:?}"
+    );
+    Ok(Node { exports })
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+impl Node {
+    /// kubectl on the node, where `cluster.sh exec` gives it the admin's kubeconfig: the test
+    /// itself runs in a network namespace of its own, which cannot reach the machine's loopback
+    /// port that the printed exports name.
+    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Result<Output> {
+        let mut cmd = Command::new(cluster_sh());
+        cmd.args(["exec", "--", "kubectl"])
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().context("running kubectl")?;
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .context("kubectl's stdin")?
+                .write_all(input.as_bytes())?;
+        }
+        Ok(child.wait_with_output()?)
+    }
+
+    /// kubectl that must succeed: its stdout.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let out = self.kubectl_output(args, None)?;
+        ensure!(
+            out.status.success(),
+            "kubectl {}: {}",
+            args.join(" "),
+            text(&out)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `kubectl apply -f -` of `yaml`.
+    pub fn apply(&self, yaml: &str) -> Result<()> {
+        let out = self.kubectl_output(&["apply", "-f", "-"], Some(yaml))?;
+        ensure!(out.status.success(), "kubectl apply: {}", text(&out));
+        Ok(())
+    }
+
+    /// `kubectl delete -f -` of `yaml`, waiting until the objects are gone.
+    pub fn delete(&self, yaml: &str) -> Result<()> {
+        let out = self.kubectl_output(
+            &[
+                "delete",
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=120s",
+                "-f",
+                "-",
+            ],
+            Some(yaml),
+        )?;
+        ensure!(out.status.success(), "kubectl delete: {}", text(&out));
+        Ok(())
+    }
+
+    /// A command on the node (its network and mount namespaces); its stdout.
+    pub fn exec(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new(cluster_sh())
+            .arg("exec")
+            .arg("--")
+            .args(args)
+            .output()
+            .context("running scripts/cluster.sh exec")?;
+        ensure!(
+            out.status.success(),
+            "on the node, {}: {}",
+            args.join(" "),
+            text(&out)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The object as JSON.
+    pub fn get(&self, namespace: &str, what: &str) -> Result<Value> {
+        let out = self.kubectl(&["-n", namespace, "get", what, "-o", "json"])?;
+        serde_json::from_str(&out).with_context(|| format!("kubectl get {what}: {out}"))
+    }
+
+    /// Waits until the pod is Ready; on timeout, the error carries `kubectl describe`.
+    pub fn wait_ready(&self, namespace: &str, pod: &str, timeout: Duration) -> Result<()> {
+        let out = self.kubectl_output(
+            &[
+                "-n",
+                namespace,
+                "wait",
+                "--for=condition=Ready",
+                &format!("pod/{pod}"),
+                &format!("--timeout={}s", timeout.as_secs()),
+            ],
+            None,
+        )?;
+        if !out.status.success() {
+            let describe = self
+                .kubectl(&["-n", namespace, "describe", "pod", pod])
+                .unwrap_or_default();
+            bail!(
+                "pod {namespace}/{pod} is not Ready: {}\n{describe}",
+                text(&out)
+            );
+        }
+        Ok(())
+    }
+
+    /// The messages of the pod's events with this reason, oldest first.
+    pub fn events(&self, namespace: &str, pod: &str, reason: &str) -> Result<Vec<String>> {
+        let list = self.kubectl(&[
+            "-n",
+            namespace,
+            "get",
+            "events",
+            "--sort-by=.metadata.creationTimestamp",
+            "--field-selector",
+            &format!("involvedObject.kind=Pod,involvedObject.name={pod},reason={reason}"),
+            "-o",
+            "json",
+        ])?;
+        let list: Value = serde_json::from_str(&list)?;
+        Ok(list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["message"].as_str().map(str::to_owned))
+            .collect())
+    }
+
+    /// Polls `check` every 200 ms until it returns Ok(true), for at most `timeout`.
+    pub fn eventually(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut check: impl FnMut() -> Result<bool>,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let last = check();
+            if let Ok(true) = last {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("{what}: not after {timeout:?} (last check: {last:?})");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The node's veth links: one per pod on a bridge network, host side.
+    pub fn veths(&self) -> Result<Vec<String>> {
+        let out = self.exec(&["ip", "-o", "link", "show", "type", "veth"])?;
+        Ok(out
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or(n).to_owned())
+            .collect())
+    }
+
+    /// What pods left in the node's /var/lib/cni: every file but host-local's lock and
+    /// last-reserved markers, which outlive their pods by design. Empty when no pod runs.
+    pub fn cni_state(&self) -> Result<Vec<String>> {
+        let out = self.exec(&[
+            "find",
+            "/var/lib/cni",
+            "-type",
+            "f",
+            "!",
+            "-name",
+            "lock",
+            "!",
+            "-name",
+            "last_reserved_ip.*",
+        ])?;
+        Ok(out.lines().map(str::to_owned).collect())
+    }
+}

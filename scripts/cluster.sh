@@ -1,0 +1,631 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes for the tests and for trying things: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kube-proxy, containerd and a kubelet, built from their
+# modules by scripts/peers.sh, with multus-rs installed from deploy/.
+#
+#   scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2]
+#   scripts/cluster.sh exec -- CMD...    CMD as on the node: its network and mount namespaces,
+#                                        with kubectl on PATH and the admin's KUBECONFIG
+#   scripts/cluster.sh down              stops everything and removes what `up` made
+#
+# The node is a network namespace and a mount namespace of its own. Nothing changes in the
+# machine's root network namespace: the node's address (10.0.0.1) is on the node's loopback,
+# the cluster network is a bridge inside the node, and the node's /run, /var/log, /etc/cni,
+# /opt/cni, /var/lib/{kubelet,cni,containerd} and /etc/kubernetes are its own. The kubelet's
+# cgroups live under /multus-rs-cluster in every hierarchy.
+#
+# `up` prints, as its last two lines, the exports that point kubectl at the cluster.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+state=${MULTUS_RS_CLUSTER_STATE:-/var/lib/multus-rs-cluster}
+run=/run/multus-rs-cluster
+netns=multus-rs-node
+node=multus-rs-node
+node_ip=10.0.0.1
+cgroup=multus-rs-cluster
+service_cidr=10.43.0.0/16
+# The machine's loopback port that leads to the node's API server.
+port=${MULTUS_RS_CLUSTER_PORT:-16443}
+pod_cidr=10.42.0.0/16
+
+log() { echo "cluster: $*" >&2; }
+die() {
+  echo "cluster: $*" >&2
+  exit 1
+}
+
+# CMD in the node's namespaces.
+on_node() { nsenter --net="/run/netns/$netns" --mount="$run/mnt" -- "$@"; }
+
+is_up() { [ -e "/run/netns/$netns" ] && [ -e "$run/mnt" ] && mountpoint -q "$run/mnt"; }
+
+# ---------------------------------------------------------------------------------------------
+# The parts
+
+peer_dirs() {
+  local p
+  for p in kubernetes etcd cni-plugins; do
+    "$root/scripts/peers.sh" build "$p" >/dev/null
+  done
+  kube=$("$root/scripts/peers.sh" dir kubernetes)
+  etcd_dir=$("$root/scripts/peers.sh" dir etcd)
+  if [ "$containerd_major" = 2 ]; then
+    "$root/scripts/peers.sh" build containerd >/dev/null
+    containerd_dir=$("$root/scripts/peers.sh" dir containerd)
+  else
+    debian_containerd
+  fi
+}
+
+# containerd 1.x is Debian's package; crictl comes from the containerd peer either way.
+debian_containerd() {
+  if ! dpkg-query -W -f='${Status}' containerd 2>/dev/null | grep -q "install ok installed"; then
+    log "installing Debian's containerd"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd >/dev/null
+  fi
+  # The package starts nothing here (no systemd), but stop a service manager's copy if any.
+  "$root/scripts/peers.sh" build containerd >/dev/null
+  containerd_dir=$state/containerd1
+  mkdir -p "$containerd_dir"
+  ln -sf /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr "$containerd_dir/"
+  ln -sf "$("$root/scripts/peers.sh" dir containerd)/crictl" "$containerd_dir/crictl"
+}
+
+# The image of this checkout, as `cargo xtask image` leaves it beside the release binaries;
+# MULTUS_RS_CLUSTER_IMAGE names an archive already made (the test command makes it once).
+release=$root/target/x86_64-unknown-linux-gnu/release
+multus_image() {
+  if [ -n "${MULTUS_RS_CLUSTER_IMAGE:-}" ]; then
+    [ -f "$MULTUS_RS_CLUSTER_IMAGE" ] || die "MULTUS_RS_CLUSTER_IMAGE: no file $MULTUS_RS_CLUSTER_IMAGE"
+    multus_archive=$(realpath "$MULTUS_RS_CLUSTER_IMAGE")
+  else
+    log "building the multus-rs image (cargo xtask image)"
+    (cd "$root" && cargo xtask image >&2)
+    multus_archive=$release/multus-rs-image.tar
+  fi
+}
+
+# podman with its storage in the node's state: nothing stays on the machine.
+podman_scratch() {
+  local p=$state/podman
+  mkdir -p "$p"
+  printf '[storage]\ndriver = "vfs"\ngraphroot = "%s/storage"\nrunroot = "%s/run"\n' "$p" "$p" >"$p/storage.conf"
+  CONTAINERS_STORAGE_CONF=$p/storage.conf podman "$@"
+}
+
+# The pause image and the test image, made here from Debian's busybox-static and a pause of our
+# own: no registry can be reached.
+local_images() {
+  local ctx=$state/images r=$state/images/test/rootfs a
+  mkdir -p "$ctx/pause" "$r/bin" "$r/etc" "$r/tmp" "$r/www"
+  gcc -static -Os -o "$ctx/pause/pause" "$root/test-support/cluster/pause.c"
+  printf 'FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n' >"$ctx/pause/Containerfile"
+  podman_scratch build --quiet --network=none -t localhost/pause:3.10 "$ctx/pause" >/dev/null
+  rm -f "$ctx/pause.tar" "$ctx/test.tar"
+  podman_scratch save --quiet --format docker-archive -o "$ctx/pause.tar" localhost/pause:3.10
+  cp /bin/busybox "$r/bin/busybox"
+  for a in $(/bin/busybox --list); do
+    [ "$a" = busybox ] || ln -sf busybox "$r/bin/$a"
+  done
+  echo 'root:x:0:0:root:/:/bin/sh' >"$r/etc/passwd"
+  echo 'root:x:0:' >"$r/etc/group"
+  printf 'FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin\nCMD ["sh"]\n' >"$ctx/test/Containerfile"
+  podman_scratch build --quiet --network=none -t localhost/multus-rs-test:latest "$ctx/test" >/dev/null
+  podman_scratch save --quiet --format docker-archive -o "$ctx/test.tar" localhost/multus-rs-test:latest
+}
+
+import_images() {
+  local tar
+  for tar in "$state/images/pause.tar" "$state/images/test.tar" "$multus_archive"; do
+    on_node "$containerd_dir/ctr" -n k8s.io images import "$tar" 2>&1 >/dev/null | grep -v DEPRECATION >&2 || true
+    on_node "$containerd_dir/ctr" -n k8s.io images ls -q 2>/dev/null | grep -q . || die "importing $tar failed"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
+# Certificates: one CA, a serving certificate for the API server, a client certificate per
+# component, and the service-account signing key.
+
+pki() {
+  local p=$state/pki
+  [ -f "$p/done" ] && return
+  mkdir -p "$p"
+  key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+  key "$p/ca.key"
+  openssl req -x509 -new -key "$p/ca.key" -subj /CN=multus-rs-cluster-ca -days 3650 -out "$p/ca.crt"
+  cert() { # name subject [sans]
+    key "$p/$1.key"
+    openssl req -new -key "$p/$1.key" -subj "$2" -out "$p/$1.csr"
+    local ext=$p/$1.ext
+    echo "basicConstraints=CA:FALSE" >"$ext"
+    echo "keyUsage=digitalSignature,keyEncipherment" >>"$ext"
+    if [ -n "${3:-}" ]; then
+      echo "extendedKeyUsage=serverAuth,clientAuth" >>"$ext"
+      echo "subjectAltName=$3" >>"$ext"
+    else
+      echo "extendedKeyUsage=clientAuth" >>"$ext"
+    fi
+    openssl x509 -req -in "$p/$1.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial \
+      -days 3650 -extfile "$ext" -out "$p/$1.crt" 2>/dev/null
+  }
+  cert apiserver /CN=kube-apiserver \
+    "IP:$node_ip,IP:10.43.0.1,IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert admin "/O=system:masters/CN=admin"
+  cert apiserver-kubelet "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  cert kubelet "/O=system:nodes/CN=system:node:$node"
+  cert kubelet-serving "/CN=$node" "IP:$node_ip,DNS:$node"
+  cert controller-manager /CN=system:kube-controller-manager
+  cert scheduler /CN=system:kube-scheduler
+  cert kube-proxy /CN=system:kube-proxy
+  key "$p/sa.key"
+  openssl pkey -in "$p/sa.key" -pubout -out "$p/sa.pub"
+  for c in admin kubelet controller-manager scheduler kube-proxy; do
+    kubeconfig "$c" "https://$node_ip:6443" >"$state/$c.kubeconfig"
+  done
+  # The machine's own kubectl reaches the API server through the forwarder on its loopback.
+  kubeconfig admin "https://127.0.0.1:$port" >"$state/kubeconfig"
+  touch "$p/done"
+}
+
+kubeconfig() { # component server
+  cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: multus-rs-cluster
+    cluster:
+      server: $2
+      certificate-authority: $state/pki/ca.crt
+users:
+  - name: $1
+    user:
+      client-certificate: $state/pki/$1.crt
+      client-key: $state/pki/$1.key
+contexts:
+  - name: $1
+    context: {cluster: multus-rs-cluster, user: $1}
+current-context: $1
+EOF
+}
+
+# ---------------------------------------------------------------------------------------------
+# The node's namespaces
+
+namespaces() {
+  mkdir -p "$run" "$state/node"
+  if ! mountpoint -q "$run"; then
+    mount --bind "$run" "$run"
+    mount --make-private "$run"
+  fi
+  ip netns add "$netns"
+  ip -n "$netns" link set lo up
+  ip -n "$netns" addr add "$node_ip/32" dev lo
+  # The node has no uplink; service addresses need a route before kube-proxy's DNAT applies.
+  ip -n "$netns" route add "$service_cidr" dev lo
+  touch "$run/mnt"
+  unshare --mount="$run/mnt" --propagation private true
+  local n=$state/node d
+  for d in run var/log etc/cni etc/kubernetes opt/cni var/lib/kubelet var/lib/cni var/lib/containerd; do
+    mkdir -p "$n/$d"
+  done
+  # The node's own directories over the machine's, then shared inside the node, as on a host
+  # where the kubelet propagates mounts into pods.
+  on_node sh -euc "
+    mount -t tmpfs -o mode=755 tmpfs /run
+    mkdir -p /run/netns /run/cni
+    for d in var/log etc/cni etc/kubernetes opt/cni var/lib/kubelet var/lib/cni var/lib/containerd; do
+      mkdir -p /\$d
+      mount --bind '$n'/\$d /\$d
+    done
+    mount --make-rshared /
+  "
+  mkdir -p "$n/etc/cni/net.d" "$n/opt/cni/bin" "$n/var/log/multus"
+}
+
+cgroups_make() {
+  local c
+  for c in /sys/fs/cgroup/*/; do
+    if [ "$(basename "$c")" != unified ]; then
+      mkdir -p "$c$cgroup"
+    fi
+  done
+  # A v1 cpuset group takes no process until it has CPUs and memory nodes.
+  if [ -f /sys/fs/cgroup/cpuset/cpuset.cpus ]; then
+    cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/$cgroup/cpuset.cpus"
+    cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/$cgroup/cpuset.mems"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# The daemons
+
+start() { # name command...
+  local name=$1
+  shift
+  mkdir -p "$state/logs" "$state/pids"
+  on_node setsid "$@" >>"$state/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$state/pids/$name"
+}
+
+stop() { # name
+  local f=$state/pids/$1 pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f")
+  if kill "$pid" 2>/dev/null; then
+    for _ in $(seq 100); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+wait_for() { # what seconds command...
+  local what=$1 secs=$2 i
+  shift 2
+  for ((i = 0; i < secs * 5; i++)); do
+    if "$@" >/dev/null 2>&1; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  die "$what did not come up in ${secs}s; logs in $state/logs"
+}
+
+# kubectl on the node, where the API server is.
+kc() { on_node "$kube/kubectl" --kubeconfig "$state/admin.kubeconfig" "$@"; }
+
+start_etcd() {
+  start etcd "$etcd_dir/etcd" --data-dir "$state/etcd" --name "$node" \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster "$node=http://127.0.0.1:2380" --log-level warn
+  wait_for etcd 30 on_node "$etcd_dir/etcdctl" --endpoints http://127.0.0.1:2379 endpoint health
+}
+
+start_apiserver() {
+  local p=$state/pki
+  cat >"$state/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+rules:
+  - level: Metadata
+    omitStages: [RequestReceived]
+EOF
+  start apiserver "$kube/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
+    --advertise-address "$node_ip" --bind-address 0.0.0.0 --secure-port 6443 \
+    --service-cluster-ip-range "$service_cidr" \
+    --client-ca-file "$p/ca.crt" --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
+    --kubelet-client-certificate "$p/apiserver-kubelet.crt" --kubelet-client-key "$p/apiserver-kubelet.key" \
+    --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --allow-privileged=true --profiling=false --kubelet-preferred-address-types InternalIP \
+    --audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$state/logs/audit.log" \
+    --audit-log-maxsize 200 --audit-log-maxbackup 1
+  wait_for kube-apiserver 60 kc get --raw /readyz
+  # The one thing of the node's on the machine's side: a loopback listener whose every
+  # connection is relayed from inside the node's network namespace. It listens in the network
+  # namespace `up` first ran in.
+  mkdir -p "$state/pids"
+  setsid socat "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" \
+    SYSTEM:"exec nsenter --net=/run/netns/$netns socat STDIO TCP\:$node_ip\:6443" \
+    >>"$state/logs/forward.log" 2>&1 </dev/null &
+  echo $! >"$state/pids/forward"
+  local i
+  for ((i = 0; i < 50; i++)); do
+    "$kube/kubectl" --kubeconfig "$state/kubeconfig" get --raw /readyz >/dev/null 2>&1 && return
+    sleep 0.2
+  done
+  # As in a test binary's throwaway network namespace, whose loopback is down.
+  stop forward
+  log "no loopback here to forward 127.0.0.1:$port from; kubectl works on the node: scripts/cluster.sh exec -- kubectl"
+}
+
+start_controllers() {
+  local p=$state/pki
+  start controller-manager "$kube/kube-controller-manager" \
+    --kubeconfig "$state/controller-manager.kubeconfig" --leader-elect=false \
+    --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
+    --use-service-account-credentials --cluster-cidr "$pod_cidr" --allocate-node-cidrs=false \
+    --controllers '*,-nodeipam' --profiling=false
+  start scheduler "$kube/kube-scheduler" --kubeconfig "$state/scheduler.kubeconfig" \
+    --leader-elect=false --profiling=false
+  wait_for "the controller manager" 60 on_node curl -fsk https://127.0.0.1:10257/healthz
+  wait_for "the scheduler" 60 on_node curl -fsk https://127.0.0.1:10259/healthz
+}
+
+# Services, the kubernetes one among them, which multus's kubeconfig names.
+start_kube_proxy() {
+  start kube-proxy "$kube/kube-proxy" --kubeconfig "$state/kube-proxy.kubeconfig" \
+    --hostname-override "$node" --cluster-cidr "$pod_cidr" --proxy-mode iptables \
+    --conntrack-max-per-core 0 --profiling=false
+  wait_for "kube-proxy" 60 on_node curl -fs http://127.0.0.1:10256/healthz
+}
+
+containerd_config() {
+  local bin_dirs="'/opt/cni/bin', '/run/cni/bin'" restrict_oom=false
+  # CAP_SYS_RESOURCE is bit 24 of the capability sets.
+  if ((((0x$(awk '/^CapEff/ { print $2 }' /proc/self/status) >> 24) & 1) == 0)); then
+    restrict_oom=true
+  fi
+  if [ "$containerd_major" = 2 ]; then
+    cat <<EOF
+version = 3
+root = '$state/containerd-root'
+state = '/run/containerd'
+[grpc]
+  address = '/run/containerd/containerd.sock'
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = 'localhost/pause:3.10'
+# Without CAP_SYS_RESOURCE (as in some sandboxes) no process may lower its OOM score; the
+# kubelet asks -998 for every sandbox. Restricted, containerd keeps scores at its own or above.
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = $restrict_oom
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = [$bin_dirs]
+  conf_dir = '/etc/cni/net.d'
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+EOF
+  else
+    cat <<EOF
+version = 2
+root = '$state/containerd-root'
+state = '/run/containerd'
+[grpc]
+  address = '/run/containerd/containerd.sock'
+[plugins.'io.containerd.grpc.v1.cri']
+  sandbox_image = 'localhost/pause:3.10'
+  restrict_oom_score_adj = $restrict_oom
+[plugins.'io.containerd.grpc.v1.cri'.cni]
+  bin_dir = '/opt/cni/bin'
+  conf_dir = '/etc/cni/net.d'
+[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+EOF
+  fi
+}
+
+start_containerd() {
+  containerd_config >"$state/containerd.toml"
+  start containerd env PATH="$containerd_dir:/usr/sbin:/usr/bin:/sbin:/bin" \
+    "$containerd_dir/containerd" --config "$state/containerd.toml"
+  wait_for containerd 30 on_node "$containerd_dir/ctr" version
+}
+
+start_kubelet() {
+  local p=$state/pki
+  : >"$state/resolv.conf"
+  cat >"$state/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: true}
+  x509: {clientCAFile: $p/ca.crt}
+authorization: {mode: Webhook}
+cgroupDriver: cgroupfs
+cgroupRoot: /$cgroup
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+tlsCertFile: $p/kubelet-serving.crt
+tlsPrivateKeyFile: $p/kubelet-serving.key
+resolvConf: $state/resolv.conf
+clusterDomain: cluster.local
+staticPodPath: /etc/kubernetes/manifests
+imageGCHighThresholdPercent: 100
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+serializeImagePulls: false
+localStorageCapacityIsolation: false
+EOF
+  mkdir -p "$state/node/etc/kubernetes/manifests"
+  start kubelet "$kube/kubelet" --config "$state/kubelet.yaml" \
+    --kubeconfig "$state/kubelet.kubeconfig" --hostname-override "$node" --node-ip "$node_ip"
+  wait_for "the node object" 60 kc get node "$node"
+}
+
+# ---------------------------------------------------------------------------------------------
+# The cluster network: bridge and host-local from our cni-plugins, as ovn-kubernetes is on
+# MicroShift. Its file name and bin directory follow the mode's deploy tree.
+
+cluster_network() {
+  local n=$state/node file=10-cluster.conflist name bridge
+  on_node mkdir -p /run/cni/bin
+  cp "$release/cni-plugins" "$n/opt/cni/bin/cni-plugins.tmp"
+  mv "$n/opt/cni/bin/cni-plugins.tmp" "$n/opt/cni/bin/cni-plugins"
+  for name in bridge host-local loopback portmap; do
+    ln -sf cni-plugins "$n/opt/cni/bin/$name"
+  done
+  rm -f "$n"/etc/cni/net.d/*.conf "$n"/etc/cni/net.d/*.conflist
+  bridge='"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.42.0.0/24", "gateway": "10.42.0.1"}]],
+             "routes": [{"dst": "0.0.0.0/0"}]}'
+  if [ "$mode" = microshift ]; then
+    # MicroShift's CRI-O finds plugins in /run/cni/bin first; its cluster network is one file.
+    on_node sh -c 'cp /opt/cni/bin/cni-plugins /run/cni/bin/ &&
+      for n in bridge host-local loopback portmap; do ln -sf cni-plugins /run/cni/bin/$n; done'
+    file=10-ovn-kubernetes.conf
+    echo "{\"cniVersion\": \"1.0.0\", \"name\": \"ovn-kubernetes\", $bridge}" >"$n/etc/cni/net.d/.$file"
+  else
+    echo "{\"cniVersion\": \"1.0.0\", \"name\": \"cluster\", \"plugins\": [{$bridge},
+    {\"type\": \"portmap\", \"capabilities\": {\"portMappings\": true}}]}" >"$n/etc/cni/net.d/.$file"
+  fi
+  mv "$n/etc/cni/net.d/.$file" "$n/etc/cni/net.d/$file"
+}
+
+# ---------------------------------------------------------------------------------------------
+# multus-rs from deploy/
+
+tree_of() {
+  case $1 in
+    thin) echo base ;;
+    thick | microshift | whereabouts) echo "$1" ;;
+    *) die "unknown mode $1 (thin, thick, microshift, whereabouts)" ;;
+  esac
+}
+
+namespace_of() { [ "$1" = microshift ] && echo openshift-multus || echo multus; }
+
+install_multus() {
+  kc apply -k "$root/deploy/$(tree_of "$mode")" >&2
+  echo "$mode" >"$state/mode"
+  wait_for "multus's DaemonSet" 180 ds_available "$(namespace_of "$mode")" multus
+  wait_for "the node's Ready condition" 120 node_ready
+}
+
+ds_available() { [ "$(kc -n "$1" get ds "$2" -o jsonpath='{.status.numberAvailable}')" = 1 ]; }
+node_ready() {
+  kc get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+}
+
+# The previous install, unless it is this mode's: applying it again updates it in place.
+uninstall_multus() {
+  local previous
+  previous=$(cat "$state/mode" 2>/dev/null || true)
+  [ -n "$previous" ] && [ "$previous" != "$mode" ] || return 0
+  log "removing the $previous install"
+  kc delete -k "$root/deploy/$(tree_of "$previous")" --ignore-not-found --wait=true --timeout=120s >&2 || true
+  rm -f "$state/mode"
+}
+
+exports() {
+  echo "export KUBECONFIG=$state/kubeconfig"
+  echo "export PATH=$kube:\$PATH"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+up() {
+  mode=thin
+  containerd_major=2
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --containerd)
+        containerd_major=${2:-}
+        shift 2
+        ;;
+      thin | thick | microshift | whereabouts)
+        mode=$1
+        shift
+        ;;
+      *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2]" ;;
+    esac
+  done
+  case $containerd_major in 1 | 2) ;; *) die "--containerd takes 1 or 2" ;; esac
+  [ "$(id -u)" = 0 ] || die "runs as root: the node is made of namespaces and cgroups"
+  command -v socat >/dev/null || die "socat is missing (scripts/deps.sh installs it)"
+  if is_up && [ "$(cat "$state/containerd-version" 2>/dev/null)" != "$containerd_major" ]; then
+    log "containerd $(cat "$state/containerd-version") is running; starting again with $containerd_major"
+    down
+  fi
+  peer_dirs
+  multus_image
+  local_images
+  if is_up; then
+    uninstall_multus
+    import_images
+    cluster_network
+  else
+    log "starting the node"
+    pki
+    namespaces
+    echo "$containerd_major" >"$state/containerd-version"
+    cgroups_make
+    cluster_network
+    start_etcd
+    start_apiserver
+    start_controllers
+    start_containerd
+    import_images
+    start_kubelet
+    start_kube_proxy
+  fi
+  install_multus
+  log "up: $mode, containerd $containerd_major, node $node"
+  exports
+}
+
+# Every process of the node: in its network or mount namespace, or in its cgroups.
+node_pids() {
+  local net mnt p
+  net=$(stat -Lc %i "/run/netns/$netns" 2>/dev/null || true)
+  mnt=$(stat -Lc %i "$run/mnt" 2>/dev/null || true)
+  for p in /proc/[0-9]*; do
+    [ "${p#/proc/}" = $$ ] && continue
+    if [ -n "$net" ] && [ "$(stat -Lc %i "$p/ns/net" 2>/dev/null)" = "$net" ] ||
+      [ -n "$mnt" ] && [ "$(stat -Lc %i "$p/ns/mnt" 2>/dev/null)" = "$mnt" ] ||
+      grep -qs ":/$cgroup/" "$p/cgroup"; then
+      echo "${p#/proc/}"
+    fi
+  done
+}
+
+down() {
+  local name pid c
+  if [ -e "$run/mnt" ] && [ -f "$state/containerd-version" ]; then
+    containerd_major=$(cat "$state/containerd-version")
+    # The pods first, through the runtime, so their networks are deleted by their plugins.
+    if [ -S "$state/node/run/containerd/containerd.sock" ] || on_node test -S /run/containerd/containerd.sock 2>/dev/null; then
+      local crictl
+      crictl=$(ls "$state/containerd1/crictl" 2>/dev/null || echo "$("$root/scripts/peers.sh" dir containerd)/crictl")
+      stop kubelet
+      on_node timeout 60 "$crictl" -r unix:///run/containerd/containerd.sock rmp -fa >/dev/null 2>&1 || true
+    fi
+  fi
+  for name in kubelet kube-proxy scheduler controller-manager forward apiserver containerd etcd; do
+    stop "$name"
+  done
+  # What is left: the shims, the containers and anything exec'd in the node.
+  for _ in 1 2 3; do
+    pid=$(node_pids)
+    [ -n "$pid" ] || break
+    # shellcheck disable=SC2086 # a list of PIDs
+    kill -KILL $pid 2>/dev/null || true
+    sleep 0.5
+  done
+  [ -z "$(node_pids)" ] || die "processes still in the node: $(node_pids | tr '\n' ' ')"
+  if [ -e "$run/mnt" ]; then
+    umount "$run/mnt" 2>/dev/null || true
+    rm -f "$run/mnt"
+  fi
+  if mountpoint -q "$run"; then
+    umount "$run"
+  fi
+  rmdir "$run" 2>/dev/null || true
+  if [ -e "/run/netns/$netns" ]; then
+    ip netns del "$netns"
+  fi
+  # The cgroups, deepest first.
+  for c in /sys/fs/cgroup/*/"$cgroup"; do
+    [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  done
+  for c in /sys/fs/cgroup/*/"$cgroup"; do
+    [ -d "$c" ] && die "cgroup $c is still there"
+  done
+  if grep -qs " $state" /proc/self/mountinfo; then
+    die "something is still mounted under $state"
+  fi
+  rm -rf "$state"
+  log "down"
+}
+
+case ${1:-} in
+  up)
+    shift
+    up "$@"
+    ;;
+  down) down ;;
+  exec)
+    shift
+    [ "${1:-}" = -- ] && shift
+    is_up || die "no node is up"
+    # As on a control-plane node: kubectl on the PATH, the admin's kubeconfig.
+    kube=$("$root/scripts/peers.sh" dir kubernetes)
+    on_node env KUBECONFIG="$state/admin.kubeconfig" PATH="$kube:$PATH" "$@"
+    ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2] | exec -- CMD... | down" ;;
+esac
