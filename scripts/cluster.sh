@@ -45,7 +45,7 @@ is_up() { [ -e "/run/netns/$netns" ] && [ -e "$run/mnt" ] && mountpoint -q "$run
 
 peer_dirs() {
   local p
-  for p in kubernetes etcd cni-plugins; do
+  for p in kubernetes etcd; do
     "$root/scripts/peers.sh" build "$p" >/dev/null
   done
   kube=$("$root/scripts/peers.sh" dir kubernetes)
@@ -116,10 +116,11 @@ local_images() {
 }
 
 import_images() {
-  local tar
+  local tar said
   for tar in "$state/images/pause.tar" "$state/images/test.tar" "$multus_archive"; do
-    on_node "$containerd_dir/ctr" -n k8s.io images import "$tar" 2>&1 >/dev/null | grep -v DEPRECATION >&2 || true
-    on_node "$containerd_dir/ctr" -n k8s.io images ls -q 2>/dev/null | grep -q . || die "importing $tar failed"
+    if ! said=$(on_node "$containerd_dir/ctr" -n k8s.io images import "$tar" 2>&1); then
+      die "importing $tar: $said"
+    fi
   done
 }
 

@@ -100,8 +100,9 @@ if ! command -v kubectl >/dev/null; then
   exit 1
 fi
 
-# Upstream multus v4.3.0, whose daemon the mixed-version thick test runs beside our shim
-# (crates/multus-node/tests/thick_mixed.rs). Built here, from its Go module, because the tests
-# run in a network namespace of their own, where the Go module proxy cannot be reached.
+# The upstream peers, built from their Go modules here because the tests run in a network
+# namespace of their own, where the Go module proxy cannot be reached: multus v4.3.0, whose
+# daemon the mixed-version thick test runs beside our shim (crates/multus-node/tests/
+# thick_mixed.rs), and the parts of scripts/cluster.sh's node (the e2e crate).
 scripts_dir=$(cd "$(dirname "$0")" && pwd)
-"$scripts_dir/peers.sh" build multus >/dev/null
+"$scripts_dir/peers.sh" build multus kubernetes etcd containerd >/dev/null

@@ -15,7 +15,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --no-fail-fast 2>&1 | tee "$log" || status=$?
+cargo test --workspace --exclude e2e --no-fail-fast 2>&1 | tee "$log" || status=$?
 # The tests' VLAN, ipvlan and 8021q parts, which this kernel cannot run, under a Debian kernel in
 # qemu; it prints its own result per test binary.
 cargo xtask vm-test || status=$?
@@ -25,6 +25,12 @@ cargo xtask image || status=$?
 # The RPMs and the .deb: built, listed, installed into scratch roots and checked there, upgraded,
 # and built again to the same bytes.
 cargo xtask package || status=$?
+# End to end on a real node (scripts/cluster.sh): kube-apiserver, etcd, containerd 2 and a
+# kubelet, multus-rs installed from deploy/ with the image just built. The node is taken down
+# after, whatever the result.
+MULTUS_RS_CLUSTER_IMAGE=$PWD/target/x86_64-unknown-linux-gnu/release/multus-rs-image.tar \
+  cargo test -p e2e --no-fail-fast -- --test-threads=1 2>&1 | tee -a "$log" || status=$?
+scripts/cluster.sh down || status=$?
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"

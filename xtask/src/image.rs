@@ -32,6 +32,12 @@ pub fn run() -> Result<()> {
         std::os::unix::fs::symlink("/usr/bin/multus", &link)
             .with_context(|| format!("linking {name} in the image context"))?;
     }
+    // /var/run, as every distribution has it: runtimes name the pod's netns by
+    // /var/run/netns/..., which the thick daemon opens inside its pod.
+    let var = context.join("var");
+    std::fs::create_dir_all(&var)?;
+    let _ = std::fs::remove_file(var.join("run"));
+    std::os::unix::fs::symlink("../run", var.join("run")).context("linking var/run")?;
     podman.run(&[
         "build",
         "--quiet",
@@ -49,6 +55,8 @@ pub fn run() -> Result<()> {
     // The image as an archive beside the binaries, which scripts/cluster.sh imports into the
     // node's containerd: podman's storage here is scratch.
     let archive = bins.join(ARCHIVE);
+    // podman save does not replace an archive.
+    let _ = std::fs::remove_file(&archive);
     podman.run(&[
         "save",
         "--quiet",

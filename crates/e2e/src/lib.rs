@@ -223,7 +223,7 @@ impl Node {
     }
 
     /// What pods left in the node's /var/lib/cni: every file but host-local's lock and
-    /// last-reserved markers, which outlive their pods by design. Empty when no pod runs.
+    /// last-reserved markers, which outlive their pods by design.
     pub fn cni_state(&self) -> Result<Vec<String>> {
         let out = self.exec(&[
             "find",

@@ -66,6 +66,7 @@ fn mac(node: &e2e::Node, ifname: &str) -> Result<String> {
 #[test]
 fn microshift_walkthrough() -> Result<()> {
     let node = up("microshift")?;
+    let state = node.cni_state()?;
     node.apply(NAD)?;
     node.apply(&pod_yaml())?;
     node.wait_ready("default", "test-bridge", Duration::from_secs(120))?;
@@ -115,7 +116,7 @@ fn microshift_walkthrough() -> Result<()> {
         Ok(node.veths()?.len() + 2 == veths_with_pod)
     })?;
     node.eventually("no CNI state left", Duration::from_secs(30), || {
-        Ok(node.cni_state()?.is_empty())
+        Ok(node.cni_state()? == state)
     })
     .with_context(|| format!("left: {:?}", node.cni_state()))?;
     node.exec(&["ip", "addr", "del", "10.10.3.1/16", "dev", "br-test"])?;

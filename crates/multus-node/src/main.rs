@@ -124,6 +124,7 @@ fn main() {
             called_as: invoked_as,
             connect: Box::new(multus::api::kube::connect),
             log_per_call: true,
+            node_root: None,
         };
         std::process::exit(cni::plugin_main(&plugin, &about));
     }

@@ -276,6 +276,8 @@ pub struct Multus {
     /// Whether each call sets up logging from its config, as a process per call does; a
     /// daemon sets it up once, from its own.
     pub log_per_call: bool,
+    /// Where the node's root is seen, when not at `/` (thick mode's daemon: its `chrootDir`).
+    pub node_root: Option<std::path::PathBuf>,
 }
 
 impl Multus {
@@ -285,7 +287,8 @@ impl Multus {
         f: fn(&Invocation) -> Result<T>,
     ) -> std::result::Result<T, CniError> {
         crate::config::require_own_config(&args.stdin, &self.called_as, args.command)?;
-        let conf = MultusConf::parse(&args.stdin).map_err(|e| e.to_cni())?;
+        let mut conf = MultusConf::parse(&args.stdin).map_err(|e| e.to_cni())?;
+        conf.node_root.clone_from(&self.node_root);
         if self.log_per_call {
             crate::log::init(&conf);
         }

@@ -2,7 +2,7 @@
 //! option with upstream's defaults. A value of the wrong type or an unknown value is an error
 //! that names the key; keys multus does not know are left alone, as upstream does.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cni::quote::{quote, quote_value};
@@ -165,9 +165,28 @@ pub struct MultusConf {
     /// `cni.dev/valid-attachments`, for GC.
     pub valid_attachments: Option<Vec<cni::GcAttachment>>,
     pub policy: TenantPolicy,
+    /// Where this process sees the node's root, when not at `/`: thick mode's daemon, whose
+    /// `chrootDir` holds it, while the config names the node's paths (`clusterNetwork`,
+    /// `defaultNetworks`, `confDir`), as the shim on the node reads them. Not a key.
+    pub node_root: Option<PathBuf>,
 }
 
 impl MultusConf {
+    /// A path the config names, where this process sees it: under `node_root` when one is
+    /// set, unless only the path as named exists (a config written with the daemon's own
+    /// paths, as upstream's daemon writes them).
+    pub fn node_path(&self, path: &Path) -> PathBuf {
+        let (Some(root), Ok(rel)) = (&self.node_root, path.strip_prefix("/")) else {
+            return path.to_owned();
+        };
+        let on_node = root.join(rel);
+        if on_node.exists() || !path.exists() {
+            on_node
+        } else {
+            path.to_owned()
+        }
+    }
+
     pub fn parse(bytes: &[u8]) -> Result<MultusConf> {
         let map = cni::decode::read_object(bytes).map_err(|e| {
             Error::from(cni::CniError::decoding(format!(
@@ -314,6 +333,7 @@ impl MultusConf {
                 })?,
             },
             valid_attachments,
+            node_root: None,
             policy: TenantPolicy {
                 host_ports: match keys.get("hostPortRanges") {
                     None | Some(Value::Null) => vec![DEFAULT_HOST_PORTS],
@@ -482,5 +502,36 @@ impl<'a> Keys<'a> {
                 format!("{} is not a list of strings", quote_value(other)),
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod node_root_tests {
+    use super::*;
+
+    #[test]
+    fn the_nodes_paths_are_read_under_the_node_root() {
+        let root = tempfile::tempdir().unwrap();
+        let node_conf = root.path().join("etc/cni/net.d");
+        std::fs::create_dir_all(&node_conf).unwrap();
+        std::fs::write(node_conf.join("10-cluster.conflist"), "{}").unwrap();
+        let mut conf = MultusConf::parse(
+            br#"{"cniVersion": "1.0.0", "name": "m", "type": "multus-shim",
+                "clusterNetwork": "/etc/cni/net.d/10-cluster.conflist"}"#,
+        )
+        .unwrap();
+        let named = Path::new("/etc/cni/net.d/10-cluster.conflist");
+        assert_eq!(conf.node_path(named), named);
+        conf.node_root = Some(root.path().to_owned());
+        assert_eq!(conf.node_path(named), node_conf.join("10-cluster.conflist"));
+        // A path only this process has (a config with the daemon's own paths) is read as named.
+        let own = root.path().join("own.conf");
+        std::fs::write(&own, "{}").unwrap();
+        assert_eq!(conf.node_path(&own), own);
+        // Neither exists: the node's, so that the error names where it was looked for.
+        assert_eq!(
+            conf.node_path(Path::new("/nowhere/x.conf")),
+            root.path().join("nowhere/x.conf")
+        );
     }
 }

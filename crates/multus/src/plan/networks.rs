@@ -89,11 +89,14 @@ impl Networks<'_> {
             "name": chain,
             "plugins": [{"type": "passthru", "name": "passthru-cni"}],
         });
-        let network = Network::parse_list_in_dir(list.to_string().as_bytes(), Path::new(dir))
-            .map_err(|source| Error::Network {
-                network: format!("auxiliaryCNIChainName {chain:?}"),
-                source: Box::new(source),
-            })?;
+        let network = Network::parse_list_in_dir(
+            list.to_string().as_bytes(),
+            &self.conf.node_path(Path::new(dir)),
+        )
+        .map_err(|source| Error::Network {
+            network: format!("auxiliaryCNIChainName {chain:?}"),
+            source: Box::new(source),
+        })?;
         if network.plugins().len() < 2 {
             tracing::debug!("auxiliary chain {chain:?}: no plugins in {dir}/{chain}");
             return Ok(None);
@@ -200,7 +203,7 @@ impl Networks<'_> {
     /// NAD in `multusNamespace`, else a network in `confDir`.
     fn network_by_reference(&self, reference: &str, key: &str) -> Result<Delegate> {
         if reference.contains('/') {
-            let path = Path::new(reference);
+            let path = &self.conf.node_path(Path::new(reference));
             let bytes = if path.is_dir() {
                 first_config_in(path, None)?.ok_or_else(|| {
                     Error::config(key, format!("no .conf or .conflist file in {reference}"))
@@ -241,7 +244,7 @@ impl Networks<'_> {
                 return Ok(d);
             }
         }
-        match first_config_in(&self.conf.conf_dir, Some(reference))? {
+        match first_config_in(&self.conf.node_path(&self.conf.conf_dir), Some(reference))? {
             Some(bytes) => Delegate::from_config(&bytes, reference),
             None => Err(Error::NetworkNotFound(format!(
                 "{key} {reference:?}: no NetworkAttachmentDefinition {ns}/{reference}{} and no network named {reference:?} in {}",
@@ -322,7 +325,7 @@ impl Networks<'_> {
         if !config.trim().is_empty() {
             return Delegate::for_selection(config, sel, device);
         }
-        let bytes = first_config_in(&self.conf.conf_dir, Some(&sel.name))?.ok_or_else(|| {
+        let bytes = first_config_in(&self.conf.node_path(&self.conf.conf_dir), Some(&sel.name))?.ok_or_else(|| {
             Error::NetworkNotFound(format!(
                 "NetworkAttachmentDefinition {}/{} has an empty spec.config and {} holds no network named {:?}",
                 sel.namespace,

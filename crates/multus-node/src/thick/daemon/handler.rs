@@ -94,6 +94,7 @@ impl Handler {
             called_as: "multus-shim".to_owned(),
             connect: Box::new(move |_| Ok(Some(Box::new(shared.api())))),
             log_per_call: false,
+            node_root: self.config.chroot_dir.clone(),
         };
         let mut version = String::new();
         cni::skel::call(&plugin, args, Some(Version::V1_1_0), &mut version, false).map_err(

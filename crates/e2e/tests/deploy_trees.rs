@@ -1,0 +1,247 @@
+//! Every deploy/ tree on the real node: it installs, its accounts may do exactly what
+//! docs/security.md lists and nothing else (no secrets, no cluster-admin), pods attach through
+//! it, and deleting them leaves nothing.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use e2e::{up, Node, TEST_IMAGE};
+use serde_json::Value;
+
+/// The trees in the order the test installs them, with cluster.sh's mode and the namespace.
+const TREES: [(&str, &str, &str); 4] = [
+    ("base", "thin", "multus"),
+    ("thick", "thick", "multus"),
+    ("whereabouts", "whereabouts", "multus"),
+    ("microshift", "microshift", "openshift-multus"),
+];
+
+/// One account's rules as `kubectl auth can-i --list` prints them: `resource[names]: verbs`,
+/// and `url: verbs` for non-resource URLs.
+fn can_i(node: &Node, namespace: &str, account: &str) -> Result<BTreeSet<String>> {
+    let user = format!("--as=system:serviceaccount:{namespace}:{account}");
+    let out = node.kubectl(&["auth", "can-i", "--list", &user, "-n", namespace])?;
+    let mut rules = BTreeSet::new();
+    for line in out.lines().skip(1) {
+        let resource = if line.starts_with(' ') {
+            ""
+        } else {
+            line.split_whitespace().next().unwrap_or("")
+        };
+        // The bracketed columns: non-resource URLs, resource names, verbs.
+        let groups: Vec<&str> = line
+            .split('[')
+            .skip(1)
+            .filter_map(|g| g.split(']').next())
+            .collect();
+        let [urls, names, verbs] = groups.as_slice() else {
+            anyhow::bail!("can-i line {line:?}");
+        };
+        let mut verbs: Vec<&str> = verbs.split_whitespace().collect();
+        verbs.sort_unstable();
+        let what = if resource.is_empty() {
+            (*urls).to_owned()
+        } else if names.is_empty() {
+            resource.to_owned()
+        } else {
+            format!("{resource}[{names}]")
+        };
+        rules.insert(format!("{what}: {}", verbs.join(" ")));
+    }
+    Ok(rules)
+}
+
+/// docs/security.md's table of what each account of a tree may do, beyond what every
+/// authenticated account may.
+fn documented(tree: &str) -> Result<Vec<(String, BTreeSet<String>)>> {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/security.md"
+    ))?;
+    let prefix = format!("| {tree} | ");
+    let mut accounts = Vec::new();
+    for row in doc.lines().filter(|l| l.starts_with(&prefix)) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let [_, _, account, may, _] = cells.as_slice() else {
+            anyhow::bail!("docs/security.md row {row:?}");
+        };
+        let rules = may
+            .split(';')
+            .map(|r| r.trim().trim_matches('`').to_owned())
+            .filter(|r| !r.is_empty() && r != "nothing")
+            .collect();
+        accounts.push((account.trim_matches('`').to_owned(), rules));
+    }
+    ensure!(
+        !accounts.is_empty(),
+        "docs/security.md lists no account of {tree}"
+    );
+    Ok(accounts)
+}
+
+fn rbac_is_what_the_docs_list(node: &Node, tree: &str, namespace: &str) -> Result<()> {
+    // dhcp-daemon has no role in any tree: what it may do, every account may.
+    let everyone = can_i(node, namespace, "dhcp-daemon")?;
+    for (account, expected) in documented(tree)? {
+        let all = can_i(node, namespace, &account)?;
+        let granted: BTreeSet<String> = all.difference(&everyone).cloned().collect();
+        ensure!(
+            granted == expected,
+            "{tree}: {namespace}:{account} may {granted:?}; docs/security.md lists {expected:?}"
+        );
+        for verb in ["get", "list", "watch"] {
+            let answer = node.kubectl_output(
+                &[
+                    "auth",
+                    "can-i",
+                    verb,
+                    "secrets",
+                    "-A",
+                    &format!("--as=system:serviceaccount:{namespace}:{account}"),
+                ],
+                None,
+            )?;
+            let said = String::from_utf8_lossy(&answer.stdout);
+            // "no", with the reason on MicroShift's tree: its SCC role is absent here.
+            ensure!(
+                said.trim() == "no" || said.starts_with("no - "),
+                "{tree}: {account} can {verb} secrets: {said}"
+            );
+        }
+    }
+    // No binding of the install names a built-in all-powerful role.
+    let bindings = node.kubectl(&[
+        "get",
+        "clusterrolebindings,rolebindings",
+        "-A",
+        "-l",
+        "app.kubernetes.io/part-of=multus-rs",
+        "-o",
+        "json",
+    ])?;
+    let bindings: Value = serde_json::from_str(&bindings)?;
+    for b in bindings["items"].as_array().into_iter().flatten() {
+        let role = b["roleRef"]["name"].as_str().unwrap_or_default();
+        ensure!(
+            !["cluster-admin", "admin", "edit"].contains(&role),
+            "{tree}: {} binds {role}",
+            b["metadata"]["name"]
+        );
+    }
+    Ok(())
+}
+
+fn nad(tree: &str) -> String {
+    let ipam = if tree == "whereabouts" {
+        r#"{"type": "whereabouts", "range": "10.20.0.0/24"}"#
+    } else {
+        r#"{"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": "/var/lib/cni/e2e"}"#
+    };
+    format!(
+        r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: e2e-bridge
+  namespace: default
+spec:
+  config: '{{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-e2e", "ipam": {ipam}}}'
+"#
+    )
+}
+
+fn pods(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            format!(
+                r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: e2e-{i}
+  namespace: default
+  annotations:
+    k8s.v1.cni.cncf.io/networks: e2e-bridge
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: sleep
+      image: {TEST_IMAGE}
+      imagePullPolicy: IfNotPresent
+      command: ["sleep", "3600"]
+"#
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// The addresses whereabouts holds in its pools, over all of them.
+fn allocations(node: &Node) -> Result<usize> {
+    let pools = node.kubectl(&["get", "ippools.whereabouts.cni.cncf.io", "-A", "-o", "json"])?;
+    let pools: Value = serde_json::from_str(&pools)?;
+    Ok(pools["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["spec"]["allocations"].as_object().map_or(0, |a| a.len()))
+        .sum())
+}
+
+fn attach_and_delete(node: &Node, tree: &str) -> Result<()> {
+    let veths = node.veths()?.len();
+    let state = node.cni_state()?;
+    node.apply(&nad(tree))?;
+    node.apply(&pods(3))?;
+    let mut addresses = BTreeSet::new();
+    for i in 0..3 {
+        let name = format!("e2e-{i}");
+        node.wait_ready("default", &name, Duration::from_secs(120))
+            .with_context(|| format!("tree {tree}"))?;
+        let addr = node.kubectl(&[
+            "exec", &name, "--", "ip", "-4", "-o", "addr", "show", "net1",
+        ])?;
+        let ip = addr
+            .split_whitespace()
+            .skip_while(|w| *w != "inet")
+            .nth(1)
+            .with_context(|| format!("{tree}: {name} has no net1 address: {addr}"))?;
+        ensure!(ip.starts_with("10.20.0."), "{tree}: {name} net1 {ip}");
+        addresses.insert(ip.to_owned());
+    }
+    ensure!(addresses.len() == 3, "{tree}: addresses {addresses:?}");
+    if tree == "whereabouts" {
+        ensure!(
+            allocations(node)? == 3,
+            "{tree}: the pools hold {}",
+            allocations(node)?
+        );
+    }
+    node.delete(&pods(3))?;
+    node.eventually("the pods' veths gone", Duration::from_secs(60), || {
+        Ok(node.veths()?.len() == veths)
+    })?;
+    node.eventually("no CNI state left", Duration::from_secs(30), || {
+        Ok(node.cni_state()? == state)
+    })
+    .with_context(|| format!("{tree}: left {:?}", node.cni_state()))?;
+    if tree == "whereabouts" {
+        ensure!(
+            allocations(node)? == 0,
+            "{tree}: the pools still hold addresses"
+        );
+    }
+    node.delete(&nad(tree))?;
+    Ok(())
+}
+
+#[test]
+fn every_tree_installs_attaches_and_leaves_nothing() -> Result<()> {
+    for (tree, mode, namespace) in TREES {
+        let node = up(mode)?;
+        rbac_is_what_the_docs_list(&node, tree, namespace)?;
+        attach_and_delete(&node, tree).with_context(|| format!("tree {tree}"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! `scripts/cluster.sh down` leaves nothing of the node: no network namespace, no process, no
+//! mount, no cgroup, no state. (Test binaries run in name order: the walkthrough after this one
+//! brings a fresh node up again.)
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{ensure, Result};
+
+const STATE: &str = "/var/lib/multus-rs-cluster";
+
+#[test]
+fn down_leaves_nothing() -> Result<()> {
+    let node = e2e::up("thin")?;
+    // A pod running when the node goes down: its sandbox, netns and veths go too.
+    node.apply(&format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: left-running
+  namespace: default
+spec:
+  containers:
+    - name: sleep
+      image: {}
+      imagePullPolicy: IfNotPresent
+      command: ["sleep", "3600"]
+"#,
+        e2e::TEST_IMAGE
+    ))?;
+    node.wait_ready(
+        "default",
+        "left-running",
+        std::time::Duration::from_secs(120),
+    )?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/cluster.sh");
+    let out = Command::new(&script).arg("down").output()?;
+    ensure!(
+        out.status.success(),
+        "down: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let netns = Command::new("ip").args(["netns", "list"]).output()?;
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    ensure!(!netns.contains("multus-rs-node"), "netns left: {netns}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+    ensure!(
+        !mounts.contains("multus-rs-cluster") && !mounts.contains("multus-rs-node"),
+        "mounts left: {}",
+        mounts
+            .lines()
+            .filter(|l| l.contains("multus-rs"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    for dir in std::fs::read_dir("/sys/fs/cgroup")? {
+        let cgroup = dir?.path().join("multus-rs-cluster");
+        ensure!(!cgroup.exists(), "cgroup left: {}", cgroup.display());
+    }
+    ensure!(!Path::new(STATE).exists(), "state left in {STATE}");
+    ensure!(
+        !Path::new("/run/multus-rs-cluster").exists(),
+        "/run/multus-rs-cluster left"
+    );
+    // No process of the node: none runs a binary of the peers' cache, and none names the
+    // node or its state (the loopback forwarder does both).
+    for entry in std::fs::read_dir("/proc")? {
+        let entry = entry?;
+        let exe = std::fs::read_link(entry.path().join("exe")).unwrap_or_default();
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        let exe = exe.to_string_lossy();
+        ensure!(
+            !exe.contains("/var/cache/multus-rs-test/")
+                && !cmdline.contains("multus-rs-node")
+                && !cmdline.contains("multus-rs-cluster"),
+            "process {} left: {exe} {cmdline}",
+            entry.file_name().to_string_lossy()
+        );
+    }
+    Ok(())
+}
