@@ -6,6 +6,8 @@
 #   scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2]
 #   scripts/cluster.sh exec -- CMD...    CMD as on the node: its network and mount namespaces,
 #                                        with kubectl on PATH and the admin's KUBECONFIG
+#   scripts/cluster.sh restart PART      for the tests: apiserver, etcd, containerd or kubelet
+#                                        stopped by its PID and started again
 #   scripts/cluster.sh down              stops everything and removes what `up` made
 #
 # The node is a network namespace and a mount namespace of its own. Nothing changes in the
@@ -241,12 +243,26 @@ cgroups_make() {
 # ---------------------------------------------------------------------------------------------
 # The daemons
 
+# CMD in a session of its own (a Ctrl-C in the shell that ran `up` does not reach it),
+# detached, its PID in PIDFILE: the PID of CMD itself, which `stop` signals.
+spawn() { # pidfile logfile cmd...
+  local pidfile=$1 logfile=$2 i
+  shift 2
+  rm -f "$pidfile"
+  setsid -f sh -c 'echo $$ >"$0.tmp" && mv "$0.tmp" "$0" && exec "$@"' "$pidfile" "$@" \
+    >>"$logfile" 2>&1 </dev/null
+  for ((i = 0; i < 100; i++)); do
+    [ -s "$pidfile" ] && return 0
+    sleep 0.05
+  done
+  die "$* did not start"
+}
+
 start() { # name command...
   local name=$1
   shift
   mkdir -p "$state/logs" "$state/pids"
-  on_node setsid "$@" >>"$state/logs/$name.log" 2>&1 </dev/null &
-  echo $! >"$state/pids/$name"
+  spawn "$state/pids/$name" "$state/logs/$name.log" nsenter --net="/run/netns/$netns" --mount="$run/mnt" -- "$@"
 }
 
 stop() { # name
@@ -307,14 +323,16 @@ EOF
     --audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$state/logs/audit.log" \
     --audit-log-maxsize 200 --audit-log-maxbackup 1
   wait_for kube-apiserver 60 kc get --raw /readyz
+}
+
+start_forwarder() {
   # The one thing of the node's on the machine's side: a loopback listener whose every
   # connection is relayed from inside the node's network namespace. It listens in the network
   # namespace `up` first ran in.
   mkdir -p "$state/pids"
-  setsid socat "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" \
-    SYSTEM:"exec nsenter --net=/run/netns/$netns socat STDIO TCP\:$node_ip\:6443" \
-    >>"$state/logs/forward.log" 2>&1 </dev/null &
-  echo $! >"$state/pids/forward"
+  spawn "$state/pids/forward" "$state/logs/forward.log" \
+    socat "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork" \
+    SYSTEM:"exec nsenter --net=/run/netns/$netns socat STDIO TCP\:$node_ip\:6443"
   local i
   for ((i = 0; i < 50; i++)); do
     "$kube/kubectl" --kubeconfig "$state/kubeconfig" get --raw /readyz >/dev/null 2>&1 && return
@@ -539,6 +557,7 @@ up() {
     cluster_network
     start_etcd
     start_apiserver
+    start_forwarder
     start_controllers
     start_containerd
     import_images
@@ -614,6 +633,20 @@ down() {
   log "down"
 }
 
+# For the tests: one part of the node stopped by its PID and started again as `up` started it.
+restart() { # part
+  [ -f "$state/containerd-version" ] || die "no node is up"
+  containerd_major=$(cat "$state/containerd-version")
+  peer_dirs
+  case ${1:-} in
+    apiserver) stop apiserver && start_apiserver ;;
+    etcd) stop etcd && start_etcd ;;
+    containerd) stop containerd && start_containerd ;;
+    kubelet) stop kubelet && start_kubelet ;;
+    *) die "restart takes apiserver, etcd, containerd or kubelet" ;;
+  esac
+}
+
 case ${1:-} in
   up)
     shift
@@ -628,5 +661,10 @@ case ${1:-} in
     kube=$("$root/scripts/peers.sh" dir kubernetes)
     on_node env KUBECONFIG="$state/admin.kubeconfig" PATH="$kube:$PATH" "$@"
     ;;
-  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2] | exec -- CMD... | down" ;;
+  restart)
+    shift
+    is_up || die "no node is up"
+    restart "$@"
+    ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2] | exec -- CMD... | restart PART | down" ;;
 esac

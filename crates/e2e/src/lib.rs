@@ -7,6 +7,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -19,7 +20,11 @@ pub const TEST_IMAGE: &str = "localhost/multus-rs-test:latest";
 pub struct Node {
     /// What `up` printed for a user's shell: the kubeconfig and kubectl's directory.
     pub exports: Vec<String>,
+    /// The node is one: the tests of a binary take it one at a time.
+    _turn: MutexGuard<'static, ()>,
 }
+
+static TURN: Mutex<()> = Mutex::new(());
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -31,6 +36,8 @@ fn cluster_sh() -> PathBuf {
 
 /// `scripts/cluster.sh up MODE`, and the node it printed the exports of.
 pub fn up(mode: &str) -> Result<Node> {
+    // A test that failed while it held the node leaves it usable for the next.
+    let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let out = Command::new(cluster_sh())
         .args(["up", mode])
         .stderr(Stdio::inherit())
@@ -49,7 +56,10 @@ pub fn up(mode: &str) -> Result<Node> {
         kubeconfig.starts_with("export KUBECONFIG=") && path.starts_with("export PATH="),
         "the last two lines of up: {kubeconfig:?} {path:?}"
     );
-    Ok(Node { exports })
+    Ok(Node {
+        exports,
+        _turn: turn,
+    })
 }
 
 fn text(out: &Output) -> String {

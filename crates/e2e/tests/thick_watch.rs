@@ -74,3 +74,70 @@ fn a_nad_changed_between_two_pods() -> Result<()> {
     node.delete(&nad("10.31.0.0/24"))?;
     Ok(())
 }
+
+/// `scripts/cluster.sh` with these arguments, for the parts of the node a user does not touch.
+fn cluster(args: &[&str]) -> Result<String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/cluster.sh");
+    let out = std::process::Command::new(script).args(args).output()?;
+    ensure!(
+        out.status.success(),
+        "cluster.sh {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The API server restarted after etcd moved on and compacted: the daemon's watches resume
+/// from versions that are gone, get 410, list again, and a NAD changed after that is what
+/// the next pod gets.
+#[test]
+fn the_watch_lists_again_after_a_restart_over_a_compaction() -> Result<()> {
+    let node = up("thick")?;
+    node.apply(&nad("10.30.0.0/24"))?;
+    node.apply(&pod("first"))?;
+    node.wait_ready("default", "first", Duration::from_secs(120))?;
+
+    let etcd = std::process::Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/peers.sh"
+    ))
+    .args(["dir", "etcd"])
+    .output()?;
+    let etcdctl = format!("{}/etcdctl", String::from_utf8_lossy(&etcd.stdout).trim());
+    let endpoint = "--endpoints=http://127.0.0.1:2379";
+    // Revisions past everything the daemon has seen, outside the API server's keys, then
+    // compacted away.
+    for i in 0..5 {
+        node.exec(&[&etcdctl, endpoint, "put", "/e2e/bump", &i.to_string()])?;
+    }
+    let status = node.exec(&[&etcdctl, endpoint, "endpoint", "status", "-w", "json"])?;
+    let status: serde_json::Value = serde_json::from_str(&status)?;
+    let revision = status[0]["Status"]["header"]["revision"]
+        .as_i64()
+        .context("etcd's revision")?;
+    node.exec(&[&etcdctl, endpoint, "compact", &revision.to_string()])?;
+    node.exec(&[&etcdctl, endpoint, "del", "/e2e/bump"])?;
+    cluster(&["restart", "apiserver"])?;
+
+    node.eventually(
+        "the daemon lists NADs again after a 410",
+        Duration::from_secs(60),
+        || {
+            let logs =
+                node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+            Ok(logs.contains("expired, listing again"))
+        },
+    )?;
+    node.apply(&nad("10.31.0.0/24"))?;
+    node.apply(&pod("second"))?;
+    node.wait_ready("default", "second", Duration::from_secs(120))?;
+    let second = net1(&node, "second")?;
+    ensure!(
+        second.starts_with("10.31.0."),
+        "after the restart, the new pod got {second}"
+    );
+    node.delete(&format!("{}---\n{}", pod("first"), pod("second")))?;
+    node.delete(&nad("10.31.0.0/24"))?;
+    Ok(())
+}
