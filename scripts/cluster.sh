@@ -6,8 +6,8 @@
 #   scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2]
 #   scripts/cluster.sh exec -- CMD...    CMD as on the node: its network and mount namespaces,
 #                                        with kubectl on PATH and the admin's KUBECONFIG
-#   scripts/cluster.sh restart PART      for the tests: apiserver, etcd, containerd or kubelet
-#                                        stopped by its PID and started again
+#   scripts/cluster.sh stop|start PART   for the tests: apiserver, etcd, containerd or kubelet
+#                                        stopped by its PID, or started as `up` starts it
 #   scripts/cluster.sh down              stops everything and removes what `up` made
 #
 # The node is a network namespace and a mount namespace of its own. Nothing changes in the
@@ -633,18 +633,20 @@ down() {
   log "down"
 }
 
-# For the tests: one part of the node stopped by its PID and started again as `up` started it.
-restart() { # part
+# For the tests: one part of the node stopped by its PID, or started again as `up` started it.
+part() { # stop|start part
   [ -f "$state/containerd-version" ] || die "no node is up"
   containerd_major=$(cat "$state/containerd-version")
   peer_dirs
-  case ${1:-} in
-    apiserver) stop apiserver && start_apiserver ;;
-    etcd) stop etcd && start_etcd ;;
-    containerd) stop containerd && start_containerd ;;
-    kubelet) stop kubelet && start_kubelet ;;
-    *) die "restart takes apiserver, etcd, containerd or kubelet" ;;
+  case ${2:-} in
+    apiserver | etcd | containerd | kubelet) ;;
+    *) die "$1 takes apiserver, etcd, containerd or kubelet" ;;
   esac
+  if [ "$1" = stop ]; then
+    stop "$2"
+  else
+    "start_$2"
+  fi
 }
 
 case ${1:-} in
@@ -661,10 +663,9 @@ case ${1:-} in
     kube=$("$root/scripts/peers.sh" dir kubernetes)
     on_node env KUBECONFIG="$state/admin.kubeconfig" PATH="$kube:$PATH" "$@"
     ;;
-  restart)
-    shift
+  stop | start)
     is_up || die "no node is up"
-    restart "$@"
+    part "$@"
     ;;
-  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2] | exec -- CMD... | restart PART | down" ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2] | exec -- CMD... | stop|start PART | down" ;;
 esac

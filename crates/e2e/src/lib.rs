@@ -62,6 +62,21 @@ pub fn up(mode: &str) -> Result<Node> {
     })
 }
 
+/// `scripts/cluster.sh ARGS` that must succeed (`stop apiserver`, ...): its stdout.
+pub fn cluster(args: &[&str]) -> Result<String> {
+    let out = Command::new(cluster_sh())
+        .args(args)
+        .output()
+        .context("running scripts/cluster.sh")?;
+    ensure!(
+        out.status.success(),
+        "cluster.sh {}: {}",
+        args.join(" "),
+        text(&out)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 fn text(out: &Output) -> String {
     format!(
         "{}{}",

@@ -75,19 +75,6 @@ fn a_nad_changed_between_two_pods() -> Result<()> {
     Ok(())
 }
 
-/// `scripts/cluster.sh` with these arguments, for the parts of the node a user does not touch.
-fn cluster(args: &[&str]) -> Result<String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/cluster.sh");
-    let out = std::process::Command::new(script).args(args).output()?;
-    ensure!(
-        out.status.success(),
-        "cluster.sh {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The API server restarted after etcd moved on and compacted: the daemon's watches resume
 /// from versions that are gone, get 410, list again, and a NAD changed after that is what
 /// the next pod gets.
@@ -118,7 +105,8 @@ fn the_watch_lists_again_after_a_restart_over_a_compaction() -> Result<()> {
         .context("etcd's revision")?;
     node.exec(&[&etcdctl, endpoint, "compact", &revision.to_string()])?;
     node.exec(&[&etcdctl, endpoint, "del", "/e2e/bump"])?;
-    cluster(&["restart", "apiserver"])?;
+    e2e::cluster(&["stop", "apiserver"])?;
+    e2e::cluster(&["start", "apiserver"])?;
 
     node.eventually(
         "the daemon lists NADs again after a 410",
