@@ -8,6 +8,8 @@
 #                                        with kubectl on PATH and the admin's KUBECONFIG
 #   scripts/cluster.sh stop|start PART   for the tests: apiserver, etcd, containerd or kubelet
 #                                        stopped by its PID, or started as `up` starts it
+#   scripts/cluster.sh reboot            for the tests: the node's runtime side loses power and
+#                                        boots again (the control plane runs on)
 #   scripts/cluster.sh down              stops everything and removes what `up` made
 #
 # The node is a network namespace and a mount namespace of its own. Nothing changes in the
@@ -451,22 +453,29 @@ EOF
 # The cluster network: bridge and host-local from our cni-plugins, as ovn-kubernetes is on
 # MicroShift. Its file name and bin directory follow the mode's deploy tree.
 
-cluster_network() {
-  local n=$state/node file=10-cluster.conflist name bridge
-  on_node mkdir -p /run/cni/bin
+# The cluster network's plugins, in /opt/cni/bin and, as on MicroShift, in /run/cni/bin.
+cluster_plugins() {
+  local n=$state/node name
   cp "$release/cni-plugins" "$n/opt/cni/bin/cni-plugins.tmp"
   mv "$n/opt/cni/bin/cni-plugins.tmp" "$n/opt/cni/bin/cni-plugins"
   for name in bridge host-local loopback portmap; do
     ln -sf cni-plugins "$n/opt/cni/bin/$name"
   done
+  if [ "$mode" = microshift ]; then
+    on_node sh -c 'mkdir -p /run/cni/bin && cp /opt/cni/bin/cni-plugins /run/cni/bin/ &&
+      for n in bridge host-local loopback portmap; do ln -sf cni-plugins /run/cni/bin/$n; done'
+  fi
+}
+
+cluster_network() {
+  local n=$state/node file=10-cluster.conflist bridge
+  cluster_plugins
   rm -f "$n"/etc/cni/net.d/*.conf "$n"/etc/cni/net.d/*.conflist
   bridge='"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.42.0.0/24", "gateway": "10.42.0.1"}]],
              "routes": [{"dst": "0.0.0.0/0"}]}'
   if [ "$mode" = microshift ]; then
-    # MicroShift's CRI-O finds plugins in /run/cni/bin first; its cluster network is one file.
-    on_node sh -c 'cp /opt/cni/bin/cni-plugins /run/cni/bin/ &&
-      for n in bridge host-local loopback portmap; do ln -sf cni-plugins /run/cni/bin/$n; done'
+    # MicroShift's cluster network is one file.
     file=10-ovn-kubernetes.conf
     echo "{\"cniVersion\": \"1.0.0\", \"name\": \"ovn-kubernetes\", $bridge}" >"$n/etc/cni/net.d/.$file"
   else
@@ -576,8 +585,8 @@ node_pids() {
   mnt=$(stat -Lc %i "$run/mnt" 2>/dev/null || true)
   for p in /proc/[0-9]*; do
     [ "${p#/proc/}" = $$ ] && continue
-    if [ -n "$net" ] && [ "$(stat -Lc %i "$p/ns/net" 2>/dev/null)" = "$net" ] ||
-      [ -n "$mnt" ] && [ "$(stat -Lc %i "$p/ns/mnt" 2>/dev/null)" = "$mnt" ] ||
+    if { [ -n "$net" ] && [ "$(stat -Lc %i "$p/ns/net" 2>/dev/null)" = "$net" ]; } ||
+      { [ -n "$mnt" ] && [ "$(stat -Lc %i "$p/ns/mnt" 2>/dev/null)" = "$mnt" ]; } ||
       grep -qs ":/$cgroup/" "$p/cgroup"; then
       echo "${p#/proc/}"
     fi
@@ -633,6 +642,40 @@ down() {
   log "down"
 }
 
+# For the tests: the node's runtime side goes through a power cut and boots again. The kubelet,
+# containerd, the shims and every container die; /run (a tmpfs) starts empty, so the pods'
+# netns and the runtime's state are gone; the links go. What is on disk stays: /etc/cni,
+# /var/lib. The control plane runs on as if on another machine.
+reboot_node() {
+  local keep p pids l
+  [ -f "$state/containerd-version" ] || die "no node is up"
+  containerd_major=$(cat "$state/containerd-version")
+  mode=$(cat "$state/mode")
+  peer_dirs
+  stop kubelet
+  stop containerd
+  keep=" $(cat "$state"/pids/{etcd,apiserver,controller-manager,scheduler,kube-proxy,forward} 2>/dev/null | tr '\n' ' ' || true) "
+  for _ in 1 2 3; do
+    pids=
+    for p in $(node_pids); do
+      case $keep in *" $p "*) ;; *) pids+=" $p" ;; esac
+    done
+    [ -n "$pids" ] || break
+    # shellcheck disable=SC2086 # a list of PIDs
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.5
+  done
+  on_node sh -c 'awk '"'"'$5 ~ "^/run/" { print $5 }'"'"' /proc/self/mountinfo | sort -r |
+      while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    rm -rf /run/* && mkdir -p /run/netns /run/cni'
+  for l in $(on_node ip -o link show | awk -F': ' '{ print $2 }' | cut -d@ -f1); do
+    [ "$l" = lo ] || on_node ip link del "$l" 2>/dev/null || true
+  done
+  cluster_plugins
+  start_containerd
+  start_kubelet
+}
+
 # For the tests: one part of the node stopped by its PID, or started again as `up` started it.
 part() { # stop|start part
   [ -f "$state/containerd-version" ] || die "no node is up"
@@ -667,5 +710,9 @@ case ${1:-} in
     is_up || die "no node is up"
     part "$@"
     ;;
-  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2] | exec -- CMD... | stop|start PART | down" ;;
+  reboot)
+    is_up || die "no node is up"
+    reboot_node
+    ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2] | exec -- CMD... | stop|start PART | reboot | down" ;;
 esac
