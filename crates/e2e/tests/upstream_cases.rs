@@ -1,0 +1,309 @@
+//! The scenarios of upstream multus's own end-to-end suite, on this node and against ours:
+//! a simple pod, macvlan with static addresses, a secondary network's default route, a static
+//! pod, subdirectory chaining onto the cluster network, and many pods at once in thick mode.
+//! Upstream runs them on kind with CentOS pods; here the pods run the busybox test image and
+//! the node's second interface (`eth1`, macvlan's master) is one end of a veth pair.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use e2e::{up, Node, TEST_IMAGE};
+
+fn pod(name: &str, annotation: Option<&str>, label: &str) -> String {
+    let annotations = annotation
+        .map(|a| format!("  annotations:\n    k8s.v1.cni.cncf.io/networks: '{a}'\n"))
+        .unwrap_or_default();
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+{annotations}  labels:
+    app: {label}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: {TEST_IMAGE}
+      imagePullPolicy: IfNotPresent
+      command: ["sleep", "10000"]
+      securityContext:
+        privileged: true
+"#
+    )
+}
+
+fn ready_by_label(node: &Node, label: &str) -> Result<()> {
+    let out = node.kubectl_output(
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "-l",
+            &format!("app={label}"),
+            "--timeout=180s",
+            "pod",
+        ],
+        None,
+    )?;
+    if !out.status.success() {
+        let describe = node.kubectl(&["describe", "pods", "-l", &format!("app={label}")])?;
+        anyhow::bail!("pods app={label} not Ready:\n{describe}");
+    }
+    Ok(())
+}
+
+/// The IPv4 address of `ifname` in the pod.
+fn address(node: &Node, pod: &str, ifname: &str) -> Result<String> {
+    let out = node.kubectl(&["exec", pod, "--", "ip", "-4", "-o", "addr", "show", ifname])?;
+    out.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .map(|a| a.split('/').next().unwrap_or(a).to_owned())
+        .with_context(|| format!("{pod} has no IPv4 address on {ifname}: {out}"))
+}
+
+fn default_gateway(node: &Node, pod: &str) -> Result<String> {
+    let out = node.kubectl(&["exec", pod, "--", "ip", "route", "show", "default"])?;
+    out.split_whitespace()
+        .skip_while(|w| *w != "via")
+        .nth(1)
+        .map(str::to_owned)
+        .with_context(|| format!("{pod} has no default route: {out}"))
+}
+
+/// The node's `eth1`, macvlan's master in upstream's cases: a veth whose peer stays in the node.
+fn node_eth1(node: &Node) -> Result<()> {
+    let links = node.exec(&["ip", "-o", "link", "show"])?;
+    if !links.contains(" eth1@") {
+        node.exec(&["ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1-peer"])?;
+        node.exec(&["ip", "link", "set", "eth1", "up"])?;
+        node.exec(&["ip", "link", "set", "eth1-peer", "up"])?;
+    }
+    Ok(())
+}
+
+const MACVLAN_NAD: &str = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: macvlan1-config
+  namespace: default
+spec:
+  config: '{"cniVersion": "1.0.0", "plugins": [
+      {"type": "macvlan", "capabilities": {"ips": true}, "master": "eth1", "mode": "bridge",
+       "ipam": {"type": "static"}},
+      {"type": "tuning"}]}'
+"#;
+
+/// The default-route case's NAD, as upstream writes it: no `ips` capability; the address
+/// reaches static IPAM through CNI_ARGS.
+const DEFAULT_ROUTE_NAD: &str = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: default-route-config
+  namespace: default
+spec:
+  config: '{"cniVersion": "1.0.0", "plugins": [
+      {"type": "macvlan", "master": "eth1", "mode": "bridge", "ipam": {"type": "static"}}]}'
+"#;
+
+#[test]
+fn simple_pod() -> Result<()> {
+    let node = up("thin")?;
+    let yaml = pod("simple-centos1", None, "simple");
+    node.apply(&yaml)?;
+    ready_by_label(&node, "simple")?;
+    ensure!(address(&node, "simple-centos1", "eth0")?.starts_with("10.42.0."));
+    node.delete(&yaml)?;
+    Ok(())
+}
+
+#[test]
+fn simple_macvlan() -> Result<()> {
+    let node = up("thin")?;
+    node_eth1(&node)?;
+    let pods = [
+        pod(
+            "macvlan1-worker1",
+            Some(r#"[{"name": "macvlan1-config", "ips": ["10.1.1.11/24"]}]"#),
+            "macvlan",
+        ),
+        pod(
+            "macvlan1-worker2",
+            Some(r#"[{"name": "macvlan1-config", "ips": ["10.1.1.12/24"]}]"#),
+            "macvlan",
+        ),
+    ]
+    .join("---\n");
+    node.apply(MACVLAN_NAD)?;
+    node.apply(&pods)?;
+    ready_by_label(&node, "macvlan")?;
+    ensure!(address(&node, "macvlan1-worker1", "net1")? == "10.1.1.11");
+    ensure!(address(&node, "macvlan1-worker2", "net1")? == "10.1.1.12");
+    // Both on the same master in bridge mode: they reach each other.
+    node.kubectl(&["exec", "macvlan1-worker1", "--", "ping", "-c", "1", "-W", "5", "10.1.1.12"])?;
+    node.delete(&pods)?;
+    node.delete(MACVLAN_NAD)?;
+    Ok(())
+}
+
+#[test]
+fn default_route() -> Result<()> {
+    let node = up("thin")?;
+    node_eth1(&node)?;
+    let pods = [
+        pod(
+            "default-route-worker1",
+            Some(
+                r#"[{"name": "default-route-config", "ips": ["10.1.1.21/24"], "default-route": ["10.1.1.254"]}]"#,
+            ),
+            "default-route1",
+        ),
+        pod(
+            "default-route-worker2",
+            Some(r#"[{"name": "default-route-config", "ips": ["10.1.1.22/24"]}]"#),
+            "default-route1",
+        ),
+    ]
+    .join("---\n");
+    node.apply(DEFAULT_ROUTE_NAD)?;
+    node.apply(&pods)?;
+    ready_by_label(&node, "default-route1")?;
+    ensure!(address(&node, "default-route-worker1", "net1")? == "10.1.1.21");
+    ensure!(default_gateway(&node, "default-route-worker1")? == "10.1.1.254");
+    ensure!(address(&node, "default-route-worker2", "net1")? == "10.1.1.22");
+    ensure!(default_gateway(&node, "default-route-worker2")? == "10.42.0.1");
+    node.delete(&pods)?;
+    node.delete(DEFAULT_ROUTE_NAD)?;
+    Ok(())
+}
+
+#[test]
+fn static_pod() -> Result<()> {
+    let node = up("thin")?;
+    let nad = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: bridge-nad
+  namespace: default
+spec:
+  config: '{"cniVersion": "0.3.1", "name": "testnet", "type": "bridge", "bridge": "testnet0",
+    "ipam": {"type": "host-local", "subnet": "10.10.0.0/16"}}'
+"#;
+    node.apply(nad)?;
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: static-web
+  namespace: default
+  annotations:
+    k8s.v1.cni.cncf.io/networks: "bridge-nad"
+spec:
+  containers:
+    - name: web
+      image: {TEST_IMAGE}
+      imagePullPolicy: IfNotPresent
+      command: ["sh", "-c", "trap : TERM INT; sleep 10000 & wait"]
+"#
+    );
+    node.exec(&[
+        "sh",
+        "-c",
+        &format!("cat > /etc/kubernetes/manifests/static-web.yaml <<'EOF'\n{manifest}EOF"),
+    ])?;
+    // The mirror pod the kubelet creates is named after the node.
+    let name = "static-web-multus-rs-node";
+    node.eventually("the static pod's mirror", Duration::from_secs(120), || {
+        Ok(node
+            .kubectl_output(&["get", "pod", name], None)?
+            .status
+            .success())
+    })?;
+    node.wait_ready("default", name, Duration::from_secs(120))?;
+    ensure!(address(&node, name, "net1")?.starts_with("10.10."));
+    node.exec(&["rm", "/etc/kubernetes/manifests/static-web.yaml"])?;
+    node.eventually("the static pod gone", Duration::from_secs(120), || {
+        Ok(!node
+            .kubectl_output(&["get", "pod", name], None)?
+            .status
+            .success())
+    })?;
+    node.delete(nad)?;
+    Ok(())
+}
+
+#[test]
+fn subdirectory_chaining() -> Result<()> {
+    let node = up("thin")?;
+    // A plugin config in the cluster network's subdirectory (named after the network, here
+    // "cluster"), appended to its plugins: tuning sets a sysctl on eth0.
+    node.exec(&[
+        "sh",
+        "-c",
+        r#"mkdir -p /etc/cni/net.d/cluster && cat > /etc/cni/net.d/cluster/sysctltwiddle.conf <<'EOF'
+{"cniVersion": "1.0.0", "name": "sysctltwiddle", "type": "tuning",
+ "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "1"}}
+EOF"#,
+    ])?;
+    let yaml = pod("sysctl-modified", None, "chaining");
+    let result = (|| {
+        node.apply(&yaml)?;
+        ready_by_label(&node, "chaining")?;
+        let value = node.kubectl(&[
+            "exec",
+            "sysctl-modified",
+            "--",
+            "cat",
+            "/proc/sys/net/ipv4/conf/eth0/arp_filter",
+        ])?;
+        ensure!(value.trim() == "1", "arp_filter on eth0 is {value}");
+        node.delete(&yaml)
+    })();
+    node.exec(&["rm", "-r", "/etc/cni/net.d/cluster"])?;
+    result
+}
+
+#[test]
+fn many_pods_in_thick_mode() -> Result<()> {
+    let node = up("thick")?;
+    let deployment = format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: simple-centos1
+  namespace: default
+  labels:
+    app: many
+spec:
+  replicas: 6
+  selector:
+    matchLabels:
+      app: many
+  template:
+    metadata:
+      labels:
+        app: many
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+        - name: simple-centos1
+          image: {TEST_IMAGE}
+          imagePullPolicy: IfNotPresent
+          command: ["sleep", "10000"]
+"#
+    );
+    node.apply(&deployment)?;
+    node.eventually("6 pods", Duration::from_secs(60), || {
+        let names = node.kubectl(&["get", "pods", "-l", "app=many", "-o", "name"])?;
+        Ok(names.lines().count() == 6)
+    })?;
+    ready_by_label(&node, "many")?;
+    node.delete(&deployment)?;
+    Ok(())
+}
