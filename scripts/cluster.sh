@@ -119,6 +119,11 @@ local_images() {
   podman_scratch save --quiet --format docker-archive -o "$ctx/test.tar" localhost/multus-rs-test:latest
 }
 
+image_digest() {
+  on_node "$containerd_dir/ctr" -n k8s.io images ls "name==localhost/multus-rs:latest" 2>/dev/null |
+    awk 'NR == 2 { print $3 }' || true
+}
+
 import_images() {
   local tar said
   for tar in "$state/images/pause.tar" "$state/images/test.tar" "$multus_archive"; do
@@ -470,7 +475,7 @@ cluster_plugins() {
 cluster_network() {
   local n=$state/node file=10-cluster.conflist bridge
   cluster_plugins
-  rm -f "$n"/etc/cni/net.d/*.conf "$n"/etc/cni/net.d/*.conflist
+  rm -f "$n"/etc/cni/net.d/10-cluster.conflist "$n"/etc/cni/net.d/10-ovn-kubernetes.conf
   bridge='"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.42.0.0/24", "gateway": "10.42.0.1"}]],
              "routes": [{"dst": "0.0.0.0/0"}]}'
@@ -501,7 +506,14 @@ namespace_of() { [ "$1" = microshift ] && echo openshift-multus || echo multus; 
 install_multus() {
   kc apply -k "$root/deploy/$(tree_of "$mode")" >&2
   echo "$mode" >"$state/mode"
+  if [ -n "${restart_multus:-}" ]; then
+    kc -n "$(namespace_of "$mode")" rollout restart ds/multus >&2
+    kc -n "$(namespace_of "$mode")" rollout status ds/multus --timeout=180s >&2
+  fi
   wait_for "multus's DaemonSet" 180 ds_available "$(namespace_of "$mode")" multus
+  # Available is not installed: until 00-multus.conf is in place the runtime gives new pods the
+  # cluster network alone (no readiness probe says otherwise yet).
+  wait_for "00-multus.conf" 120 on_node sh -c 'ls /etc/cni/net.d/00-multus.conf*' 
   wait_for "the node's Ready condition" 120 node_ready
 }
 
@@ -554,9 +566,22 @@ up() {
   multus_image
   local_images
   if is_up; then
+    local previous
+    previous=$(cat "$state/mode" 2>/dev/null || true)
     uninstall_multus
+    local before
+    before=$(image_digest)
     import_images
-    cluster_network
+    # A new image under the same mode: the DaemonSet's pods are made again from it.
+    if [ "$previous" = "$mode" ] && [ "$before" != "$(image_digest)" ]; then
+      restart_multus=1
+    fi
+    # The cluster network stays as it is under the same mode: rewriting it would make the
+    # installer rewrite 00-multus.conf, and pods made meanwhile would miss their networks.
+    if [ "$previous" != "$mode" ]; then
+      rm -f "$state"/node/etc/cni/net.d/00-multus.conf*
+      cluster_network
+    fi
   else
     log "starting the node"
     pki

@@ -117,13 +117,27 @@ fn ips_and_mac_requests_reach_a_delegate_that_declares_the_capabilities() {
 }
 
 #[test]
-fn ips_or_mac_without_the_capability_fail_before_anything_runs() {
+fn ips_or_mac_that_nothing_receives_fail_before_anything_runs() {
     let c = Cluster::new(json!({}), json!({}));
-    static_nad(&c, json!({"portMappings": true}));
-    for (sel, capability) in [
-        (r#"[{"name":"fixed","ips":["192.168.50.7/24"]}]"#, "ips"),
-        (r#"[{"name":"fixed","mac":"02:11:22:33:44:55"}]"#, "mac"),
+    // mac without the capability; ips to a network with no IPAM, which no CNI_ARGS reaches.
+    for (sel, capability, ipam) in [
+        (
+            r#"[{"name":"fixed","ips":["192.168.50.7/24"]}]"#,
+            "ips",
+            false,
+        ),
+        (
+            r#"[{"name":"fixed","mac":"02:11:22:33:44:55"}]"#,
+            "mac",
+            true,
+        ),
     ] {
+        let mut conf = json!({"cniVersion": "1.0.0", "name": "fixed", "type": "bridge",
+            "bridge": c.bridge_name(), "capabilities": {"portMappings": true}});
+        if ipam {
+            conf["ipam"] = json!({"type": "static"});
+        }
+        c.nad("default", "fixed", conf);
         c.set_pod(json!({NETWORKS: sel}));
         let (code, msg) = c.add_err();
         assert_eq!(code, 7, "{msg}");
@@ -134,6 +148,21 @@ fn ips_or_mac_without_the_capability_fail_before_anything_runs() {
         assert!(msg.contains(&format!("\"{capability}\": true")), "{msg}");
         c.assert_add_left_nothing(capability);
     }
+}
+
+/// As upstream's own default-route case: `ips` with no `ips` capability reaches static IPAM
+/// through CNI_ARGS `IP`.
+#[test]
+fn ips_without_the_capability_reach_static_ipam_through_cni_args() {
+    let c = Cluster::new(
+        json!({NETWORKS: r#"[{"name":"fixed","ips":["192.168.50.7/24"]}]"#}),
+        json!({}),
+    );
+    static_nad(&c, json!({"portMappings": true}));
+    c.cmd("ADD").ok();
+    assert_eq!(c.sb.pod_addrs("net1"), ["192.168.50.7"]);
+    c.cmd("DEL").ok();
+    c.sb.assert_clean("after DEL");
 }
 
 #[test]

@@ -240,11 +240,24 @@ impl Delegate {
         self.device_id.is_some() || self.network.has_capability(crate::devinfo::CAPABILITY)
     }
 
-    /// Fails when the selection asks for `ips` or `mac` and no plugin of this delegate declares
-    /// the capability to receive it.
+    /// Fails when the selection asks for `ips` or `mac` and nothing in this delegate would
+    /// receive it: no plugin declares the capability, and (for `ips`) no plugin's IPAM reads
+    /// the `IP` that CNI_ARGS also carries (static and host-local do; upstream's own
+    /// default-route case relies on static reading it).
     pub fn check_capabilities(&self, ifname: &str) -> Result<()> {
-        for (asked, capability) in [(!self.ips.is_empty(), "ips"), (self.mac.is_some(), "mac")] {
-            if asked && !self.network.has_capability(capability) {
+        let ipam_reads_ip_arg = self.network.plugins().iter().any(|p| {
+            matches!(
+                p.get("ipam")
+                    .and_then(|i| i.get("type"))
+                    .and_then(Value::as_str),
+                Some("static" | "host-local")
+            )
+        });
+        for (asked, capability, received) in [
+            (!self.ips.is_empty(), "ips", ipam_reads_ip_arg),
+            (self.mac.is_some(), "mac", false),
+        ] {
+            if asked && !received && !self.network.has_capability(capability) {
                 return Err(Error::Request {
                     network: self.name.clone(),
                     ifname: ifname.to_owned(),

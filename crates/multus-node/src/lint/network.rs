@@ -72,6 +72,9 @@ fn host_uplink() -> Result<Option<String>, String> {
 pub struct Network {
     /// Capabilities some plugin of the network declares.
     pub capabilities: BTreeSet<String>,
+    /// Some plugin's IPAM reads the `IP` that multus also passes in CNI_ARGS for a
+    /// selection's `ips` (static and host-local), so `ips` reach it without the capability.
+    pub reads_ip_arg: bool,
 }
 
 /// Checks `config` (the NAD's `spec.config`); `place` names the NAD. A config without a
@@ -182,6 +185,14 @@ pub fn check(
             .iter()
             .flat_map(|(_, conf)| declared_capabilities(conf))
             .collect(),
+        reads_ip_arg: plugins.iter().any(|(_, conf)| {
+            matches!(
+                conf.get("ipam")
+                    .and_then(|i| i.get("type"))
+                    .and_then(Value::as_str),
+                Some("static" | "host-local")
+            )
+        }),
     };
     for (index, (path, conf)) in plugins.iter().enumerate() {
         let plugin = Plugin {
@@ -539,12 +550,13 @@ impl Ipam<'_> {
         };
         if addresses.is_empty() && !network.capabilities.contains("ips") {
             report.add(
-                Severity::Error,
+                Severity::Warning,
                 "static-without-address",
                 self.at("addresses"),
                 "static IPAM with no \"addresses\", and no plugin of this network declares the \
-                 \"ips\" capability, so pods cannot pass any: ADD fails with no address to \
-                 configure",
+                 \"ips\" capability: only a pod whose networks annotation gives \"ips\" (which \
+                 reach static IPAM as CNI_ARGS IP) gets an address; for any other, ADD fails \
+                 with no address to configure",
                 "list \"addresses\", or add \"capabilities\": {\"ips\": true} to the plugin and \
                  give each pod its address in the networks annotation (\"ips\")",
             );

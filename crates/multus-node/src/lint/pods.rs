@@ -72,15 +72,17 @@ pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, repo
             continue;
         };
         for (asked, capability) in [(!r.ips.is_empty(), "ips"), (r.mac.is_some(), "mac")] {
-            if asked && !network.capabilities.contains(capability) {
+            let received = capability == "ips" && network.reads_ip_arg;
+            if asked && !received && !network.capabilities.contains(capability) {
                 report.add(
                     Severity::Error,
                     "capability",
                     pod.place.at(format!("{key}[{i}].{capability}")),
                     format!(
                         "the pod asks for {capability:?} on {nad}, but no plugin of that network \
-                         declares \"capabilities\": {{\"{capability}\": true}}: multus refuses \
-                         the pod's ADD, since the request would be lost"
+                         declares \"capabilities\": {{\"{capability}\": true}} (nor reads it \
+                         from CNI_ARGS): multus refuses the pod's ADD, since the request would \
+                         be lost"
                     ),
                     format!(
                         "add \"capabilities\": {{\"{capability}\": true}} to the plugin of {nad} \
