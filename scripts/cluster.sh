@@ -409,6 +409,10 @@ state = '/run/containerd'
 [plugins.'io.containerd.grpc.v1.cri'.cni]
   bin_dir = '/opt/cni/bin'
   conf_dir = '/etc/cni/net.d'
+[plugins.'io.containerd.grpc.v1.cri'.containerd]
+  default_runtime_name = 'runc'
+[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]
+  runtime_type = 'io.containerd.runc.v2'
 [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc.options]
   SystemdCgroup = false
 EOF

@@ -34,12 +34,18 @@ fn cluster_sh() -> PathBuf {
     root().join("scripts/cluster.sh")
 }
 
-/// `scripts/cluster.sh up MODE`, and the node it printed the exports of.
+/// `scripts/cluster.sh up MODE` (with containerd 2), and the node it printed the exports of.
 pub fn up(mode: &str) -> Result<Node> {
+    up_with(mode, &[])
+}
+
+/// `scripts/cluster.sh up MODE ARGS...`.
+pub fn up_with(mode: &str, args: &[&str]) -> Result<Node> {
     // A test that failed while it held the node leaves it usable for the next.
     let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let out = Command::new(cluster_sh())
         .args(["up", mode])
+        .args(args)
         .stderr(Stdio::inherit())
         .output()
         .context("running scripts/cluster.sh up")?;
