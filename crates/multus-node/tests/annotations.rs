@@ -593,7 +593,6 @@ fn bad_annotations_fail_with_a_clear_error_and_leave_nothing() {
         (NETWORKS, r#"[{"name":"a","portMappings":[{"hostPort":70000,"containerPort":1}]}]"#, 7, &["element 0: portMappings[0].hostPort: 70000 is not a whole number from 0 to 65535"]),
         (NETWORKS, r#"[{"name":"a","bandwidth":{"ingressRate":-1}}]"#, 7, &["element 0: bandwidth.ingressRate: -1"]),
         (NETWORKS, r#"[{"name":"a","cni-args":[1]}]"#, 7, &["element 0: cni-args: [1] is not an object"]),
-        (NETWORKS, r#"[{"name":"fixed","ips":["192.168.50.7/24"]}]"#, 7, &["default/fixed", "net1", "\"ips\": true"]),
         (NETWORKS, r#"[{"name":"fixed","mac":"02:11:22:33:44:55"}]"#, 7, &["default/fixed", "net1", "\"mac\": true"]),
         (DEFAULT_NETWORK, "a,b", 7, &[DEFAULT_NETWORK, "exactly one"]),
         (DEFAULT_NETWORK, "Bad", 7, &[DEFAULT_NETWORK, "\"Bad\"", dns]),
