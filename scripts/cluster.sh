@@ -98,6 +98,15 @@ podman_scratch() {
   CONTAINERS_STORAGE_CONF=$p/storage.conf podman "$@"
 }
 
+# podman's archive of IMAGE at FILE, written beside it and renamed: podman never overwrites one.
+save_image() { # image file
+  local tmp
+  tmp=$(mktemp -d "$(dirname "$2")/.save.XXXXXX")
+  podman_scratch save --quiet --format docker-archive -o "$tmp/image.tar" "$1"
+  mv -f "$tmp/image.tar" "$2"
+  rmdir "$tmp"
+}
+
 # The pause image and the test image, made here from Debian's busybox-static and a pause of our
 # own: no registry can be reached.
 local_images() {
@@ -106,8 +115,7 @@ local_images() {
   gcc -static -Os -o "$ctx/pause/pause" "$root/test-support/cluster/pause.c"
   printf 'FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n' >"$ctx/pause/Containerfile"
   podman_scratch build --quiet --network=none -t localhost/pause:3.10 "$ctx/pause" >/dev/null
-  rm -f "$ctx/pause.tar" "$ctx/test.tar"
-  podman_scratch save --quiet --format docker-archive -o "$ctx/pause.tar" localhost/pause:3.10
+  save_image localhost/pause:3.10 "$ctx/pause.tar"
   cp /bin/busybox "$r/bin/busybox"
   for a in $(/bin/busybox --list); do
     [ "$a" = busybox ] || ln -sf busybox "$r/bin/$a"
@@ -116,7 +124,7 @@ local_images() {
   echo 'root:x:0:' >"$r/etc/group"
   printf 'FROM scratch\nCOPY rootfs/ /\nENV PATH=/bin\nCMD ["sh"]\n' >"$ctx/test/Containerfile"
   podman_scratch build --quiet --network=none -t localhost/multus-rs-test:latest "$ctx/test" >/dev/null
-  podman_scratch save --quiet --format docker-archive -o "$ctx/test.tar" localhost/multus-rs-test:latest
+  save_image localhost/multus-rs-test:latest "$ctx/test.tar"
 }
 
 image_digest() {
@@ -560,6 +568,11 @@ up() {
     esac
   done
   case $containerd_major in 1 | 2) ;; *) die "--containerd takes 1 or 2" ;; esac
+  # containerd 1.x reads plugins from one directory; the microshift tree installs into
+  # /run/cni/bin, which only containerd 2 searches beside /opt/cni/bin.
+  if [ "$containerd_major" = 1 ] && [ "$mode" = microshift ]; then
+    die "microshift runs with --containerd 2: containerd 1.x has a single bin_dir, /opt/cni/bin"
+  fi
   [ "$(id -u)" = 0 ] || die "runs as root: the node is made of namespaces and cgroups"
   command -v socat >/dev/null || die "socat is missing (scripts/deps.sh installs it)"
   if is_up && [ "$(cat "$state/containerd-version" 2>/dev/null)" != "$containerd_major" ]; then
@@ -625,7 +638,6 @@ node_pids() {
 down() {
   local name pid c
   if [ -e "$run/mnt" ] && [ -f "$state/containerd-version" ]; then
-    containerd_major=$(cat "$state/containerd-version")
     # The pods first, through the runtime, so their networks are deleted by their plugins.
     if [ -S "$state/node/run/containerd/containerd.sock" ] || on_node test -S /run/containerd/containerd.sock 2>/dev/null; then
       local crictl
