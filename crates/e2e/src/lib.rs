@@ -16,6 +16,29 @@ use serde_json::Value;
 /// The image with busybox that the tests' pods run.
 pub const TEST_IMAGE: &str = "localhost/multus-rs-test:latest";
 
+/// A pod in `default` that sleeps, with the networks annotation `networks` when given.
+pub fn sleeping_pod(name: &str, networks: Option<&str>) -> String {
+    let annotations = networks
+        .map(|n| format!("  annotations:\n    k8s.v1.cni.cncf.io/networks: '{n}'\n"))
+        .unwrap_or_default();
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: default
+{annotations}spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: sleep
+      image: {TEST_IMAGE}
+      imagePullPolicy: IfNotPresent
+      command: ["sleep", "3600"]
+"#
+    )
+}
+
 /// The node, as `scripts/cluster.sh up` left it.
 pub struct Node {
     /// What `up` printed for a user's shell: the kubeconfig and kubectl's directory.
@@ -241,6 +264,16 @@ impl Node {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// The pod's IPv4 address on `ifname`, without its prefix length.
+    pub fn ipv4(&self, pod: &str, ifname: &str) -> Result<String> {
+        let out = self.kubectl(&["exec", pod, "--", "ip", "-4", "-o", "addr", "show", ifname])?;
+        out.split_whitespace()
+            .skip_while(|w| *w != "inet")
+            .nth(1)
+            .map(|a| a.split('/').next().unwrap_or(a).to_owned())
+            .with_context(|| format!("{pod} has no IPv4 address on {ifname}: {out}"))
     }
 
     /// The node's veth links: one per pod on a bridge network, host side.

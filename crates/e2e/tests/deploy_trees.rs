@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use e2e::{up, Node, TEST_IMAGE};
+use e2e::{up, Node};
 use serde_json::Value;
 
 /// The trees in the order the test installs them, with cluster.sh's mode and the namespace.
@@ -153,26 +153,7 @@ spec:
 
 fn pods(n: usize) -> String {
     (0..n)
-        .map(|i| {
-            format!(
-                r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: e2e-{i}
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: e2e-bridge
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: sleep
-      image: {TEST_IMAGE}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
-"#
-            )
-        })
+        .map(|i| e2e::sleeping_pod(&format!("e2e-{i}"), Some("e2e-bridge")))
         .collect::<Vec<_>>()
         .join("---\n")
 }
@@ -199,14 +180,9 @@ fn attach_and_delete(node: &Node, tree: &str) -> Result<()> {
         let name = format!("e2e-{i}");
         node.wait_ready("default", &name, Duration::from_secs(120))
             .with_context(|| format!("tree {tree}"))?;
-        let addr = node.kubectl(&[
-            "exec", &name, "--", "ip", "-4", "-o", "addr", "show", "net1",
-        ])?;
-        let ip = addr
-            .split_whitespace()
-            .skip_while(|w| *w != "inet")
-            .nth(1)
-            .with_context(|| format!("{tree}: {name} has no net1 address: {addr}"))?;
+        let ip = node
+            .ipv4(&name, "net1")
+            .with_context(|| format!("tree {tree}"))?;
         ensure!(ip.starts_with("10.20.0."), "{tree}: {name} net1 {ip}");
         addresses.insert(ip.to_owned());
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use e2e::{up, Node, TEST_IMAGE};
+use e2e::{up, Node};
 use serde_json::Value;
 
 const PODS: usize = 4;
@@ -24,26 +24,7 @@ spec:
 
 fn pods() -> String {
     (0..PODS)
-        .map(|i| {
-            format!(
-                r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: reboot-{i}
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: survives
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: sleep
-      image: {TEST_IMAGE}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
-"#
-            )
-        })
+        .map(|i| e2e::sleeping_pod(&format!("reboot-{i}"), Some("survives")))
         .collect::<Vec<_>>()
         .join("---\n")
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use e2e::{up, Node, TEST_IMAGE};
+use e2e::up;
 
 fn nad(subnet: &str) -> String {
     format!(
@@ -22,33 +22,7 @@ spec:
 }
 
 fn pod(name: &str) -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: changing
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: sleep
-      image: {TEST_IMAGE}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
-"#
-    )
-}
-
-fn net1(node: &Node, pod: &str) -> Result<String> {
-    let addr = node.kubectl(&["exec", pod, "--", "ip", "-4", "-o", "addr", "show", "net1"])?;
-    addr.split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .map(str::to_owned)
-        .with_context(|| format!("{pod} has no net1 address: {addr}"))
+    e2e::sleeping_pod(name, Some("changing"))
 }
 
 #[test]
@@ -57,18 +31,18 @@ fn a_nad_changed_between_two_pods() -> Result<()> {
     node.apply(&nad("10.30.0.0/24"))?;
     node.apply(&pod("before"))?;
     node.wait_ready("default", "before", Duration::from_secs(120))?;
-    ensure!(net1(&node, "before")?.starts_with("10.30.0."));
+    ensure!(node.ipv4("before", "net1")?.starts_with("10.30.0."));
 
     node.apply(&nad("10.31.0.0/24"))?;
     node.apply(&pod("after"))?;
     node.wait_ready("default", "after", Duration::from_secs(120))?;
-    let after = net1(&node, "after")?;
+    let after = node.ipv4("after", "net1")?;
     ensure!(
         after.starts_with("10.31.0."),
         "the second pod got {after}: the old NAD"
     );
     // The first pod keeps what it had.
-    ensure!(net1(&node, "before")?.starts_with("10.30.0."));
+    ensure!(node.ipv4("before", "net1")?.starts_with("10.30.0."));
 
     node.delete(&format!("{}---\n{}", pod("before"), pod("after")))?;
     node.delete(&nad("10.31.0.0/24"))?;
@@ -120,7 +94,7 @@ fn the_watch_lists_again_after_a_restart_over_a_compaction() -> Result<()> {
     node.apply(&nad("10.31.0.0/24"))?;
     node.apply(&pod("second"))?;
     node.wait_ready("default", "second", Duration::from_secs(120))?;
-    let second = net1(&node, "second")?;
+    let second = node.ipv4("second", "net1")?;
     ensure!(
         second.starts_with("10.31.0."),
         "after the restart, the new pod got {second}"

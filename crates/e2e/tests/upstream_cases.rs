@@ -54,16 +54,6 @@ fn ready_by_label(node: &Node, label: &str) -> Result<()> {
     Ok(())
 }
 
-/// The IPv4 address of `ifname` in the pod.
-fn address(node: &Node, pod: &str, ifname: &str) -> Result<String> {
-    let out = node.kubectl(&["exec", pod, "--", "ip", "-4", "-o", "addr", "show", ifname])?;
-    out.split_whitespace()
-        .skip_while(|w| *w != "inet")
-        .nth(1)
-        .map(|a| a.split('/').next().unwrap_or(a).to_owned())
-        .with_context(|| format!("{pod} has no IPv4 address on {ifname}: {out}"))
-}
-
 fn default_gateway(node: &Node, pod: &str) -> Result<String> {
     let out = node.kubectl(&["exec", pod, "--", "ip", "route", "show", "default"])?;
     out.split_whitespace()
@@ -126,7 +116,7 @@ fn simple_pod() -> Result<()> {
     let yaml = pod("simple-centos1", None, "simple");
     node.apply(&yaml)?;
     ready_by_label(&node, "simple")?;
-    ensure!(address(&node, "simple-centos1", "eth0")?.starts_with("10.42.0."));
+    ensure!(node.ipv4("simple-centos1", "eth0")?.starts_with("10.42.0."));
     node.delete(&yaml)?;
     Ok(())
 }
@@ -151,8 +141,8 @@ fn simple_macvlan() -> Result<()> {
     node.apply(MACVLAN_NAD)?;
     node.apply(&pods)?;
     ready_by_label(&node, "macvlan")?;
-    ensure!(address(&node, "macvlan1-worker1", "net1")? == "10.1.1.11");
-    ensure!(address(&node, "macvlan1-worker2", "net1")? == "10.1.1.12");
+    ensure!(node.ipv4("macvlan1-worker1", "net1")? == "10.1.1.11");
+    ensure!(node.ipv4("macvlan1-worker2", "net1")? == "10.1.1.12");
     // Both on the same master in bridge mode: they reach each other.
     node.kubectl(&[
         "exec",
@@ -192,9 +182,9 @@ fn default_route() -> Result<()> {
     node.apply(DEFAULT_ROUTE_NAD)?;
     node.apply(&pods)?;
     ready_by_label(&node, "default-route1")?;
-    ensure!(address(&node, "default-route-worker1", "net1")? == "10.1.1.21");
+    ensure!(node.ipv4("default-route-worker1", "net1")? == "10.1.1.21");
     ensure!(default_gateway(&node, "default-route-worker1")? == "10.1.1.254");
-    ensure!(address(&node, "default-route-worker2", "net1")? == "10.1.1.22");
+    ensure!(node.ipv4("default-route-worker2", "net1")? == "10.1.1.22");
     ensure!(default_gateway(&node, "default-route-worker2")? == "10.42.0.1");
     node.delete(&pods)?;
     node.delete(DEFAULT_ROUTE_NAD)?;
@@ -245,7 +235,7 @@ spec:
             .success())
     })?;
     node.wait_ready("default", name, Duration::from_secs(120))?;
-    ensure!(address(&node, name, "net1")?.starts_with("10.10."));
+    ensure!(node.ipv4(name, "net1")?.starts_with("10.10."));
     node.exec(&["rm", "/etc/kubernetes/manifests/static-web.yaml"])?;
     node.eventually("the static pod gone", Duration::from_secs(120), || {
         Ok(!node

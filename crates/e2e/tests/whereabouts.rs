@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use e2e::{up, Node, TEST_IMAGE};
+use e2e::{up, Node};
 use serde_json::{json, Value};
 
 const NAD: &str = r#"
@@ -19,24 +19,7 @@ spec:
 "#;
 
 fn pod() -> String {
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: wb-live
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: wb
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: sleep
-      image: {TEST_IMAGE}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
-"#
-    )
+    e2e::sleeping_pod("wb-live", Some("wb"))
 }
 
 /// The pool of 10.21.0.0/24: its namespace, name and allocations.
