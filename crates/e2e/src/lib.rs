@@ -39,6 +39,36 @@ metadata:
     )
 }
 
+/// A Deployment in `default` of `replicas` sleeping pods labelled `app: <name>`, each with the
+/// networks annotation `networks`.
+pub fn sleeping_deployment(name: &str, replicas: usize, networks: &str) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  replicas: {replicas}
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+      annotations:
+        k8s.v1.cni.cncf.io/networks: '{networks}'
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+        - name: sleep
+          image: {TEST_IMAGE}
+          imagePullPolicy: IfNotPresent
+          command: ["sleep", "3600"]
+"#
+    )
+}
+
 /// The node, as `scripts/cluster.sh up` left it.
 pub struct Node {
     /// What `up` printed for a user's shell: the kubeconfig and kubectl's directory.

@@ -122,3 +122,98 @@ spec:
     node.delete(nad)?;
     Ok(())
 }
+
+/// containerd restarted while a burst of 50 pods is being set up: every pod ends up Running
+/// with both of its networks and an address of its own, and deleting them leaves nothing, not
+/// even for the sandboxes the restart cut short.
+#[test]
+fn containerd_restarted_during_a_burst_of_50_pods() -> Result<()> {
+    const PODS: usize = 50;
+    let node = up("thin")?;
+    let nad = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: burst
+  namespace: default
+spec:
+  config: '{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-burst",
+    "ipam": {"type": "host-local", "subnet": "10.34.0.0/24", "dataDir": "/var/lib/cni/e2e-burst"}}'
+"#;
+    let burst = e2e::sleeping_deployment("burst", PODS, "burst");
+    let state = node.cni_state()?;
+    let veths = node.veths()?.len();
+    node.apply(nad)?;
+    node.apply(&burst)?;
+    // Restart once some sandboxes are up and others are still being made.
+    node.eventually("a first pod Running", Duration::from_secs(120), || {
+        Ok(running(&node)?.len() >= 5)
+    })?;
+    let cut_short = running(&node)?.len();
+    e2e::cluster(&["stop", "containerd"])?;
+    e2e::cluster(&["start", "containerd"])?;
+    ensure!(cut_short < PODS, "the burst was over before the restart");
+
+    let mut last = Vec::new();
+    node.eventually(
+        "every pod Running with eth0 and net1",
+        Duration::from_secs(400),
+        || {
+            last = running(&node)?;
+            Ok(last.len() == PODS)
+        },
+    )?;
+    let mut addresses: Vec<&str> = last.iter().map(|(_, ip)| ip.as_str()).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    ensure!(addresses.len() == PODS, "net1 addresses shared: {last:?}");
+    // host-local holds one address per pod: none for the sandboxes the restart cut short.
+    let held = node
+        .cni_state()?
+        .iter()
+        .filter(|f| f.starts_with("/var/lib/cni/e2e-burst/"))
+        .count();
+    ensure!(
+        held == PODS,
+        "host-local holds {held} addresses for {PODS} pods"
+    );
+
+    node.delete(&burst)?;
+    node.eventually("nothing left", Duration::from_secs(120), || {
+        Ok(node.cni_state()? == state && node.veths()?.len() == veths)
+    })?;
+    node.delete(nad)?;
+    Ok(())
+}
+
+/// The burst's Running, Ready pods whose network-status lists eth0 and net1: name and net1's
+/// address.
+fn running(node: &e2e::Node) -> Result<Vec<(String, String)>> {
+    let list: serde_json::Value =
+        serde_json::from_str(&node.kubectl(&["get", "pods", "-l", "app=burst", "-o", "json"])?)?;
+    let mut out = Vec::new();
+    for p in list["items"].as_array().into_iter().flatten() {
+        let ready = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        let status = p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+            .as_str()
+            .and_then(|t| serde_json::from_str::<Vec<serde_json::Value>>(t).ok())
+            .unwrap_or_default();
+        let ifaces: Vec<&str> = status
+            .iter()
+            .filter_map(|s| s["interface"].as_str())
+            .collect();
+        let net1 = status
+            .iter()
+            .find(|s| s["interface"] == "net1")
+            .and_then(|s| s["ips"][0].as_str());
+        if let (true, ["eth0", "net1"], Some(ip)) = (ready, ifaces.as_slice(), net1) {
+            let name = p["metadata"]["name"].as_str().unwrap_or_default();
+            out.push((name.to_owned(), ip.to_owned()));
+        }
+    }
+    Ok(out)
+}

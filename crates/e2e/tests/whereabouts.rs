@@ -1,9 +1,12 @@
-//! whereabouts on the real node: the reconciler's CronJob, run as a Job with the shipped RBAC,
-//! frees a leaked address and keeps a live pod's.
+//! whereabouts on the real node: a Deployment on two networks scaled to 0 and back, with the
+//! pools matching the pods all along; and the reconciler's CronJob, run as a Job with the
+//! shipped RBAC, freeing a leaked address and keeping a live pod's.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use e2e::{up, Node};
 use serde_json::{json, Value};
 
@@ -22,19 +25,22 @@ fn pod() -> String {
     e2e::sleeping_pod("wb-live", Some("wb"))
 }
 
-/// The pool of 10.21.0.0/24: its namespace, name and allocations.
-fn pool(node: &Node) -> Result<(String, String, serde_json::Map<String, Value>)> {
-    let pools: Value = serde_json::from_str(&node.kubectl(&[
+/// Every IPPool on the node's cluster.
+fn pools(node: &Node) -> Result<Vec<Value>> {
+    let list: Value = serde_json::from_str(&node.kubectl(&[
         "get",
         "ippools.whereabouts.cni.cncf.io",
         "-A",
         "-o",
         "json",
     ])?)?;
-    let p = pools["items"]
-        .as_array()
+    Ok(list["items"].as_array().cloned().unwrap_or_default())
+}
+
+/// The pool of 10.21.0.0/24: its namespace, name and allocations.
+fn pool(node: &Node) -> Result<(String, String, serde_json::Map<String, Value>)> {
+    let p = pools(node)?
         .into_iter()
-        .flatten()
         .find(|p| p["spec"]["range"] == "10.21.0.0/24")
         .context("no pool for 10.21.0.0/24")?;
     Ok((
@@ -122,5 +128,172 @@ fn the_reconciler_job_frees_a_leaked_address() -> Result<()> {
         Ok(pool(&node)?.2.is_empty())
     })?;
     node.delete(NAD)?;
+    Ok(())
+}
+
+/// The two networks of the Deployment: its NADs' names and /24 ranges.
+const SCALED: [(&str, &str); 2] = [("wb-a", "10.22.0.0/24"), ("wb-b", "10.23.0.0/24")];
+const REPLICAS: usize = 30;
+
+fn scaled_nads() -> String {
+    SCALED
+        .iter()
+        .map(|(name, range)| {
+            format!(
+                r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  config: '{{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-{name}",
+    "ipam": {{"type": "whereabouts", "range": "{range}"}}}}'
+"#
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+fn deployment() -> String {
+    e2e::sleeping_deployment("wb-scale", REPLICAS, "wb-a,wb-b")
+}
+
+/// Per network, the address each allocation holds and the pod it names (`namespace/name`).
+type Held = BTreeMap<&'static str, BTreeMap<Ipv4Addr, String>>;
+
+fn held(node: &Node) -> Result<Held> {
+    let mut out = Held::new();
+    for p in pools(node)? {
+        let Some(&(name, range)) = SCALED.iter().find(|(_, r)| p["spec"]["range"] == *r) else {
+            continue;
+        };
+        let base: Ipv4Addr = range.trim_end_matches("/24").parse()?;
+        let mut by_ip = BTreeMap::new();
+        for (offset, a) in p["spec"]["allocations"].as_object().into_iter().flatten() {
+            let ip = Ipv4Addr::from(u32::from(base) + offset.parse::<u32>()?);
+            let podref = a["podref"].as_str().context("allocation without podref")?;
+            by_ip.insert(ip, podref.to_owned());
+        }
+        out.insert(name, by_ip);
+    }
+    Ok(out)
+}
+
+/// The Deployment's pods: by `namespace/name`, whether it is being deleted, and per network the
+/// address its network-status lists (empty until multus wrote it).
+type Pods = BTreeMap<String, (bool, BTreeMap<String, Ipv4Addr>)>;
+
+fn scaled_pods(node: &Node) -> Result<Pods> {
+    let list: Value = serde_json::from_str(&node.kubectl(&[
+        "get",
+        "pods",
+        "-l",
+        "app=wb-scale",
+        "-o",
+        "json",
+    ])?)?;
+    let mut out = Pods::new();
+    for p in list["items"].as_array().into_iter().flatten() {
+        let name = format!(
+            "default/{}",
+            p["metadata"]["name"].as_str().unwrap_or_default()
+        );
+        let deleting = !p["metadata"]["deletionTimestamp"].is_null();
+        let mut ips = BTreeMap::new();
+        if let Some(text) =
+            p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str()
+        {
+            let status: Vec<Value> = serde_json::from_str(text)?;
+            for s in status {
+                let Some(net) = s["name"].as_str().and_then(|n| n.strip_prefix("default/")) else {
+                    continue;
+                };
+                if let Some(ip) = s["ips"][0].as_str() {
+                    ips.insert(net.to_owned(), ip.parse()?);
+                }
+            }
+        }
+        out.insert(name, (deleting, ips));
+    }
+    Ok(out)
+}
+
+/// One look at the pools against the pods: read the pods, the pools, then the pods again, so an
+/// allocation's pod exists in one of the two reads, and a pod that lived through both has its
+/// address allocated to it. No address is held twice. Returns how many pods hold both addresses.
+fn pools_match_pods(node: &Node) -> Result<usize> {
+    let before = scaled_pods(node)?;
+    let held = held(node)?;
+    let after = scaled_pods(node)?;
+    for (net, by_ip) in &held {
+        for (ip, podref) in by_ip {
+            if !before.contains_key(podref) && !after.contains_key(podref) {
+                bail!("{net}: {ip} is held by {podref}, which no longer exists");
+            }
+        }
+    }
+    let mut complete = 0;
+    for (pod, (deleting, ips)) in &before {
+        let lived = matches!(after.get(pod), Some((false, _)));
+        if *deleting || !lived {
+            continue;
+        }
+        for (net, ip) in ips {
+            let holder = held.get(net.as_str()).and_then(|h| h.get(ip));
+            if holder != Some(pod) {
+                bail!("{pod} has {ip} on {net}, which its pool gives to {holder:?}");
+            }
+        }
+        complete += usize::from(ips.len() == SCALED.len());
+    }
+    let mut seen = BTreeSet::new();
+    for (pod, (deleting, ips)) in &after {
+        for (net, ip) in ips {
+            if !deleting && !seen.insert((net.clone(), *ip)) {
+                bail!("{ip} on {net} is listed by two pods, {pod} among them");
+            }
+        }
+    }
+    Ok(complete)
+}
+
+/// Waits until `want` pods hold both addresses and no other pod exists, checking the pools
+/// against the pods at every look.
+fn settle(node: &Node, want: usize) -> Result<()> {
+    let mut last = 0;
+    node.eventually(
+        &format!("{want} pods with both addresses, matching the pools"),
+        Duration::from_secs(300),
+        || {
+            last = pools_match_pods(node)?;
+            let pods = scaled_pods(node)?;
+            let held: usize = held(node)?.values().map(BTreeMap::len).sum();
+            Ok(last == want && pods.len() == want && held == want * SCALED.len())
+        },
+    )
+    .with_context(|| format!("{last} pods complete"))
+}
+
+#[test]
+fn a_deployment_scaled_to_zero_and_back_keeps_the_pools_matching() -> Result<()> {
+    let node = up("whereabouts")?;
+    node.apply(&scaled_nads())?;
+    node.apply(&deployment())?;
+    settle(&node, REPLICAS)?;
+
+    node.kubectl(&["scale", "deployment/wb-scale", "--replicas=0"])?;
+    settle(&node, 0)?;
+
+    node.kubectl(&[
+        "scale",
+        "deployment/wb-scale",
+        &format!("--replicas={REPLICAS}"),
+    ])?;
+    settle(&node, REPLICAS)?;
+    node.delete(&deployment())?;
+    settle(&node, 0)?;
+    node.delete(&scaled_nads())?;
     Ok(())
 }
