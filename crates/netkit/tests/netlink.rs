@@ -976,3 +976,58 @@ fn shaping_with_tbf_and_an_ifb_redirect() -> Result<()> {
     node.nl.del_qdiscs(veth)?;
     Ok(())
 }
+
+/// A node where pods come and go makes and deletes links all the time, so long dumps race
+/// with changes (the kernel flags them NLM_F_DUMP_INTR). Listing links and addresses still
+/// succeeds, as on a node starting a burst of pods: a dump that raced is taken again.
+#[test]
+fn dumps_succeed_while_links_come_and_go() -> Result<()> {
+    let node = Ns::new("churn")?;
+    // Enough links that a dump spans several datagrams.
+    for i in 0..200 {
+        node.nl
+            .add_veth(&format!("a{i}"), &format!("b{i}"), None, None, None)?;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Three writers, as many sandboxes being set up at once.
+    let churn: Vec<_> = (0..3)
+        .map(|t| {
+            let stop = stop.clone();
+            let ns = NetNs::open(node.sandbox.path())?;
+            Ok(std::thread::spawn(move || -> Result<()> {
+                let nl = Netlink::in_ns(&ns)?;
+                let mut i = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let name = format!("c{t}-{}", i % 8);
+                    nl.del_link_by_name(&name)?;
+                    nl.add_veth(&name, &format!("p{t}-{}", i % 8), None, None, None)?;
+                    nl.set_up(nl.link(&name)?.index)?;
+                    i += 1;
+                }
+                Ok(())
+            }))
+        })
+        .collect::<Result<_>>()?;
+    let mut failures = Vec::new();
+    for _ in 0..200 {
+        if let Err(e) = node.nl.links() {
+            failures.push(format!("links: {e}"));
+        }
+        if let Err(e) = node.nl.addrs(None, None) {
+            failures.push(format!("addresses: {e}"));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for writer in churn {
+        writer
+            .join()
+            .map_err(|_| anyhow::anyhow!("a churn thread panicked"))??;
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed dumps: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    Ok(())
+}

@@ -17,11 +17,14 @@ use crate::delegate::Delegate;
 use crate::error::{Error, Result};
 use crate::selection::Selection;
 
-/// What the node has that a tenant must not take, read once per command when first needed.
+/// What the node has that a tenant must not take, read once per command when first needed:
+/// each is a netlink dump, and on a node starting many pods the link dump is long and races
+/// with their links, so it is taken only when a MAC is asked for.
 #[derive(Default)]
 pub struct NodeFacts {
     listening: OnceCell<BTreeSet<(Protocol, u16)>>,
-    links: OnceCell<(Vec<IpAddr>, Vec<[u8; 6]>)>,
+    addrs: OnceCell<Vec<IpAddr>>,
+    macs: OnceCell<Vec<[u8; 6]>>,
 }
 
 impl NodeFacts {
@@ -34,33 +37,43 @@ impl NodeFacts {
         Ok(self.listening.get_or_init(|| ports))
     }
 
-    /// The node's addresses and MACs.
-    fn links(&self) -> Result<&(Vec<IpAddr>, Vec<[u8; 6]>)> {
-        if let Some(links) = self.links.get() {
-            return Ok(links);
+    /// The node's addresses.
+    fn addrs(&self) -> Result<&Vec<IpAddr>> {
+        if let Some(addrs) = self.addrs.get() {
+            return Ok(addrs);
         }
-        let nl = netkit::Netlink::new()
-            .map_err(|e| Error::netlink("opening netlink in the node's namespace", e))?;
-        let addrs = nl
+        let addrs = netlink()?
             .addrs(None, None)
             .map_err(|e| Error::netlink("listing the node's addresses", e))?
             .into_iter()
             .map(|a| a.net.addr())
             .collect();
-        let macs = nl
+        Ok(self.addrs.get_or_init(|| addrs))
+    }
+
+    /// The MACs of the node's links.
+    fn macs(&self) -> Result<&Vec<[u8; 6]>> {
+        if let Some(macs) = self.macs.get() {
+            return Ok(macs);
+        }
+        let macs = netlink()?
             .links()
             .map_err(|e| Error::netlink("listing the node's links", e))?
             .into_iter()
             .filter_map(|l| l.mac)
             .filter(|mac| *mac != [0; 6])
             .collect();
-        Ok(self.links.get_or_init(|| (addrs, macs)))
+        Ok(self.macs.get_or_init(|| macs))
     }
 
     /// Whether `ip` is one of the node's own addresses.
     pub fn holds(&self, ip: IpAddr) -> Result<bool> {
-        Ok(self.links()?.0.contains(&ip))
+        Ok(self.addrs()?.contains(&ip))
     }
+}
+
+fn netlink() -> Result<netkit::Netlink> {
+    netkit::Netlink::new().map_err(|e| Error::netlink("opening netlink in the node's namespace", e))
 }
 
 /// Checks every attachment's annotation requests against `policy`.
@@ -210,7 +223,7 @@ fn check_mac(node: &NodeFacts, text: &str) -> std::result::Result<(), String> {
             "mac {text} is a multicast address, which no interface may have"
         ));
     }
-    if node.links().map_err(|e| e.to_string())?.1.contains(&mac) {
+    if node.macs().map_err(|e| e.to_string())?.contains(&mac) {
         return Err(format!(
             "mac {text} is the MAC of one of the node's interfaces: a pod holding it would \
              take the node's frames"

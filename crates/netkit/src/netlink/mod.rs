@@ -78,8 +78,10 @@ impl Family {
 
 /// Biggest datagram the kernel sends on a dump is 32 KiB; twice that leaves room.
 const RECV_BUF: usize = 64 * 1024;
-/// A dump that raced with a change is retried this many times before giving up.
-const DUMP_ATTEMPTS: usize = 5;
+/// A dump that raced with a change is retried this many times before giving up, waiting a
+/// millisecond more each time: on a node starting a burst of pods, links change faster than a
+/// long dump under a busy CPU completes, and a short wait lets the burst move on.
+const DUMP_ATTEMPTS: u32 = 30;
 /// `NLMSGERR_ATTR_MSG`: the extended-ack text attribute.
 const NLMSGERR_ATTR_MSG: u16 = 1;
 
@@ -158,7 +160,10 @@ impl Netlink {
         let mut attempt = 1;
         loop {
             match self.exchange(msg.clone(), NLM_F_DUMP, &what) {
-                Err(e) if e.errno() == Some(libc::EINTR) && attempt < DUMP_ATTEMPTS => attempt += 1,
+                Err(e) if e.errno() == Some(libc::EINTR) && attempt < DUMP_ATTEMPTS => {
+                    std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));
+                    attempt += 1;
+                }
                 other => return other,
             }
         }
