@@ -49,11 +49,29 @@ pub fn place_in(dir: &Dir, name: &OsStr, bytes: &[u8], mode: u32) -> std::io::Re
     put(dir, name, bytes, mode, false).map(drop)
 }
 
+/// [`write_in`] of what `src` reads to its end, streamed: a binary is never held in memory.
+pub fn copy_in(dir: &Dir, name: &OsStr, src: &mut File, mode: u32) -> std::io::Result<()> {
+    fill(dir, name, mode, true, |file| {
+        std::io::copy(src, file).map(drop)
+    })?;
+    dir.sync()
+}
+
 /// The temp file, written (and synced first when `sync` is set), renamed to `name`.
 fn put(dir: &Dir, name: &OsStr, bytes: &[u8], mode: u32, sync: bool) -> std::io::Result<File> {
+    fill(dir, name, mode, sync, |file| file.write_all(bytes))
+}
+
+/// The temp file, filled by `write` (and synced first when `sync` is set), renamed to `name`.
+fn fill(
+    dir: &Dir,
+    name: &OsStr,
+    mode: u32,
+    sync: bool,
+    write: impl FnOnce(&mut File) -> std::io::Result<()>,
+) -> std::io::Result<File> {
     let (tmp, mut file) = new_temp(name, |tmp| dir.create_new(tmp, mode))?;
-    let put = file
-        .write_all(bytes)
+    let put = write(&mut file)
         .and_then(|()| if sync { file.sync_all() } else { Ok(()) })
         .and_then(|()| dir.rename(&tmp, name));
     if let Err(e) = put {

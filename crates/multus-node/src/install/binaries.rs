@@ -36,15 +36,16 @@ pub fn install(opts: &Options) -> Result<(), InstallError> {
 }
 
 /// Copies `src` over `name` in `dir` unless that is a file with the same bytes already. A
-/// symlink there is replaced, never written through.
+/// symlink there is replaced, never written through. Streamed, never read whole: the
+/// installer stays running, and memory that held a binary once would stay its own.
 fn copy(src: &Path, dir: &Dir, name: &str) -> Result<(), InstallError> {
-    let bytes = std::fs::read(src).map_err(InstallError::io("read", src))?;
+    let open = || std::fs::File::open(src).map_err(InstallError::io("read", src));
     let dest = dir.join(name);
-    if super::holds(dir, name, &bytes) {
+    if super::holds(dir, name, open()?) {
         log(&format!("{} is current", dest.display()));
         return Ok(());
     }
-    cni::atomic_file::write_in(dir, name.as_ref(), &bytes, 0o755)
+    cni::atomic_file::copy_in(dir, name.as_ref(), &mut open()?, 0o755)
         .map_err(InstallError::io("install", &dest))?;
     log(&format!("installed {}", dest.display()));
     Ok(())

@@ -267,15 +267,35 @@ pub fn run(opts: &Options) -> Result<(), InstallError> {
     Ok(())
 }
 
-/// Whether `name` in `dir` is a file holding `bytes`. A symlink never is (it is not
-/// followed), so the caller replaces it with the file itself. Read whole: binaries are larger
-/// than a config's read cap.
-fn holds(dir: &cni::dir::Dir, name: &str, bytes: &[u8]) -> bool {
-    use std::io::Read;
-    let mut old = Vec::with_capacity(bytes.len());
-    dir.open_read(name)
-        .and_then(|f| f.take(bytes.len() as u64 + 1).read_to_end(&mut old))
-        .is_ok_and(|_| old == bytes)
+/// Whether `name` in `dir` is a file holding what `new` reads. A symlink never is (it is not
+/// followed), so the caller replaces it with the file itself. Compared a block at a time: a
+/// binary is never held in memory.
+fn holds(dir: &cni::dir::Dir, name: &str, mut new: impl std::io::Read) -> bool {
+    let Ok(mut old) = dir.open_read(name) else {
+        return false;
+    };
+    let (mut a, mut b) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    loop {
+        match (read_block(&mut old, &mut a), read_block(&mut new, &mut b)) {
+            (Ok(0), Ok(0)) => return true,
+            (Ok(n), Ok(m)) if n == m && a[..n] == b[..m] => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Reads until `buf` is full or the end: how many bytes it holds.
+fn read_block(from: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match from.read(&mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
 }
 
 /// One line to the DaemonSet's log.
