@@ -3,7 +3,9 @@
 # kube-controller-manager, kube-scheduler, kube-proxy, containerd and a kubelet, built from their
 # modules by scripts/peers.sh, with multus-rs installed from deploy/.
 #
-#   scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2]
+#   scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2]
+#                                        bare: the cluster network alone, no multus (a baseline,
+#                                        or a node to install another build on by hand)
 #   scripts/cluster.sh exec -- CMD...    CMD as on the node: its network and mount namespaces,
 #                                        with kubectl on PATH and the admin's KUBECONFIG
 #   scripts/cluster.sh stop|start PART   for the tests: apiserver, etcd, containerd or kubelet
@@ -516,6 +518,11 @@ tree_of() {
 namespace_of() { [ "$1" = microshift ] && echo openshift-multus || echo multus; }
 
 install_multus() {
+  if [ "$mode" = bare ]; then
+    echo bare >"$state/mode"
+    wait_for "the node's Ready condition" 120 node_ready
+    return
+  fi
   kc apply -k "$root/deploy/$(tree_of "$mode")" >&2
   echo "$mode" >"$state/mode"
   if [ -n "${restart_multus:-}" ]; then
@@ -538,7 +545,7 @@ node_ready() {
 uninstall_multus() {
   local previous
   previous=$(cat "$state/mode" 2>/dev/null || true)
-  [ -n "$previous" ] && [ "$previous" != "$mode" ] || return 0
+  [ -n "$previous" ] && [ "$previous" != "$mode" ] && [ "$previous" != bare ] || return 0
   log "removing the $previous install"
   kc delete -k "$root/deploy/$(tree_of "$previous")" --ignore-not-found --wait=true --timeout=120s >&2 || true
   rm -f "$state/mode"
@@ -560,11 +567,11 @@ up() {
         containerd_major=${2:-}
         shift 2
         ;;
-      thin | thick | microshift | whereabouts)
+      thin | thick | microshift | whereabouts | bare)
         mode=$1
         shift
         ;;
-      *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2]" ;;
+      *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2]" ;;
     esac
   done
   case $containerd_major in 1 | 2) ;; *) die "--containerd takes 1 or 2" ;; esac
@@ -755,5 +762,5 @@ case ${1:-} in
     is_up || die "no node is up"
     reboot_node
     ;;
-  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts] [--containerd 1|2] | exec -- CMD... | stop|start PART | reboot | down" ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2] | exec -- CMD... | stop|start PART | reboot | down" ;;
 esac

@@ -8,7 +8,7 @@ use anyhow::{ensure, Context, Result};
 
 const IMAGE: &str = "localhost/multus-rs:latest";
 /// The saved image's file name, in the release directory.
-const ARCHIVE: &str = "multus-rs-image.tar";
+pub(crate) const ARCHIVE: &str = "multus-rs-image.tar";
 /// Where upstream's thick image has its daemon and shim, which its DaemonSet runs.
 const UPSTREAM_BIN: &str = "/usr/src/multus-cni/bin";
 const UPSTREAM_LINKS: [&str; 2] = ["multus-daemon", "multus-shim"];
@@ -196,13 +196,13 @@ fn multus_del(host: &Path, log: &Path, pod: &str) -> Result<()> {
 
 /// podman with its configuration and storage in a scratch directory: nothing stays on the
 /// machine.
-struct Podman {
+pub(crate) struct Podman {
     podman: testkit::podman::Podman,
     _scratch: tempfile::TempDir,
 }
 
 impl Podman {
-    fn new() -> Result<Podman> {
+    pub(crate) fn new() -> Result<Podman> {
         let scratch = tempfile::tempdir()?;
         // No container here uses a CNI network: the plugin dir is never read.
         let podman = testkit::podman::Podman::new(scratch.path(), scratch.path());
@@ -268,7 +268,7 @@ impl Podman {
         }
     }
 
-    fn run(&self, args: &[&str]) -> Result<()> {
+    pub(crate) fn run(&self, args: &[&str]) -> Result<()> {
         self.output(args).map(drop)
     }
 

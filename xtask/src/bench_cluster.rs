@@ -1,0 +1,601 @@
+//! `cargo xtask bench-cluster`: pod-ready latency on the real node of scripts/cluster.sh, side
+//! by side in one run. A Deployment of 100 pods, each on the cluster network and two NADs
+//! (bridge + host-local), under: no multus, ours thin and thick (deploy/), and upstream multus
+//! in thin and thick mode, built from its module into a local image and installed with the
+//! DaemonSet manifests its module ships. For each: the latency from `kubectl apply` to each
+//! pod's Ready, p50 and p99; multus's memory on the node (PSS of its processes) idle, at the
+//! burst's peak, and with the pods running; and multus's API requests per pod, counted in the
+//! API server's audit log over the pods' creation and deletion.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use e2e::Node;
+use serde_json::Value;
+
+/// The name upstream's image gets here; its manifests name ghcr.io's, which cannot be pulled.
+const UPSTREAM_IMAGE: &str = "localhost/multus-cni:v4.3.0";
+/// What upstream's manifests call the image.
+const UPSTREAM_REFS: [&str; 2] = [
+    "ghcr.io/k8snetworkplumbingwg/multus-cni:snapshot-thick",
+    "ghcr.io/k8snetworkplumbingwg/multus-cni:snapshot",
+];
+/// The executables whose memory is multus's, ours and upstream's: the plugin, the shim, the
+/// daemon, and what the DaemonSet's container runs.
+const MULTUS_EXES: [&str; 4] = ["multus", "multus-shim", "multus-daemon", "thin_entrypoint"];
+
+const NADS: &str = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: bench-a
+  namespace: default
+spec:
+  config: '{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-bench-a",
+    "ipam": {"type": "host-local", "subnet": "10.61.0.0/24"}}'
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: bench-b
+  namespace: default
+spec:
+  config: '{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-bench-b",
+    "ipam": {"type": "host-local", "subnet": "10.62.0.0/24"}}'
+"#;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Setup {
+    NoMultus,
+    Ours(&'static str),
+    Upstream(&'static str),
+}
+
+impl Setup {
+    fn label(self) -> String {
+        match self {
+            Setup::NoMultus => "no multus".into(),
+            Setup::Ours(mode) => format!("multus-rs {mode}"),
+            Setup::Upstream(mode) => format!("upstream v4.3.0 {mode}"),
+        }
+    }
+}
+
+const SETUPS: [Setup; 5] = [
+    Setup::NoMultus,
+    Setup::Ours("thin"),
+    Setup::Ours("thick"),
+    Setup::Upstream("thin"),
+    Setup::Upstream("thick"),
+];
+
+/// One burst's figures.
+struct Figures {
+    ready: Vec<Duration>,
+    idle_kb: u64,
+    peak_kb: u64,
+    running_kb: u64,
+    requests: usize,
+    verbs: Vec<(String, usize)>,
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let mut pods = 100;
+    let mut rounds = 1;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = || -> Result<usize> {
+            it.next()
+                .with_context(|| format!("{a} takes a number"))?
+                .parse()
+                .with_context(|| format!("{a} takes a number"))
+        };
+        match a.as_str() {
+            "--pods" => pods = value()?,
+            "--rounds" => rounds = value()?,
+            _ => bail!("usage: cargo xtask bench-cluster [--pods N] [--rounds N]"),
+        }
+    }
+    // Our image once, for every `up` of the run.
+    crate::image::run()?;
+    let bins = crate::build_release()?;
+    let archive = bins
+        .parent()
+        .context("release dir")?
+        .join(crate::image::ARCHIVE);
+    std::env::set_var("MULTUS_RS_CLUSTER_IMAGE", &archive);
+    let upstream_archive = upstream_image()?;
+
+    let mut results: HashMap<String, Vec<Figures>> = HashMap::new();
+    for round in 1..=rounds {
+        for setup in SETUPS {
+            eprintln!("bench-cluster: round {round}, {}", setup.label());
+            let figures = with_setup(setup, &upstream_archive, |node| burst(node, setup, pods))?;
+            results.entry(setup.label()).or_default().push(figures);
+        }
+    }
+    report(&results, pods, rounds)
+}
+
+/// Installs `setup` on the node, runs `f`, and takes an upstream install away again.
+fn with_setup<T>(setup: Setup, archive: &Path, f: impl FnOnce(&Node) -> Result<T>) -> Result<T> {
+    match setup {
+        Setup::NoMultus => f(&e2e::up("bare")?),
+        Setup::Ours(mode) => {
+            let node = e2e::up(mode)?;
+            node.apply(NADS)?;
+            let out = f(&node);
+            node.delete(NADS)?;
+            out
+        }
+        Setup::Upstream(mode) => {
+            let node = e2e::up("bare")?;
+            let ctr = testkit::peers::build("containerd")?.join("ctr");
+            let ctr = ctr.display().to_string();
+            let archive = archive.display().to_string();
+            node.exec(&[&ctr, "-n", "k8s.io", "images", "import", &archive])?;
+            let manifest = upstream_manifest(mode)?;
+            node.apply(&manifest)?;
+            let installed = node.eventually(
+                &format!("upstream's {mode} DaemonSet available and 00-multus.conf written"),
+                Duration::from_secs(180),
+                || {
+                    let ds = node.get("kube-system", "ds/kube-multus-ds")?;
+                    let conf = node.exec(&["ls", "/etc/cni/net.d"])?;
+                    Ok(ds["status"]["numberAvailable"] == 1 && conf.contains("00-multus.conf"))
+                },
+            );
+            // A daemon that starts, writes its config and then crashes was available once.
+            let installed = installed.and_then(|()| {
+                std::thread::sleep(Duration::from_secs(5));
+                let pods = node.get("kube-system", "pods")?;
+                let restarts: i64 = pods["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|p| {
+                        p["status"]["containerStatuses"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                    })
+                    .filter_map(|c| c["restartCount"].as_i64())
+                    .sum();
+                ensure!(
+                    restarts == 0,
+                    "upstream's {mode} DaemonSet restarted {restarts} times"
+                );
+                Ok(())
+            });
+            let out = installed.and_then(|()| {
+                node.apply(NADS)?;
+                let out = f(&node);
+                node.delete(NADS)?;
+                out
+            });
+            node.delete(&manifest)?;
+            // What upstream leaves on the node: its config (.conf or .conflist, as the cluster
+            // network's), kubeconfig and socket.
+            node.exec(&[
+                "sh",
+                "-c",
+                "rm -rf /etc/cni/net.d/00-multus.conf* /etc/cni/net.d/multus.d /run/multus",
+            ])?;
+            out
+        }
+    }
+}
+
+/// The Deployment of `pods` made at once: each pod's time to Ready, multus's memory and API
+/// requests; then the Deployment deleted and its pods gone.
+fn burst(node: &Node, setup: Setup, pods: usize) -> Result<Figures> {
+    let deployment = e2e::sleeping_deployment("bench", pods, "bench-a,bench-b");
+    let idle_kb = settle_memory()?;
+    let audit = audit_log();
+    let audit_from = std::fs::metadata(&audit).map(|m| m.len()).unwrap_or(0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stop.load(Ordering::Relaxed) {
+                peak = peak.max(multus_pss_kb());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            peak
+        })
+    };
+    let ready_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let mut watch = Command::new(crate::workspace_root().join("scripts/cluster.sh"));
+    watch
+        .args([
+            "exec",
+            "--",
+            "kubectl",
+            "get",
+            "pods",
+            "-l",
+            "app=bench",
+            "-w",
+            "-o",
+        ])
+        .arg(r#"jsonpath={.metadata.name} {.status.conditions[?(@.type=="Ready")].status}{"\n"}"#)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        // Its own group, ended as one: cluster.sh, nsenter and kubectl.
+        .process_group(0);
+    let mut watcher = watch.spawn().context("running kubectl get -w")?;
+    let stdout = watcher.stdout.take().context("the watch's stdout")?;
+    let reader = {
+        let ready_at = ready_at.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(name) = line.strip_suffix(" True") {
+                    let mut seen = ready_at.lock().unwrap_or_else(|p| p.into_inner());
+                    seen.entry(name.to_owned()).or_insert_with(Instant::now);
+                }
+            }
+        })
+    };
+    // The watch is open before the first pod exists, so no Ready is seen late in a list.
+    std::thread::sleep(Duration::from_secs(2));
+
+    let start = Instant::now();
+    node.apply(&deployment)?;
+    let all_ready = node.eventually(
+        &format!("{pods} pods Ready"),
+        Duration::from_secs(900),
+        || Ok(ready_at.lock().map(|s| s.len()).unwrap_or(0) >= pods),
+    );
+    if let Ok(group) = i32::try_from(watcher.id()) {
+        // SAFETY: kill(2) on the watch's own process group, which we made; no memory is touched.
+        unsafe { libc::kill(-group, libc::SIGTERM) };
+    }
+    let _ = watcher.wait();
+    let _ = reader.join();
+    stop.store(true, Ordering::Relaxed);
+    if let Err(e) = all_ready {
+        let _ = node.delete(&deployment);
+        return Err(e);
+    }
+    let peak_kb = sampler.join().unwrap_or(0);
+    if setup != Setup::NoMultus {
+        every_pod_has_its_networks(node, pods)?;
+    }
+    let running_kb = settle_memory()?;
+    let ready: Vec<Duration> = ready_at
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the watch's reader panicked"))?
+        .values()
+        .map(|t| t.duration_since(start))
+        .collect();
+
+    node.delete(&deployment)?;
+    node.eventually("the pods gone", Duration::from_secs(600), || {
+        Ok(node
+            .kubectl(&["get", "pods", "-l", "app=bench", "-o", "name"])?
+            .trim()
+            .is_empty())
+    })?;
+    // The audit log is written as requests complete; the last DEL's may trail the pod's end.
+    std::thread::sleep(Duration::from_secs(3));
+    let (requests, verbs) = multus_requests(&audit, audit_from)?;
+    Ok(Figures {
+        ready,
+        idle_kb,
+        peak_kb,
+        running_kb,
+        requests,
+        verbs,
+    })
+}
+
+/// Every pod lists eth0 and both NADs in network-status: no pod went without its networks.
+fn every_pod_has_its_networks(node: &Node, pods: usize) -> Result<()> {
+    let list: Value =
+        serde_json::from_str(&node.kubectl(&["get", "pods", "-l", "app=bench", "-o", "json"])?)?;
+    let complete = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| {
+            p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+                .as_str()
+                .and_then(|t| serde_json::from_str::<Vec<Value>>(t).ok())
+                .is_some_and(|s| s.len() == 3)
+        })
+        .count();
+    ensure!(
+        complete == pods,
+        "{complete} of {pods} pods list three networks"
+    );
+    Ok(())
+}
+
+/// multus's memory once it is quiet: the median of 3 s of samples.
+fn settle_memory() -> Result<u64> {
+    let mut samples: Vec<u64> = (0..15)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(200));
+            multus_pss_kb()
+        })
+        .collect();
+    samples.sort_unstable();
+    Ok(samples[samples.len() / 2])
+}
+
+/// The proportional set size of every multus process on the machine, in KB: shared pages of a
+/// binary run many times at once count once.
+fn multus_pss_kb() -> u64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    procs
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| {
+            std::fs::read_link(e.path().join("exe")).is_ok_and(|exe| {
+                exe.file_name()
+                    .is_some_and(|n| MULTUS_EXES.iter().any(|m| n == *m))
+            })
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("smaps_rollup")).ok())
+        .filter_map(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("Pss:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+fn audit_log() -> PathBuf {
+    let state = std::env::var_os("MULTUS_RS_CLUSTER_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/lib/multus-rs-cluster"));
+    state.join("logs/audit.log")
+}
+
+/// The requests multus's ServiceAccount made since `from` in the audit log: how many, and
+/// how many per verb and resource.
+fn multus_requests(audit: &Path, from: u64) -> Result<(usize, Vec<(String, usize)>)> {
+    use std::io::{Read, Seek};
+    let mut file = std::fs::File::open(audit)
+        .with_context(|| format!("opening the audit log {}", audit.display()))?;
+    file.seek(std::io::SeekFrom::Start(from))?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    let mut by_verb: HashMap<String, usize> = HashMap::new();
+    for line in text.lines() {
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let user = event["user"]["username"].as_str().unwrap_or_default();
+        let multus = user.starts_with("system:serviceaccount:") && user.ends_with(":multus");
+        if !multus || event["stage"] != "ResponseComplete" {
+            continue;
+        }
+        let what = format!(
+            "{} {}{}",
+            event["verb"].as_str().unwrap_or_default(),
+            event["objectRef"]["resource"].as_str().unwrap_or_default(),
+            event["objectRef"]["subresource"]
+                .as_str()
+                .map(|s| format!("/{s}"))
+                .unwrap_or_default()
+        );
+        *by_verb.entry(what).or_default() += 1;
+    }
+    let mut verbs: Vec<(String, usize)> = by_verb.into_iter().collect();
+    verbs.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok((verbs.iter().map(|(_, n)| n).sum(), verbs))
+}
+
+/// Upstream's binaries in an image laid out as upstream's: all of them in
+/// /usr/src/multus-cni/bin, the installer and the thin entrypoint also at /. Saved as an
+/// archive for the node's containerd.
+fn upstream_image() -> Result<PathBuf> {
+    let bins = testkit::peers::build("multus")?;
+    let podman = crate::image::Podman::new()?;
+    let context = tempfile::tempdir()?;
+    let rootfs = context.path().join("rootfs");
+    let src = rootfs.join("usr/src/multus-cni/bin");
+    std::fs::create_dir_all(&src)?;
+    std::fs::create_dir_all(rootfs.join("tmp"))?;
+    std::fs::create_dir_all(rootfs.join("var"))?;
+    std::fs::create_dir_all(rootfs.join("etc"))?;
+    // As in upstream's base image: the daemon asks who it runs as, from /etc/passwd.
+    std::fs::write(
+        rootfs.join("etc/passwd"),
+        "root:x:0:0:root:/root:/sbin/nologin\n",
+    )?;
+    std::fs::write(rootfs.join("etc/group"), "root:x:0:\n")?;
+    // As in upstream's base image: the runtime names a pod's netns /var/run/netns/...
+    std::os::unix::fs::symlink("../run", rootfs.join("var/run"))?;
+    for name in [
+        "multus",
+        "multus-daemon",
+        "multus-shim",
+        "passthru",
+        "install_multus",
+        "thin_entrypoint",
+    ] {
+        std::fs::copy(bins.join(name), src.join(name))
+            .with_context(|| format!("copying upstream's {name}"))?;
+    }
+    for name in ["install_multus", "thin_entrypoint"] {
+        std::fs::copy(bins.join(name), rootfs.join(name))?;
+    }
+    std::fs::write(
+        context.path().join("Containerfile"),
+        "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [\"/thin_entrypoint\"]\n",
+    )?;
+    let ctx = context.path().display().to_string();
+    podman.run(&[
+        "build",
+        "--quiet",
+        "--network=none",
+        "-t",
+        UPSTREAM_IMAGE,
+        &ctx,
+    ])?;
+    let archive = crate::workspace_root().join("target/multus-cni-v4.3.0-image.tar");
+    let _ = std::fs::remove_file(&archive);
+    let out = archive.display().to_string();
+    podman.run(&[
+        "save",
+        "--quiet",
+        "--format=docker-archive",
+        "-o",
+        &out,
+        UPSTREAM_IMAGE,
+    ])?;
+    Ok(archive)
+}
+
+/// Upstream's DaemonSet manifest for `mode`, as its module ships it, with the local image and
+/// without the CPU and memory limits: ours sets no CPU limit, and a throttled daemon would
+/// measure the limit rather than the code.
+fn upstream_manifest(mode: &str) -> Result<String> {
+    let modules = crate::workspace_root().join("test-support/peers/multus");
+    let out = Command::new("go")
+        .args([
+            "list",
+            "-m",
+            "-f",
+            "{{.Dir}}",
+            "gopkg.in/k8snetworkplumbingwg/multus-cni.v4",
+        ])
+        .current_dir(&modules)
+        .output()
+        .context("running go list for upstream multus's module")?;
+    ensure!(
+        out.status.success(),
+        "go list: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = PathBuf::from(String::from_utf8(out.stdout)?.trim());
+    let file = match mode {
+        "thick" => "multus-daemonset-thick.yml",
+        _ => "multus-daemonset.yml",
+    };
+    let path = dir.join("deployments").join(file);
+    let mut text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    for r in UPSTREAM_REFS {
+        text = text.replace(r, UPSTREAM_IMAGE);
+    }
+    ensure!(
+        text.contains(UPSTREAM_IMAGE),
+        "{} names no image we know",
+        path.display()
+    );
+    Ok(without_limits(&text))
+}
+
+/// The YAML without its `limits:` blocks.
+fn without_limits(yaml: &str) -> String {
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut out = String::new();
+    let mut skipping: Option<usize> = None;
+    for line in yaml.lines() {
+        if let Some(level) = skipping {
+            if !line.trim().is_empty() && indent(line) > level {
+                continue;
+            }
+            skipping = None;
+        }
+        if line.trim() == "limits:" {
+            skipping = Some(indent(line));
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The nearest-rank percentile `p` (0 to 100) in milliseconds.
+fn percentile(sorted: &[Duration], p: usize) -> f64 {
+    let rank = (sorted.len() * p).div_ceil(100).max(1);
+    sorted[rank - 1].as_secs_f64() * 1000.0
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -> Result<()> {
+    // Per setup, the median over the rounds of each figure.
+    let summary = |label: &str| -> Result<[f64; 6]> {
+        let runs = results.get(label).context("a setup without results")?;
+        let pick = |f: &dyn Fn(&Figures) -> f64| median(runs.iter().map(f).collect());
+        let sorted = |f: &Figures| {
+            let mut r = f.ready.clone();
+            r.sort();
+            r
+        };
+        Ok([
+            pick(&|f| percentile(&sorted(f), 50)),
+            pick(&|f| percentile(&sorted(f), 99)),
+            pick(&|f| f.idle_kb as f64 / 1024.0),
+            pick(&|f| f.peak_kb as f64 / 1024.0),
+            pick(&|f| f.running_kb as f64 / 1024.0),
+            pick(&|f| f.requests as f64 / pods as f64),
+        ])
+    };
+    println!("{pods} pods with 2 NADs each, made at once; median of {rounds} round(s)\n");
+    println!("| setup | ready p50 (ms) | ready p99 (ms) | over no multus, p50 / p99 (ms) | multus PSS idle / peak / pods running (MiB) | API requests per pod |");
+    println!("|---|---|---|---|---|---|");
+    let base = summary(&Setup::NoMultus.label())?;
+    for setup in SETUPS {
+        let s = summary(&setup.label())?;
+        let over = if setup == Setup::NoMultus {
+            String::new()
+        } else {
+            format!("{:.0} / {:.0}", s[0] - base[0], s[1] - base[1])
+        };
+        println!(
+            "| {} | {:.0} | {:.0} | {over} | {:.1} / {:.1} / {:.1} | {:.2} |",
+            setup.label(),
+            s[0],
+            s[1],
+            s[2],
+            s[3],
+            s[4],
+            s[5]
+        );
+    }
+    println!();
+    for mode in ["thin", "thick"] {
+        let ours = summary(&Setup::Ours(mode).label())?;
+        let theirs = summary(&Setup::Upstream(mode).label())?;
+        println!(
+            "{mode}: overhead over no multus, ours / upstream's: p50 {:.2}x, p99 {:.2}x; peak memory {:.2}x; API requests {:.2}x",
+            (ours[0] - base[0]) / (theirs[0] - base[0]),
+            (ours[1] - base[1]) / (theirs[1] - base[1]),
+            ours[3] / theirs[3],
+            ours[5] / theirs[5],
+        );
+    }
+    println!();
+    for setup in SETUPS.into_iter().skip(1) {
+        let Some(last) = results.get(&setup.label()).and_then(|r| r.last()) else {
+            continue;
+        };
+        let verbs: Vec<String> = last.verbs.iter().map(|(v, n)| format!("{v} {n}")).collect();
+        println!("{} requests: {}", setup.label(), verbs.join(", "));
+    }
+    Ok(())
+}
