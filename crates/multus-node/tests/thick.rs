@@ -1010,6 +1010,8 @@ fn our_shim_speaks_to_a_daemon_that_answers_as_upstreams() {
         for reply in [
             r#"{"Result":{"cniVersion":"1.1.0","interfaces":[{"name":"eth0","sandbox":"/x"}],"ips":[{"address":"10.88.0.9/24","interface":0}]}}"#,
             "error configuring pod [default/web] networking: something failed\n",
+            // Not HTTP: a daemon that answered, badly.
+            "garbled",
         ] {
             let (conn, _) = listener.accept().expect("accept");
             let mut reader = BufReader::new(conn.try_clone().expect("clone"));
@@ -1031,6 +1033,11 @@ fn our_shim_speaks_to_a_daemon_that_answers_as_upstreams() {
             seen.push((head, String::from_utf8_lossy(&body).into_owned()));
             let status = if reply.starts_with('{') { 200 } else { 400 };
             let mut w = conn;
+            if reply == "garbled" {
+                w.write_all(b"\x00\x01 not a status line\r\n\r\n")
+                    .expect("reply");
+                continue;
+            }
             write!(
                 w,
                 "HTTP/1.1 {status} X\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{reply}",
@@ -1059,6 +1066,15 @@ fn our_shim_speaks_to_a_daemon_that_answers_as_upstreams() {
     assert_eq!(code, 999, "{msg}");
     assert!(
         msg.contains("the multus daemon answered 400: error configuring pod [default/web] networking: something failed"),
+        "{msg}"
+    );
+    // A reply that is not HTTP is told apart from a daemon that is not there.
+    let garbled = call.run(&shim, None);
+    let (code, msg) = cni_error(&garbled);
+    assert_eq!(code, 11, "{msg}");
+    assert!(
+        msg.contains("answered, and its reply could not be read")
+            && !msg.contains("does not answer"),
         "{msg}"
     );
     let seen = served.join().expect("server");

@@ -36,8 +36,9 @@ enum Answer {
     Done(Option<Value>),
     /// The call failed, as the daemon says.
     Failed(CniError),
-    /// Nothing answers on the socket.
-    Unreachable(String),
+    /// No answer came: nothing on the socket, no reply in time, or a reply that could not be
+    /// read.
+    Missing(wire::ExchangeError),
 }
 
 fn ask(args: &CmdArgs, socket: &std::path::Path) -> Answer {
@@ -56,7 +57,7 @@ fn ask(args: &CmdArgs, socket: &std::path::Path) -> Answer {
     };
     let (status, reply) = match wire::exchange(socket, "POST", "/cni", &body, ANSWER_WAIT) {
         Ok(r) => r,
-        Err(e) => return Answer::Unreachable(e.to_string()),
+        Err(e) => return Answer::Missing(e),
     };
     let parsed: Option<Value> = serde_json::from_slice(&reply).ok();
     if status == 200 {
@@ -78,14 +79,22 @@ fn ask(args: &CmdArgs, socket: &std::path::Path) -> Answer {
     Answer::Failed(error)
 }
 
-fn unreachable(socket: &std::path::Path, why: &str, code: Code) -> CniError {
+fn no_answer(socket: &std::path::Path, why: &wire::ExchangeError, code: Code) -> CniError {
+    let socket = socket.display();
+    let what = match why {
+        wire::ExchangeError::Unreachable(e) => {
+            format!("the multus daemon does not answer on {socket} ({e})")
+        }
+        wire::ExchangeError::Silent(e) => {
+            format!("the multus daemon on {socket} took the call and did not answer ({e})")
+        }
+        wire::ExchangeError::Unreadable(e) => {
+            format!("the multus daemon on {socket} answered, and its reply could not be read ({e})")
+        }
+    };
     CniError::new(
         code,
-        format!(
-            "multus-shim: the multus daemon does not answer on {} ({why}): check the multus \
-             daemon pod on this node",
-            socket.display()
-        ),
+        format!("multus-shim: {what}: check the multus daemon pod on this node"),
     )
 }
 
@@ -110,7 +119,7 @@ impl Shim {
         match ask(args, &socket) {
             Answer::Done(_) => Ok(()),
             Answer::Failed(e) => Err(e),
-            Answer::Unreachable(why) => Err(unreachable(&socket, &why, down)),
+            Answer::Missing(why) => Err(no_answer(&socket, &why, down)),
         }
     }
 }
@@ -125,7 +134,7 @@ impl cni::Plugin for Shim {
                 "the multus daemon's ADD reply has no Result",
             )),
             Answer::Failed(e) => Err(e),
-            Answer::Unreachable(why) => Err(unreachable(&socket, &why, Code::TryAgainLater)),
+            Answer::Missing(why) => Err(no_answer(&socket, &why, Code::TryAgainLater)),
         }
     }
 
@@ -143,14 +152,14 @@ impl cni::Plugin for Shim {
         let why = match ask(args, &socket) {
             Answer::Done(_) => return Ok(()),
             Answer::Failed(e) => return Err(e),
-            Answer::Unreachable(why) => why,
+            Answer::Missing(why) => why,
         };
         let conf = multus::config::MultusConf::parse(&args.stdin).map_err(|e| e.to_cni())?;
         multus::log::init(&conf);
         tracing::warn!(
             container = %args.container_id,
             ifname = %args.ifname,
-            "the multus daemon on {} does not take DEL ({why}): deleting from the delegate cache",
+            "the multus daemon on {} did not take DEL ({why}): deleting from the delegate cache",
             socket.display()
         );
         multus::command::run(args, conf, None, multus::command::del).map_err(|e| e.to_cni())

@@ -460,10 +460,7 @@ pub fn exchange(
     path: &str,
     body: &[u8],
     timeout: Duration,
-) -> io::Result<(u16, Vec<u8>)> {
-    let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
+) -> Result<(u16, Vec<u8>), ExchangeError> {
     let mut request = format!(
         "{method} {path} HTTP/1.1\r\nHost: dummy\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n",
@@ -471,8 +468,39 @@ pub fn exchange(
     )
     .into_bytes();
     request.extend_from_slice(body);
-    stream.write_all(&request)?;
-    read_response(&mut BufReader::new(stream))
+    let stream = UnixStream::connect(socket)
+        .and_then(|mut stream| {
+            stream.set_read_timeout(Some(timeout))?;
+            stream.set_write_timeout(Some(timeout))?;
+            stream.write_all(&request)?;
+            Ok(stream)
+        })
+        .map_err(ExchangeError::Unreachable)?;
+    read_response(&mut BufReader::new(stream)).map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ExchangeError::Silent(e),
+        _ => ExchangeError::Unreadable(e),
+    })
+}
+
+/// Why [`exchange`] got no reply: the three call for different words to the user.
+#[derive(Debug)]
+pub enum ExchangeError {
+    /// The request could not be sent: no socket, nobody listening, or the connection refused.
+    Unreachable(io::Error),
+    /// The request went out and no reply came within the deadline.
+    Silent(io::Error),
+    /// A reply came and could not be read: cut short, too large, or not HTTP.
+    Unreadable(io::Error),
+}
+
+impl std::fmt::Display for ExchangeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExchangeError::Unreachable(e) => write!(f, "{e}"),
+            ExchangeError::Silent(e) => write!(f, "no reply in time: {e}"),
+            ExchangeError::Unreadable(e) => write!(f, "its reply could not be read: {e}"),
+        }
+    }
 }
 
 /// Reads one reply: its status and body, at most [`MAX_BODY`] bytes, whether sent with a
