@@ -79,6 +79,8 @@ const SETUPS: [Setup; 5] = [
 /// One burst's figures.
 struct Figures {
     ready: Vec<Duration>,
+    /// Sandboxes the runtime had to make again because an ADD failed.
+    failed_adds: usize,
     idle_kb: u64,
     peak_kb: u64,
     running_kb: u64,
@@ -273,6 +275,7 @@ fn burst(node: &Node, setup: Setup, pods: usize) -> Result<Figures> {
     if setup != Setup::NoMultus {
         every_pod_has_its_networks(node, pods)?;
     }
+    let failed_adds = failed_sandboxes(node)?;
     let running_kb = settle_memory()?;
     let ready: Vec<Duration> = ready_at
         .lock()
@@ -293,6 +296,7 @@ fn burst(node: &Node, setup: Setup, pods: usize) -> Result<Figures> {
     let (requests, verbs) = multus_requests(&audit, audit_from)?;
     Ok(Figures {
         ready,
+        failed_adds,
         idle_kb,
         peak_kb,
         running_kb,
@@ -321,6 +325,38 @@ fn every_pod_has_its_networks(node: &Node, pods: usize) -> Result<()> {
         "{complete} of {pods} pods list three networks"
     );
     Ok(())
+}
+
+/// The FailedCreatePodSandBox events of the Deployment's pods as they are now.
+fn failed_sandboxes(node: &Node) -> Result<usize> {
+    let pods: Value =
+        serde_json::from_str(&node.kubectl(&["get", "pods", "-l", "app=bench", "-o", "json"])?)?;
+    let uids: Vec<&str> = pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["metadata"]["uid"].as_str())
+        .collect();
+    let events: Value = serde_json::from_str(&node.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "reason=FailedCreatePodSandBox",
+        "-o",
+        "json",
+    ])?)?;
+    Ok(events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            e["involvedObject"]["uid"]
+                .as_str()
+                .is_some_and(|u| uids.contains(&u))
+        })
+        .filter_map(|e| e["count"].as_u64())
+        .map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+        .sum())
 }
 
 /// multus's memory once it is quiet: the median of 3 s of samples.
@@ -538,7 +574,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -> Result<()> {
     // Per setup, the median over the rounds of each figure.
-    let summary = |label: &str| -> Result<[f64; 6]> {
+    let summary = |label: &str| -> Result<[f64; 7]> {
         let runs = results.get(label).context("a setup without results")?;
         let pick = |f: &dyn Fn(&Figures) -> f64| median(runs.iter().map(f).collect());
         let sorted = |f: &Figures| {
@@ -553,11 +589,12 @@ fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -
             pick(&|f| f.peak_kb as f64 / 1024.0),
             pick(&|f| f.running_kb as f64 / 1024.0),
             pick(&|f| f.requests as f64 / pods as f64),
+            pick(&|f| f.failed_adds as f64),
         ])
     };
     println!("{pods} pods with 2 NADs each, made at once; median of {rounds} round(s)\n");
-    println!("| setup | ready p50 (ms) | ready p99 (ms) | over no multus, p50 / p99 (ms) | multus PSS idle / peak / pods running (MiB) | API requests per pod |");
-    println!("|---|---|---|---|---|---|");
+    println!("| setup | ready p50 (ms) | ready p99 (ms) | over no multus, p50 / p99 (ms) | multus PSS idle / peak / pods running (MiB) | API requests per pod | failed ADDs |");
+    println!("|---|---|---|---|---|---|---|");
     let base = summary(&Setup::NoMultus.label())?;
     for setup in SETUPS {
         let s = summary(&setup.label())?;
@@ -567,14 +604,15 @@ fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -
             format!("{:.0} / {:.0}", s[0] - base[0], s[1] - base[1])
         };
         println!(
-            "| {} | {:.0} | {:.0} | {over} | {:.1} / {:.1} / {:.1} | {:.2} |",
+            "| {} | {:.0} | {:.0} | {over} | {:.1} / {:.1} / {:.1} | {:.2} | {:.0} |",
             setup.label(),
             s[0],
             s[1],
             s[2],
             s[3],
             s[4],
-            s[5]
+            s[5],
+            s[6]
         );
     }
     println!();
