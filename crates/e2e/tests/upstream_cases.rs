@@ -1,6 +1,7 @@
 //! The scenarios of upstream multus's own end-to-end suite, on this node and against ours:
 //! a simple pod, macvlan with static addresses, a secondary network's default route, a static
-//! pod, subdirectory chaining onto the cluster network, and many pods at once in thick mode.
+//! pod, subdirectory chaining onto the cluster network, and many pods at once in thick mode,
+//! with the daemon's shipped config and with `connectionLimit` 1.
 //! Upstream runs them on kind with CentOS pods; here the pods run the busybox test image and
 //! the node's second interface (`eth1`, macvlan's master) is one end of a veth pair.
 
@@ -284,6 +285,69 @@ EOF"#,
 #[test]
 fn many_pods_in_thick_mode() -> Result<()> {
     let node = up("thick")?;
+    six_pods_at_once(&node)
+}
+
+/// Upstream's connection-limit case: the same six pods with the daemon taking one call at a
+/// time.
+#[test]
+fn many_pods_with_a_connection_limit_of_one() -> Result<()> {
+    let node = up("thick")?;
+    let shipped = daemon_config(&node)?;
+    ensure!(
+        shipped.contains("\"connectionLimit\": 16"),
+        "the shipped daemon config: {shipped}"
+    );
+    set_daemon_config(
+        &node,
+        &shipped.replace("\"connectionLimit\": 16", "\"connectionLimit\": 1"),
+    )?;
+    let result = (|| {
+        let log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+        ensure!(
+            log.contains("(1 calls at once"),
+            "the daemon did not take the limit: {log}"
+        );
+        six_pods_at_once(&node)
+    })();
+    set_daemon_config(&node, &shipped)?;
+    result
+}
+
+fn daemon_config(node: &Node) -> Result<String> {
+    let cm = node.get("multus", "configmap/multus-daemon-config")?;
+    cm["data"]["daemon-config.json"]
+        .as_str()
+        .map(str::to_owned)
+        .context("the ConfigMap has no daemon-config.json")
+}
+
+/// Replaces the daemon's config and restarts the daemon on it.
+fn set_daemon_config(node: &Node, json: &str) -> Result<()> {
+    let patch = serde_json::json!({"data": {"daemon-config.json": json}}).to_string();
+    node.kubectl(&[
+        "-n",
+        "multus",
+        "patch",
+        "configmap",
+        "multus-daemon-config",
+        "--type=merge",
+        "-p",
+        &patch,
+    ])?;
+    node.kubectl(&["-n", "multus", "rollout", "restart", "ds/multus"])?;
+    node.kubectl(&[
+        "-n",
+        "multus",
+        "rollout",
+        "status",
+        "ds/multus",
+        "--timeout=180s",
+    ])?;
+    Ok(())
+}
+
+fn six_pods_at_once(node: &Node) -> Result<()> {
     let deployment = format!(
         r#"
 apiVersion: apps/v1
@@ -316,7 +380,7 @@ spec:
         let names = node.kubectl(&["get", "pods", "-l", "app=many", "-o", "name"])?;
         Ok(names.lines().count() == 6)
     })?;
-    ready_by_label(&node, "many")?;
+    let ready = ready_by_label(node, "many");
     node.delete(&deployment)?;
-    Ok(())
+    ready
 }
