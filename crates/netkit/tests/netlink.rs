@@ -982,6 +982,11 @@ fn shaping_with_tbf_and_an_ifb_redirect() -> Result<()> {
 /// succeeds, as on a node starting a burst of pods: a dump that raced is taken again.
 #[test]
 fn dumps_succeed_while_links_come_and_go() -> Result<()> {
+    // A race of the host's own kernel with veths only, which the host run covers. Under the
+    // VM's emulated single CPU the churn starves the dumps for many minutes.
+    if in_vm() {
+        return Ok(());
+    }
     let node = Ns::new("churn")?;
     // Enough links that a dump spans several datagrams.
     for i in 0..200 {
