@@ -328,6 +328,7 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
                 "/nodes:list",
                 "/pods:get",
                 "/pods:list",
+                "/pods:watch",
                 "whereabouts.cni.cncf.io/ippools:delete",
                 "whereabouts.cni.cncf.io/ippools:get",
                 "whereabouts.cni.cncf.io/ippools:list",
@@ -349,6 +350,14 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
     ensure!(container["image"] == "localhost/multus-rs:latest");
     ensure!(container["imagePullPolicy"] == "IfNotPresent");
     ensure!(strings(&container["command"]) == ["/usr/bin/multus", "whereabouts", "reconcile"]);
+    let controller = &find(&objects, "Deployment", "whereabouts-controller")?["spec"];
+    ensure!(controller["replicas"] == 1);
+    let pod = &controller["template"]["spec"];
+    ensure!(pod["serviceAccountName"] == "whereabouts-reconciler");
+    ensure!(pod["securityContext"]["runAsNonRoot"] == true);
+    let container = &pod["containers"][0];
+    ensure!(container["image"] == "localhost/multus-rs:latest");
+    ensure!(strings(&container["command"]) == ["/usr/bin/multus", "whereabouts", "control"]);
     Ok(())
 }
 

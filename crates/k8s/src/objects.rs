@@ -169,7 +169,7 @@ impl KubeClient {
         namespace: &str,
     ) -> Result<Vec<Value>, K8sError> {
         let call = self.object_call("list", resource, namespace, None)?;
-        self.list_pages(call, &resource.collection(namespace))
+        self.list_pages(call, &resource.collection(namespace), &mut Some)
     }
 
     /// Every object of the resource in every namespace.
@@ -179,43 +179,53 @@ impl KubeClient {
             "/apis/{}/{}/{}",
             resource.group, resource.version, resource.plural
         );
-        self.list_pages(call, &path)
+        self.list_pages(call, &path, &mut Some)
     }
 
-    /// Every pod of the cluster, as JSON.
-    pub fn list_pods_everywhere(&self) -> Result<Vec<Value>, K8sError> {
+    /// What `keep` makes of every pod of the cluster. It sees each page's pods as they come,
+    /// so a large cluster is never held whole: only what `keep` returns stays.
+    pub fn list_pods_everywhere<T>(
+        &self,
+        keep: &mut dyn FnMut(Value) -> Option<T>,
+    ) -> Result<Vec<T>, K8sError> {
         let call = crate::call("list", "pods", "(all namespaces)", None);
-        self.list_pages(call, "/api/v1/pods")
+        self.list_pages(call, "/api/v1/pods", keep)
     }
 
     /// The names of the cluster's nodes.
     pub fn list_node_names(&self) -> Result<Vec<String>, K8sError> {
         let call = crate::call("list", "nodes", "(cluster)", None);
-        Ok(self
-            .list_pages(call, "/api/v1/nodes")?
-            .iter()
-            .filter_map(|n| n.pointer("/metadata/name").and_then(Value::as_str))
-            .map(str::to_owned)
-            .collect())
+        self.list_pages(call, "/api/v1/nodes", &mut |n| {
+            n.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
     }
 
     /// A whole list, read in pages (see [`KubeClient::list_pages_async`]).
-    fn list_pages(&self, call: Call, path: &str) -> Result<Vec<Value>, K8sError> {
+    fn list_pages<T>(
+        &self,
+        call: Call,
+        path: &str,
+        keep: &mut dyn FnMut(Value) -> Option<T>,
+    ) -> Result<Vec<T>, K8sError> {
         self.runtime
-            .block_on(self.list_pages_async(call, path, &[]))
+            .block_on(self.list_pages_async(call, path, &[], keep))
             .map(|(items, _)| items)
     }
 
     /// A whole list and its resourceVersion, read in pages (`limit` and `continue`) so that
     /// no reply passes the size cap: a page that does is asked again at half the size. A
     /// `continue` token that expired (410 Gone) starts the list over, at most twice. `extra`
-    /// query parameters (a field selector) go with every page.
-    pub(crate) async fn list_pages_async(
+    /// query parameters (a field selector) go with every page. Each item is handed to `keep` as
+    /// its page arrives, and only what it returns is held.
+    pub(crate) async fn list_pages_async<T>(
         &self,
         call: Call,
         path: &str,
         extra: &[(&str, &str)],
-    ) -> Result<(Vec<Value>, String), K8sError> {
+        keep: &mut dyn FnMut(Value) -> Option<T>,
+    ) -> Result<(Vec<T>, String), K8sError> {
         let mut all = Vec::new();
         let mut limit = FIRST_PAGE;
         let mut token: Option<String> = None;
@@ -264,7 +274,7 @@ impl KubeClient {
                         .and_then(Value::as_str)
                         .unwrap_or_default()
                         .to_owned();
-                    all.extend(items(page.take()));
+                    all.extend(items(page.take()).into_iter().filter_map(&mut *keep));
                     if token.is_none() {
                         return Ok((all, version));
                     }

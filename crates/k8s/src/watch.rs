@@ -45,6 +45,9 @@ pub struct Collection {
     pub field_selector: Option<String>,
     /// Names the calls in errors (`pods`).
     pub resource: &'static str,
+    /// What of each object is kept, applied as it arrives: a keeper that needs a few fields
+    /// holds only those, even while a large list is read.
+    pub trim: fn(Value) -> Value,
 }
 
 impl Collection {
@@ -54,6 +57,7 @@ impl Collection {
             path: "/api/v1/pods".into(),
             field_selector: node.map(|n| format!("spec.nodeName={n}")),
             resource: "pods",
+            trim: std::convert::identity,
         }
     }
 
@@ -63,6 +67,7 @@ impl Collection {
             path: "/apis/k8s.cni.cncf.io/v1/network-attachment-definitions".into(),
             field_selector: None,
             resource: "network-attachment-definitions",
+            trim: std::convert::identity,
         }
     }
 }
@@ -137,7 +142,9 @@ impl KubeClient {
         if let Some(selector) = &collection.field_selector {
             extra.push(("fieldSelector", selector.as_str()));
         }
-        self.list_pages_async(call, &collection.path, &extra).await
+        let trim = collection.trim;
+        self.list_pages_async(call, &collection.path, &extra, &mut |v| Some(trim(v)))
+            .await
     }
 
     /// One watch request, from `since`, moving `since` on with every event and bookmark.
@@ -235,8 +242,8 @@ impl KubeClient {
                     .and_then(Value::as_str)
                     .map(str::to_owned);
                 match event.get("type").and_then(Value::as_str) {
-                    Some("ADDED" | "MODIFIED") => on(Change::Applied(object)),
-                    Some("DELETED") => on(Change::Deleted(object)),
+                    Some("ADDED" | "MODIFIED") => on(Change::Applied((collection.trim)(object))),
+                    Some("DELETED") => on(Change::Deleted((collection.trim)(object))),
                     Some("BOOKMARK") => {}
                     Some("ERROR") => {
                         let code = object.get("code").and_then(Value::as_u64);

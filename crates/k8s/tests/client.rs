@@ -933,7 +933,7 @@ fn whole_lists_are_read_in_pages_under_the_reply_cap() -> Result<()> {
         s.server.add_pod(pod);
     }
     let client = s.client(5000, 0)?;
-    let pods = client.list_pods_everywhere()?;
+    let pods = client.list_pods_everywhere(&mut Some)?;
     let mut names: Vec<String> = pods
         .iter()
         .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_owned())
@@ -1009,6 +1009,7 @@ fn a_reflected_collection_follows_list_watch_410_and_failures() -> Result<()> {
         path: "/api/v1/pods".into(),
         field_selector: Some("spec.nodeName=node-1".into()),
         resource: "pods",
+        trim: std::convert::identity,
     };
     let reflector = {
         let (seen, stop) = (Arc::clone(&seen), Arc::clone(&stop));
@@ -1164,7 +1165,10 @@ fn a_list_whose_continue_token_repeats_ends_with_an_error() -> Result<()> {
         &s.kubeconfig,
         text.replace(&s.server.url(), &format!("http://{addr}")),
     )?;
-    let err = s.client(5000, 0)?.list_pods_everywhere().unwrap_err();
+    let err = s
+        .client(5000, 0)?
+        .list_pods_everywhere(&mut Some)
+        .unwrap_err();
     assert!(
         err.to_string().contains("the same continue token twice"),
         "{err}"

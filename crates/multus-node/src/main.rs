@@ -60,10 +60,19 @@ enum WhereaboutsTool {
         #[arg(long)]
         kubeconfig: Option<std::path::PathBuf>,
     },
+    /// Keep freeing: watch the cluster's pods and free a pod's addresses as soon as it is
+    /// deleted, with a whole pass at the start and whenever the watch lists again. Runs until
+    /// killed.
+    Control {
+        /// The kubeconfig; without one, the pod's service account.
+        #[arg(long)]
+        kubeconfig: Option<std::path::PathBuf>,
+    },
 }
 
 fn run_whereabouts(tool: &WhereaboutsTool) -> ! {
-    let WhereaboutsTool::Reconcile { kubeconfig } = tool;
+    let (WhereaboutsTool::Reconcile { kubeconfig } | WhereaboutsTool::Control { kubeconfig }) =
+        tool;
     let opts = k8s::ClientOptions {
         kubeconfig: kubeconfig.clone(),
         // Listing every pod of a cluster takes longer than a plugin's call.
@@ -71,9 +80,29 @@ fn run_whereabouts(tool: &WhereaboutsTool) -> ! {
         keep_alive: k8s::KeepAlive::Process,
         ..k8s::ClientOptions::default()
     };
-    let done = k8s::KubeClient::new(&opts)
-        .map_err(whereabouts::Error::from)
-        .and_then(|client| whereabouts::reconcile(&client, &mut std::io::stdout()));
+    let client = || k8s::KubeClient::new(&opts).map_err(whereabouts::Error::from);
+    if let WhereaboutsTool::Control { .. } = tool {
+        let started = client().and_then(|watcher| Ok((watcher, client()?)));
+        match started {
+            Ok((watcher, client)) => {
+                // The watch's troubles (a failed list, a broken connection) go to stderr.
+                multus::log::init_with(
+                    multus::config::LogLevel::Error,
+                    None,
+                    &multus::config::LogOptions::default(),
+                    true,
+                );
+                let stop = std::sync::atomic::AtomicBool::new(false);
+                whereabouts::control(&watcher, &client, &stop, &mut std::io::stdout());
+                std::process::exit(0)
+            }
+            Err(e) => {
+                eprintln!("whereabouts control: {e}");
+                std::process::exit(1)
+            }
+        }
+    }
+    let done = client().and_then(|client| whereabouts::reconcile(&client, &mut std::io::stdout()));
     match done {
         Ok(s) => {
             println!(

@@ -764,6 +764,121 @@ fn the_reconciler_reads_a_large_cluster_in_pages() {
     assert!(pages >= 2, "the pods came in {pages} page(s)");
 }
 
+/// `whereabouts control`, running as its own ServiceAccount, its output in a file; killed when
+/// dropped.
+struct Controller {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl Controller {
+    fn start(c: &Cluster) -> Controller {
+        let log = c.conf_dir.join("control.log");
+        let file = std::fs::File::create(&log).expect("the controller's log");
+        let child = std::process::Command::new(&c.bin)
+            .arg("control")
+            .arg("--kubeconfig")
+            .arg(c.conf_dir.join(RECONCILER_KUBECONFIG))
+            .stderr(file.try_clone().expect("the controller's log"))
+            .stdout(file)
+            .spawn()
+            .expect("start the controller");
+        Controller { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (10 s at most) until the log has `line`.
+    fn wait_for(&self, line: &str) -> String {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let text = self.log();
+            if text.contains(line) {
+                return text;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "no line {line:?} in 10 s:\n{text}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The controller frees a deleted pod's address and reservation as soon as the watch sees the
+/// deletion, and what was orphaned before it started in its first whole pass. A pod deleted
+/// and made again under its name (a StatefulSet's) keeps its address: the controller leaves it
+/// to the whole pass, which judges it by its network-status.
+#[test]
+fn the_controller_frees_a_deleted_pods_addresses_at_once() {
+    let c = Cluster::new();
+    for (name, ip) in [
+        ("live", "10.77.0.1"),
+        ("doomed", "10.77.0.2"),
+        ("sts-0", "10.77.0.4"),
+    ] {
+        c.api
+            .add_pod(pod(name, "Running", secondary(ip), json!([])));
+    }
+    for (container, name) in [
+        ("c1", "live"),
+        ("c2", "doomed"),
+        ("c3", "gone"),
+        ("c4", "sts-0"),
+    ] {
+        c.add(&v4(), container, name);
+    }
+    let controller = Controller::start(&c);
+    let text = controller.wait_for("a whole pass: freed 1 addresses, deleted 1 reservations");
+    assert!(
+        text.contains(
+            "freed 10.77.0.3 in IPPool kube-system/10.77.0.0-24: pod default/gone is gone"
+        ),
+        "{text}"
+    );
+    c.api.delete_pod("default", "doomed");
+    let text = controller.wait_for("deleted pods: freed 1 addresses, deleted 1 reservations");
+    assert!(
+        text.contains(
+            "freed 10.77.0.2 in IPPool kube-system/10.77.0.0-24: pod default/doomed was deleted"
+        ),
+        "{text}"
+    );
+    // The StatefulSet's pod is back under its name by the time the controller reads it.
+    let gate = Gate::new();
+    c.api.inject_on(
+        "GET",
+        "/api/v1/namespaces/default/pods/sts-0",
+        Fault::Hold(gate.clone()),
+        1,
+    );
+    c.api.delete_pod("default", "sts-0");
+    assert!(
+        gate.arrived(std::time::Duration::from_secs(10)),
+        "the controller never read the deleted pod again"
+    );
+    c.api.add_pod(pod("sts-0", "Pending", json!([]), json!([])));
+    gate.release();
+    // Then one more deletion, whose batch comes after the StatefulSet pod's.
+    c.api.delete_pod("default", "live");
+    let text = controller.wait_for("pod default/live was deleted");
+    let mut held: Vec<String> = c.allocations("10.77.0.0-24").keys().cloned().collect();
+    held.sort();
+    assert_eq!(held, ["4"], "{text}");
+    let names: Vec<String> = c.reservations().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["10.77.0.4"], "{text}");
+    assert!(!text.contains("sts-0"), "{text}");
+}
+
 #[test]
 fn an_add_killed_midway_leaves_only_what_the_reconciler_frees() {
     let c = Cluster::new();

@@ -6,11 +6,13 @@
 //! is a JSON patch that tests the allocation it changes, so pods contend only when they want
 //! the same address at the same moment, and then the loser reads again.
 
+mod control;
 mod error;
 mod plugin;
 mod reconcile;
 mod store;
 
+pub use control::control;
 pub use error::Error;
 pub use plugin::Whereabouts;
 pub use reconcile::{reconcile, Summary};

@@ -68,15 +68,32 @@ fn podref_of(pod: &Value) -> String {
     format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"))
 }
 
+/// Whose allocations a pass judges.
+enum Judged {
+    /// Every pod of the cluster, as listed, by podref: an allocation of any other pod is
+    /// orphaned.
+    Listed(HashMap<String, PodView>),
+    /// Only these pods, which the API no longer has: every other allocation is left alone.
+    Deleted(HashSet<String>),
+}
+
 struct Pods<'a> {
     client: &'a KubeClient,
-    live: HashMap<String, PodView>,
+    judged: Judged,
 }
 
 impl Pods<'_> {
     /// Why `ip` of `podref` is orphaned, or `None` when the pod holds it.
     fn orphaned(&mut self, podref: &str, ips: &[IpAddr]) -> Option<String> {
-        let Some(pod) = self.live.get(podref).cloned() else {
+        let live = match &mut self.judged {
+            Judged::Deleted(gone) => {
+                return gone
+                    .contains(podref)
+                    .then(|| format!("pod {podref} was deleted"));
+            }
+            Judged::Listed(live) => live,
+        };
+        let Some(pod) = live.get(podref).cloned() else {
             return Some(format!("pod {podref} is gone or being deleted"));
         };
         let shows = |p: &PodView| ips.iter().any(|ip| p.ips.contains(ip));
@@ -94,10 +111,10 @@ impl Pods<'_> {
                     _ => return None,
                 };
                 let Some(fresh) = fresh.as_ref().and_then(view) else {
-                    self.live.remove(podref);
+                    live.remove(podref);
                     return Some(format!("pod {podref} is gone or being deleted"));
                 };
-                self.live.insert(podref.to_owned(), fresh.clone());
+                live.insert(podref.to_owned(), fresh.clone());
                 if shows(&fresh) {
                     return None;
                 }
@@ -120,17 +137,67 @@ pub fn reconcile(client: &KubeClient, out: &mut dyn Write) -> Result<Summary, Er
     // may be a pod's that the list does not hold.
     let pools = client.list_objects_everywhere(IPPOOLS)?;
     let reservations = client.list_objects_everywhere(RESERVATIONS)?;
+    // Each page of pods is cut down to its view as it comes: a large cluster is never held
+    // whole.
     let live = client
-        .list_pods_everywhere()?
-        .iter()
-        .filter_map(|p| Some((podref_of(p), view(p)?)))
+        .list_pods_everywhere(&mut |p| Some((podref_of(&p), view(&p)?)))?
+        .into_iter()
         .collect();
-    let mut pods = Pods { client, live };
+    let pods = Pods {
+        client,
+        judged: Judged::Listed(live),
+    };
+    let mut summary = free_orphans(client, &pools, &reservations, pods, out)?;
+    summary.slices_freed = reconcile_slices(client, out)?;
+    Ok(summary)
+}
+
+/// Frees the allocations and deletes the reservations of these pods (`namespace/name`) if the
+/// API no longer has them. A pod of the same name that exists again (a StatefulSet's) is left
+/// to the next whole pass, which judges it by its network-status.
+pub fn free_deleted(
+    client: &KubeClient,
+    podrefs: &[String],
+    out: &mut dyn Write,
+) -> Result<Summary, Error> {
+    // Pools and reservations before the pods are read, for the reason `reconcile` gives.
+    let pools = client.list_objects_everywhere(IPPOOLS)?;
+    let reservations = client.list_objects_everywhere(RESERVATIONS)?;
+    let mut gone = HashSet::new();
+    for podref in podrefs {
+        let (ns, name) = podref.split_once('/').unwrap_or(("", podref));
+        match client.get_pod(ns, name) {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {
+                gone.insert(podref.clone());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if gone.is_empty() {
+        return Ok(Summary::default());
+    }
+    let pods = Pods {
+        client,
+        judged: Judged::Deleted(gone),
+    };
+    free_orphans(client, &pools, &reservations, pods, out)
+}
+
+/// Frees the orphaned allocations of `pools` and deletes the orphaned `reservations`, as
+/// `pods` judges them.
+fn free_orphans(
+    client: &KubeClient,
+    pools: &[Value],
+    reservations: &[Value],
+    mut pods: Pods,
+    out: &mut dyn Write,
+) -> Result<Summary, Error> {
     let mut summary = Summary::default();
-    for obj in &pools {
+    for obj in pools {
         summary.freed += reconcile_pool(client, &mut pods, obj, out)?;
     }
-    for obj in &reservations {
+    for obj in reservations {
         let text = |p: &str| {
             obj.pointer(p)
                 .and_then(Value::as_str)
@@ -163,7 +230,6 @@ pub fn reconcile(client: &KubeClient, out: &mut dyn Write) -> Result<Summary, Er
             );
         }
     }
-    summary.slices_freed = reconcile_slices(client, out)?;
     Ok(summary)
 }
 

@@ -1,0 +1,135 @@
+//! The controller: frees a pod's addresses as soon as the API deletes the pod, as the
+//! reference's ip-control-loop does, but from one place for the whole cluster, so that the
+//! pods of a node that died (whose DEL never comes) are freed too, not only at the daily pass.
+//!
+//! It watches every pod but keeps only names: what it holds does not grow with the pods' size,
+//! and a list of the whole cluster is cut down page by page. A deletion it cannot have seen (at
+//! its start, and whenever its watch has to list again) is caught by a whole reconciler pass.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use k8s::{Change, Collection, KubeClient};
+use serde_json::{json, Value};
+
+use crate::reconcile::{free_deleted, reconcile, Summary};
+
+/// More pods deleted at once than this (a namespace going) make one whole pass, cheaper than
+/// reading each pod again.
+const WHOLE_PASS_OVER: usize = 100;
+/// How long a failed pass or batch waits before it is tried again.
+const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How long deletions gather before their batch is freed: a burst becomes one batch.
+const GATHER: Duration = Duration::from_millis(200);
+
+/// What the watch saw.
+enum Seen {
+    /// The whole collection was listed: deletions may have been missed.
+    Listed,
+    Deleted(String),
+}
+
+/// Of a pod, only what names it.
+fn names_only(pod: Value) -> Value {
+    let text = |p: &str| pod.pointer(p).cloned().unwrap_or(Value::Null);
+    json!({"metadata": {"namespace": text("/metadata/namespace"), "name": text("/metadata/name")}})
+}
+
+fn podref(pod: &Value) -> Option<String> {
+    let text = |p: &str| pod.pointer(p).and_then(Value::as_str);
+    Some(format!(
+        "{}/{}",
+        text("/metadata/namespace")?,
+        text("/metadata/name")?
+    ))
+}
+
+/// Runs until `stop` is set: `watcher` (a client of its own) follows the cluster's pods, and
+/// `client` frees what their deletion orphaned. Prints a line for each address freed and each
+/// failure to `out`.
+pub fn control(watcher: &KubeClient, client: &KubeClient, stop: &AtomicBool, out: &mut dyn Write) {
+    let (seen, events) = mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let pods = Collection {
+                trim: names_only,
+                ..Collection::pods(None)
+            };
+            watcher.reflect(&pods, stop, &mut |change| {
+                let event = match change {
+                    Change::Listed(_) => Some(Seen::Listed),
+                    Change::Deleted(pod) => podref(&pod).map(Seen::Deleted),
+                    Change::Applied(_) => None,
+                };
+                if let Some(event) = event {
+                    // The receiver goes only once `stop` is set.
+                    let _ = seen.send(event);
+                }
+            });
+        });
+        follow(&events, client, stop, out);
+    });
+}
+
+/// Frees what the watch's events orphan, until `stop` is set.
+fn follow(
+    events: &mpsc::Receiver<Seen>,
+    client: &KubeClient,
+    stop: &AtomicBool,
+    out: &mut dyn Write,
+) {
+    let mut whole_pass = false;
+    let mut deleted = BTreeSet::new();
+    let mut not_before = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        let mut take = |event| match event {
+            Seen::Listed => whole_pass = true,
+            Seen::Deleted(podref) => {
+                deleted.insert(podref);
+            }
+        };
+        match events.recv_timeout(Duration::from_millis(500)) {
+            Ok(event) => take(event),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+        let gathered = Instant::now() + GATHER;
+        while let Ok(event) =
+            events.recv_timeout(gathered.saturating_duration_since(Instant::now()))
+        {
+            take(event);
+        }
+        if Instant::now() < not_before || (!whole_pass && deleted.is_empty()) {
+            continue;
+        }
+        // A whole pass covers every deletion seen before it lists the pods.
+        let whole = whole_pass || deleted.len() > WHOLE_PASS_OVER;
+        let done = if whole {
+            reconcile(client, out).map(|summary| ("a whole pass", summary))
+        } else {
+            let batch: Vec<String> = deleted.iter().cloned().collect();
+            free_deleted(client, &batch, out).map(|summary| ("deleted pods", summary))
+        };
+        match done {
+            Ok((what, summary)) => {
+                whole_pass = false;
+                deleted.clear();
+                // Most deleted pods had no address here: only a batch that freed one is told.
+                if whole || summary != Summary::default() {
+                    let _ = writeln!(
+                        out,
+                        "{what}: freed {} addresses, deleted {} reservations, freed {} node slices",
+                        summary.freed, summary.reservations_deleted, summary.slices_freed
+                    );
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(out, "{e}; trying again in {RETRY_AFTER:?}");
+                not_before = Instant::now() + RETRY_AFTER;
+            }
+        }
+    }
+}
