@@ -31,25 +31,15 @@ const UPSTREAM_REFS: [&str; 2] = [
 /// daemon, and what the DaemonSet's container runs.
 const MULTUS_EXES: [&str; 4] = ["multus", "multus-shim", "multus-daemon", "thin_entrypoint"];
 
-const NADS: &str = r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: bench-a
-  namespace: default
-spec:
-  config: '{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-bench-a",
-    "ipam": {"type": "host-local", "subnet": "10.61.0.0/24"}}'
----
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: bench-b
-  namespace: default
-spec:
-  config: '{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-bench-b",
-    "ipam": {"type": "host-local", "subnet": "10.62.0.0/24"}}'
-"#;
+/// The two NADs each pod attaches.
+fn nads() -> String {
+    [("bench-a", "10.61.0.0/24"), ("bench-b", "10.62.0.0/24")]
+        .map(|(name, subnet)| {
+            let ipam = format!(r#"{{"type": "host-local", "subnet": "{subnet}"}}"#);
+            e2e::bridge_nad(name, &format!("br-{name}"), &ipam)
+        })
+        .join("---\n")
+}
 
 #[derive(Clone, Copy, PartialEq)]
 enum Setup {
@@ -132,9 +122,9 @@ fn with_setup<T>(setup: Setup, archive: &Path, f: impl FnOnce(&Node) -> Result<T
         Setup::NoMultus => f(&e2e::up("bare")?),
         Setup::Ours(mode) => {
             let node = e2e::up(mode)?;
-            node.apply(NADS)?;
+            node.apply(&nads())?;
             let out = f(&node);
-            node.delete(NADS)?;
+            node.delete(&nads())?;
             out
         }
         Setup::Upstream(mode) => {
@@ -177,9 +167,9 @@ fn with_setup<T>(setup: Setup, archive: &Path, f: impl FnOnce(&Node) -> Result<T
                 Ok(())
             });
             let out = installed.and_then(|()| {
-                node.apply(NADS)?;
+                node.apply(&nads())?;
                 let out = f(&node);
-                node.delete(NADS)?;
+                node.delete(&nads())?;
                 out
             });
             node.delete(&manifest)?;
@@ -198,7 +188,7 @@ fn with_setup<T>(setup: Setup, archive: &Path, f: impl FnOnce(&Node) -> Result<T
 /// The Deployment of `pods` made at once: each pod's time to Ready, multus's memory and API
 /// requests; then the Deployment deleted and its pods gone.
 fn burst(node: &Node, setup: Setup, pods: usize) -> Result<Figures> {
-    let deployment = e2e::sleeping_deployment("bench", pods, "bench-a,bench-b");
+    let deployment = e2e::sleeping_deployment("bench", pods, Some("bench-a,bench-b"));
     let idle_kb = settle_memory()?;
     let audit = audit_log();
     let audit_from = std::fs::metadata(&audit).map(|m| m.len()).unwrap_or(0);

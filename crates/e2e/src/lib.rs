@@ -16,11 +16,9 @@ use serde_json::Value;
 /// The image with busybox that the tests' pods run.
 pub const TEST_IMAGE: &str = "localhost/multus-rs-test:latest";
 
-/// A pod in `default` that sleeps, with the networks annotation `networks` when given.
+/// A pod in `default` that sleeps, labelled `app: <name>`, with the networks annotation
+/// `networks` when given.
 pub fn sleeping_pod(name: &str, networks: Option<&str>) -> String {
-    let annotations = networks
-        .map(|n| format!("  annotations:\n    k8s.v1.cni.cncf.io/networks: '{n}'\n"))
-        .unwrap_or_default();
     format!(
         r#"
 apiVersion: v1
@@ -28,20 +26,14 @@ kind: Pod
 metadata:
   name: {name}
   namespace: default
-{annotations}spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: sleep
-      image: {TEST_IMAGE}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
-"#
+{}"#,
+        sleeper(name, networks, "")
     )
 }
 
 /// A Deployment in `default` of `replicas` sleeping pods labelled `app: <name>`, each with the
-/// networks annotation `networks`.
-pub fn sleeping_deployment(name: &str, replicas: usize, networks: &str) -> String {
+/// networks annotation `networks` when given.
+pub fn sleeping_deployment(name: &str, replicas: usize, networks: Option<&str>) -> String {
     format!(
         r#"
 apiVersion: apps/v1
@@ -55,18 +47,55 @@ spec:
     matchLabels: {{app: {name}}}
   template:
     metadata:
-      labels: {{app: {name}}}
-      annotations:
-        k8s.v1.cni.cncf.io/networks: '{networks}'
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-        - name: sleep
-          image: {TEST_IMAGE}
-          imagePullPolicy: IfNotPresent
-          command: ["sleep", "3600"]
+{}"#,
+        sleeper(name, networks, "    ")
+    )
+}
+
+/// The rest of a sleeping pod's metadata (its label and annotation) and its spec, each line
+/// after `indent`.
+fn sleeper(app: &str, networks: Option<&str>, indent: &str) -> String {
+    let annotations = networks
+        .map(|n| format!("  annotations:\n    k8s.v1.cni.cncf.io/networks: '{n}'\n"))
+        .unwrap_or_default();
+    let text = format!(
+        r#"  labels: {{app: {app}}}
+{annotations}spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: sleep
+      image: {TEST_IMAGE}
+      imagePullPolicy: IfNotPresent
+      command: ["sleep", "3600"]
+"#
+    );
+    text.lines().map(|l| format!("{indent}{l}\n")).collect()
+}
+
+/// A NetworkAttachmentDefinition in `default`: a bridge named `bridge`, with the `ipam` section
+/// given as JSON.
+pub fn bridge_nad(name: &str, bridge: &str, ipam: &str) -> String {
+    format!(
+        r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  config: '{{"cniVersion": "1.0.0", "type": "bridge", "bridge": "{bridge}", "ipam": {ipam}}}'
 "#
     )
+}
+
+/// A pod as the tests look at it.
+pub struct PodLook {
+    pub name: String,
+    pub ready: bool,
+    /// It has a deletionTimestamp.
+    pub deleting: bool,
+    /// Its network-status, entry by entry (empty until multus wrote it).
+    pub networks: Vec<Value>,
 }
 
 /// The node, as `scripts/cluster.sh up` left it.
@@ -227,6 +256,38 @@ impl Node {
     pub fn get(&self, namespace: &str, what: &str) -> Result<Value> {
         let out = self.kubectl(&["-n", namespace, "get", what, "-o", "json"])?;
         serde_json::from_str(&out).with_context(|| format!("kubectl get {what}: {out}"))
+    }
+
+    /// The pods in `default` labelled `app: <app>`, as the tests look at them.
+    pub fn pods_labelled(&self, app: &str) -> Result<Vec<PodLook>> {
+        let selector = format!("app={app}");
+        let out = self.kubectl(&[
+            "-n", "default", "get", "pods", "-l", &selector, "-o", "json",
+        ])?;
+        let list: Value = serde_json::from_str(&out).context("kubectl get pods")?;
+        let mut out = Vec::new();
+        for p in list["items"].as_array().into_iter().flatten() {
+            let networks =
+                match p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str() {
+                    Some(text) => serde_json::from_str(text)
+                        .with_context(|| format!("network-status is not a list: {text}"))?,
+                    None => Vec::new(),
+                };
+            out.push(PodLook {
+                name: p["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                ready: p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+                deleting: !p["metadata"]["deletionTimestamp"].is_null(),
+                networks,
+            });
+        }
+        Ok(out)
     }
 
     /// Waits until the pod is Ready; on timeout, the error carries `kubectl describe`.

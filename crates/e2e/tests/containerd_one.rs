@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use e2e::TEST_IMAGE;
 
 #[test]
 fn a_pod_gets_its_networks_under_containerd_1() -> Result<()> {
@@ -30,22 +29,8 @@ metadata:
 spec:
   config: '{{"cniVersion": "0.4.0", "type": "bridge", "bridge": "br-c1",
     "ipam": {{"type": "host-local", "subnet": "10.34.0.0/24", "dataDir": "/var/lib/cni/e2e-c1"}}}}'
----
-apiVersion: v1
-kind: Pod
-metadata:
-  name: c1
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: c1
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: sleep
-      image: {TEST_IMAGE}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
-"#
+---{}"#,
+        e2e::sleeping_pod("c1", Some("c1"))
     );
     node.apply(&yaml)?;
     node.wait_ready("default", "c1", Duration::from_secs(120))?;

@@ -138,17 +138,7 @@ fn nad(tree: &str) -> String {
     } else {
         r#"{"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": "/var/lib/cni/e2e"}"#
     };
-    format!(
-        r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: e2e-bridge
-  namespace: default
-spec:
-  config: '{{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-e2e", "ipam": {ipam}}}'
-"#
-    )
+    e2e::bridge_nad("e2e-bridge", "br-e2e", ipam)
 }
 
 fn pods(n: usize) -> String {

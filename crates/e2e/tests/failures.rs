@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
-use e2e::{up, TEST_IMAGE};
+use e2e::up;
 
 /// A pod naming a NAD that does not exist stays without a sandbox, and `kubectl describe`
 /// says which NAD is missing; deleting it leaves nothing.
@@ -12,24 +12,7 @@ fn a_missing_nad_is_named_in_describe() -> Result<()> {
     let node = up("thin")?;
     let state = node.cni_state()?;
     let veths = node.veths()?.len();
-    let pod = format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: wants-missing
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: no-such-nad
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: sleep
-      image: {TEST_IMAGE}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
-"#
-    );
+    let pod = e2e::sleeping_pod("wants-missing", Some("no-such-nad"));
     node.apply(&pod)?;
     node.eventually(
         "a NoNetworkFound event on the pod",
@@ -71,34 +54,12 @@ spec:
 #[test]
 fn pods_deleted_while_the_api_server_is_down() -> Result<()> {
     let node = up("thin")?;
-    let nad = r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: outage
-  namespace: default
-spec:
-  config: '{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-outage",
-    "ipam": {"type": "host-local", "subnet": "10.32.0.0/24", "dataDir": "/var/lib/cni/e2e-outage"}}'
-"#;
-    let pod = format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: outage
-  namespace: default
-  annotations:
-    k8s.v1.cni.cncf.io/networks: outage
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: sleep
-      image: {TEST_IMAGE}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
-"#
+    let nad = &e2e::bridge_nad(
+        "outage",
+        "br-outage",
+        r#"{"type": "host-local", "subnet": "10.32.0.0/24", "dataDir": "/var/lib/cni/e2e-outage"}"#,
     );
+    let pod = e2e::sleeping_pod("outage", Some("outage"));
     let state = node.cni_state()?;
     let veths = node.veths()?.len();
     node.apply(nad)?;
@@ -130,17 +91,12 @@ spec:
 fn containerd_restarted_during_a_burst_of_50_pods() -> Result<()> {
     const PODS: usize = 50;
     let node = up("thin")?;
-    let nad = r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: burst
-  namespace: default
-spec:
-  config: '{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-burst",
-    "ipam": {"type": "host-local", "subnet": "10.34.0.0/24", "dataDir": "/var/lib/cni/e2e-burst"}}'
-"#;
-    let burst = e2e::sleeping_deployment("burst", PODS, "burst");
+    let nad = &e2e::bridge_nad(
+        "burst",
+        "br-burst",
+        r#"{"type": "host-local", "subnet": "10.34.0.0/24", "dataDir": "/var/lib/cni/e2e-burst"}"#,
+    );
+    let burst = e2e::sleeping_deployment("burst", PODS, Some("burst"));
     let state = node.cni_state()?;
     let veths = node.veths()?.len();
     node.apply(nad)?;
@@ -189,30 +145,20 @@ spec:
 /// The burst's Running, Ready pods whose network-status lists eth0 and net1: name and net1's
 /// address.
 fn running(node: &e2e::Node) -> Result<Vec<(String, String)>> {
-    let list: serde_json::Value =
-        serde_json::from_str(&node.kubectl(&["get", "pods", "-l", "app=burst", "-o", "json"])?)?;
     let mut out = Vec::new();
-    for p in list["items"].as_array().into_iter().flatten() {
-        let ready = p["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|c| c["type"] == "Ready" && c["status"] == "True");
-        let status = p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
-            .as_str()
-            .and_then(|t| serde_json::from_str::<Vec<serde_json::Value>>(t).ok())
-            .unwrap_or_default();
-        let ifaces: Vec<&str> = status
+    for p in node.pods_labelled("burst")? {
+        let ifaces: Vec<&str> = p
+            .networks
             .iter()
             .filter_map(|s| s["interface"].as_str())
             .collect();
-        let net1 = status
+        let net1 = p
+            .networks
             .iter()
             .find(|s| s["interface"] == "net1")
             .and_then(|s| s["ips"][0].as_str());
-        if let (true, ["eth0", "net1"], Some(ip)) = (ready, ifaces.as_slice(), net1) {
-            let name = p["metadata"]["name"].as_str().unwrap_or_default();
-            out.push((name.to_owned(), ip.to_owned()));
+        if let (true, ["eth0", "net1"], Some(ip)) = (p.ready, ifaces.as_slice(), net1) {
+            out.push((p.name.clone(), ip.to_owned()));
         }
     }
     Ok(out)

@@ -11,16 +11,13 @@ use serde_json::Value;
 
 const PODS: usize = 4;
 
-const NAD: &str = r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: survives
-  namespace: default
-spec:
-  config: '{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-reboot",
-    "ipam": {"type": "host-local", "subnet": "10.33.0.0/24", "dataDir": "/var/lib/cni/e2e-reboot"}}'
-"#;
+fn nad() -> String {
+    e2e::bridge_nad(
+        "survives",
+        "br-reboot",
+        r#"{"type": "host-local", "subnet": "10.33.0.0/24", "dataDir": "/var/lib/cni/e2e-reboot"}"#,
+    )
+}
 
 fn pods() -> String {
     (0..PODS)
@@ -57,7 +54,7 @@ fn status_interfaces(node: &Node, pod: &str) -> Result<Vec<String>> {
 #[test]
 fn every_pod_comes_back_with_all_its_networks() -> Result<()> {
     let node = up("thin")?;
-    node.apply(NAD)?;
+    node.apply(&nad())?;
     node.apply(&pods())?;
     let mut before = BTreeMap::new();
     for i in 0..PODS {
@@ -98,6 +95,6 @@ fn every_pod_comes_back_with_all_its_networks() -> Result<()> {
         );
     }
     node.delete(&pods())?;
-    node.delete(NAD)?;
+    node.delete(&nad())?;
     Ok(())
 }

@@ -7,18 +7,10 @@ use anyhow::{ensure, Context, Result};
 use e2e::up;
 
 fn nad(subnet: &str) -> String {
-    format!(
-        r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: changing
-  namespace: default
-spec:
-  config: '{{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-watch",
-    "ipam": {{"type": "host-local", "subnet": "{subnet}", "dataDir": "/var/lib/cni/e2e-watch"}}}}'
-"#
-    )
+    let ipam = format!(
+        r#"{{"type": "host-local", "subnet": "{subnet}", "dataDir": "/var/lib/cni/e2e-watch"}}"#
+    );
+    e2e::bridge_nad("changing", "br-watch", &ipam)
 }
 
 fn pod(name: &str) -> String {

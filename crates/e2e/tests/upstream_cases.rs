@@ -10,47 +10,23 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use e2e::{up, Node, TEST_IMAGE};
 
-fn pod(name: &str, annotation: Option<&str>, label: &str) -> String {
-    let annotations = annotation
-        .map(|a| format!("  annotations:\n    k8s.v1.cni.cncf.io/networks: '{a}'\n"))
-        .unwrap_or_default();
-    format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-  namespace: default
-{annotations}  labels:
-    app: {label}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
-      image: {TEST_IMAGE}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "10000"]
-      securityContext:
-        privileged: true
-"#
-    )
-}
-
-fn ready_by_label(node: &Node, label: &str) -> Result<()> {
+/// Waits until the pods labelled `app: <one of apps>` are Ready.
+fn ready(node: &Node, apps: &[&str]) -> Result<()> {
+    let selector = format!("app in ({})", apps.join(","));
     let out = node.kubectl_output(
         &[
             "wait",
             "--for=condition=Ready",
             "-l",
-            &format!("app={label}"),
+            &selector,
             "--timeout=180s",
             "pod",
         ],
         None,
     )?;
     if !out.status.success() {
-        let describe = node.kubectl(&["describe", "pods", "-l", &format!("app={label}")])?;
-        anyhow::bail!("pods app={label} not Ready:\n{describe}");
+        let describe = node.kubectl(&["describe", "pods", "-l", &selector])?;
+        anyhow::bail!("pods {selector} not Ready:\n{describe}");
     }
     Ok(())
 }
@@ -114,9 +90,9 @@ spec:
 #[test]
 fn simple_pod() -> Result<()> {
     let node = up("thin")?;
-    let yaml = pod("simple-centos1", None, "simple");
+    let yaml = e2e::sleeping_pod("simple-centos1", None);
     node.apply(&yaml)?;
-    ready_by_label(&node, "simple")?;
+    ready(&node, &["simple-centos1"])?;
     ensure!(node.ipv4("simple-centos1", "eth0")?.starts_with("10.42.0."));
     node.delete(&yaml)?;
     Ok(())
@@ -127,21 +103,19 @@ fn simple_macvlan() -> Result<()> {
     let node = up("thin")?;
     node_eth1(&node)?;
     let pods = [
-        pod(
+        e2e::sleeping_pod(
             "macvlan1-worker1",
             Some(r#"[{"name": "macvlan1-config", "ips": ["10.1.1.11/24"]}]"#),
-            "macvlan",
         ),
-        pod(
+        e2e::sleeping_pod(
             "macvlan1-worker2",
             Some(r#"[{"name": "macvlan1-config", "ips": ["10.1.1.12/24"]}]"#),
-            "macvlan",
         ),
     ]
     .join("---\n");
     node.apply(MACVLAN_NAD)?;
     node.apply(&pods)?;
-    ready_by_label(&node, "macvlan")?;
+    ready(&node, &["macvlan1-worker1", "macvlan1-worker2"])?;
     ensure!(node.ipv4("macvlan1-worker1", "net1")? == "10.1.1.11");
     ensure!(node.ipv4("macvlan1-worker2", "net1")? == "10.1.1.12");
     // Both on the same master in bridge mode: they reach each other.
@@ -166,23 +140,21 @@ fn default_route() -> Result<()> {
     let node = up("thin")?;
     node_eth1(&node)?;
     let pods = [
-        pod(
+        e2e::sleeping_pod(
             "default-route-worker1",
             Some(
                 r#"[{"name": "default-route-config", "ips": ["10.1.1.21/24"], "default-route": ["10.1.1.254"]}]"#,
             ),
-            "default-route1",
         ),
-        pod(
+        e2e::sleeping_pod(
             "default-route-worker2",
             Some(r#"[{"name": "default-route-config", "ips": ["10.1.1.22/24"]}]"#),
-            "default-route1",
         ),
     ]
     .join("---\n");
     node.apply(DEFAULT_ROUTE_NAD)?;
     node.apply(&pods)?;
-    ready_by_label(&node, "default-route1")?;
+    ready(&node, &["default-route-worker1", "default-route-worker2"])?;
     ensure!(node.ipv4("default-route-worker1", "net1")? == "10.1.1.21");
     ensure!(default_gateway(&node, "default-route-worker1")? == "10.1.1.254");
     ensure!(node.ipv4("default-route-worker2", "net1")? == "10.1.1.22");
@@ -264,10 +236,10 @@ fn subdirectory_chaining() -> Result<()> {
  "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "1"}}
 EOF"#,
     ])?;
-    let yaml = pod("sysctl-modified", None, "chaining");
+    let yaml = e2e::sleeping_pod("sysctl-modified", None);
     let result = (|| {
         node.apply(&yaml)?;
-        ready_by_label(&node, "chaining")?;
+        ready(&node, &["sysctl-modified"])?;
         let value = node.kubectl(&[
             "exec",
             "sysctl-modified",
@@ -348,39 +320,13 @@ fn set_daemon_config(node: &Node, json: &str) -> Result<()> {
 }
 
 fn six_pods_at_once(node: &Node) -> Result<()> {
-    let deployment = format!(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: simple-centos1
-  namespace: default
-  labels:
-    app: many
-spec:
-  replicas: 6
-  selector:
-    matchLabels:
-      app: many
-  template:
-    metadata:
-      labels:
-        app: many
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-        - name: simple-centos1
-          image: {TEST_IMAGE}
-          imagePullPolicy: IfNotPresent
-          command: ["sleep", "10000"]
-"#
-    );
+    let deployment = e2e::sleeping_deployment("many", 6, None);
     node.apply(&deployment)?;
     node.eventually("6 pods", Duration::from_secs(60), || {
         let names = node.kubectl(&["get", "pods", "-l", "app=many", "-o", "name"])?;
         Ok(names.lines().count() == 6)
     })?;
-    let ready = ready_by_label(node, "many");
+    let ready = ready(node, &["many"]);
     node.delete(&deployment)?;
     ready
 }

@@ -1,6 +1,7 @@
 //! whereabouts on the real node: a Deployment on two networks scaled to 0 and back, with the
-//! pools matching the pods all along; and the reconciler's CronJob, run as a Job with the
-//! shipped RBAC, freeing a leaked address and keeping a live pod's.
+//! pools matching the pods all along; the reconciler's CronJob, run as a Job with the shipped
+//! RBAC, freeing a leaked address and keeping a live pod's; and the controller freeing the
+//! address of a pod whose DEL never came.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -10,16 +11,11 @@ use anyhow::{bail, ensure, Context, Result};
 use e2e::{up, Node};
 use serde_json::{json, Value};
 
-const NAD: &str = r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: wb
-  namespace: default
-spec:
-  config: '{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-wb",
-    "ipam": {"type": "whereabouts", "range": "10.21.0.0/24"}}'
-"#;
+/// A bridge network `name` whose whereabouts range is `range`.
+fn nad(name: &str, range: &str) -> String {
+    let ipam = format!(r#"{{"type": "whereabouts", "range": "{range}"}}"#);
+    e2e::bridge_nad(name, &format!("br-{name}"), &ipam)
+}
 
 fn pod() -> String {
     e2e::sleeping_pod("wb-live", Some("wb"))
@@ -37,12 +33,12 @@ fn pools(node: &Node) -> Result<Vec<Value>> {
     Ok(list["items"].as_array().cloned().unwrap_or_default())
 }
 
-/// The pool of 10.21.0.0/24: its namespace, name and allocations.
-fn pool(node: &Node) -> Result<(String, String, serde_json::Map<String, Value>)> {
+/// The pool of `range`: its namespace, name and allocations.
+fn pool(node: &Node, range: &str) -> Result<(String, String, serde_json::Map<String, Value>)> {
     let p = pools(node)?
         .into_iter()
-        .find(|p| p["spec"]["range"] == "10.21.0.0/24")
-        .context("no pool for 10.21.0.0/24")?;
+        .find(|p| p["spec"]["range"] == range)
+        .with_context(|| format!("no pool for {range}"))?;
     Ok((
         p["metadata"]["namespace"]
             .as_str()
@@ -62,10 +58,10 @@ fn pool(node: &Node) -> Result<(String, String, serde_json::Map<String, Value>)>
 #[test]
 fn the_reconciler_job_frees_a_leaked_address() -> Result<()> {
     let node = up("whereabouts")?;
-    node.apply(NAD)?;
+    node.apply(&nad("wb", "10.21.0.0/24"))?;
     node.apply(&pod())?;
     node.wait_ready("default", "wb-live", Duration::from_secs(120))?;
-    let (ns, name, live) = pool(&node)?;
+    let (ns, name, live) = pool(&node, "10.21.0.0/24")?;
     ensure!(live.len() == 1, "allocations {live:?}");
 
     // A leak: an allocation whose pod is gone, as a node that died before its DEL leaves it.
@@ -81,7 +77,7 @@ fn the_reconciler_job_frees_a_leaked_address() -> Result<()> {
         "-p",
         &leak.to_string(),
     ])?;
-    ensure!(pool(&node)?.2.len() == 2);
+    ensure!(pool(&node, "10.21.0.0/24")?.2.len() == 2);
 
     node.kubectl(&[
         "-n",
@@ -109,7 +105,7 @@ fn the_reconciler_job_frees_a_leaked_address() -> Result<()> {
         done.status.success(),
         "the reconciler Job did not complete: {logs}"
     );
-    let (_, _, after) = pool(&node)?;
+    let (_, _, after) = pool(&node, "10.21.0.0/24")?;
     ensure!(
         after.len() == 1 && after.keys().eq(live.keys()),
         "after the reconciler: {after:?} (the live pod's: {live:?}); its log: {logs}"
@@ -125,9 +121,57 @@ fn the_reconciler_job_frees_a_leaked_address() -> Result<()> {
     ])?;
     node.delete(&pod())?;
     node.eventually("the pool empty", Duration::from_secs(30), || {
-        Ok(pool(&node)?.2.is_empty())
+        Ok(pool(&node, "10.21.0.0/24")?.2.is_empty())
     })?;
-    node.delete(NAD)?;
+    node.delete(&nad("wb", "10.21.0.0/24"))?;
+    Ok(())
+}
+
+/// A pod deleted from the API while its node's kubelet is down, as when a node dies: no DEL
+/// can come, and the controller frees its address within seconds, not at the daily pass. Once
+/// the kubelet is back, its DEL of the sandbox finds the address free and succeeds.
+#[test]
+fn the_controller_frees_a_pod_whose_del_never_came() -> Result<()> {
+    const RANGE: &str = "10.24.0.0/24";
+    let node = up("whereabouts")?;
+    let nad = nad("wb-orphan", RANGE);
+    let pod = e2e::sleeping_pod("wb-orphan", Some("wb-orphan"));
+    let (state, veths) = (node.cni_state()?, node.veths()?.len());
+    node.kubectl(&[
+        "-n",
+        "multus",
+        "rollout",
+        "status",
+        "deployment/whereabouts-controller",
+        "--timeout=120s",
+    ])?;
+    node.apply(&nad)?;
+    node.apply(&pod)?;
+    node.wait_ready("default", "wb-orphan", Duration::from_secs(120))?;
+    ensure!(pool(&node, RANGE)?.2.len() == 1);
+
+    e2e::cluster(&["stop", "kubelet"])?;
+    let freed = node
+        .kubectl(&["delete", "pod", "wb-orphan", "--grace-period=0", "--force"])
+        .and_then(|_| {
+            node.eventually(
+                "the address freed with no DEL",
+                Duration::from_secs(30),
+                || Ok(pool(&node, RANGE)?.2.is_empty()),
+            )
+        });
+    e2e::cluster(&["start", "kubelet"])?;
+    let logs = node.kubectl(&["-n", "multus", "logs", "deployment/whereabouts-controller"])?;
+    freed.with_context(|| format!("the controller's log:\n{logs}"))?;
+    ensure!(
+        logs.contains("pod default/wb-orphan was deleted"),
+        "the controller's log:\n{logs}"
+    );
+    node.eventually("the sandbox torn down", Duration::from_secs(90), || {
+        Ok(node.veths()?.len() == veths && node.cni_state()? == state)
+    })?;
+    ensure!(pool(&node, RANGE)?.2.is_empty());
+    node.delete(&nad)?;
     Ok(())
 }
 
@@ -138,26 +182,13 @@ const REPLICAS: usize = 30;
 fn scaled_nads() -> String {
     SCALED
         .iter()
-        .map(|(name, range)| {
-            format!(
-                r#"
-apiVersion: k8s.cni.cncf.io/v1
-kind: NetworkAttachmentDefinition
-metadata:
-  name: {name}
-  namespace: default
-spec:
-  config: '{{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-{name}",
-    "ipam": {{"type": "whereabouts", "range": "{range}"}}}}'
-"#
-            )
-        })
+        .map(|(name, range)| nad(name, range))
         .collect::<Vec<_>>()
         .join("---\n")
 }
 
 fn deployment() -> String {
-    e2e::sleeping_deployment("wb-scale", REPLICAS, "wb-a,wb-b")
+    e2e::sleeping_deployment("wb-scale", REPLICAS, Some("wb-a,wb-b"))
 }
 
 /// Per network, the address each allocation holds and the pod it names (`namespace/name`).
@@ -186,36 +217,18 @@ fn held(node: &Node) -> Result<Held> {
 type Pods = BTreeMap<String, (bool, BTreeMap<String, Ipv4Addr>)>;
 
 fn scaled_pods(node: &Node) -> Result<Pods> {
-    let list: Value = serde_json::from_str(&node.kubectl(&[
-        "get",
-        "pods",
-        "-l",
-        "app=wb-scale",
-        "-o",
-        "json",
-    ])?)?;
     let mut out = Pods::new();
-    for p in list["items"].as_array().into_iter().flatten() {
-        let name = format!(
-            "default/{}",
-            p["metadata"]["name"].as_str().unwrap_or_default()
-        );
-        let deleting = !p["metadata"]["deletionTimestamp"].is_null();
+    for p in node.pods_labelled("wb-scale")? {
         let mut ips = BTreeMap::new();
-        if let Some(text) =
-            p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str()
-        {
-            let status: Vec<Value> = serde_json::from_str(text)?;
-            for s in status {
-                let Some(net) = s["name"].as_str().and_then(|n| n.strip_prefix("default/")) else {
-                    continue;
-                };
-                if let Some(ip) = s["ips"][0].as_str() {
-                    ips.insert(net.to_owned(), ip.parse()?);
-                }
+        for s in &p.networks {
+            let Some(net) = s["name"].as_str().and_then(|n| n.strip_prefix("default/")) else {
+                continue;
+            };
+            if let Some(ip) = s["ips"][0].as_str() {
+                ips.insert(net.to_owned(), ip.parse()?);
             }
         }
-        out.insert(name, (deleting, ips));
+        out.insert(format!("default/{}", p.name), (p.deleting, ips));
     }
     Ok(out)
 }
