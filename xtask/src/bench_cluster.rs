@@ -386,10 +386,7 @@ fn multus_pss_kb() -> u64 {
 }
 
 fn audit_log() -> PathBuf {
-    let state = std::env::var_os("MULTUS_RS_CLUSTER_STATE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/lib/multus-rs-cluster"));
-    state.join("logs/audit.log")
+    e2e::state_dir().join("logs/audit.log")
 }
 
 /// The requests multus's ServiceAccount made since `from` in the audit log: how many, and

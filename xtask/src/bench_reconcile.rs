@@ -8,8 +8,8 @@
 //!   once; and the time from the deletion until the pool is empty.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -39,12 +39,8 @@ pub fn run(args: &[String]) -> Result<()> {
         .context("release dir")?
         .join("multus");
     let node = e2e::up("whereabouts")?;
-    let kubeconfig = node
-        .exports
-        .iter()
-        .find_map(|e| e.strip_prefix("export KUBECONFIG="))
-        .map(PathBuf::from)
-        .context("no KUBECONFIG in what `up` printed")?;
+    // The measured processes run in the node's network namespace, as the admin.
+    let kubeconfig = e2e::state_dir().join("admin.kubeconfig");
     scale_controller(&node, 0)?;
     let measured = (|| {
         let made = Instant::now();
@@ -185,7 +181,7 @@ fn wait_measured(child: std::process::Child) -> Result<(i32, i64)> {
 
 fn reconcile_pass(multus: &Path, kubeconfig: &Path, orphans: usize) -> Result<(Duration, i64)> {
     let started = Instant::now();
-    let mut child = Command::new(multus)
+    let mut child = e2e::in_node_netns(multus)
         .args(["whereabouts", "reconcile", "--kubeconfig"])
         .arg(kubeconfig)
         .stdout(Stdio::piped())
@@ -226,7 +222,7 @@ fn status_kib(pid: u32, field: &str) -> Result<u64> {
 
 fn control(node: &Node, multus: &Path, kubeconfig: &Path, pods: usize) -> Result<Control> {
     let started = Instant::now();
-    let mut child = Command::new(multus)
+    let mut child = e2e::in_node_netns(multus)
         .args(["whereabouts", "control", "--kubeconfig"])
         .arg(kubeconfig)
         .stdout(Stdio::piped())

@@ -358,6 +358,17 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
     let container = &pod["containers"][0];
     ensure!(container["image"] == "localhost/multus-rs:latest");
     ensure!(strings(&container["command"]) == ["/usr/bin/multus", "whereabouts", "control"]);
+    // Room for a pass over 10,000 pods (BENCHMARKS.md, bench-reconcile: 64 MiB at most).
+    for container in [
+        container,
+        &job["jobTemplate"]["spec"]["template"]["spec"]["containers"][0],
+    ] {
+        ensure!(
+            container["resources"]["limits"]["memory"] == "128Mi",
+            "memory limit: {}",
+            container["resources"]
+        );
+    }
     Ok(())
 }
 

@@ -16,6 +16,24 @@ use serde_json::Value;
 /// The image with busybox that the tests' pods run.
 pub const TEST_IMAGE: &str = "localhost/multus-rs-test:latest";
 
+/// Where `scripts/cluster.sh` keeps the node's state: its kubeconfigs and logs.
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("MULTUS_RS_CLUSTER_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/lib/multus-rs-cluster"))
+}
+
+/// `program` run in the node's network namespace, where the admin's kubeconfig
+/// (`state_dir()/admin.kubeconfig`) reaches the API server. nsenter execs it, so the child's
+/// PID is the program's own.
+pub fn in_node_netns(program: &Path) -> Command {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg("--net=/run/netns/multus-rs-node")
+        .arg("--")
+        .arg(program);
+    cmd
+}
+
 /// A pod in `default` that sleeps, labelled `app: <name>`, with the networks annotation
 /// `networks` when given.
 pub fn sleeping_pod(name: &str, networks: Option<&str>) -> String {

@@ -7,28 +7,11 @@ use std::process::Command;
 
 use anyhow::{ensure, Result};
 
-const STATE: &str = "/var/lib/multus-rs-cluster";
-
 #[test]
 fn down_leaves_nothing() -> Result<()> {
     let node = e2e::up("thin")?;
     // A pod running when the node goes down: its sandbox, netns and veths go too.
-    node.apply(&format!(
-        r#"
-apiVersion: v1
-kind: Pod
-metadata:
-  name: left-running
-  namespace: default
-spec:
-  containers:
-    - name: sleep
-      image: {}
-      imagePullPolicy: IfNotPresent
-      command: ["sleep", "3600"]
-"#,
-        e2e::TEST_IMAGE
-    ))?;
+    node.apply(&e2e::sleeping_pod("left-running", None))?;
     node.wait_ready(
         "default",
         "left-running",
@@ -59,7 +42,8 @@ spec:
         let cgroup = dir?.path().join("multus-rs-cluster");
         ensure!(!cgroup.exists(), "cgroup left: {}", cgroup.display());
     }
-    ensure!(!Path::new(STATE).exists(), "state left in {STATE}");
+    let state = e2e::state_dir();
+    ensure!(!state.exists(), "state left in {}", state.display());
     ensure!(
         !Path::new("/run/multus-rs-cluster").exists(),
         "/run/multus-rs-cluster left"

@@ -136,7 +136,6 @@ fn the_controller_frees_a_pod_whose_del_never_came() -> Result<()> {
     let node = up("whereabouts")?;
     let nad = nad("wb-orphan", RANGE);
     let pod = e2e::sleeping_pod("wb-orphan", Some("wb-orphan"));
-    let (state, veths) = (node.cni_state()?, node.veths()?.len());
     node.kubectl(&[
         "-n",
         "multus",
@@ -145,6 +144,8 @@ fn the_controller_frees_a_pod_whose_del_never_came() -> Result<()> {
         "deployment/whereabouts-controller",
         "--timeout=120s",
     ])?;
+    // After the rollout: the controller's own pod is part of what stays.
+    let (state, veths) = (node.cni_state()?, node.veths()?.len());
     node.apply(&nad)?;
     node.apply(&pod)?;
     node.wait_ready("default", "wb-orphan", Duration::from_secs(120))?;
@@ -161,7 +162,16 @@ fn the_controller_frees_a_pod_whose_del_never_came() -> Result<()> {
             )
         });
     e2e::cluster(&["start", "kubelet"])?;
-    let logs = node.kubectl(&["-n", "multus", "logs", "deployment/whereabouts-controller"])?;
+    // Logs come through the kubelet, which takes a moment to serve again.
+    let mut logs = String::new();
+    node.eventually("the controller's log", Duration::from_secs(60), || {
+        let out = node.kubectl_output(
+            &["-n", "multus", "logs", "deployment/whereabouts-controller"],
+            None,
+        )?;
+        logs = String::from_utf8_lossy(&out.stdout).into_owned();
+        Ok(out.status.success())
+    })?;
     freed.with_context(|| format!("the controller's log:\n{logs}"))?;
     ensure!(
         logs.contains("pod default/wb-orphan was deleted"),
