@@ -303,6 +303,8 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
     ensure!(
         plugin
             == [
+                "coordination.k8s.io/leases:get",
+                "coordination.k8s.io/leases:update",
                 "whereabouts.cni.cncf.io/ippools:create",
                 "whereabouts.cni.cncf.io/ippools:get",
                 "whereabouts.cni.cncf.io/ippools:list",

@@ -14,6 +14,7 @@
 mod credentials;
 mod error;
 mod events;
+mod lease;
 mod nad;
 mod objects;
 mod transport;
@@ -37,6 +38,7 @@ pub use error::{Call, Cause, K8sError};
 pub use events::{EventType, PodEvent, EVENTS_IN_FLIGHT};
 /// The pod identity an event names.
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+pub use lease::Leased;
 pub use nad::{nad_resource, NadSpec, NetworkAttachmentDefinition};
 pub use objects::{Created, Deleted, Resource, Written};
 pub use watch::{Change, Collection};

@@ -341,6 +341,23 @@ impl KubeClient {
         }
     }
 
+    /// A PUT of the whole object, conditioned on the `metadata.resourceVersion` it carries.
+    pub fn replace_object(
+        &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        object: &Value,
+    ) -> Result<Written, K8sError> {
+        let call = self.object_call("update", resource, namespace, Some(name))?;
+        let path = format!("{}/{name}", resource.collection(namespace));
+        match self.send_json(call, Method::PUT, path, "application/json", Some(object)) {
+            Ok(v) => Ok(Written::Done(v)),
+            Err(e) if is_stale(&e) => Ok(Written::Stale),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Deletes the object, only if it is still at `resource_version` when one is given.
     pub fn delete_object(
         &self,

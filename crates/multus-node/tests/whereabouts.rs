@@ -4,6 +4,7 @@
 //! the reconciler as its own.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use testkit::kube_api::{Fault, Gate, KubeApiServer, KubeconfigAuth, Resource};
@@ -302,6 +303,111 @@ fn overlapping_ranges_never_share_an_address_unless_turned_off() {
     assert_eq!(ips(&c.add(&off, "c3", "c")), ["10.77.0.1/25"]);
 }
 
+/// The reference's Lease as its leader election writes it, held by `holder` ("" when free).
+fn reference_lease(c: &Cluster, holder: &str) -> Value {
+    c.api.add_object(
+        Resource::LEASES,
+        json!({"metadata": {"name": "whereabouts", "namespace": NS},
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 1,
+                        "acquireTime": "2026-12-03T06:00:00.000000Z",
+                        "renewTime": "2026-12-03T06:00:00.000000Z", "leaseTransitions": 4}}),
+    )
+}
+
+fn lease_requests(c: &Cluster) -> Vec<String> {
+    c.api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/leases"))
+        .map(|r| format!("{} {}", r.method, r.status))
+        .collect()
+}
+
+/// A node of the reference checks a reservation under its Lease and creates it later: an ADD
+/// of ours that reserves waits for that Lease while it is held and renewed, takes it once it
+/// is free, and gives it back; where no node of the reference ever ran there is no Lease, and
+/// none is made.
+#[test]
+fn adds_that_reserve_hold_the_references_lease_while_it_exists() {
+    let c = Cluster::new();
+    let wide = json!({"type": "whereabouts", "range": "10.77.0.0/24"});
+    let narrow = json!({"type": "whereabouts", "range": "10.77.0.0/25"});
+    assert_eq!(ips(&c.add(&wide, "c0", "alone")), ["10.77.0.1/24"]);
+    assert_eq!(lease_requests(&c), ["GET 404"]);
+    assert!(c.api.objects(Resource::LEASES).is_empty());
+    assert_eq!(c.call("DEL", &wide, "c0", "net1", "alone").code, 0);
+
+    // The reference's ADD holds the Lease, renewing it, between its reservation check and
+    // its writes.
+    reference_lease(&c, "default/theirs");
+    let (done, finished) = std::sync::mpsc::channel();
+    let ours = {
+        let (caller, narrow) = (c.caller.clone(), narrow.clone());
+        std::thread::spawn(move || {
+            let out = caller.call("ADD", &narrow, "c1", "net1", "ours");
+            let _ = done.send(());
+            out
+        })
+    };
+    // Renewed, the Lease stays the reference's far past its duration.
+    for _ in 0..10 {
+        let mut lease = c
+            .api
+            .object(Resource::LEASES, NS, "whereabouts")
+            .expect("the Lease");
+        lease["spec"]["renewTime"] = json!("2026-12-03T06:00:01.000000Z");
+        c.api.add_object(Resource::LEASES, lease);
+        assert!(
+            finished.recv_timeout(Duration::from_millis(300)).is_err(),
+            "our ADD ran while the reference held the Lease"
+        );
+    }
+    // The reference's writes land, then it releases the Lease as client-go does.
+    c.api.add_object(
+        Resource::IP_POOLS,
+        json!({"metadata": {"name": "10.77.0.0-24", "namespace": NS},
+               "spec": {"range": "10.77.0.0/24", "allocations": {
+                   "1": {"id": "theirs", "podref": "default/theirs", "ifname": "net1"}}}}),
+    );
+    c.api.add_object(
+        Resource::OVERLAPPING_RANGE_IP_RESERVATIONS,
+        json!({"metadata": {"name": "10.77.0.1", "namespace": NS},
+               "spec": {"podref": "default/theirs", "ifname": "net1"}}),
+    );
+    let mut lease = c
+        .api
+        .object(Resource::LEASES, NS, "whereabouts")
+        .expect("the Lease");
+    lease["spec"]["holderIdentity"] = json!("");
+    c.api.add_object(Resource::LEASES, lease);
+    let out = ours.join().expect("our ADD");
+    assert_eq!(ips(&out.ok()), ["10.77.0.2/25"]);
+    let lease = c
+        .api
+        .object(Resource::LEASES, NS, "whereabouts")
+        .expect("the Lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "", "released: {lease}");
+    assert_eq!(lease["spec"]["leaseTransitions"], 5, "{lease}");
+
+    // A holder that stopped renewing loses the Lease once it has not changed for its
+    // duration (1.5 s at least, the reference's default).
+    reference_lease(&c, "default/crashed");
+    let started = Instant::now();
+    assert_eq!(ips(&c.add(&narrow, "c2", "late")), ["10.77.0.3/25"]);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(10),
+        "{waited:?}"
+    );
+    // A node of ours that does not reserve needs no Lease.
+    c.api.clear_requests();
+    reference_lease(&c, "default/theirs");
+    let mut off = narrow.clone();
+    off["enable_overlapping_ranges"] = json!(false);
+    assert_eq!(ips(&c.add(&off, "c3", "free")), ["10.77.0.1/25"]);
+    assert!(lease_requests(&c).is_empty(), "{:?}", lease_requests(&c));
+}
+
 #[test]
 fn a_full_range_is_code_11_naming_it_and_writes_nothing() {
     let c = Cluster::new();
@@ -568,7 +674,7 @@ impl Cluster {
         self.api.inject_under(
             "POST",
             &Resource::OVERLAPPING_RANGE_IP_RESERVATIONS.path(NS),
-            Fault::Delay(std::time::Duration::from_secs(3)),
+            Fault::Delay(Duration::from_secs(3)),
             1,
         );
         let mut call = CniCall::new("ADD", &net(&v4()).to_string());
@@ -583,7 +689,7 @@ impl Cluster {
         ] {
             call.env.push((k.into(), Some(v.display().to_string())));
         }
-        call.run_killed_after(&self.bin, None, std::time::Duration::from_secs(1))
+        call.run_killed_after(&self.bin, None, Duration::from_secs(1))
             .1
     }
 
@@ -700,7 +806,7 @@ fn an_add_during_a_pass_keeps_its_address_when_the_passs_write_loses() {
     let text = std::thread::scope(|s| {
         let pass = s.spawn(move || caller.reconcile());
         assert!(
-            gate.arrived(std::time::Duration::from_secs(30)),
+            gate.arrived(Duration::from_secs(30)),
             "the pass never wrote the pool"
         );
         c.api.add_pod(pod("new", "Pending", json!([]), json!([])));
@@ -792,17 +898,14 @@ impl Controller {
 
     /// Waits (10 s at most) until the log has `line`.
     fn wait_for(&self, line: &str) -> String {
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let until = Instant::now() + Duration::from_secs(10);
         loop {
             let text = self.log();
             if text.contains(line) {
                 return text;
             }
-            assert!(
-                std::time::Instant::now() < until,
-                "no line {line:?} in 10 s:\n{text}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(Instant::now() < until, "no line {line:?} in 10 s:\n{text}");
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 }
@@ -863,7 +966,7 @@ fn the_controller_frees_a_deleted_pods_addresses_at_once() {
     );
     c.api.delete_pod("default", "sts-0");
     assert!(
-        gate.arrived(std::time::Duration::from_secs(10)),
+        gate.arrived(Duration::from_secs(10)),
         "the controller never read the deleted pod again"
     );
     c.api.add_pod(pod("sts-0", "Pending", json!([]), json!([])));
@@ -912,7 +1015,7 @@ impl Caller {
 
     /// Makes this node's records of network `blue` an hour old: past GC's grace.
     fn age_records(&self) {
-        let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
         for name in self.recorded() {
             std::fs::File::options()
                 .write(true)

@@ -19,6 +19,12 @@ pub enum Error {
          free addresses were reserved through overlapping ranges); try again"
     )]
     Contention { object: String, rounds: u32 },
+    /// The reference's Lease stayed held by another until the deadline.
+    #[error(
+        "Lease {lease} is still held by {holder}: a node running the reference whereabouts \
+         holds it while it allocates; try again"
+    )]
+    LeaseBusy { lease: String, holder: String },
     /// Node-slice mode: every slice is held by a node (11: the reconciler frees the slices of
     /// nodes that left).
     #[error(
@@ -65,6 +71,7 @@ impl From<Error> for CniError {
             Error::Full { .. }
             | Error::NoSlice { .. }
             | Error::Contention { .. }
+            | Error::LeaseBusy { .. }
             | Error::Object(_) => Code::TryAgainLater,
             Error::SliceMismatch(_) => Code::InvalidConfig,
             Error::NotAllocated(_) => Code::UnknownContainer,

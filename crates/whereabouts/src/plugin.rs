@@ -22,6 +22,8 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// GC leaves an attachment whose ADD began less than this ago: the runtime's list of valid
 /// attachments does not hold the ADDs still running. Longer than any runtime waits for one.
 const GC_GRACE: Duration = Duration::from_secs(600);
+/// The Lease the reference's ADDs and DELs hold, outside node-slice mode.
+const REFERENCE_LEASE: &str = "whereabouts";
 
 /// The plugin, reading the node's flat file from `sources`.
 pub struct Whereabouts {
@@ -98,20 +100,47 @@ impl Plugin for Whereabouts {
         };
         let deadline = Instant::now() + DEADLINE;
         let targets = targets(&store, &conf, true, deadline)?;
-        let mut taken: Vec<(IpAddr, &Target, bool)> = Vec::new();
-        for target in &targets {
-            match allocate(&store, &conf, target, &owner, deadline) {
-                Ok((ip, new)) => taken.push((ip, target, new)),
-                Err(e) => {
-                    // Free what this ADD took; what the pod held before stays its.
-                    let attachment = (owner.id.as_str(), owner.ifname.as_str());
-                    for (_, target, _) in taken.iter().filter(|t| t.2) {
-                        let _ = release(&store, &conf, target, attachment, None, deadline);
+        let allocate_each = || {
+            let mut taken: Vec<(IpAddr, &Target, bool)> = Vec::new();
+            for target in &targets {
+                match allocate(&store, &conf, target, &owner, deadline) {
+                    Ok((ip, new)) => taken.push((ip, target, new)),
+                    Err(e) => {
+                        // Free what this ADD took; what the pod held before stays its.
+                        let attachment = (owner.id.as_str(), owner.ifname.as_str());
+                        for (_, target, _) in taken.iter().filter(|t| t.2) {
+                            let _ = release(&store, &conf, target, attachment, None, deadline);
+                        }
+                        return Err(e);
                     }
-                    return Err(e.into());
                 }
             }
-        }
+            Ok(taken)
+        };
+        // The reference checks a reservation under its Lease and creates it later: while a
+        // node of the reference shares the API, a reservation of ours created in between
+        // would fail its ADD, and its DEL would then delete ours by name. So ADDs that
+        // reserve take the same Lease, when there is one (the reference makes it on first
+        // use).
+        let taken = match (conf.overlapping_ranges, &conf.node_slices) {
+            (false, _) => allocate_each()?,
+            (true, None) => store.with_reference_lease(
+                REFERENCE_LEASE,
+                &owner.podref,
+                deadline,
+                allocate_each,
+            )??,
+            (true, Some(_)) => match targets.first() {
+                // In node-slice mode the reference's Lease is the slice's pool's.
+                Some(target) => store.with_reference_lease(
+                    &target.pool,
+                    &owner.podref,
+                    deadline,
+                    allocate_each,
+                )??,
+                None => allocate_each()?,
+            },
+        };
         let allocated: Vec<(IpAddr, &Range)> =
             taken.iter().map(|(ip, t, _)| (*ip, &t.range)).collect();
         Ok(CniResult {

@@ -2,10 +2,10 @@
 //! namespace they live in.
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ipam::whereabouts::{reservation_object, reservation_owner, NodeSlicePool, Pool, Range};
-use k8s::{ClientOptions, Created, Deleted, KubeClient, Resource, Written};
+use k8s::{ClientOptions, Created, Deleted, KubeClient, Leased, Resource, Written};
 use serde_json::Value;
 
 use crate::error::Error;
@@ -166,6 +166,27 @@ impl Store {
                 .json_patch_object(NODE_SLICE_POOLS, &self.namespace, name, patch)?,
             Written::Done(_)
         ))
+    }
+
+    /// Runs `work` holding the reference's Lease `name` in the pools' namespace as
+    /// `identity`, when that Lease exists; without it when it does not.
+    pub fn with_reference_lease<T>(
+        &self,
+        name: &str,
+        identity: &str,
+        deadline: Instant,
+        work: impl FnOnce() -> T,
+    ) -> Result<T, Error> {
+        match self
+            .client
+            .with_lease(&self.namespace, name, identity, deadline, work)?
+        {
+            Leased::Held(out) | Leased::Absent(out) => Ok(out),
+            Leased::Busy { holder } => Err(Error::LeaseBusy {
+                lease: format!("{}/{name}", self.namespace),
+                holder,
+            }),
+        }
     }
 
     pub fn namespace(&self) -> &str {
