@@ -104,6 +104,7 @@ fi
 # The upstream peers, built from their Go modules here because the tests run in a network
 # namespace of their own, where the Go module proxy cannot be reached: multus v4.3.0, whose
 # daemon the mixed-version thick test runs beside our shim (crates/multus-node/tests/
-# thick_mixed.rs), and the parts of scripts/cluster.sh's node (the e2e crate).
+# thick_mixed.rs), whereabouts v0.9.4, whose plugin the e2e crate runs beside ours on one
+# cluster, and the parts of scripts/cluster.sh's node (the e2e crate).
 scripts_dir=$(cd "$(dirname "$0")" && pwd)
-"$scripts_dir/peers.sh" build multus kubernetes etcd containerd >/dev/null
+"$scripts_dir/peers.sh" build multus whereabouts kubernetes etcd containerd >/dev/null

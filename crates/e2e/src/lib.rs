@@ -253,12 +253,17 @@ impl Node {
         Ok(())
     }
 
+    /// A command on the node (its network and mount namespaces), not yet started.
+    pub fn exec_command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(cluster_sh());
+        cmd.arg("exec").arg("--").args(args);
+        cmd
+    }
+
     /// A command on the node (its network and mount namespaces); its stdout.
     pub fn exec(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new(cluster_sh())
-            .arg("exec")
-            .arg("--")
-            .args(args)
+        let out = self
+            .exec_command(args)
             .output()
             .context("running scripts/cluster.sh exec")?;
         ensure!(

@@ -1,11 +1,14 @@
 //! whereabouts on the real node: a Deployment on two networks scaled to 0 and back, with the
 //! pools matching the pods all along; the reconciler's CronJob, run as a Job with the shipped
 //! RBAC, freeing a leaked address and keeping a live pod's; and the controller freeing the
-//! address of a pod whose DEL never came.
+//! address of a pod whose DEL never came; and the reference's plugin beside ours on
+//! overlapping ranges.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
-use std::time::Duration;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use e2e::{up, Node};
@@ -318,5 +321,182 @@ fn a_deployment_scaled_to_zero_and_back_keeps_the_pools_matching() -> Result<()>
     node.delete(&deployment())?;
     settle(&node, 0)?;
     node.delete(&scaled_nads())?;
+    Ok(())
+}
+
+/// One whereabouts call on the node, exec'd as a runtime execs it: `plugin` with the CNI
+/// environment for `pod`'s container `pod-c` (interface net1, in the namespace `wb-mixed`),
+/// `conf` on stdin.
+fn cni_call(node: &Node, plugin: &Path, command: &str, pod: &str, conf: &Value) -> Command {
+    let mut cmd = node.exec_command(&[
+        "env",
+        &format!("CNI_COMMAND={command}"),
+        &format!("CNI_CONTAINERID={pod}-c"),
+        "CNI_NETNS=/run/netns/wb-mixed",
+        "CNI_IFNAME=net1",
+        "CNI_PATH=/opt/cni/bin",
+        &format!("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME={pod}"),
+        "sh",
+        "-c",
+        "printf %s \"$0\" | \"$1\"",
+        &conf.to_string(),
+        &plugin.display().to_string(),
+    ]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd
+}
+
+fn ran(what: &str, out: &Output) -> String {
+    format!(
+        "{what}: {}, stdout {}, stderr {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The reservations of `prefix`'s addresses: name and podref.
+fn reservations(node: &Node, prefix: &str) -> Result<BTreeMap<String, String>> {
+    let list: Value = serde_json::from_str(&node.kubectl(&[
+        "get",
+        "overlappingrangeipreservations.whereabouts.cni.cncf.io",
+        "-A",
+        "-o",
+        "json",
+    ])?)?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            let name = r["metadata"]["name"].as_str()?;
+            name.starts_with(prefix).then(|| {
+                let podref = r["spec"]["podref"].as_str().unwrap_or_default();
+                (name.to_owned(), podref.to_owned())
+            })
+        })
+        .collect())
+}
+
+/// A cluster mixing the reference's whereabouts (v0.9.4, its real binary) and ours on two
+/// overlapping ranges. The reference checks a reservation under its Lease and creates it
+/// later (`sleep_for_race` widens that gap to 3 s); our ADD in the gap waits for the Lease,
+/// so both ADDs succeed with different addresses and each address keeps a reservation naming
+/// its pod, also after the reference's DEL. Without the Lease, our ADD took the address first,
+/// the reference's ADD failed, and its DEL deleted our reservation by name.
+#[test]
+fn the_reference_and_ours_on_overlapping_ranges_never_share_an_address() -> Result<()> {
+    let node = up("whereabouts")?;
+    let reference = testkit::peers::build("whereabouts")?.join("whereabouts");
+    // The reference as the admin (it makes its Lease on first use); ours as shipped, with the
+    // node's flat file naming multus's kubeconfig.
+    let admin = e2e::state_dir().join("admin.kubeconfig");
+    let theirs_conf = |sleep: u32| {
+        json!({"cniVersion": "0.3.1", "name": "wb-mixed-wide", "type": "macvlan",
+               "ipam": {"type": "whereabouts", "range": "10.26.0.0/24", "sleep_for_race": sleep,
+                        "kubernetes": {"kubeconfig": admin}}})
+    };
+    let ours_conf = json!({"cniVersion": "1.0.0", "name": "wb-mixed-narrow", "type": "macvlan",
+                           "ipam": {"type": "whereabouts", "range": "10.26.0.0/25"}});
+    // The pods' namespace: the reference refuses its own.
+    node.exec(&["ip", "netns", "add", "wb-mixed"])?;
+    let checked = mixed(&node, &reference, &theirs_conf, &ours_conf);
+    node.exec(&["ip", "netns", "delete", "wb-mixed"])?;
+    checked
+}
+
+fn mixed(
+    node: &Node,
+    reference: &Path,
+    theirs_conf: &dyn Fn(u32) -> Value,
+    ours_conf: &Value,
+) -> Result<()> {
+    let ours = Path::new("/opt/cni/bin/whereabouts");
+    let lease_holder = || -> Result<String> {
+        let out = node.kubectl_output(
+            &[
+                "-n",
+                "kube-system",
+                "get",
+                "lease",
+                "whereabouts",
+                "-o",
+                "json",
+            ],
+            None,
+        )?;
+        let lease: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        Ok(lease["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    };
+    let theirs = cni_call(node, reference, "ADD", "theirs", &theirs_conf(3)).spawn()?;
+    node.eventually(
+        "the reference holding its Lease",
+        Duration::from_secs(60),
+        || Ok(lease_holder()? == "default/theirs"),
+    )?;
+    // The reference is now between its reservation check and its writes.
+    std::thread::sleep(Duration::from_secs(1));
+    let started = Instant::now();
+    let ours_added = cni_call(node, ours, "ADD", "ours", ours_conf).output()?;
+    let waited = started.elapsed();
+    let theirs_added = theirs.wait_with_output()?;
+    let ours_said = ran("our ADD", &ours_added);
+    let theirs_said = ran("the reference's ADD", &theirs_added);
+    let reserved = reservations(node, "10.26.0.")?;
+    // As the runtime does after an ADD, failed or not, the reference's DEL, then ours.
+    let theirs_deleted = cni_call(node, reference, "DEL", "theirs", &theirs_conf(0)).output()?;
+    let after_their_del = reservations(node, "10.26.0.")?;
+    let ours_deleted = cni_call(node, ours, "DEL", "ours", ours_conf).output()?;
+
+    ensure!(
+        theirs_added.status.success() && ours_added.status.success(),
+        "{theirs_said}\n{ours_said}"
+    );
+    let address = |out: &Output| -> Result<String> {
+        let result: Value = serde_json::from_slice(&out.stdout)?;
+        Ok(result["ips"][0]["address"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned())
+    };
+    ensure!(
+        address(&theirs_added)? == "10.26.0.1/24" && address(&ours_added)? == "10.26.0.2/25",
+        "{theirs_said}\n{ours_said}"
+    );
+    ensure!(
+        waited >= Duration::from_secs(1),
+        "our ADD took {waited:?}: it did not wait for the reference's Lease"
+    );
+    let expected: BTreeMap<String, String> = [
+        ("10.26.0.1".to_owned(), "default/theirs".to_owned()),
+        ("10.26.0.2".to_owned(), "default/ours".to_owned()),
+    ]
+    .into();
+    ensure!(
+        reserved == expected,
+        "reservations after both ADDs: {reserved:?}"
+    );
+    ensure!(
+        after_their_del == BTreeMap::from([("10.26.0.2".to_owned(), "default/ours".to_owned())]),
+        "reservations after the reference's DEL: {after_their_del:?}"
+    );
+    ensure!(
+        theirs_deleted.status.success() && ours_deleted.status.success(),
+        "{}\n{}",
+        ran("the reference's DEL", &theirs_deleted),
+        ran("our DEL", &ours_deleted)
+    );
+    ensure!(reservations(node, "10.26.0.")?.is_empty());
+    for range in ["10.26.0.0/24", "10.26.0.0/25"] {
+        ensure!(pool(node, range)?.2.is_empty(), "pool {range} not emptied");
+    }
+    ensure!(
+        lease_holder()?.is_empty(),
+        "the Lease is still held by {}",
+        lease_holder()?
+    );
     Ok(())
 }
