@@ -19,6 +19,7 @@ packages=(
   qemu-system-x86 cpio  # cargo xtask vm-test: a Debian kernel with VLAN filtering, ipvlan, 8021q
   time                 # cargo xtask bench-multus: a call's own peak RSS
   socat                # scripts/cluster.sh: the machine's loopback port to the node's API server
+  curl                 # the e2e crate: a raw PATCH with multus's own credential on the node
   containerd           # scripts/cluster.sh --containerd 1: Debian's 1.6 (never started as a service here)
   strace               # the crash-consistency suites: SIGKILL at a chosen file write
   rpm                  # cargo xtask package: rpmbuild for the RPMs (the .deb needs only dpkg)

@@ -81,6 +81,20 @@ fn check_cluster_objects(objects: &[Value], namespace: &str) -> Result<()> {
             == "string"
     );
 
+    // multus's credential writes only its own node's pods' status (tested on the real node).
+    let policy = &find(objects, "ValidatingAdmissionPolicy", "multus-own-node-pods")?["spec"];
+    ensure!(policy["failurePolicy"] == "Fail");
+    ensure!(
+        strings(&policy["matchConstraints"]["resourceRules"][0]["resources"]) == ["pods/status"]
+    );
+    let binding = find(
+        objects,
+        "ValidatingAdmissionPolicyBinding",
+        "multus-own-node-pods",
+    )?;
+    ensure!(binding["spec"]["policyName"] == "multus-own-node-pods");
+    ensure!(strings(&binding["spec"]["validationActions"]) == ["Deny"]);
+
     let binding = find(objects, "ClusterRoleBinding", "multus")?;
     ensure!(binding["roleRef"]["name"] == "multus");
     ensure!(binding["subjects"][0]["name"] == "multus");

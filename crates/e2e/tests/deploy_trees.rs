@@ -211,3 +211,60 @@ fn every_tree_installs_attaches_and_leaves_nothing() -> Result<()> {
     }
     Ok(())
 }
+
+/// A PATCH of `namespace/pod`'s status with multus's own credential on the node (thin mode's
+/// token and CA, as `multus install` copied them), as multus writes network-status: the
+/// reply's status code, and its message when refused.
+fn patch_status_as_multus(node: &Node, namespace: &str, pod: &str) -> Result<(u16, String)> {
+    let out = node.exec(&[
+        "sh",
+        "-c",
+        r#"curl -sS --cacert /etc/cni/net.d/multus.d/ca.crt \
+             -H "Authorization: Bearer $(cat /etc/cni/net.d/multus.d/token)" \
+             -H 'Content-Type: application/merge-patch+json' -X PATCH \
+             -d '{"metadata":{"annotations":{"multus-rs.test/probe":"x"}}}' \
+             -w '\n%{http_code}' "https://10.43.0.1:443/api/v1/namespaces/$0/pods/$1/status""#,
+        namespace,
+        pod,
+    ])?;
+    let (body, code) = out.trim_end().rsplit_once('\n').context("no status code")?;
+    let reply: Value = serde_json::from_str(body)?;
+    let message = reply["message"].as_str().unwrap_or_default().to_owned();
+    Ok((code.parse()?, message))
+}
+
+/// deploy/'s ValidatingAdmissionPolicy: multus's credential, issued to its DaemonSet pod on
+/// this node, may write the status of this node's pods and not of a pod on another node, which
+/// RBAC alone would allow.
+#[test]
+fn a_nodes_multus_writes_only_its_own_nodes_pods() -> Result<()> {
+    let node = up("thin")?;
+    let other = r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "multus-rs-other"}}"#;
+    let elsewhere = e2e::sleeping_pod("elsewhere", None)
+        .replace("spec:\n", "spec:\n  nodeName: multus-rs-other\n");
+    let here = e2e::sleeping_pod("here", None);
+    node.apply(other)?;
+    node.apply(&elsewhere)?;
+    node.apply(&here)?;
+    node.wait_ready("default", "here", Duration::from_secs(120))?;
+    let on_this_node = patch_status_as_multus(&node, "default", "here")?;
+    let on_another = patch_status_as_multus(&node, "default", "elsewhere")?;
+    node.kubectl(&[
+        "delete",
+        "pod",
+        "here",
+        "elsewhere",
+        "--force",
+        "--grace-period=0",
+    ])?;
+    node.kubectl(&["delete", "node", "multus-rs-other"])?;
+    ensure!(on_this_node.0 == 200, "this node's pod: {on_this_node:?}");
+    ensure!(
+        on_another.0 == 403
+            && on_another
+                .1
+                .contains("ValidatingAdmissionPolicy 'multus-own-node-pods'"),
+        "another node's pod: {on_another:?}"
+    );
+    Ok(())
+}
