@@ -243,21 +243,20 @@ fn a_nodes_multus_writes_only_its_own_nodes_pods() -> Result<()> {
     let elsewhere = e2e::sleeping_pod("elsewhere", None)
         .replace("spec:\n", "spec:\n  nodeName: multus-rs-other\n");
     let here = e2e::sleeping_pod("here", None);
+    let veths = node.veths()?.len();
     node.apply(other)?;
     node.apply(&elsewhere)?;
     node.apply(&here)?;
     node.wait_ready("default", "here", Duration::from_secs(120))?;
     let on_this_node = patch_status_as_multus(&node, "default", "here")?;
     let on_another = patch_status_as_multus(&node, "default", "elsewhere")?;
-    node.kubectl(&[
-        "delete",
-        "pod",
-        "here",
-        "elsewhere",
-        "--force",
-        "--grace-period=0",
-    ])?;
+    // No kubelet runs the other node's pod: only a forced delete removes it.
+    node.kubectl(&["delete", "pod", "elsewhere", "--force", "--grace-period=0"])?;
     node.kubectl(&["delete", "node", "multus-rs-other"])?;
+    node.delete(&here)?;
+    node.eventually("the pod's veth gone", Duration::from_secs(60), || {
+        Ok(node.veths()?.len() == veths)
+    })?;
     ensure!(on_this_node.0 == 200, "this node's pod: {on_this_node:?}");
     ensure!(
         on_another.0 == 403
