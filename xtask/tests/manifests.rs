@@ -261,6 +261,13 @@ fn grants(role: &Value) -> Result<Vec<String>> {
     for rule in role["rules"].as_array().context("rules")? {
         for group in strings(&rule["apiGroups"]) {
             for resource in strings(&rule["resources"]) {
+                // Objects of one name only: `resource[name,...]`.
+                let names = strings(&rule["resourceNames"]);
+                let resource = if names.is_empty() {
+                    resource.to_owned()
+                } else {
+                    format!("{resource}[{}]", names.join(","))
+                };
                 for verb in strings(&rule["verbs"]) {
                     all.push(format!("{group}/{resource}:{verb}"));
                 }
@@ -317,8 +324,8 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
     ensure!(
         plugin
             == [
-                "coordination.k8s.io/leases:get",
-                "coordination.k8s.io/leases:update",
+                "coordination.k8s.io/leases[whereabouts]:get",
+                "coordination.k8s.io/leases[whereabouts]:update",
                 "whereabouts.cni.cncf.io/ippools:create",
                 "whereabouts.cni.cncf.io/ippools:get",
                 "whereabouts.cni.cncf.io/ippools:list",

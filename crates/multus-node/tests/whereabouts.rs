@@ -408,6 +408,59 @@ fn adds_that_reserve_hold_the_references_lease_while_it_exists() {
     assert!(lease_requests(&c).is_empty(), "{:?}", lease_requests(&c));
 }
 
+/// The Lease taken over by another writer while our ADD holds it (its renewal answers 409):
+/// the ADD creates no reservation, gives its address back and fails with code 11; in
+/// node-slice mode, where the reference's Leases are per node, none is looked at.
+#[test]
+fn an_add_that_loses_the_references_lease_gives_its_address_back() {
+    let c = Cluster::new();
+    reference_lease(&c, "");
+    let narrow = json!({"type": "whereabouts", "range": "10.77.0.0/25"});
+    let gate = Gate::new();
+    c.api.inject_on(
+        "PATCH",
+        &Resource::IP_POOLS.object_path(NS, "10.77.0.0-25"),
+        Fault::Hold(gate.clone()),
+        1,
+    );
+    let (caller, conf) = (c.caller.clone(), narrow.clone());
+    let out = std::thread::scope(|s| {
+        let add = s.spawn(move || caller.call("ADD", &conf, "c1", "net1", "ours"));
+        assert!(
+            gate.arrived(Duration::from_secs(30)),
+            "the ADD never wrote the pool"
+        );
+        let lease = c
+            .api
+            .object(Resource::LEASES, NS, "whereabouts")
+            .expect("the Lease");
+        assert_eq!(
+            lease["spec"]["holderIdentity"], "default/ours/c1",
+            "held under an identity of our own: {lease}"
+        );
+        reference_lease(&c, "default/theirs");
+        // Past the next renewal, which finds the Lease changed.
+        std::thread::sleep(Duration::from_millis(1200));
+        gate.release();
+        add.join().expect("the ADD")
+    });
+    assert_eq!(out.err_code(), 11, "{}", out.stdout);
+    assert!(out.stdout.contains("Lease was taken"), "{}", out.stdout);
+    assert!(c.allocations("10.77.0.0-25").is_empty());
+    assert!(c.reservations().is_empty());
+    let lease = c
+        .api
+        .object(Resource::LEASES, NS, "whereabouts")
+        .expect("the Lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "default/theirs", "{lease}");
+
+    c.api.clear_requests();
+    let mut sliced = narrow.clone();
+    sliced["node_slice_size"] = json!("/28");
+    assert_eq!(ips(&c.add(&sliced, "c2", "sliced")), ["10.77.0.1/25"]);
+    assert!(lease_requests(&c).is_empty(), "{:?}", lease_requests(&c));
+}
+
 #[test]
 fn a_full_range_is_code_11_naming_it_and_writes_nothing() {
     let c = Cluster::new();

@@ -25,6 +25,12 @@ pub enum Error {
          holds it while it allocates; try again"
     )]
     LeaseBusy { lease: String, holder: String },
+    /// Another writer took the reference's Lease while this ADD held it.
+    #[error(
+        "the reference whereabouts' Lease was taken from this ADD while it allocated (a renewal \
+         found it changed); its address was given back; try again"
+    )]
+    LeaseLost,
     /// Node-slice mode: every slice is held by a node (11: the reconciler frees the slices of
     /// nodes that left).
     #[error(
@@ -72,6 +78,7 @@ impl From<Error> for CniError {
             | Error::NoSlice { .. }
             | Error::Contention { .. }
             | Error::LeaseBusy { .. }
+            | Error::LeaseLost
             | Error::Object(_) => Code::TryAgainLater,
             Error::SliceMismatch(_) => Code::InvalidConfig,
             Error::NotAllocated(_) => Code::UnknownContainer,

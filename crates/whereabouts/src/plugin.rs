@@ -22,7 +22,8 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// GC leaves an attachment whose ADD began less than this ago: the runtime's list of valid
 /// attachments does not hold the ADDs still running. Longer than any runtime waits for one.
 const GC_GRACE: Duration = Duration::from_secs(600);
-/// The Lease the reference's ADDs and DELs hold, outside node-slice mode.
+/// The Lease the reference's ADDs and DELs hold, outside node-slice mode (the only name the
+/// plugin's RBAC lets it read and update).
 const REFERENCE_LEASE: &str = "whereabouts";
 
 /// The plugin, reading the node's flat file from `sources`.
@@ -100,10 +101,11 @@ impl Plugin for Whereabouts {
         };
         let deadline = Instant::now() + DEADLINE;
         let targets = targets(&store, &conf, true, deadline)?;
-        let allocate_each = || {
+        // `held`: whether the reference's Lease, when taken, is still ours.
+        let allocate_each = |held: &dyn Fn() -> bool| {
             let mut taken: Vec<(IpAddr, &Target, bool)> = Vec::new();
             for target in &targets {
-                match allocate(&store, &conf, target, &owner, deadline) {
+                match allocate(&store, &conf, target, &owner, deadline, held) {
                     Ok((ip, new)) => taken.push((ip, target, new)),
                     Err(e) => {
                         // Free what this ADD took; what the pod held before stays its.
@@ -121,25 +123,14 @@ impl Plugin for Whereabouts {
         // node of the reference shares the API, a reservation of ours created in between
         // would fail its ADD, and its DEL would then delete ours by name. So ADDs that
         // reserve take the same Lease, when there is one (the reference makes it on first
-        // use).
-        let taken = match (conf.overlapping_ranges, &conf.node_slices) {
-            (false, _) => allocate_each()?,
-            (true, None) => store.with_reference_lease(
-                REFERENCE_LEASE,
-                &owner.podref,
-                deadline,
-                allocate_each,
-            )??,
-            (true, Some(_)) => match targets.first() {
-                // In node-slice mode the reference's Lease is the slice's pool's.
-                Some(target) => store.with_reference_lease(
-                    &target.pool,
-                    &owner.podref,
-                    deadline,
-                    allocate_each,
-                )??,
-                None => allocate_each()?,
-            },
+        // use), under an identity of their own. In node-slice mode the reference takes a Lease
+        // per node's slice, which serializes only one node's ADDs: nodes of either kind never
+        // share one, so ours take none there.
+        let taken = if conf.overlapping_ranges && conf.node_slices.is_none() {
+            let identity = format!("{}/{}", owner.podref, owner.id);
+            store.with_reference_lease(REFERENCE_LEASE, &identity, deadline, allocate_each)??
+        } else {
+            allocate_each(&|| true)?
         };
         let allocated: Vec<(IpAddr, &Range)> =
             taken.iter().map(|(ip, t, _)| (*ip, &t.range)).collect();
@@ -422,6 +413,7 @@ fn allocate(
     target: &Target,
     owner: &Allocation,
     deadline: Instant,
+    held: &dyn Fn() -> bool,
 ) -> Result<(IpAddr, bool), Error> {
     let Target { pool: name, range } = target;
     // Offsets whose address another pod holds through an overlapping range.
@@ -469,6 +461,7 @@ fn allocate(
                     if conf.overlapping_ranges {
                         let rname = reservation_name(&conf.network_name, ip);
                         if store.reservation(&rname)?.is_none() {
+                            lease_still_held(held)?;
                             store.reserve(&rname, &owner.podref, &owner.ifname)?;
                         }
                     }
@@ -483,6 +476,11 @@ fn allocate(
                         return Ok((ip, true));
                     }
                     let rname = reservation_name(&conf.network_name, ip);
+                    if let Err(e) = lease_still_held(held) {
+                        let attachment = (owner.id.as_str(), owner.ifname.as_str());
+                        release(store, conf, target, attachment, Some(offset), deadline)?;
+                        return Err(e);
+                    }
                     if store.reserve(&rname, &owner.podref, &owner.ifname)?
                         || store
                             .reservation(&rname)?
@@ -507,6 +505,15 @@ fn allocate(
             back_off(round);
             round += 1;
         }
+    }
+}
+
+/// A reservation is created only while the reference's Lease, if taken, is still ours.
+fn lease_still_held(held: &dyn Fn() -> bool) -> Result<(), Error> {
+    if held() {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost)
     }
 }
 

@@ -169,13 +169,14 @@ impl Store {
     }
 
     /// Runs `work` holding the reference's Lease `name` in the pools' namespace as
-    /// `identity`, when that Lease exists; without it when it does not.
+    /// `identity`, when that Lease exists; without it when it does not. `work` is told
+    /// whether the Lease is still held.
     pub fn with_reference_lease<T>(
         &self,
         name: &str,
         identity: &str,
         deadline: Instant,
-        work: impl FnOnce() -> T,
+        work: impl FnOnce(&dyn Fn() -> bool) -> T,
     ) -> Result<T, Error> {
         match self
             .client
