@@ -336,6 +336,7 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
                 "whereabouts.cni.cncf.io/overlappingrangeipreservations:create",
                 "whereabouts.cni.cncf.io/overlappingrangeipreservations:delete",
                 "whereabouts.cni.cncf.io/overlappingrangeipreservations:get",
+                "whereabouts.cni.cncf.io/overlappingrangeipreservations:patch",
             ],
         "multus-whereabouts grants {plugin:?}"
     );

@@ -214,11 +214,11 @@ fn add_reuse_check_and_del_in_the_reference_shapes() {
         [
             (
                 "10.77.0.1".to_owned(),
-                json!({"podref": "default/a", "ifname": "net1"})
+                json!({"podref": "default/a", "ifname": "net1", "containerid": "ca"})
             ),
             (
                 "10.77.0.2".to_owned(),
-                json!({"podref": "default/b", "ifname": "net1"})
+                json!({"podref": "default/b", "ifname": "net1", "containerid": "cb"})
             ),
         ]
     );
@@ -1033,6 +1033,47 @@ fn the_controller_frees_a_deleted_pods_addresses_at_once() {
     let names: Vec<String> = c.reservations().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["10.77.0.4"], "{text}");
     assert!(!text.contains("sts-0"), "{text}");
+}
+
+/// A pod deleted and at once made again under its name (a StatefulSet's, or a tenant's on
+/// purpose): its new container's ADD adopts the old reservation, which changes it, so the
+/// controller, which judged the pod gone just before, cannot delete it from under the new pod.
+#[test]
+fn a_pod_back_under_its_name_keeps_the_reservation_the_controller_judged_orphaned() {
+    let c = Cluster::new();
+    c.api
+        .add_pod(pod("web-0", "Running", secondary("10.77.0.1"), json!([])));
+    c.add(&v4(), "old", "web-0");
+    let controller = Controller::start(&c);
+    controller.wait_for("a whole pass: freed 0 addresses");
+    let gate = Gate::new();
+    c.api.inject_on(
+        "DELETE",
+        &Resource::OVERLAPPING_RANGE_IP_RESERVATIONS.object_path(NS, "10.77.0.1"),
+        Fault::Hold(gate.clone()),
+        1,
+    );
+    c.api.delete_pod("default", "web-0");
+    assert!(
+        gate.arrived(Duration::from_secs(10)),
+        "the controller never deleted the reservation"
+    );
+    // Between the controller's look and its delete: the pod is back, and its ADD gets the
+    // address and its reservation again.
+    c.api.add_pod(pod("web-0", "Pending", json!([]), json!([])));
+    assert_eq!(ips(&c.add(&v4(), "new", "web-0")), ["10.77.0.1/24"]);
+    gate.release();
+    let text = controller.wait_for("deleted pods: freed 1 addresses, deleted 0 reservations");
+    let reserved = c.reservations();
+    assert_eq!(
+        reserved,
+        [(
+            "10.77.0.1".to_owned(),
+            json!({"podref": "default/web-0", "ifname": "net1", "containerid": "new"})
+        )],
+        "{text}"
+    );
+    assert_eq!(c.allocations("10.77.0.0-24")["1"]["id"], "new", "{text}");
 }
 
 #[test]

@@ -460,9 +460,15 @@ fn allocate(
                 if same || store.patch_pool(name, &pool.set_id_patch(offset, &owner.id))? {
                     if conf.overlapping_ranges {
                         let rname = reservation_name(&conf.network_name, ip);
-                        if store.reservation(&rname)?.is_none() {
-                            lease_still_held(held)?;
-                            store.reserve(&rname, &owner.podref, &owner.ifname)?;
+                        match store.reservation(&rname)? {
+                            None => {
+                                lease_still_held(held)?;
+                                store.reserve(&rname, owner)?;
+                            }
+                            Some(r) if r.podref == owner.podref => {
+                                store.adopt(&rname, owner)?;
+                            }
+                            Some(_) => {}
                         }
                     }
                     return Ok((ip, false));
@@ -481,10 +487,12 @@ fn allocate(
                         release(store, conf, target, attachment, Some(offset), deadline)?;
                         return Err(e);
                     }
-                    if store.reserve(&rname, &owner.podref, &owner.ifname)?
-                        || store
+                    // The pod's own reservation (an earlier sandbox's) is adopted.
+                    if store.reserve(&rname, owner)?
+                        || (store
                             .reservation(&rname)?
                             .is_some_and(|r| r.podref == owner.podref)
+                            && store.adopt(&rname, owner)?)
                     {
                         return Ok((ip, true));
                     }

@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ipam::whereabouts::{reservation_object, reservation_owner, NodeSlicePool, Pool, Range};
+use ipam::whereabouts::{
+    adopt_patch, reservation_object, reservation_owner, Allocation, NodeSlicePool, Pool, Range,
+};
 use k8s::{ClientOptions, Created, Deleted, KubeClient, Leased, Resource, Written};
 use serde_json::Value;
 
@@ -108,13 +110,27 @@ impl Store {
     }
 
     /// Creates the reservation: false when one of that name exists already.
-    pub fn reserve(&self, name: &str, podref: &str, ifname: &str) -> Result<bool, Error> {
-        let obj = reservation_object(name, podref, ifname);
+    pub fn reserve(&self, name: &str, owner: &Allocation) -> Result<bool, Error> {
+        let obj = reservation_object(name, &owner.podref, &owner.ifname, &owner.id);
         Ok(matches!(
             self.client
                 .create_object(RESERVATIONS, &self.namespace, &obj)?,
             Created::Created(_)
         ))
+    }
+
+    /// Takes over the reservation for `owner`'s container while it still names `owner`'s pod
+    /// ([`adopt_patch`]): false when it names another pod, or is gone.
+    pub fn adopt(&self, name: &str, owner: &Allocation) -> Result<bool, Error> {
+        let patch = adopt_patch(&owner.podref, &owner.id);
+        match self
+            .client
+            .json_patch_object(RESERVATIONS, &self.namespace, name, &patch)
+        {
+            Ok(written) => Ok(matches!(written, Written::Done(_))),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Deletes the reservation if it still names `podref`.

@@ -15,5 +15,5 @@ pub use names::{pool_name, reservation_name};
 pub use pool::{Allocation, Choice, Pool, API_VERSION};
 pub use range::{parse_exclude, parse_range, Range};
 pub use record::{Record, STATE_DIR};
-pub use reservation::{reservation_object, reservation_owner};
+pub use reservation::{adopt_patch, reservation_object, reservation_owner};
 pub use slices::{cut, parse_slice_size, NodeSlicePool, MAX_SLICES};

@@ -5,10 +5,11 @@ use serde_json::{json, Value};
 
 use super::pool::API_VERSION;
 
-/// The object to create when `podref`'s interface takes the address named by `name`.
-/// `containerid` is in the CRD, but the reference never fills it; neither do we.
-pub fn reservation_object(name: &str, podref: &str, ifname: &str) -> Value {
-    let mut spec = json!({"podref": podref});
+/// The object to create when `podref`'s interface takes the address named by `name`, in the
+/// reference's shape. `containerid` is in the reference's CRD, though it never fills it: we
+/// do, so that a new container of the same pod adopting the reservation changes it.
+pub fn reservation_object(name: &str, podref: &str, ifname: &str, container_id: &str) -> Value {
+    let mut spec = json!({"podref": podref, "containerid": container_id});
     if !ifname.is_empty() {
         spec["ifname"] = json!(ifname);
     }
@@ -18,6 +19,16 @@ pub fn reservation_object(name: &str, podref: &str, ifname: &str) -> Value {
         "metadata": {"name": name},
         "spec": spec,
     })
+}
+
+/// The JSON patch by which `container_id` adopts a reservation that still names `podref`:
+/// writing its container ID changes the object's version, so that a reconciler which judged
+/// the pod gone on an older read cannot delete it under the new container.
+pub fn adopt_patch(podref: &str, container_id: &str) -> Value {
+    json!([
+        {"op": "test", "path": "/spec/podref", "value": podref},
+        {"op": "add", "path": "/spec/containerid", "value": container_id},
+    ])
 }
 
 /// The pod a reservation names, and the resourceVersion to delete it at.
@@ -35,13 +46,17 @@ mod tests {
 
     #[test]
     fn the_reference_shape() {
-        let obj = reservation_object("fd77-3--1", "ns/a", "net1");
-        assert_eq!(obj["spec"], json!({"podref": "ns/a", "ifname": "net1"}));
+        let obj = reservation_object("fd77-3--1", "ns/a", "net1", "c1");
+        assert_eq!(
+            obj["spec"],
+            json!({"podref": "ns/a", "ifname": "net1", "containerid": "c1"})
+        );
         assert_eq!(obj["kind"], "OverlappingRangeIPReservation");
         assert_eq!(
-            reservation_object("x", "ns/a", "")["spec"],
-            json!({"podref": "ns/a"})
+            reservation_object("x", "ns/a", "", "c1")["spec"],
+            json!({"podref": "ns/a", "containerid": "c1"})
         );
+        assert_eq!(adopt_patch("ns/a", "c2")[1]["value"], "c2");
         let stored = json!({"metadata": {"resourceVersion": "9"}, "spec": {"podref": "ns/b", "containerid": ""}});
         assert_eq!(
             reservation_owner(&stored),
