@@ -24,6 +24,9 @@ const WHOLE_PASS_OVER: usize = 100;
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 /// How long deletions gather before their batch is freed: a burst becomes one batch.
 const GATHER: Duration = Duration::from_millis(200);
+/// The least time from one pass's start to the next's: every pass lists every pool and
+/// reservation, so pods deleted and made again in a loop must not have it list without pause.
+const BETWEEN_PASSES: Duration = Duration::from_secs(2);
 
 /// What the watch saw.
 enum Seen {
@@ -107,6 +110,7 @@ fn follow(
         }
         // A whole pass covers every deletion seen before it lists the pods.
         let whole = whole_pass || deleted.len() > WHOLE_PASS_OVER;
+        let started = Instant::now();
         let done = if whole {
             reconcile(client, out).map(|summary| ("a whole pass", summary))
         } else {
@@ -117,6 +121,7 @@ fn follow(
             Ok((what, summary)) => {
                 whole_pass = false;
                 deleted.clear();
+                not_before = started + BETWEEN_PASSES;
                 // Most deleted pods had no address here: only a batch that freed one is told.
                 if whole || summary != Summary::default() {
                     let _ = writeln!(
