@@ -17,6 +17,22 @@ fn pod(name: &str) -> String {
     e2e::sleeping_pod(name, Some("changing"))
 }
 
+/// The last NAD version the thick daemon's cache has seen, from its metrics on its socket.
+fn nad_cache_version(node: &e2e::Node) -> Result<i64> {
+    let metrics = node.exec(&[
+        "curl",
+        "-sS",
+        "--unix-socket",
+        "/run/multus/multus.sock",
+        "http://multus/metrics",
+    ])?;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("multus_cache_resource_version{kind=\"nads\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .context("no NAD cache version in the daemon's metrics")
+}
+
 #[test]
 fn a_nad_changed_between_two_pods() -> Result<()> {
     let node = up("thick")?;
@@ -75,15 +91,27 @@ fn the_watch_lists_again_after_a_restart_over_a_compaction() -> Result<()> {
     e2e::cluster(&["start", "apiserver"])?;
 
     node.eventually(
-        "the daemon lists NADs again after a 410",
+        "the daemon's NAD watch lists again after a 410",
         Duration::from_secs(60),
         || {
             let logs =
                 node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
-            Ok(logs.contains("expired, listing again"))
+            Ok(logs.lines().any(|l| {
+                l.contains("watch of network-attachment-definitions from version")
+                    && l.contains("expired, listing again")
+            }))
         },
     )?;
+    // The NAD changed after that reaches the daemon's cache through the watch that listed
+    // again (the version the cache has seen moves past the one before the change); then the
+    // next pod gets it.
+    let before = nad_cache_version(&node)?;
     node.apply(&nad("10.31.0.0/24"))?;
+    node.eventually(
+        "the changed NAD in the daemon's cache",
+        Duration::from_secs(60),
+        || Ok(nad_cache_version(&node)? > before),
+    )?;
     node.apply(&pod("second"))?;
     node.wait_ready("default", "second", Duration::from_secs(120))?;
     let second = node.ipv4("second", "net1")?;
