@@ -326,19 +326,8 @@ impl KubeClient {
         name: &str,
         patch: &Value,
     ) -> Result<Written, K8sError> {
-        let call = self.object_call("patch", resource, namespace, Some(name))?;
-        let path = format!("{}/{name}", resource.collection(namespace));
-        match self.send_json(
-            call,
-            Method::PATCH,
-            path,
-            "application/json-patch+json",
-            Some(patch),
-        ) {
-            Ok(v) => Ok(Written::Done(v)),
-            Err(e) if is_stale(&e) => Ok(Written::Stale),
-            Err(e) => Err(e),
-        }
+        let write = ("patch", Method::PATCH, "application/json-patch+json");
+        self.write_object(write, resource, namespace, name, patch)
     }
 
     /// A PUT of the whole object, conditioned on the `metadata.resourceVersion` it carries.
@@ -349,9 +338,23 @@ impl KubeClient {
         name: &str,
         object: &Value,
     ) -> Result<Written, K8sError> {
-        let call = self.object_call("update", resource, namespace, Some(name))?;
+        let write = ("update", Method::PUT, "application/json");
+        self.write_object(write, resource, namespace, name, object)
+    }
+
+    /// A conditional write (`verb`, method and content type) of one object: a failed
+    /// precondition is [`Written::Stale`].
+    fn write_object(
+        &self,
+        (verb, method, content_type): (&'static str, Method, &'static str),
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        body: &Value,
+    ) -> Result<Written, K8sError> {
+        let call = self.object_call(verb, resource, namespace, Some(name))?;
         let path = format!("{}/{name}", resource.collection(namespace));
-        match self.send_json(call, Method::PUT, path, "application/json", Some(object)) {
+        match self.send_json(call, method, path, content_type, Some(body)) {
             Ok(v) => Ok(Written::Done(v)),
             Err(e) if is_stale(&e) => Ok(Written::Stale),
             Err(e) => Err(e),

@@ -145,6 +145,14 @@ impl Cluster {
         }
     }
 
+    /// Holds the next `method` request to `path` until the returned gate is released.
+    fn hold(&self, method: &str, path: &str) -> Gate {
+        let gate = Gate::new();
+        self.api
+            .inject_on(method, path, Fault::Hold(gate.clone()), 1);
+        gate
+    }
+
     fn add(&self, ipam: &Value, container: &str, pod: &str) -> Value {
         self.call("ADD", ipam, container, "net1", pod).ok()
     }
@@ -416,13 +424,7 @@ fn an_add_that_loses_the_references_lease_gives_its_address_back() {
     let c = Cluster::new();
     reference_lease(&c, "");
     let narrow = json!({"type": "whereabouts", "range": "10.77.0.0/25"});
-    let gate = Gate::new();
-    c.api.inject_on(
-        "PATCH",
-        &Resource::IP_POOLS.object_path(NS, "10.77.0.0-25"),
-        Fault::Hold(gate.clone()),
-        1,
-    );
+    let gate = c.hold("PATCH", &Resource::IP_POOLS.object_path(NS, "10.77.0.0-25"));
     let (caller, conf) = (c.caller.clone(), narrow.clone());
     let out = std::thread::scope(|s| {
         let add = s.spawn(move || caller.call("ADD", &conf, "c1", "net1", "ours"));
@@ -848,13 +850,7 @@ fn an_add_during_a_pass_keeps_its_address_when_the_passs_write_loses() {
         .add_pod(pod("live", "Running", secondary("10.77.0.1"), json!([])));
     c.add(&v4(), "c1", "live");
     c.add(&v4(), "c2", "gone");
-    let gate = Gate::new();
-    c.api.inject_on(
-        "PATCH",
-        &Resource::IP_POOLS.object_path(NS, "10.77.0.0-24"),
-        Fault::Hold(gate.clone()),
-        1,
-    );
+    let gate = c.hold("PATCH", &Resource::IP_POOLS.object_path(NS, "10.77.0.0-24"));
     let caller = c.caller.clone();
     let text = std::thread::scope(|s| {
         let pass = s.spawn(move || caller.reconcile());
@@ -1010,13 +1006,7 @@ fn the_controller_frees_a_deleted_pods_addresses_at_once() {
         "{text}"
     );
     // The StatefulSet's pod is back under its name by the time the controller reads it.
-    let gate = Gate::new();
-    c.api.inject_on(
-        "GET",
-        "/api/v1/namespaces/default/pods/sts-0",
-        Fault::Hold(gate.clone()),
-        1,
-    );
+    let gate = c.hold("GET", "/api/v1/namespaces/default/pods/sts-0");
     c.api.delete_pod("default", "sts-0");
     assert!(
         gate.arrived(Duration::from_secs(10)),
@@ -1046,12 +1036,9 @@ fn a_pod_back_under_its_name_keeps_the_reservation_the_controller_judged_orphane
     c.add(&v4(), "old", "web-0");
     let controller = Controller::start(&c);
     controller.wait_for("a whole pass: freed 0 addresses");
-    let gate = Gate::new();
-    c.api.inject_on(
+    let gate = c.hold(
         "DELETE",
         &Resource::OVERLAPPING_RANGE_IP_RESERVATIONS.object_path(NS, "10.77.0.1"),
-        Fault::Hold(gate.clone()),
-        1,
     );
     c.api.delete_pod("default", "web-0");
     assert!(
