@@ -294,7 +294,7 @@ impl MultusConf {
             cni_dir: path("cniDir")?.unwrap_or_else(|| DEFAULT_CNI_DIR.into()),
             bin_dir: path("binDir")?.unwrap_or_else(|| DEFAULT_BIN_DIR.into()),
             device_info_dir: path("deviceInfoDir")?
-                .unwrap_or_else(|| crate::devinfo::DEFAULT_DIR.into()),
+                .unwrap_or_else(|| npwg::devinfo::DEFAULT_DIR.into()),
             kubelet_checkpoint_file: path("kubeletCheckpointFile")?
                 .unwrap_or_else(|| kubelet::checkpoint::DEFAULT_PATH.into()),
             pod_resources_socket: path("podResourcesSocket")?
@@ -382,7 +382,7 @@ impl MultusConf {
         for (key, names) in lists {
             if let Some(ns) = names
                 .iter()
-                .find(|ns| !crate::selection::is_dns1123_label(ns))
+                .find(|ns| !npwg::selection::is_dns1123_label(ns))
             {
                 return Err(Error::config(
                     key,

@@ -8,7 +8,7 @@ use cni::network::Network;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::selection::Selection;
+use npwg::selection::Selection;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Delegate {
@@ -237,7 +237,7 @@ impl Delegate {
     /// Whether this delegate gets a device-info file: it has a device ID (the reference's
     /// rule), or one of its plugins declares the `CNIDeviceInfoFile` capability.
     pub fn uses_device_info(&self) -> bool {
-        self.device_id.is_some() || self.network.has_capability(crate::devinfo::CAPABILITY)
+        self.device_id.is_some() || self.network.has_capability(npwg::devinfo::CAPABILITY)
     }
 
     /// Fails when the selection asks for `ips` or `mac` and nothing in this delegate would

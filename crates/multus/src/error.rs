@@ -8,8 +8,8 @@ pub enum Error {
     #[error("multus config: {key}: {msg}")]
     Config { key: String, msg: String },
     /// A pod annotation that cannot be used.
-    #[error("pod annotation {annotation}: {msg}")]
-    Annotation { annotation: String, msg: String },
+    #[error(transparent)]
+    Annotation(#[from] npwg::selection::AnnotationError),
     /// A network the pod asks for that does not exist.
     #[error("{0}")]
     NetworkNotFound(String),
@@ -139,7 +139,7 @@ impl Error {
     pub fn code(&self) -> u32 {
         match self {
             Error::Config { .. }
-            | Error::Annotation { .. }
+            | Error::Annotation(_)
             | Error::NetworkNotFound(_)
             | Error::Isolation { .. }
             | Error::Request { .. }

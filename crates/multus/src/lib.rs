@@ -5,8 +5,8 @@
 //!
 //! A command runs in three stages ([`command`]): [`plan`], [`attach`], [`report`]. The formats
 //! it reads and writes have a module each: [`config`] (the multus config), [`k8s_args`]
-//! (`CNI_ARGS`), [`selection`] (the networks annotations), [`status`] (network-status),
-//! [`cache`] (the delegate cache), [`devinfo`] (device-info files).
+//! (`CNI_ARGS`), [`cache`] (the delegate cache); the Network Plumbing WG's annotations and
+//! device-info files are the `npwg` crate's.
 
 pub mod api;
 pub mod attach;
@@ -15,14 +15,11 @@ pub mod command;
 pub mod config;
 pub mod container_lock;
 pub mod delegate;
-pub mod devinfo;
 pub mod error;
 pub mod invocation;
 pub mod k8s_args;
 pub mod log;
 pub mod plan;
 pub mod report;
-pub mod selection;
-pub mod status;
 
 pub use error::{Error, Result};

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use crate::api::EventKind;
 use crate::attach::{Added, DEVICE_INFO_EVENT};
-use crate::devinfo;
 use crate::error::Result;
 use crate::invocation::Invocation;
 use crate::plan::{Attachment, Plan, Role};
-use crate::status::{self, NetworkStatus};
+use npwg::devinfo;
+use npwg::status::{self, NetworkStatus};
 
 /// The reason of the event a secondary network's default route, kept behind the pod's, leaves.
 const SECONDARY_DEFAULT_ROUTE_EVENT: &str = "SecondaryDefaultRoute";

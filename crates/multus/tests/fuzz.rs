@@ -15,8 +15,8 @@ use k8s::{ClientOptions, KubeClient, NetworkAttachmentDefinition};
 use kube::core::DynamicObject;
 use multus::cache;
 use multus::delegate::Delegate;
-use multus::selection::{self, Selection, NETWORKS_ANNOTATION};
 use multus::{config::MultusConf, Error};
+use npwg::selection::{self, Selection, NETWORKS_ANNOTATION};
 use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 use testkit::fuzz::{self, check_corpus, json_mutated, junk, mutated, seeds};
@@ -68,7 +68,7 @@ fn element(s: &Selection) -> Value {
 fn check_annotation(input: &[u8]) -> Result<(), String> {
     let selections = match selection::parse(NETWORKS_ANNOTATION, &text(input), "default") {
         Ok(s) => s,
-        Err(e) => return bounded(&e),
+        Err(e) => return bounded(&Error::from(e)),
     };
     let json = Value::Array(selections.iter().map(element).collect()).to_string();
     let back = selection::parse(NETWORKS_ANNOTATION, &json, "default")
@@ -102,7 +102,7 @@ fn check_default_network(input: &[u8]) -> Result<(), String> {
     match selection::parse_default_network(&text(input), "kube-system") {
         Ok(s) if s.namespace.is_empty() => Err(format!("no namespace: {s:?}")),
         Ok(_) => Ok(()),
-        Err(e) => bounded(&e),
+        Err(e) => bounded(&Error::from(e)),
     }
 }
 
@@ -263,17 +263,17 @@ fn check_checkpoint(input: &[u8]) -> Result<(), String> {
 /// A device plugin's device-info file: read, copied for the attachment, read back the same.
 fn check_devinfo(input: &[u8]) -> Result<(), String> {
     let dir = fuzz::scratch_dir();
-    let dp = multus::devinfo::dp_path(dir.path(), "intel.com/sriov", "0000:03:02.1");
+    let dp = npwg::devinfo::dp_path(dir.path(), "intel.com/sriov", "0000:03:02.1");
     std::fs::create_dir_all(dp.parent().expect("has a parent directory"))
         .expect("creates a test directory");
     std::fs::write(&dp, input).expect("writes a test file");
-    let info = match multus::devinfo::load(&dp) {
+    let info = match npwg::devinfo::load(&dp) {
         Ok(info) => info,
         Err(e) => return fuzz::short("a device-info error", &e.to_string(), 1024),
     };
-    let cni = multus::devinfo::cni_path(dir.path(), "default/sriov", "c0ffee", "net1");
-    let copied = multus::devinfo::copy(&dp, &cni).map_err(|e| e.to_string())?;
-    let back = multus::devinfo::load(&cni).map_err(|e| e.to_string())?;
+    let cni = npwg::devinfo::cni_path(dir.path(), "default/sriov", "c0ffee", "net1");
+    let copied = npwg::devinfo::copy(&dp, &cni).map_err(|e| e.to_string())?;
+    let back = npwg::devinfo::load(&cni).map_err(|e| e.to_string())?;
     if copied != info.is_some() || (copied && back != info) {
         return Err(format!("{info:?} came back as {back:?}"));
     }

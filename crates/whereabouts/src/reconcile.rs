@@ -54,12 +54,12 @@ fn view(pod: &Value) -> Option<PodView> {
     }
     let status = pod
         .pointer("/metadata/annotations")
-        .and_then(|a| a.get(multus::status::NETWORK_STATUS_ANNOTATION))
+        .and_then(|a| a.get(npwg::status::NETWORK_STATUS_ANNOTATION))
         .and_then(Value::as_str)
         .unwrap_or("[]");
     Some(PodView {
         pending: pod.pointer("/status/phase").and_then(Value::as_str) == Some("Pending"),
-        ips: multus::status::secondary_ips(status),
+        ips: npwg::status::secondary_ips(status),
     })
 }
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::network::Network;
 use super::report::{Place, Report, Severity};
-use multus::selection::{self, NETWORKS_ANNOTATION};
+use npwg::selection::{self, NETWORKS_ANNOTATION};
 
 /// A pod's or a pod template's metadata, and the YAML key it sits under.
 pub struct PodMeta<'a> {
@@ -41,10 +41,8 @@ pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, repo
                 Severity::Error,
                 "annotation",
                 pod.place.at(key),
-                format!(
-                    "multus refuses the networks annotation: {}",
-                    annotation_error(e)
-                ),
+                // The place names the annotation; the message says what is wrong with it.
+                format!("multus refuses the networks annotation: {}", e.msg),
                 "write a JSON list of objects with at least \"name\" (and optionally \
                  \"namespace\", \"interface\", \"ips\", \"mac\"), or the short form \
                  \"ns/name@ifname, ...\"",
@@ -91,13 +89,5 @@ pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, repo
                 );
             }
         }
-    }
-}
-
-/// What is wrong with the annotation, without the annotation's name (the place names it).
-fn annotation_error(e: multus::Error) -> String {
-    match e {
-        multus::Error::Annotation { msg, .. } => msg,
-        other => other.to_string(),
     }
 }

@@ -28,7 +28,7 @@ use multus::api::{EventKind, Pod};
 use multus::command;
 use multus::config::MultusConf;
 use multus::invocation::Invocation;
-use multus::status::NETWORK_STATUS_ANNOTATION;
+use npwg::status::NETWORK_STATUS_ANNOTATION;
 use report::{CheckResult, Place, Target, Trial};
 use sandbox::Sandbox;
 use state::{command_in, Diff, Kernel};

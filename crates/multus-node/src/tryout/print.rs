@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use multus::status::NETWORK_STATUS_ANNOTATION;
+use npwg::status::NETWORK_STATUS_ANNOTATION;
 
 use super::report::{
     Attached, CheckResult, Del, Kept, Leftovers, Node, Outcome, Place, Target, Trial,

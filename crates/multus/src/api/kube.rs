@@ -75,7 +75,7 @@ fn nad_of(
             resource_name: nad
                 .metadata
                 .annotations
-                .and_then(|mut a| a.remove(crate::devinfo::RESOURCE_NAME_ANNOTATION))
+                .and_then(|mut a| a.remove(npwg::devinfo::RESOURCE_NAME_ANNOTATION))
                 .filter(|r| !r.is_empty()),
             config: nad.spec.config,
         })),

@@ -7,12 +7,12 @@ pub mod route;
 
 use crate::api::{EventKind, Pod};
 use crate::cache::{self, CacheSync};
-use crate::devinfo;
 use crate::error::{Error, Result};
 use crate::invocation::Invocation;
 use crate::plan::{Attachment, Plan, Role};
 use cluster::ClusterView;
 pub use exec::Added;
+use npwg::devinfo;
 use route::PodNetns;
 
 /// The reason of the event a device-info file that cannot be used leaves on the pod.

@@ -134,7 +134,7 @@ impl PodDevices {
         };
         let msg = format!(
             "its NetworkAttachmentDefinition names the resource {resource:?} ({}), but {why} (per {source}): request one {resource} per network that uses it in the resources of one of the pod's containers",
-            crate::devinfo::RESOURCE_NAME_ANNOTATION,
+            npwg::devinfo::RESOURCE_NAME_ANNOTATION,
         );
         if !self.required {
             tracing::info!("network {network}: {msg}; it goes without one from the kubelet");

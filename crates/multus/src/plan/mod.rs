@@ -16,11 +16,11 @@ use serde_json::{Map, Value};
 use crate::api::Pod;
 use crate::cache;
 use crate::delegate::Delegate;
-use crate::devinfo;
 use crate::error::{Error, Result};
 use crate::invocation::Invocation;
 use devices::PodDevices;
 use networks::Networks;
+use npwg::devinfo;
 
 pub use networks::inline_delegates;
 

@@ -13,7 +13,7 @@ use crate::api::{Api, EventKind, Events, Nad, Pod};
 use crate::config::MultusConf;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
-use crate::selection::{self, Selection};
+use npwg::selection::{self, Selection};
 
 /// NADs read ahead by `(namespace, name)`: what the API answered for each.
 pub type NadsRead = RefCell<BTreeMap<(String, String), Result<Option<Nad>>>>;
@@ -407,10 +407,11 @@ fn mark_gateway_filters(delegates: &mut [Delegate]) -> Result<()> {
         .collect();
     let v4 = all.iter().filter(|g| g.is_ipv4()).count();
     if v4 > 1 || all.len() - v4 > 1 {
-        return Err(Error::Annotation {
+        return Err(selection::AnnotationError {
             annotation: selection::NETWORKS_ANNOTATION.to_owned(),
             msg: "default-route: more than one gateway of one family over all networks (multus does not do ECMP)".to_owned(),
-        });
+        }
+        .into());
     }
     let (want_v4, want_v6) = (v4 > 0, all.len() > v4);
     for d in delegates.iter_mut() {

@@ -15,7 +15,7 @@ use super::Attachment;
 use crate::config::TenantPolicy;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
-use crate::selection::Selection;
+use npwg::selection::Selection;
 
 /// What the node has that a tenant must not take, read once per command when first needed:
 /// each is a netlink dump, and on a node starting many pods the link dump is long and races

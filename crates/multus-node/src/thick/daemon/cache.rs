@@ -173,7 +173,7 @@ fn read_nad(v: &Value) -> Option<(Key, Option<Nad>)> {
         .map(|n| Nad {
             config: n.spec.config,
             resource_name: annotations(v)
-                .remove(multus::devinfo::RESOURCE_NAME_ANNOTATION)
+                .remove(npwg::devinfo::RESOURCE_NAME_ANNOTATION)
                 .filter(|r| !r.is_empty()),
         });
     Some((key, nad))

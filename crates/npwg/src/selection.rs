@@ -9,7 +9,15 @@ use cni::quote::quote;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::error::{Error, Result};
+/// An annotation that cannot be used, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("pod annotation {annotation}: {msg}")]
+pub struct AnnotationError {
+    pub annotation: String,
+    pub msg: String,
+}
+
+pub type Result<T> = std::result::Result<T, AnnotationError>;
 
 pub const NETWORKS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
 /// The most networks one pod's annotation may select: each is a NAD read from the API, a
@@ -124,7 +132,7 @@ struct Bandwidth {
 /// Parses annotation `annotation` whose text is `text`; names without a namespace get
 /// `default_namespace`.
 pub fn parse(annotation: &str, text: &str, default_namespace: &str) -> Result<Vec<Selection>> {
-    let bad = |msg: String| Error::Annotation {
+    let bad = |msg: String| AnnotationError {
         annotation: annotation.to_owned(),
         msg,
     };
@@ -267,7 +275,9 @@ fn validate(s: &Selection) -> std::result::Result<(), String> {
         cni::env::validate_ifname(ifname).map_err(|e| e.to_string())?;
     }
     if let Some(mac) = &s.mac {
-        netkit::parse_mac(mac).map_err(|_| format!("mac {} is not a MAC address", quote(mac)))?;
+        if !is_hex_address(mac, &[6]) {
+            return Err(format!("mac {} is not a MAC address", quote(mac)));
+        }
     }
     if let Some(guid) = &s.infiniband_guid {
         if !is_hex_address(guid, &[8, 20]) {
@@ -321,7 +331,7 @@ fn is_hex_address(text: &str, lengths: &[usize]) -> bool {
 pub fn parse_default_network(text: &str, multus_namespace: &str) -> Result<Selection> {
     let mut selections = parse(DEFAULT_NETWORK_ANNOTATION, text, multus_namespace)?;
     if selections.len() != 1 {
-        return Err(Error::Annotation {
+        return Err(AnnotationError {
             annotation: DEFAULT_NETWORK_ANNOTATION.to_owned(),
             msg: format!("names {} networks; it takes exactly one", selections.len()),
         });
