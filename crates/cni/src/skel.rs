@@ -54,17 +54,23 @@ pub fn validate(plugin: &dyn Plugin, config: &[u8]) -> Result<(), CniError> {
 }
 
 /// Runs `plugin` against this process's environment and stdio; returns the exit status.
-pub fn plugin_main(plugin: &dyn Plugin, about: &str) -> i32 {
+pub fn plugin_main(plugin: &dyn Plugin, about: &str) -> std::process::ExitCode {
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
-    dispatch(
+    let status = dispatch(
         plugin,
         about,
         |k| std::env::var(k).ok(),
         &mut std::io::stdin().lock(),
         &mut stdout.lock(),
         &mut stderr.lock(),
-    )
+    );
+    exit_code(status)
+}
+
+/// An exit status as the process returns it; one out of range is a failure.
+pub fn exit_code(status: i32) -> std::process::ExitCode {
+    std::process::ExitCode::from(u8::try_from(status).unwrap_or(1))
 }
 
 /// [`plugin_main`] with its inputs and outputs passed in.
@@ -132,9 +138,9 @@ pub fn validate_main(
 
 /// A binary that is not a plugin under the name it was run by: prints `e` as a plugin prints
 /// its error object, and returns the exit status.
-pub fn refuse_main(e: CniError) -> i32 {
+pub fn refuse_main(e: CniError) -> std::process::ExitCode {
     print_error(&mut std::io::stdout().lock(), e);
-    1
+    std::process::ExitCode::FAILURE
 }
 
 /// The error object, bounded: it goes into the runtime's log and, through multus, into events.

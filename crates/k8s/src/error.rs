@@ -82,6 +82,24 @@ impl Cause {
         }
     }
 
+    /// The CNI error code a plugin answers with when a call fails this way. Credentials, RBAC
+    /// and names that are wrong do not get better by trying again: the config must change.
+    pub fn cni_code(&self) -> cni::Code {
+        match self {
+            Cause::Unauthorized(_) | Cause::Forbidden(_) | Cause::BadName(_) => {
+                cni::Code::InvalidConfig
+            }
+            Cause::Token { .. } => cni::Code::Io,
+            Cause::NotFound(_)
+            | Cause::Conflict(_)
+            | Cause::Timeout(_)
+            | Cause::Api { .. }
+            | Cause::Transport(_)
+            | Cause::ReplyTooLarge
+            | Cause::Decode(_) => cni::Code::TryAgainLater,
+        }
+    }
+
     /// What a failed reply's status code and `Status` say.
     pub(super) fn from_status(code: u16, reason: String, message: String) -> Cause {
         match code {
@@ -139,7 +157,7 @@ fn chain(err: &dyn std::error::Error) -> String {
 }
 
 /// The Kubernetes client's error.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum K8sError {
     /// The client could not be set up from the kubeconfig or the in-cluster credentials.
     #[error("Kubernetes client setup from {from}: {message}")]
@@ -182,11 +200,77 @@ impl K8sError {
         }
     }
 
+    /// The CNI error code for this failure; a client that cannot be set up is a config to fix.
+    pub fn cni_code(&self) -> cni::Code {
+        self.cause()
+            .map_or(cni::Code::InvalidConfig, Cause::cni_code)
+    }
+
     /// The call that failed (`None` for a setup error).
     pub fn call(&self) -> Option<&Call> {
         match self {
             K8sError::Request { call, .. } => Some(call),
             K8sError::Setup { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cni::Code;
+
+    fn failed(cause: Cause) -> K8sError {
+        K8sError::Request {
+            call: Box::new(Call {
+                verb: "get",
+                resource: "pods",
+                namespace: "default".into(),
+                name: Some("p".into()),
+            }),
+            attempts: 1,
+            cause,
+        }
+    }
+
+    /// One map for multus and whereabouts: what waiting cannot fix is the config's (7), an
+    /// unreadable token is I/O (5), the rest is worth another try (11).
+    #[test]
+    fn each_failure_has_one_cni_code() {
+        let setup = K8sError::Setup {
+            from: "kubeconfig".into(),
+            message: "no server".into(),
+        };
+        let cases = [
+            (setup, Code::InvalidConfig),
+            (failed(Cause::Forbidden("rbac".into())), Code::InvalidConfig),
+            (
+                failed(Cause::Unauthorized("token".into())),
+                Code::InvalidConfig,
+            ),
+            (failed(Cause::BadName("a/b".into())), Code::InvalidConfig),
+            (
+                failed(Cause::Token {
+                    path: "/token".into(),
+                    error: "gone".into(),
+                }),
+                Code::Io,
+            ),
+            (failed(Cause::NotFound("p".into())), Code::TryAgainLater),
+            (failed(Cause::Conflict("p".into())), Code::TryAgainLater),
+            (
+                failed(Cause::Timeout(Duration::from_secs(1))),
+                Code::TryAgainLater,
+            ),
+            (
+                failed(Cause::Transport("reset".into())),
+                Code::TryAgainLater,
+            ),
+            (failed(Cause::ReplyTooLarge), Code::TryAgainLater),
+            (failed(Cause::Decode("eof".into())), Code::TryAgainLater),
+        ];
+        for (e, code) in cases {
+            assert_eq!(e.cni_code(), code, "{e}");
         }
     }
 }

@@ -1,7 +1,8 @@
 //! What the `multus` binary runs besides the CNI commands: the installer (`multus install`),
-//! the NAD checker (`multus lint`), `multus try`, and thick mode's daemon and shim.
+//! the NAD checker (`multus lint`) and `multus try`. Thick mode's daemon and shim are the
+//! `thick` crate's.
 
 pub mod install;
 pub mod lint;
-pub mod thick;
 pub mod tryout;
+pub mod whereabouts_tools;

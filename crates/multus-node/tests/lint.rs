@@ -82,9 +82,13 @@ impl Run {
 }
 
 /// The finding's problem mentions `needle`.
+/// The finding's problem says `needle`; its words, and the fix's, are spaced once.
 fn says(finding: &Value, needle: &str) {
     let problem = finding["problem"].as_str().expect("a string");
     assert!(problem.contains(needle), "{problem:?} lacks {needle:?}");
+    for text in [problem, finding["fix"].as_str().unwrap_or_default()] {
+        assert!(!text.contains("  "), "a run of spaces in {text:?}");
+    }
 }
 
 fn output(out: Output) -> Run {

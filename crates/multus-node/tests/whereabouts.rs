@@ -1016,7 +1016,10 @@ fn the_controller_frees_a_deleted_pods_addresses_at_once() {
     gate.release();
     // Then one more deletion, whose batch comes after the StatefulSet pod's.
     c.api.delete_pod("default", "live");
-    let text = controller.wait_for("pod default/live was deleted");
+    // Its reservation goes last, after its address.
+    let text = controller.wait_for(
+        "deleted OverlappingRangeIPReservation kube-system/10.77.0.1: pod default/live was deleted",
+    );
     let mut held: Vec<String> = c.allocations("10.77.0.0-24").keys().cloned().collect();
     held.sort();
     assert_eq!(held, ["4"], "{text}");

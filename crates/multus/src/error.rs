@@ -68,9 +68,9 @@ pub enum Error {
     /// Kubernetes API calls, as the client reported them.
     #[error("kubernetes: {0}")]
     Kube(Box<k8s::K8sError>),
-    /// Kubernetes API calls: what the answer meant for multus.
-    #[error("kubernetes: {0}")]
-    Api(String),
+    /// The pod the runtime names is not in the API.
+    #[error("kubernetes: pod {0} not found")]
+    PodNotFound(String),
     /// The pod the runtime names is not the one the API has.
     #[error("pod {pod}: the runtime says UID {expected:?} but the API has {actual:?}")]
     UidMismatch {
@@ -100,18 +100,6 @@ pub enum Error {
     /// A protocol-level failure (environment, version, result conversion).
     #[error(transparent)]
     Cni(Box<CniError>),
-}
-
-/// What a failed API call means for the runtime: credentials or RBAC that are wrong do not
-/// get better by trying again (7, the node's multus configuration), a token file that cannot
-/// be read is I/O (5), and the rest may pass later (11).
-fn kube_code(e: &k8s::K8sError) -> u32 {
-    use k8s::Cause;
-    match e.cause() {
-        None | Some(Cause::Unauthorized(_) | Cause::Forbidden(_)) => Code::InvalidConfig as u32,
-        Some(Cause::Token { .. }) => Code::Io as u32,
-        Some(_) => Code::TryAgainLater as u32,
-    }
 }
 
 impl From<k8s::K8sError> for Error {
@@ -148,12 +136,12 @@ impl Error {
                 source.code
             }
             Error::Cache { .. } | Error::Checkpoint { .. } => Code::Io as u32,
-            Error::Api(_) | Error::PodResources { .. } | Error::Busy(_) => {
+            Error::PodNotFound(_) | Error::PodResources { .. } | Error::Busy(_) => {
                 Code::TryAgainLater as u32
             }
             Error::NotReady(_) => Code::PluginNotAvailable as u32,
             Error::UidMismatch { .. } => Code::UnknownContainer as u32,
-            Error::Kube(e) => kube_code(e),
+            Error::Kube(e) => e.cni_code() as u32,
             Error::Netlink { .. } | Error::PodState(_) => Code::Io as u32,
             Error::Many(errors) => errors.first().map_or(Code::Internal as u32, Error::code),
         }

@@ -51,7 +51,7 @@ impl<'a> Invocation<'a> {
         let pod_ref = format!("{}/{}", self.k8s.namespace, self.k8s.name);
         let pod = api
             .pod(&self.k8s.namespace, &self.k8s.name, &self.k8s.uid)?
-            .ok_or_else(|| Error::Api(format!("pod {pod_ref} not found")))?;
+            .ok_or_else(|| Error::PodNotFound(pod_ref.clone()))?;
         if !self.k8s.uid.is_empty() && pod.uid != self.k8s.uid && !pod.is_static() {
             return Err(Error::UidMismatch {
                 pod: pod_ref,

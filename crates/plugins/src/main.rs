@@ -5,8 +5,9 @@
 //! `dhcp daemon [flags]` runs the dhcp daemon instead of the plugin.
 
 use std::path::Path;
+use std::process::ExitCode;
 
-fn main() {
+fn main() -> ExitCode {
     let mut argv = std::env::args();
     let argv0 = argv.next().unwrap_or_default();
     let called_as = Path::new(&argv0)
@@ -25,14 +26,14 @@ fn main() {
             env!("CARGO_PKG_VERSION"),
             env!("MULTUS_RS_COMMIT")
         );
-        return;
+        return ExitCode::SUCCESS;
     }
     // The names to install links under, for `multus install`.
     if name == "--list" {
         for entry in plugins::PLUGINS {
             println!("{}", entry.name);
         }
-        return;
+        return ExitCode::SUCCESS;
     }
     let validating = name == "validate";
     let name = if validating {
@@ -47,7 +48,7 @@ fn main() {
             env!("CARGO_PKG_VERSION"),
             names.join(", ")
         );
-        std::process::exit(2);
+        return ExitCode::from(2);
     };
     if validating {
         let status = plugins::validate::main(
@@ -56,14 +57,14 @@ fn main() {
             &mut std::io::stdout().lock(),
             &mut std::io::stderr().lock(),
         );
-        std::process::exit(status);
+        return cni::skel::exit_code(status);
     }
     if entry.name == "dhcp" {
         let rest: Vec<String> = argv.collect();
         if rest.first().is_some_and(|a| a == "daemon") {
-            std::process::exit(ipam::dhcp::daemon::main(&rest[1..]));
+            return cni::skel::exit_code(ipam::dhcp::daemon::main(&rest[1..]));
         }
     }
     let about = format!("multus-rs {} v{}", entry.about, env!("CARGO_PKG_VERSION"));
-    std::process::exit(cni::plugin_main(entry.plugin, &about));
+    cni::plugin_main(entry.plugin, &about)
 }

@@ -65,15 +65,7 @@ impl From<Error> for CniError {
         };
         let code = match &e {
             Error::Config(_) => Code::InvalidConfig,
-            // Credentials or RBAC that are wrong do not get better by trying again.
-            Error::Api(k) => match k.cause() {
-                None
-                | Some(k8s::Cause::Unauthorized(_))
-                | Some(k8s::Cause::Forbidden(_))
-                | Some(k8s::Cause::BadName(_)) => Code::InvalidConfig,
-                Some(k8s::Cause::Token { .. }) => Code::Io,
-                Some(_) => Code::TryAgainLater,
-            },
+            Error::Api(k) => k.cni_code(),
             Error::Full { .. }
             | Error::NoSlice { .. }
             | Error::Contention { .. }

@@ -4,18 +4,16 @@
 //! until it is told to stop.
 
 mod binaries;
-pub(crate) mod conf;
+mod conf;
 mod kubeconfig;
 mod relay;
-pub(crate) mod signals;
 mod whereabouts;
 
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{ArgAction, Args};
-
-pub use conf::MULTUS_NETWORK_NAME;
 
 /// Every flag keeps the name the Multus entrypoint gives it, so existing DaemonSets and
 /// MicroShift's manifests keep working.
@@ -174,6 +172,8 @@ pub enum InstallError {
     Config { path: PathBuf, msg: String },
     #[error("{0}")]
     Invalid(String),
+    #[error("cannot block SIGTERM and SIGINT: {0}")]
+    Signals(#[source] std::io::Error),
     #[error("gave up after {seconds} s waiting for {what}")]
     Timeout { what: String, seconds: u64 },
 }
@@ -199,10 +199,10 @@ const POLL: Duration = Duration::from_secs(1);
 
 /// Installs, then follows changes until SIGTERM or SIGINT (or returns after one pass with
 /// --skip-config-watch and no cleanup to do).
-pub fn run(opts: &Options) -> Result<(), InstallError> {
+pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
     // Blocked before anything else, so a signal that arrives during the first pass waits for
     // the loop instead of killing the process halfway through a write.
-    let stop = signals::Stop::block()?;
+    let stop = nodekit::signals::Stop::block().map_err(InstallError::Signals)?;
     opts.validate()?;
     for dir in [&opts.cni_bin_dir, &opts.cni_conf_dir] {
         if !dir.is_dir() {
@@ -215,7 +215,7 @@ pub fn run(opts: &Options) -> Result<(), InstallError> {
     binaries::install(opts)?;
     if opts.binaries_only {
         log("installed the binaries (--binaries-only)");
-        return Ok(());
+        return Ok(ExitCode::SUCCESS);
     }
     if let Some(path) = &opts.relay_log {
         relay::spawn(path.clone());
@@ -239,7 +239,7 @@ pub fn run(opts: &Options) -> Result<(), InstallError> {
     let watch = !opts.skip_config_watch;
     if !watch && !opts.cleanup_config_on_exit {
         log("installed; not watching (--skip-config-watch)");
-        return Ok(());
+        return Ok(ExitCode::SUCCESS);
     }
     log(if watch {
         "watching the primary config, the token and the CA"
@@ -264,7 +264,7 @@ pub fn run(opts: &Options) -> Result<(), InstallError> {
         conf::remove(opts);
     }
     log("stopped");
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Whether `name` in `dir` is a file holding what `new` reads. A symlink never is (it is not

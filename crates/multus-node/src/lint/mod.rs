@@ -12,6 +12,7 @@ mod report;
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 use ipnet::IpNet;
@@ -66,7 +67,8 @@ pub enum Output {
 }
 
 /// Lints, prints the report, and returns the exit status: 0 clean, 1 warnings, 2 errors.
-pub fn run(opts: &Options) -> i32 {
+/// Whatever cannot be read is a finding, so lint itself never fails.
+pub fn run(opts: &Options) -> ExitCode {
     let report = lint(opts);
     match opts.output {
         Output::Text => print!("{}", report.to_text()),
@@ -75,7 +77,7 @@ pub fn run(opts: &Options) -> i32 {
             serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
         ),
     }
-    report.exit_status()
+    ExitCode::from(report.exit_status())
 }
 
 pub fn lint(opts: &Options) -> Report {

@@ -424,8 +424,8 @@ impl Plugin<'_> {
                     Severity::Note,
                     "not-checked",
                     self.key("master"),
-                    "this host has no default route, so the master was not compared with the                      node's uplink",
-                    "run lint on the node, or name the node's uplink with                      --default-route-interface",
+                    "this host has no default route, so the master was not compared with the node's uplink",
+                    "run lint on the node, or name the node's uplink with --default-route-interface",
                 );
                 return;
             }

@@ -105,7 +105,7 @@ impl Report {
     }
 
     /// 0 clean (notes allowed), 1 warnings, 2 errors.
-    pub fn exit_status(&self) -> i32 {
+    pub fn exit_status(&self) -> u8 {
         match self.findings.iter().map(|f| f.severity).max() {
             Some(Severity::Error) => 2,
             Some(Severity::Warning) => 1,

@@ -19,7 +19,7 @@ use netkit::NetNs;
 use serde_json::{json, Value};
 
 use super::Error;
-use crate::thick::wire;
+use nodekit::http1;
 
 const GROUP_VERSION: &str = "whereabouts.cni.cncf.io/v1alpha1";
 /// Plural and kind of each resource served.
@@ -143,14 +143,14 @@ fn serve(store: &Mutex<Store>, mut conn: TcpStream) {
     let Ok(reading) = conn.try_clone() else {
         return;
     };
-    let Ok(request) = wire::read_request_within(reading, WAIT, wire::MAX_BODY) else {
+    let Ok(request) = http1::read_request_within(reading, WAIT, http1::MAX_BODY) else {
         return;
     };
     let (code, reply) = {
         let mut store = store.lock().unwrap_or_else(PoisonError::into_inner);
         route(&mut store, &request.method, &request.path, &request.body)
     };
-    let _ = wire::write_response(
+    let _ = http1::write_response(
         &mut conn,
         code,
         "application/json",

@@ -16,6 +16,7 @@ mod state;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ipnet::IpNet;
@@ -75,8 +76,17 @@ pub struct Options {
     pub plugins: Option<PathBuf>,
 }
 
-/// Runs `multus try`; `Ok(false)` when a trial failed (the output says why).
-pub fn run(opts: &Options) -> Result<bool, Error> {
+/// Runs `multus try`; exit status 1 when a trial failed (the output says why).
+pub fn run(opts: &Options) -> Result<ExitCode, Error> {
+    Ok(if trials(opts)? {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The trials, or `--clean`; false when one failed.
+fn trials(opts: &Options) -> Result<bool, Error> {
     if opts.clean {
         return clean();
     }

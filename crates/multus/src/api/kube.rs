@@ -33,11 +33,11 @@ impl KubeApi {
         }
     }
 
-    fn client(&self) -> Result<&KubeClient> {
+    fn client(&self) -> std::result::Result<&KubeClient, K8sError> {
         if let Some(client) = self.client.get() {
             return Ok(client);
         }
-        let client = KubeClient::new(&self.options).map_err(api_error)?;
+        let client = KubeClient::new(&self.options)?;
         Ok(self.client.get_or_init(|| Arc::new(client)))
     }
 }
@@ -62,10 +62,6 @@ pub fn connect(conf: &MultusConf) -> Result<Option<Box<dyn Api>>> {
     })))
 }
 
-fn api_error(e: K8sError) -> Error {
-    Error::from(e)
-}
-
 /// What multus reads of a NAD; not found is `None`.
 fn nad_of(
     got: std::result::Result<k8s::NetworkAttachmentDefinition, K8sError>,
@@ -80,7 +76,7 @@ fn nad_of(
             config: nad.spec.config,
         })),
         Err(e) if e.is_not_found() => Ok(None),
-        Err(e) => Err(api_error(e)),
+        Err(e) => Err(Error::from(e)),
     }
 }
 
@@ -94,7 +90,7 @@ impl Api for KubeApi {
                 annotations: pod.metadata.annotations.unwrap_or_default(),
             })),
             Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(api_error(e)),
+            Err(e) => Err(Error::from(e)),
         }
     }
 
@@ -113,7 +109,7 @@ impl Api for KubeApi {
     fn set_pod_annotations(&self, pod: &Pod, annotations: &BTreeMap<String, String>) -> Result<()> {
         self.client()?
             .set_pod_annotations(&pod.namespace, &pod.name, annotations)
-            .map_err(api_error)
+            .map_err(Error::from)
     }
 
     fn record_events<'a>(&self, events: &'a [Event]) -> Vec<(&'a Event, Error)> {
@@ -122,7 +118,7 @@ impl Api for KubeApi {
             Err(e) => {
                 return events
                     .iter()
-                    .map(|ev| (ev, Error::Api(e.to_string())))
+                    .map(|ev| (ev, Error::from(e.clone())))
                     .collect()
             }
         };
@@ -155,7 +151,7 @@ impl Api for KubeApi {
             .record_events(&sends, deadline)
             .into_iter()
             .zip(events)
-            .filter_map(|(sent, e)| sent.err().map(|err| (e, api_error(err))))
+            .filter_map(|(sent, e)| sent.err().map(|err| (e, Error::from(err))))
             .collect()
     }
 }

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
-use super::super::wire;
 use super::config::DaemonConfig;
-use crate::install::conf::{capabilities, primary_in};
+use crate::wire;
+use nodekit::primary::{capabilities, primary_in};
 
 pub const FILE_NAME: &str = "00-multus.conf";
 
@@ -100,9 +100,9 @@ impl<'a> ShimConf<'a> {
             Some(Value::Bool(true)) => delegate
                 .get("name")
                 .and_then(Value::as_str)
-                .unwrap_or(crate::install::conf::MULTUS_NETWORK_NAME)
+                .unwrap_or(nodekit::primary::MULTUS_NETWORK_NAME)
                 .to_owned(),
-            _ => crate::install::conf::MULTUS_NETWORK_NAME.to_owned(),
+            _ => nodekit::primary::MULTUS_NETWORK_NAME.to_owned(),
         };
         let mut unmapped = Vec::new();
         let mut on_node = |dir: &Path| {

@@ -21,9 +21,11 @@ use std::time::{Duration, Instant};
 
 use cni::{CniError, Code};
 
-use super::super::wire;
+use super::error::StartError;
 use super::handler::{Answer, Handler};
 use super::metrics::Metrics;
+use crate::wire;
+use nodekit::http1;
 
 /// How long a request may take to arrive whole, over all its reads.
 const READ_WAIT: Duration = Duration::from_secs(5);
@@ -189,7 +191,11 @@ pub struct Server {
 /// is: it must be root's (the daemon's user's) and writable by no one else, and a symlink in
 /// its place is refused. The socket in it has mode 0600; one left by an earlier daemon is
 /// replaced. Returns the socket's path, its (device, inode) and the listener.
-fn listen(dir: &Path) -> Result<(PathBuf, (u64, u64), UnixListener), String> {
+fn listen(dir: &Path) -> Result<(PathBuf, (u64, u64), UnixListener), StartError> {
+    listen_in(dir).map_err(StartError::Socket)
+}
+
+fn listen_in(dir: &Path) -> Result<(PathBuf, (u64, u64), UnixListener), String> {
     let at = |what: &str, e: std::io::Error| format!("{what} {}: {e}", dir.display());
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.file_type().is_symlink() => {
@@ -256,7 +262,7 @@ impl Server {
         in_flight: usize,
         queue_length: usize,
         queue_wait: Duration,
-    ) -> Result<Server, String> {
+    ) -> Result<Server, StartError> {
         let (socket, socket_id, listener) = listen(dir)?;
         let queue = Arc::new(Queue {
             waiting: Mutex::new((VecDeque::new(), false)),
@@ -272,24 +278,24 @@ impl Server {
                 std::thread::Builder::new()
                     .name(format!("worker-{i}"))
                     .spawn(move || work(&queue, &handler, &state))
-                    .map_err(|e| format!("cannot start a worker: {e}"))
+                    .map_err(StartError::thread("worker"))
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, StartError>>()?;
         let (expiring, metrics) = (Arc::clone(&queue), Arc::clone(&state.metrics));
         workers.push(
             std::thread::Builder::new()
                 .name("queue-deadline".into())
                 .spawn(move || expiring.expire(&metrics))
-                .map_err(|e| format!("cannot start the queue's deadline thread: {e}"))?,
+                .map_err(StartError::thread("queue's deadline"))?,
         );
         let accepting = listener
             .try_clone()
-            .map_err(|e| format!("the socket: {e}"))?;
+            .map_err(|e| StartError::Socket(format!("the socket: {e}")))?;
         let acceptor_state = Arc::clone(&state);
         let acceptor = std::thread::Builder::new()
             .name("acceptor".into())
             .spawn(move || accept(&accepting, &queue, &acceptor_state))
-            .map_err(|e| format!("cannot start the acceptor: {e}"))?;
+            .map_err(StartError::thread("acceptor"))?;
         Ok(Server {
             socket,
             socket_id,
@@ -330,9 +336,9 @@ impl Server {
 
 /// `/metrics` also on TCP `port` of every address, as upstream's `metricsPort`: one thread,
 /// one request per connection, read within [`READ_WAIT`], and no body.
-pub fn serve_metrics(port: u16, state: Arc<State>) -> Result<(), String> {
+pub fn serve_metrics(port: u16, state: Arc<State>) -> Result<(), StartError> {
     let listener = std::net::TcpListener::bind(("0.0.0.0", port))
-        .map_err(|e| format!("metricsPort {port}: {e}"))?;
+        .map_err(|source| StartError::MetricsPort { port, source })?;
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {
@@ -345,14 +351,14 @@ pub fn serve_metrics(port: u16, state: Arc<State>) -> Result<(), String> {
                 let Ok(reading) = stream.try_clone() else {
                     continue;
                 };
-                let (status, body) = match wire::read_request_within(reading, READ_WAIT, 0) {
+                let (status, body) = match http1::read_request_within(reading, READ_WAIT, 0) {
                     Ok(r) if r.path == "/metrics" && r.method == "GET" => {
                         (200, state.metrics.text().into_bytes())
                     }
                     Ok(_) => (404, Vec::new()),
                     Err(_) => continue,
                 };
-                let _ = wire::write_response(
+                let _ = http1::write_response(
                     &mut stream,
                     status,
                     "text/plain; version=0.0.4; charset=utf-8",
@@ -360,13 +366,13 @@ pub fn serve_metrics(port: u16, state: Arc<State>) -> Result<(), String> {
                 );
             }
         })
-        .map_err(|e| format!("cannot start the metrics thread: {e}"))?;
+        .map_err(StartError::thread("metrics"))?;
     Ok(())
 }
 
 fn reply(stream: &mut UnixStream, status: u16, content_type: &str, body: &[u8]) {
     let _ = stream.set_write_timeout(Some(WRITE_WAIT));
-    let _ = wire::write_response(stream, status, content_type, body);
+    let _ = http1::write_response(stream, status, content_type, body);
 }
 
 fn reply_error(stream: &mut UnixStream, status: u16, e: &CniError) {
@@ -391,10 +397,10 @@ fn serve_connections(listener: &UnixListener, queue: &Queue, state: &State) {
         let Ok(reading) = stream.try_clone() else {
             continue;
         };
-        let request = match wire::read_request_within(reading, READ_WAIT, wire::MAX_BODY) {
+        let request = match http1::read_request_within(reading, READ_WAIT, http1::MAX_BODY) {
             Ok(r) => r,
-            Err(wire::BadRequest::Gone(_)) => continue,
-            Err(wire::BadRequest::Refused(status, why)) => {
+            Err(http1::BadRequest::Gone(_)) => continue,
+            Err(http1::BadRequest::Refused(status, why)) => {
                 state.metrics.served("NotFound", status, "unknown");
                 reply(
                     &mut stream,
@@ -405,107 +411,119 @@ fn serve_connections(listener: &UnixListener, queue: &Queue, state: &State) {
                 continue;
             }
         };
-        let method = request.method.as_str();
-        let handler = request.path.as_str();
-        let status = match (handler, method) {
-            ("/healthz", "GET" | "POST") => {
-                reply(&mut stream, 200, "text/plain; charset=utf-8", b"");
-                200
-            }
-            ("/readyz", "GET" | "POST") => {
-                let (status, text) = if state.ready.load(Ordering::SeqCst) {
-                    (200, "")
-                } else {
-                    (500, "not ready: the caches are filling")
-                };
-                reply(
-                    &mut stream,
-                    status,
-                    "text/plain; charset=utf-8",
-                    text.as_bytes(),
-                );
-                status
-            }
-            ("/metrics", "GET") => {
-                let text = state.metrics.text();
-                reply(
-                    &mut stream,
-                    200,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    text.as_bytes(),
-                );
-                200
-            }
-            ("/cni", "POST") => {
-                let refused = match Held::take(&state.metrics, request.body.len()) {
-                    None => (
-                        stream,
-                        format!(
-                            "the multus daemon holds as many bytes of calls as it takes ({} \
-                             MiB): try again",
-                            HELD_BYTES >> 20
-                        ),
-                    ),
-                    Some(held) => {
-                        let job = Job {
-                            stream,
-                            body: request.body,
-                            arrived: Instant::now(),
-                            _held: held,
-                        };
-                        state.metrics.queued.fetch_add(1, Ordering::Relaxed);
-                        let refused = match queue.push(job) {
-                            Ok(()) => continue,
-                            Err(Refused::Full(job)) => (
-                                job.stream,
-                                "the multus daemon has as many calls queued as it takes \
-                                 (maxQueuedRequests): try again"
-                                    .to_owned(),
-                            ),
-                            Err(Refused::Closed(job)) => (
-                                job.stream,
-                                "the multus daemon's workers have stopped: see its log".to_owned(),
-                            ),
-                        };
-                        state.metrics.queued.fetch_sub(1, Ordering::Relaxed);
-                        refused
-                    }
-                };
-                let (mut stream, why) = refused;
-                state.metrics.request("unknown", "rejected", Duration::ZERO);
-                reply_error(&mut stream, 400, &CniError::new(Code::TryAgainLater, why));
-                400
-            }
-            ("/delegate", "POST") => {
-                let e = CniError::new(
-                    Code::Internal,
-                    "hot-plug (/delegate) is not served by this multus daemon",
-                );
-                reply_error(&mut stream, 400, &e);
-                400
-            }
-            ("/cni" | "/delegate" | "/healthz" | "/readyz" | "/metrics", _) => {
-                reply(
-                    &mut stream,
-                    405,
-                    "text/plain; charset=utf-8",
-                    b"Method not allowed\n",
-                );
-                405
-            }
-            _ => {
-                reply(&mut stream, 404, "text/plain; charset=utf-8", b"");
-                404
-            }
-        };
-        let known = ["/healthz", "/readyz", "/metrics", "/cni", "/delegate"];
-        let label = if known.contains(&handler) {
-            handler
-        } else {
-            "NotFound"
-        };
-        state.metrics.served(label, status, method);
+        let label = ROUTES
+            .into_iter()
+            .find(|r| *r == request.path)
+            .unwrap_or("NotFound");
+        let method = request.method.clone();
+        // A call the workers took is counted when they answer it.
+        if let Some(status) = route(request, stream, queue, state) {
+            state.metrics.served(label, status, &method);
+        }
     }
+}
+
+/// The paths served; any other is counted as `NotFound`.
+const ROUTES: [&str; 5] = ["/healthz", "/readyz", "/metrics", "/cni", "/delegate"];
+
+/// Answers one request, and returns the status it was answered with; or hands a call to the
+/// workers, which answer it.
+fn route(
+    request: http1::Request,
+    mut stream: UnixStream,
+    queue: &Queue,
+    state: &State,
+) -> Option<u16> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let status = match (request.path.as_str(), request.method.as_str()) {
+        ("/healthz", "GET" | "POST") => {
+            reply(&mut stream, 200, TEXT, b"");
+            200
+        }
+        ("/readyz", "GET" | "POST") => {
+            let (status, text) = if state.ready.load(Ordering::SeqCst) {
+                (200, "")
+            } else {
+                (500, "not ready: the caches are filling")
+            };
+            reply(&mut stream, status, TEXT, text.as_bytes());
+            status
+        }
+        ("/metrics", "GET") => {
+            let text = state.metrics.text();
+            reply(
+                &mut stream,
+                200,
+                "text/plain; version=0.0.4; charset=utf-8",
+                text.as_bytes(),
+            );
+            200
+        }
+        ("/cni", "POST") => {
+            let (mut stream, why) = admit(stream, request.body, queue, state).err()?;
+            state.metrics.request("unknown", "rejected", Duration::ZERO);
+            reply_error(&mut stream, 400, &CniError::new(Code::TryAgainLater, why));
+            400
+        }
+        ("/delegate", "POST") => {
+            let e = CniError::new(
+                Code::Internal,
+                "hot-plug (/delegate) is not served by this multus daemon",
+            );
+            reply_error(&mut stream, 400, &e);
+            400
+        }
+        (path, _) if ROUTES.contains(&path) => {
+            reply(&mut stream, 405, TEXT, b"Method not allowed\n");
+            405
+        }
+        _ => {
+            reply(&mut stream, 404, TEXT, b"");
+            404
+        }
+    };
+    Some(status)
+}
+
+/// Queues a call for the workers, within the bytes held and the queue's length; a call that
+/// does not fit comes back with the reason, for the caller to refuse.
+fn admit(
+    stream: UnixStream,
+    body: Vec<u8>,
+    queue: &Queue,
+    state: &State,
+) -> Result<(), (UnixStream, String)> {
+    let Some(held) = Held::take(&state.metrics, body.len()) else {
+        return Err((
+            stream,
+            format!(
+                "the multus daemon holds as many bytes of calls as it takes ({} MiB): try again",
+                HELD_BYTES >> 20
+            ),
+        ));
+    };
+    let job = Job {
+        stream,
+        body,
+        arrived: Instant::now(),
+        _held: held,
+    };
+    state.metrics.queued.fetch_add(1, Ordering::Relaxed);
+    let refused = match queue.push(job) {
+        Ok(()) => return Ok(()),
+        Err(Refused::Full(job)) => (
+            job.stream,
+            "the multus daemon has as many calls queued as it takes (maxQueuedRequests): try \
+             again"
+                .to_owned(),
+        ),
+        Err(Refused::Closed(job)) => (
+            job.stream,
+            "the multus daemon's workers have stopped: see its log".to_owned(),
+        ),
+    };
+    state.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+    Err(refused)
 }
 
 /// Whether the client has closed its end: a peek that finds the end of the stream.

@@ -4,15 +4,13 @@
 
 use std::time::Duration;
 
-use super::InstallError;
-
 pub struct Stop {
     set: libc::sigset_t,
 }
 
 impl Stop {
     /// Blocks SIGTERM and SIGINT for this thread and every thread it starts later.
-    pub fn block() -> Result<Stop, InstallError> {
+    pub fn block() -> std::io::Result<Stop> {
         // SAFETY: sigset_t is plain data; sigemptyset initialises it before any other use.
         let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: `set` is a valid, exclusively borrowed sigset_t; the signal numbers are valid.
@@ -23,10 +21,7 @@ impl Stop {
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut())
         };
         if rc != 0 {
-            return Err(InstallError::Invalid(format!(
-                "cannot block SIGTERM/SIGINT: {}",
-                std::io::Error::from_raw_os_error(rc)
-            )));
+            return Err(std::io::Error::from_raw_os_error(rc));
         }
         Ok(Stop { set })
     }

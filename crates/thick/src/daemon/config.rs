@@ -10,7 +10,7 @@ use cni::quote::quote;
 use multus::config::{LogLevel, LogOptions};
 use serde_json::{Map, Value};
 
-use super::super::wire;
+use crate::wire;
 
 /// Upstream's default path of the config file.
 pub const DEFAULT_PATH: &str = "/etc/cni/net.d/multus.d/daemon-config.json";

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use cni::{CmdArgs, CniError, Code, Version};
 use multus::command::Multus;
 
-use super::super::wire::{AddReply, CniRequest};
 use super::api::Shared;
 use super::config::DaemonConfig;
+use crate::wire::{AddReply, CniRequest};
 
 /// What a handled call answers, and how it is counted.
 pub struct Answer {

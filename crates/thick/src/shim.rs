@@ -15,7 +15,8 @@ use std::time::Duration;
 use cni::{CmdArgs, CniError, CniResult, Code};
 use serde_json::Value;
 
-use super::wire::{self, CniRequest};
+use crate::wire::{self, CniRequest};
+use nodekit::http1;
 
 /// How long the shim waits for the daemon's answer: longer than the daemon keeps a request
 /// (its queue deadline plus the call), shorter than a runtime waits for a sandbox.
@@ -38,7 +39,7 @@ enum Answer {
     Failed(CniError),
     /// No answer came: nothing on the socket, no reply in time, or a reply that could not be
     /// read.
-    Missing(wire::ExchangeError),
+    Missing(http1::ExchangeError),
 }
 
 fn ask(args: &CmdArgs, socket: &std::path::Path) -> Answer {
@@ -55,7 +56,7 @@ fn ask(args: &CmdArgs, socket: &std::path::Path) -> Answer {
         Ok(b) => b,
         Err(e) => return Answer::Failed(CniError::new(Code::Internal, e.to_string())),
     };
-    let (status, reply) = match wire::exchange(socket, "POST", "/cni", &body, ANSWER_WAIT) {
+    let (status, reply) = match http1::exchange(socket, "POST", "/cni", &body, ANSWER_WAIT) {
         Ok(r) => r,
         Err(e) => return Answer::Missing(e),
     };
@@ -79,16 +80,16 @@ fn ask(args: &CmdArgs, socket: &std::path::Path) -> Answer {
     Answer::Failed(error)
 }
 
-fn no_answer(socket: &std::path::Path, why: &wire::ExchangeError, code: Code) -> CniError {
+fn no_answer(socket: &std::path::Path, why: &http1::ExchangeError, code: Code) -> CniError {
     let socket = socket.display();
     let what = match why {
-        wire::ExchangeError::Unreachable(e) => {
+        http1::ExchangeError::Unreachable(e) => {
             format!("the multus daemon does not answer on {socket} ({e})")
         }
-        wire::ExchangeError::Silent(e) => {
+        http1::ExchangeError::Silent(e) => {
             format!("the multus daemon on {socket} took the call and did not answer ({e})")
         }
-        wire::ExchangeError::Unreadable(e) => {
+        http1::ExchangeError::Unreadable(e) => {
             format!("the multus daemon on {socket} answered, and its reply could not be read ({e})")
         }
     };
@@ -186,7 +187,7 @@ impl cni::Plugin for Shim {
 }
 
 /// The `multus-shim` binary's entry: a CNI plugin.
-pub fn main() -> i32 {
+pub fn main() -> std::process::ExitCode {
     let about = format!("multus-rs shim v{}", env!("CARGO_PKG_VERSION"));
     let shim = Shim {
         called_as: "multus-shim".to_owned(),

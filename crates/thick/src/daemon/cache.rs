@@ -12,6 +12,7 @@ use k8s::{Change, ClientOptions, Collection, KeepAlive, KubeClient};
 use multus::api::{Nad, Pod};
 use serde_json::Value;
 
+use super::error::StartError;
 use super::metrics::Metrics;
 
 type Key = (String, String);
@@ -192,7 +193,7 @@ impl Caches {
         node: Option<String>,
         metrics: Arc<Metrics>,
         stop: Arc<AtomicBool>,
-    ) -> Result<Arc<Caches>, String> {
+    ) -> Result<Arc<Caches>, StartError> {
         let caches = Arc::new(Caches {
             pods: Store::new(|_| 0, usize::MAX),
             nads: Store::new(|n: &Nad| n.config.len(), MAX_CACHED_BYTES),
@@ -203,8 +204,7 @@ impl Caches {
                 kubeconfig: kubeconfig.clone(),
                 keep_alive: KeepAlive::Process,
                 ..ClientOptions::default()
-            })
-            .map_err(|e| e.to_string())?;
+            })?;
             let (caches, metrics, stop) =
                 (Arc::clone(&caches), Arc::clone(&metrics), Arc::clone(&stop));
             std::thread::Builder::new()
@@ -232,7 +232,7 @@ impl Caches {
                         seen.store(version.load(Ordering::SeqCst), Ordering::Relaxed);
                     });
                 })
-                .map_err(|e| format!("cannot start a watch: {e}"))?;
+                .map_err(StartError::thread("watch"))?;
         }
         Ok(caches)
     }
