@@ -1,8 +1,7 @@
 //! What the `multus` binary runs besides the CNI commands: the installer (`multus install`),
-//! the NAD checker (`multus lint`) and `multus try`. Thick mode's daemon and shim are the
-//! `thick` crate's.
+//! `multus try` and the whereabouts tools. `multus lint`'s checks are the `lint` crate's, and
+//! thick mode's daemon and shim the `thick` crate's.
 
 pub mod install;
-pub mod lint;
 pub mod tryout;
 pub mod whereabouts_tools;

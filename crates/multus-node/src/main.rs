@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use multus_node::{install, lint, tryout, whereabouts_tools};
+use multus_node::{install, tryout, whereabouts_tools};
 
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),

@@ -325,7 +325,11 @@ fn bad_files_are_refused_with_what_and_where_before_anything_is_built() {
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n".into(),
             "kind \"ConfigMap\" is neither a Pod nor a NetworkAttachmentDefinition",
         ),
-        ("yaml.yaml", "kind: [unclosed\n".into(), "not valid YAML"),
+        (
+            "yaml.yaml",
+            "kind: [unclosed\n".into(),
+            "yaml.yaml (document 1): not valid YAML",
+        ),
         (
             "noname.yaml",
             "kind: NetworkAttachmentDefinition\nspec:\n  config: '{}'\n".into(),

@@ -8,9 +8,8 @@ use std::sync::Mutex;
 use serde::Deserialize;
 
 use super::Error;
-use crate::lint::input::Document;
-use crate::lint::{Report, Severity};
 use multus::api::{self, Api, EventKind, Pod};
+use nodekit::documents::{self, Documents};
 
 const NAD_KIND: &str = "NetworkAttachmentDefinition";
 
@@ -48,30 +47,29 @@ struct Meta {
 impl Inputs {
     /// Reads files, and the YAML and JSON files of directories, as `multus lint` reads them.
     pub fn read(paths: &[PathBuf]) -> Result<Inputs, Error> {
-        let mut report = Report::default();
-        let docs = crate::lint::input::read(paths, &mut report);
         let mut inputs = Inputs::default();
-        inputs.add(docs, &report)?;
+        inputs.add(documents::read(paths))?;
         Ok(inputs)
     }
 
     /// Adds the documents of one file's text; `origin` names it in errors.
     pub fn add_text(&mut self, origin: &str, text: &str) -> Result<(), Error> {
-        let mut report = Report::default();
-        let mut docs = Vec::new();
-        crate::lint::input::read_text(Path::new(origin), text, &mut docs, &mut report);
-        self.add(docs, &report)
+        let mut read = Documents::default();
+        read.add_text(Path::new(origin), text);
+        self.add(read)
     }
 
-    fn add(&mut self, docs: Vec<Document>, report: &Report) -> Result<(), Error> {
-        if report
-            .findings
+    fn add(&mut self, read: Documents) -> Result<(), Error> {
+        let unreadable: Vec<String> = read
+            .unreadable
             .iter()
-            .any(|f| f.severity == Severity::Error)
-        {
-            return Err(Error::Input(report.to_text().trim_end().to_owned()));
+            .filter(|u| u.is_error)
+            .map(ToString::to_string)
+            .collect();
+        if !unreadable.is_empty() {
+            return Err(Error::Input(unreadable.join("\n")));
         }
-        for doc in docs {
+        for doc in read.documents {
             let at = format!("{}, document {}", doc.file.display(), doc.index);
             let doc: Doc = serde_json::from_value(doc.value)
                 .map_err(|e| Error::Input(format!("{at}: {e}")))?;

@@ -188,7 +188,7 @@ fn lint_for_host(opts: &Options, plugins: &Path) -> Result<(), Error> {
     #[derive(clap::Parser)]
     struct Lint {
         #[command(flatten)]
-        opts: crate::lint::Options,
+        opts: lint::Options,
     }
     let mut args = vec!["lint".into(), "--cni-bin-dir".into()];
     args.push(
@@ -201,7 +201,7 @@ fn lint_for_host(opts: &Options, plugins: &Path) -> Result<(), Error> {
     args.extend(opts.paths.iter().map(|p| p.as_os_str().to_owned()));
     let lint = <Lint as clap::Parser>::try_parse_from(args)
         .map_err(|e| Error::Usage(format!("lint: {e}")))?;
-    let report = crate::lint::lint(&lint.opts);
+    let report = lint::lint(&lint.opts);
     println!("--- multus lint (against this machine)");
     print!("{}", report.to_text());
     match (report.exit_status(), opts.yes) {

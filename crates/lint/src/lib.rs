@@ -3,7 +3,6 @@
 //! asks), checks every plugin's options by asking the plugins themselves, and flags what a
 //! valid config can still break. docs/lint.md describes every check.
 
-pub(crate) mod input;
 mod network;
 mod plugins;
 mod pods;
@@ -18,9 +17,9 @@ use clap::{Args, ValueEnum};
 use ipnet::IpNet;
 use serde_json::Value;
 
-use input::Document;
 use k8s::NetworkAttachmentDefinition;
 use network::{Context, Network, Reserved, Uplink};
+use nodekit::documents::{self, Document};
 use plugins::Plugins;
 use pods::PodMeta;
 pub use report::{Finding, Place, Report, Severity};
@@ -82,7 +81,21 @@ pub fn run(opts: &Options) -> ExitCode {
 
 pub fn lint(opts: &Options) -> Report {
     let mut report = Report::default();
-    let docs = input::read(&opts.paths, &mut report);
+    let read = documents::read(&opts.paths);
+    for u in read.unreadable {
+        let severity = if u.is_error {
+            Severity::Error
+        } else {
+            Severity::Warning
+        };
+        let place = Place {
+            file: Some(u.file),
+            document: u.document,
+            ..Place::default()
+        };
+        report.add(severity, u.check, place, u.problem, u.fix);
+    }
+    let docs = read.documents;
     let plugins = Plugins::find(&opts.cni_bin_dir).unwrap_or_else(|e| {
         report.add(
             Severity::Note,
@@ -117,7 +130,7 @@ pub fn lint(opts: &Options) -> Report {
                 None => report.add(
                     Severity::Note,
                     "input",
-                    doc.place(),
+                    Place::of(doc),
                     format!("kind {kind} is neither a NetworkAttachmentDefinition nor a pod (or pod template): ignored"),
                     "",
                 ),
@@ -171,7 +184,7 @@ fn kind_of<'a>(doc: &'a Document, report: &mut Report) -> Option<&'a str> {
             report.add(
                 Severity::Error,
                 "input",
-                doc.place(),
+                Place::of(doc),
                 "not a Kubernetes object: it has no \"kind\"",
                 "give the document apiVersion: k8s.cni.cncf.io/v1 and kind: \
                  NetworkAttachmentDefinition, or remove it",
@@ -195,7 +208,7 @@ fn check_nad(
     opts: &Options,
     report: &mut Report,
 ) -> Option<((String, String), Network)> {
-    let mut place = doc.place();
+    let mut place = Place::of(doc);
     place.kind = Some("NetworkAttachmentDefinition".into());
     let nad: NetworkAttachmentDefinition = match serde_json::from_value(doc.value.clone()) {
         Ok(nad) => nad,
@@ -248,7 +261,7 @@ fn pod_meta<'a>(doc: &'a Document, kind: &str, opts: &Options) -> Option<PodMeta
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)
         .unwrap_or("");
-    let mut place = doc.place();
+    let mut place = Place::of(doc);
     place.kind = Some(kind.to_owned());
     place.object = Some(format!("{namespace}/{name}"));
     Some(PodMeta {

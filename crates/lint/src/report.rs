@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use nodekit::documents::Document;
 use serde::Serialize;
 
 /// How bad a finding is. The exit status is that of the worst one.
@@ -44,6 +45,17 @@ pub struct Place {
     /// The offending key: `spec.config.plugins[0].ipam.ranges[0][0].subnet`.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub path: String,
+}
+
+impl Place {
+    /// The file and document an object came from.
+    pub fn of(doc: &Document) -> Place {
+        Place {
+            file: Some(doc.file.clone()),
+            document: Some(doc.index),
+            ..Place::default()
+        }
+    }
 }
 
 impl Place {
