@@ -55,12 +55,12 @@ pub fn run(tool: &Tool) -> Result<ExitCode, ToolError> {
             };
             let (watcher, client) = (client().map_err(failed)?, client().map_err(failed)?);
             // The watch's troubles (a failed list, a broken connection) go to stderr.
-            multus::log::init_with(
-                multus::config::LogLevel::Error,
-                None,
-                &multus::config::LogOptions::default(),
-                true,
-            );
+            multus::log::init_with(&multus::config::LogSettings {
+                level: multus::config::LogLevel::Error,
+                file: None,
+                to_stderr: true,
+                options: multus::config::LogOptions::default(),
+            });
             let stop = AtomicBool::new(false);
             whereabouts::control(&watcher, &client, &stop, &mut std::io::stdout());
         }

@@ -2,10 +2,13 @@
 //! option with upstream's defaults. A value of the wrong type or an unknown value is an error
 //! that names the key; keys multus does not know are left alone, as upstream does.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cni::quote::{quote, quote_value};
+use cni::quote::quote;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -77,12 +80,64 @@ impl LogLevel {
 }
 
 /// `logOptions`: rotation settings for `logFile`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct LogOptions {
     pub max_age: Option<u64>,
     pub max_size: Option<u64>,
     pub max_backups: Option<u64>,
     pub compress: Option<bool>,
+}
+
+/// Where a process logs, and how much: the multus config's log keys, and the thick daemon's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSettings {
+    pub level: LogLevel,
+    pub file: Option<PathBuf>,
+    pub to_stderr: bool,
+    pub options: LogOptions,
+}
+
+/// The log keys, as the multus config and the thick daemon's config both take them:
+/// `logLevel`, `logFile`, `logToStderr`, `logOptions`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LogKeys {
+    log_level: Option<String>,
+    log_file: Option<String>,
+    log_to_stderr: Option<bool>,
+    log_options: Option<LogOptions>,
+}
+
+/// A key whose value has the right type and still cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{key}: {msg}")]
+pub struct KeyError {
+    pub key: &'static str,
+    pub msg: String,
+}
+
+impl LogKeys {
+    /// The settings; `to_stderr` is what `logToStderr` is when absent (multus logs to stderr
+    /// by default, the daemon, as upstream's, does not).
+    pub fn settings(self, to_stderr: bool) -> std::result::Result<LogSettings, KeyError> {
+        let level = match self.log_level.as_deref() {
+            None | Some("") => LogLevel::Panic,
+            Some(s) => LogLevel::parse(s).ok_or_else(|| KeyError {
+                key: "logLevel",
+                msg: format!(
+                    "{} is not a level: use panic, error, verbose or debug",
+                    quote(s)
+                ),
+            })?,
+        };
+        Ok(LogSettings {
+            level,
+            file: path(self.log_file),
+            to_stderr: self.log_to_stderr.unwrap_or(to_stderr),
+            options: self.log_options.unwrap_or_default(),
+        })
+    }
 }
 
 /// The node admin's policy for what a tenant's NAD or pod annotation may ask of the node
@@ -144,10 +199,7 @@ pub struct MultusConf {
     /// other delegate behind `passthru`.
     pub auxiliary_cni_chain_name: Option<String>,
     pub kubeconfig: Option<PathBuf>,
-    pub log_file: Option<PathBuf>,
-    pub log_level: LogLevel,
-    pub log_to_stderr: bool,
-    pub log_options: LogOptions,
+    pub log: LogSettings,
     /// The runtime's runtime config: it goes to the cluster network only.
     pub runtime_config: Map<String, Value>,
     pub readiness_indicator_file: Option<PathBuf>,
@@ -187,182 +239,21 @@ impl MultusConf {
         }
     }
 
+    /// Reads the config: every key through [`cni::decode`], whose errors name the key, then
+    /// the checks that span keys.
     pub fn parse(bytes: &[u8]) -> Result<MultusConf> {
         let map = cni::decode::read_object(bytes).map_err(|e| {
             Error::from(cni::CniError::decoding(format!(
                 "error parsing multus config: {e}"
             )))
         })?;
-        let keys = Keys(&map);
-        let log_level = match keys.string("logLevel")? {
-            None => LogLevel::Panic,
-            Some(s) if s.is_empty() => LogLevel::Panic,
-            Some(s) => LogLevel::parse(&s).ok_or_else(|| {
-                Error::config(
-                    "logLevel",
-                    format!(
-                        "{} is not a level: use panic, error, verbose or debug",
-                        quote(&s)
-                    ),
-                )
-            })?,
-        };
-        let log_options = match keys.object("logOptions")? {
-            None => LogOptions::default(),
-            Some(o) => {
-                let o = Keys(o);
-                LogOptions {
-                    max_age: o.uint("maxAge", "logOptions.maxAge")?,
-                    max_size: o.uint("maxSize", "logOptions.maxSize")?,
-                    max_backups: o.uint("maxBackups", "logOptions.maxBackups")?,
-                    compress: o.bool_named("compress", "logOptions.compress")?,
-                }
-            }
-        };
-        let delegates = match keys.get("delegates") {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items
-                .iter()
-                .enumerate()
-                .map(|(i, d)| match d {
-                    Value::Object(o) => Ok(o.clone()),
-                    other => Err(Error::config(
-                        &format!("delegates[{i}]"),
-                        format!("{} is not a network config object", quote_value(other)),
-                    )),
-                })
-                .collect::<Result<_>>()?,
-            Some(other) => {
-                return Err(Error::config(
-                    "delegates",
-                    format!("{} is not a list of configs", quote_value(other)),
-                ))
-            }
-        };
-        let auxiliary_cni_chain_name = keys
-            .string("auxiliaryCNIChainName")?
-            .filter(|s| !s.is_empty());
-        if let Some(name) = &auxiliary_cni_chain_name {
-            // It names a directory: nothing that could step out of the conf dir.
-            if !cni::env::is_valid_name(name) {
-                return Err(Error::config(
-                    "auxiliaryCNIChainName",
-                    format!(
-                        "{} is not a network name: use letters, digits, '_', '.' and '-', \
-                         starting with a letter or digit",
-                        quote(name)
-                    ),
-                ));
-            }
-        }
-        let cluster_network = keys.string("clusterNetwork")?.unwrap_or_default();
-        if delegates.is_empty() && cluster_network.is_empty() {
-            return Err(Error::config(
-                "clusterNetwork",
-                "set clusterNetwork or at least one entry in delegates",
-            ));
-        }
-        let global_namespaces = match keys.string("globalNamespaces")? {
-            Some(raw) if !raw.is_empty() => raw
-                .split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect(),
-            _ => vec!["default".to_owned()],
-        };
-        let runtime_config = keys.object("runtimeConfig")?.cloned().unwrap_or_default();
-        let valid_attachments = match keys.get("cni.dev/valid-attachments") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(
-                cni::decode::from_value(v)
-                    .map_err(|e| Error::config("cni.dev/valid-attachments", e.to_string()))?,
-            ),
-        };
-        let path = |key: &str| -> Result<Option<PathBuf>> {
-            Ok(keys
-                .string(key)?
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from))
-        };
-        let seconds = |key: &str, default: u64| -> Result<Duration> {
-            Ok(Duration::from_secs(keys.uint(key, key)?.unwrap_or(default)))
-        };
-        MultusConf {
-            cni_version: keys.string("cniVersion")?.unwrap_or_default(),
-            name: keys.string("name")?.unwrap_or_default(),
-            conf_dir: path("confDir")?.unwrap_or_else(|| DEFAULT_CONF_DIR.into()),
-            cni_dir: path("cniDir")?.unwrap_or_else(|| DEFAULT_CNI_DIR.into()),
-            bin_dir: path("binDir")?.unwrap_or_else(|| DEFAULT_BIN_DIR.into()),
-            device_info_dir: path("deviceInfoDir")?
-                .unwrap_or_else(|| npwg::devinfo::DEFAULT_DIR.into()),
-            kubelet_checkpoint_file: path("kubeletCheckpointFile")?
-                .unwrap_or_else(|| kubelet::checkpoint::DEFAULT_PATH.into()),
-            pod_resources_socket: path("podResourcesSocket")?
-                .unwrap_or_else(|| kubelet::pod_resources::DEFAULT_SOCKET.into()),
-            delegates,
-            cluster_network,
-            default_networks: keys.string_list("defaultNetworks")?,
-            auxiliary_cni_chain_name,
-            kubeconfig: path("kubeconfig")?,
-            log_file: path("logFile")?,
-            log_level,
-            log_to_stderr: keys.bool("logToStderr")?.unwrap_or(true),
-            log_options,
-            runtime_config,
-            readiness_indicator_file: path("readinessindicatorfile")?,
-            namespace_isolation: keys.bool("namespaceIsolation")?.unwrap_or(false),
-            global_namespaces,
-            system_namespaces: match keys.get("systemNamespaces") {
-                None | Some(Value::Null) => vec!["kube-system".to_owned()],
-                Some(_) => keys.string_list("systemNamespaces")?,
-            },
-            multus_namespace: keys
-                .string("multusNamespace")?
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| DEFAULT_MULTUS_NAMESPACE.to_owned()),
-            retry_delete_on_error: keys.bool("retryDeleteOnError")?.unwrap_or(false),
-            readiness_timeout: seconds("readinessTimeoutSeconds", 45)?,
-            api_timeout: seconds("apiTimeoutSeconds", 10)?,
-            api_retries: match keys.uint("apiRetries", "apiRetries")? {
-                None => 3,
-                Some(n) => u32::try_from(n).map_err(|_| {
-                    Error::config(
-                        "apiRetries",
-                        format!("{n} is too large: at most {}", u32::MAX),
-                    )
-                })?,
-            },
-            valid_attachments,
-            node_root: None,
-            policy: TenantPolicy {
-                host_ports: match keys.get("hostPortRanges") {
-                    None | Some(Value::Null) => vec![DEFAULT_HOST_PORTS],
-                    Some(_) => keys
-                        .string_list("hostPortRanges")?
-                        .iter()
-                        .enumerate()
-                        .map(|(i, text)| port_range(text, i))
-                        .collect::<Result<_>>()?,
-                },
-                cluster_cidrs: keys
-                    .string_list("clusterCIDRs")?
-                    .iter()
-                    .enumerate()
-                    .map(|(i, text)| {
-                        cni::decode::parse_cidr(text, "a CIDR").map_err(|want| {
-                            Error::config(
-                                &format!("clusterCIDRs[{i}]"),
-                                format!("{} is not {want}", quote(text)),
-                            )
-                        })
-                    })
-                    .collect::<Result<_>>()?,
-                allow_cluster_routes: keys.bool("allowClusterRoutes")?.unwrap_or(false),
-                allow_cluster_addresses: keys.bool("allowClusterAddresses")?.unwrap_or(false),
-                allow_cluster_interfaces: keys.bool("allowClusterInterfaces")?.unwrap_or(false),
-            },
-        }
-        .checked()
+        let value = Value::Object(map);
+        let log = cni::decode::from_value::<LogKeys>(&value)
+            .map_err(Error::ConfigValue)?
+            .settings(true)
+            .map_err(|e| Error::config(e.key, e.msg))?;
+        let keys: Keys = cni::decode::from_value(&value).map_err(Error::ConfigValue)?;
+        keys.into_conf(log)?.checked()
     }
 
     fn checked(self) -> Result<MultusConf> {
@@ -427,81 +318,240 @@ pub fn parse_port_range(text: &str) -> std::result::Result<std::ops::RangeInclus
     Ok(low..=high)
 }
 
-/// Typed reads of a JSON object whose errors name the key.
-struct Keys<'a>(&'a Map<String, Value>);
+/// The keys as written, each of the type it takes; absent and `null` are the same.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Keys {
+    cni_version: Option<String>,
+    name: Option<String>,
+    conf_dir: Option<String>,
+    cni_dir: Option<String>,
+    bin_dir: Option<String>,
+    device_info_dir: Option<String>,
+    kubelet_checkpoint_file: Option<String>,
+    pod_resources_socket: Option<String>,
+    delegates: Option<Vec<NetworkObject>>,
+    cluster_network: Option<String>,
+    default_networks: Option<StringList>,
+    #[serde(rename = "auxiliaryCNIChainName")]
+    auxiliary_cni_chain_name: Option<String>,
+    kubeconfig: Option<String>,
+    runtime_config: Option<Map<String, Value>>,
+    #[serde(rename = "readinessindicatorfile")]
+    readiness_indicator_file: Option<String>,
+    namespace_isolation: Option<bool>,
+    global_namespaces: Option<String>,
+    system_namespaces: Option<StringList>,
+    multus_namespace: Option<String>,
+    retry_delete_on_error: Option<bool>,
+    readiness_timeout_seconds: Option<u64>,
+    api_timeout_seconds: Option<u64>,
+    api_retries: Option<u64>,
+    #[serde(rename = "cni.dev/valid-attachments")]
+    valid_attachments: Option<Vec<cni::GcAttachment>>,
+    host_port_ranges: Option<StringList>,
+    #[serde(rename = "clusterCIDRs")]
+    cluster_cidrs: Option<StringList>,
+    allow_cluster_routes: Option<bool>,
+    allow_cluster_addresses: Option<bool>,
+    allow_cluster_interfaces: Option<bool>,
+}
 
-impl<'a> Keys<'a> {
-    fn get(&self, key: &str) -> Option<&'a Value> {
-        self.0.get(key)
-    }
+/// A path key: empty is the same as absent.
+pub fn path(value: Option<String>) -> Option<PathBuf> {
+    value.filter(|s| !s.is_empty()).map(PathBuf::from)
+}
 
-    fn string(&self, key: &str) -> Result<Option<String>> {
-        match self.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(other) => Err(Error::config(
-                key,
-                format!("{} is not a string", quote_value(other)),
-            )),
+impl Keys {
+    /// The config, with upstream's defaults, and the values each key's type cannot check.
+    fn into_conf(self, log: LogSettings) -> Result<MultusConf> {
+        let delegates: Vec<Map<String, Value>> = self
+            .delegates
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| d.0)
+            .collect();
+        let auxiliary_cni_chain_name = self.auxiliary_cni_chain_name.filter(|s| !s.is_empty());
+        if let Some(name) = &auxiliary_cni_chain_name {
+            // It names a directory: nothing that could step out of the conf dir.
+            if !cni::env::is_valid_name(name) {
+                return Err(Error::config(
+                    "auxiliaryCNIChainName",
+                    format!(
+                        "{} is not a network name: use letters, digits, '_', '.' and '-', \
+                         starting with a letter or digit",
+                        quote(name)
+                    ),
+                ));
+            }
         }
-    }
-
-    fn bool(&self, key: &str) -> Result<Option<bool>> {
-        self.bool_named(key, key)
-    }
-
-    fn bool_named(&self, key: &str, name: &str) -> Result<Option<bool>> {
-        match self.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(other) => Err(Error::config(
-                name,
-                format!("{} is not true or false", quote_value(other)),
-            )),
+        let cluster_network = self.cluster_network.unwrap_or_default();
+        if delegates.is_empty() && cluster_network.is_empty() {
+            return Err(Error::config(
+                "clusterNetwork",
+                "set clusterNetwork or at least one entry in delegates",
+            ));
         }
-    }
-
-    fn uint(&self, key: &str, name: &str) -> Result<Option<u64>> {
-        match self.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Number(n)) if n.as_u64().is_some() => Ok(n.as_u64()),
-            Some(other) => Err(Error::config(
-                name,
-                format!("{} is not a whole number of 0 or more", quote_value(other)),
-            )),
-        }
-    }
-
-    fn object(&self, key: &str) -> Result<Option<&'a Map<String, Value>>> {
-        match self.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Object(o)) => Ok(Some(o)),
-            Some(other) => Err(Error::config(
-                key,
-                format!("{} is not an object", quote_value(other)),
-            )),
-        }
-    }
-
-    fn string_list(&self, key: &str) -> Result<Vec<String>> {
-        match self.get(key) {
-            None | Some(Value::Null) => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
+        let global_namespaces = match self.global_namespaces {
+            Some(raw) if !raw.is_empty() => raw
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            _ => vec!["default".to_owned()],
+        };
+        let api_retries = match self.api_retries {
+            None => 3,
+            Some(n) => u32::try_from(n).map_err(|_| {
+                Error::config(
+                    "apiRetries",
+                    format!("{n} is too large: at most {}", u32::MAX),
+                )
+            })?,
+        };
+        let host_ports = match self.host_port_ranges {
+            None => vec![DEFAULT_HOST_PORTS],
+            Some(ranges) => ranges
+                .0
                 .iter()
                 .enumerate()
-                .map(|(i, v)| match v {
-                    Value::String(s) if !s.is_empty() => Ok(s.clone()),
-                    other => Err(Error::config(
-                        &format!("{key}[{i}]"),
-                        format!("{} is not a non-empty string", quote_value(other)),
-                    )),
+                .map(|(i, text)| port_range(text, i))
+                .collect::<Result<_>>()?,
+        };
+        let cluster_cidrs = self
+            .cluster_cidrs
+            .unwrap_or_default()
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                cni::decode::parse_cidr(text, "a CIDR").map_err(|want| {
+                    Error::config(
+                        &format!("clusterCIDRs[{i}]"),
+                        format!("{} is not {want}", quote(text)),
+                    )
                 })
-                .collect(),
-            Some(other) => Err(Error::config(
-                key,
-                format!("{} is not a list of strings", quote_value(other)),
-            )),
+            })
+            .collect::<Result<_>>()?;
+        let seconds =
+            |value: Option<u64>, default: u64| Duration::from_secs(value.unwrap_or(default));
+        Ok(MultusConf {
+            cni_version: self.cni_version.unwrap_or_default(),
+            name: self.name.unwrap_or_default(),
+            conf_dir: path(self.conf_dir).unwrap_or_else(|| DEFAULT_CONF_DIR.into()),
+            cni_dir: path(self.cni_dir).unwrap_or_else(|| DEFAULT_CNI_DIR.into()),
+            bin_dir: path(self.bin_dir).unwrap_or_else(|| DEFAULT_BIN_DIR.into()),
+            device_info_dir: path(self.device_info_dir)
+                .unwrap_or_else(|| npwg::devinfo::DEFAULT_DIR.into()),
+            kubelet_checkpoint_file: path(self.kubelet_checkpoint_file)
+                .unwrap_or_else(|| kubelet::checkpoint::DEFAULT_PATH.into()),
+            pod_resources_socket: path(self.pod_resources_socket)
+                .unwrap_or_else(|| kubelet::pod_resources::DEFAULT_SOCKET.into()),
+            delegates,
+            cluster_network,
+            default_networks: self.default_networks.unwrap_or_default().0,
+            auxiliary_cni_chain_name,
+            kubeconfig: path(self.kubeconfig),
+            log,
+            runtime_config: self.runtime_config.unwrap_or_default(),
+            readiness_indicator_file: path(self.readiness_indicator_file),
+            namespace_isolation: self.namespace_isolation.unwrap_or(false),
+            global_namespaces,
+            system_namespaces: self
+                .system_namespaces
+                .map_or_else(|| vec!["kube-system".to_owned()], |l| l.0),
+            multus_namespace: self
+                .multus_namespace
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| DEFAULT_MULTUS_NAMESPACE.to_owned()),
+            retry_delete_on_error: self.retry_delete_on_error.unwrap_or(false),
+            readiness_timeout: seconds(self.readiness_timeout_seconds, 45),
+            api_timeout: seconds(self.api_timeout_seconds, 10),
+            api_retries,
+            valid_attachments: self.valid_attachments,
+            node_root: None,
+            policy: TenantPolicy {
+                host_ports,
+                cluster_cidrs,
+                allow_cluster_routes: self.allow_cluster_routes.unwrap_or(false),
+                allow_cluster_addresses: self.allow_cluster_addresses.unwrap_or(false),
+                allow_cluster_interfaces: self.allow_cluster_interfaces.unwrap_or(false),
+            },
+        })
+    }
+}
+
+/// A list of non-empty strings (`defaultNetworks`, `systemNamespaces`, ...).
+#[derive(Default)]
+struct StringList(Vec<String>);
+
+impl<'de> Deserialize<'de> for StringList {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<StringList, D::Error> {
+        struct Items;
+        impl<'de> Visitor<'de> for Items {
+            type Value = StringList;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of strings")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<StringList, A::Error> {
+                let mut items = Vec::new();
+                while let Some(NonEmpty(s)) = seq.next_element()? {
+                    items.push(s);
+                }
+                Ok(StringList(items))
+            }
         }
+        d.deserialize_seq(Items)
+    }
+}
+
+struct NonEmpty(String);
+
+impl<'de> Deserialize<'de> for NonEmpty {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<NonEmpty, D::Error> {
+        struct Text;
+        impl Visitor<'_> for Text {
+            type Value = NonEmpty;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a non-empty string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<NonEmpty, E> {
+                if s.is_empty() {
+                    return Err(E::invalid_value(de::Unexpected::Str(s), &self));
+                }
+                Ok(NonEmpty(s.to_owned()))
+            }
+        }
+        d.deserialize_str(Text)
+    }
+}
+
+/// An inline delegate: a network config, which multus reads whole later.
+struct NetworkObject(Map<String, Value>);
+
+impl<'de> Deserialize<'de> for NetworkObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<NetworkObject, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = NetworkObject;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a network config object")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<NetworkObject, A::Error> {
+                let mut object = Map::new();
+                while let Some((key, value)) = map.next_entry::<String, Value>()? {
+                    object.insert(key, value);
+                }
+                Ok(NetworkObject(object))
+            }
+        }
+        d.deserialize_map(Object)
     }
 }
 

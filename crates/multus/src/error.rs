@@ -7,6 +7,9 @@ pub enum Error {
     /// A bad multus configuration: `key` names the option.
     #[error("multus config: {key}: {msg}")]
     Config { key: String, msg: String },
+    /// A key of the multus config whose value is not of the type it takes.
+    #[error("multus config: {0}")]
+    ConfigValue(#[source] cni::decode::DecodeError),
     /// A pod annotation that cannot be used.
     #[error(transparent)]
     Annotation(#[from] npwg::selection::AnnotationError),
@@ -127,6 +130,7 @@ impl Error {
     pub fn code(&self) -> u32 {
         match self {
             Error::Config { .. }
+            | Error::ConfigValue(_)
             | Error::Annotation(_)
             | Error::NetworkNotFound(_)
             | Error::Isolation { .. }

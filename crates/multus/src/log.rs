@@ -12,7 +12,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use tracing_subscriber::filter::LevelFilter;
 
-use crate::config::{LogLevel, LogOptions, MultusConf};
+use crate::config::{LogLevel, LogOptions, LogSettings, MultusConf};
 
 /// Where each line goes.
 #[derive(Clone)]
@@ -101,12 +101,7 @@ fn open_append(path: &Path) -> std::io::Result<File> {
 /// Installs the logger for this process. A log file that cannot be opened is reported on
 /// stderr (when allowed) and otherwise ignored: logging must not fail a pod.
 pub fn init(conf: &MultusConf) {
-    init_with(
-        conf.log_level,
-        conf.log_file.as_deref(),
-        &conf.log_options,
-        conf.log_to_stderr,
-    );
+    init_with(&conf.log);
 }
 
 /// The log file and its rotation, for [`maintain`].
@@ -124,20 +119,17 @@ pub fn maintain() {
 }
 
 /// [`init`] from the settings themselves (a daemon's, read from its own config).
-pub fn init_with(
-    log_level: LogLevel,
-    log_file: Option<&std::path::Path>,
-    log_options: &LogOptions,
-    log_to_stderr: bool,
-) {
-    let level = match log_level {
+pub fn init_with(settings: &LogSettings) {
+    let log_options = &settings.options;
+    let log_to_stderr = settings.to_stderr;
+    let level = match settings.level {
         LogLevel::Panic => LevelFilter::OFF,
         LogLevel::Error => LevelFilter::WARN,
         LogLevel::Verbose => LevelFilter::INFO,
         LogLevel::Debug => LevelFilter::DEBUG,
     };
     let mut rotation_trouble = None;
-    let file = log_file.and_then(|path| {
+    let file = settings.file.as_deref().and_then(|path| {
         rotation_trouble = rotate(path, log_options).err();
         let _ = ROTATION.set((path.to_owned(), log_options.clone()));
         match LogFile::open(path) {

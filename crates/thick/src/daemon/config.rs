@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cni::quote::quote;
-use multus::config::{LogLevel, LogOptions};
+use multus::config::{path, KeyError, LogKeys, LogSettings};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::wire;
@@ -36,10 +37,7 @@ pub struct DaemonConfig {
     pub socket_dir: PathBuf,
     /// `chrootDir`: delegates run chrooted there (the host's root, mounted in the pod).
     pub chroot_dir: Option<PathBuf>,
-    pub log_file: Option<PathBuf>,
-    pub log_level: LogLevel,
-    pub log_to_stderr: bool,
-    pub log_options: LogOptions,
+    pub log: LogSettings,
     /// `connectionLimit`: CNI calls served at once.
     pub in_flight: usize,
     pub queue_length: usize,
@@ -66,130 +64,119 @@ pub struct DaemonConfig {
     pub warnings: Vec<String>,
 }
 
-fn bad(key: &str, why: impl std::fmt::Display) -> String {
-    format!("{key}: {why}")
+/// Why the daemon config cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Unreadable(#[source] std::io::Error),
+    #[error("larger than {MAX_FILE} bytes")]
+    TooLarge,
+    /// Not JSON, or a key whose value is not of the type it takes.
+    #[error(transparent)]
+    Decode(#[from] cni::decode::DecodeError),
+    /// A key of the right type whose value cannot be served.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+fn refused(key: &'static str, msg: impl Into<String>) -> ConfigError {
+    ConfigError::Key(KeyError {
+        key,
+        msg: msg.into(),
+    })
+}
+
+/// The keys the daemon reads, each of the type it takes; absent, `null` and `""` are the same.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Keys {
+    socket_dir: Option<String>,
+    chroot_dir: Option<String>,
+    connection_limit: Option<u64>,
+    max_queued_requests: Option<u64>,
+    request_timeout_seconds: Option<u64>,
+    metrics_port: Option<u64>,
+    multus_config_file: Option<String>,
+    per_node_certificate: Option<PerNodeCertificate>,
+    cni_config_dir: Option<String>,
+    multus_autoconfig_dir: Option<String>,
+    #[serde(rename = "multusMasterCNI")]
+    multus_master_cni: Option<String>,
+    cni_version: Option<String>,
+    #[serde(rename = "forceCNIVersion")]
+    force_cni_version: Option<bool>,
+    #[serde(rename = "readinessindicatorfile")]
+    readiness_indicator_file: Option<String>,
+    kubeconfig: Option<String>,
+    delegate_timeout_seconds: Option<u64>,
+    enable_pprof: Option<Value>,
 }
 
 /// Upstream's `perNodeCertificate`, when `enabled`, has the daemon make its own client
 /// certificate from a bootstrap kubeconfig (a CertificateSigningRequest per node, approved by
 /// a cert-approver, rotated before it expires). This daemon does not: started with it, it
 /// would talk to the API with other credentials than those configured, so it refuses to start.
-fn refuse_per_node_certificate(value: Option<&Value>) -> Result<(), String> {
-    match value {
-        None | Some(Value::Null) => Ok(()),
-        Some(Value::Object(o)) if o.get("enabled") != Some(&Value::Bool(true)) => Ok(()),
-        Some(Value::Object(_)) => Err(bad(
-            "perNodeCertificate",
-            "per-node client certificates (a bootstrap kubeconfig and a certificate signing \
-             request per node) are not supported by this daemon: remove the key, and give the \
-             daemon its credentials through its pod's service account (the default) or \
-             `kubeconfig`",
-        )),
-        Some(other) => Err(bad(
-            "perNodeCertificate",
-            format!("{other} is not an object"),
-        )),
-    }
+#[derive(Deserialize)]
+struct PerNodeCertificate {
+    enabled: Option<bool>,
+}
+
+fn text(value: Option<String>) -> Option<String> {
+    value.filter(|s| !s.is_empty())
 }
 
 impl DaemonConfig {
-    pub fn read(path: &Path) -> Result<DaemonConfig, String> {
-        let at = |e: String| format!("{}: {e}", path.display());
+    pub fn read(path: &Path) -> Result<DaemonConfig, ConfigError> {
         let bytes = std::fs::File::open(path)
             .and_then(|f| {
                 let mut text = Vec::new();
                 std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_FILE + 1), &mut text)
                     .map(|_| text)
             })
-            .map_err(|e| at(e.to_string()))?;
+            .map_err(ConfigError::Unreadable)?;
         if bytes.len() as u64 > MAX_FILE {
-            return Err(at(format!("larger than {MAX_FILE} bytes")));
+            return Err(ConfigError::TooLarge);
         }
-        DaemonConfig::parse(&bytes).map_err(at)
+        DaemonConfig::parse(&bytes)
     }
 
-    pub fn parse(bytes: &[u8]) -> Result<DaemonConfig, String> {
-        let keys = match serde_json::from_slice::<Value>(bytes) {
-            Ok(Value::Object(m)) => m,
-            Ok(_) => return Err("not a JSON object".into()),
-            Err(e) => return Err(format!("not JSON: {e}")),
-        };
-        let string = |key: &str| -> Result<Option<String>, String> {
-            match keys.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(Value::String(s)) if s.is_empty() => Ok(None),
-                Some(Value::String(s)) => Ok(Some(s.clone())),
-                Some(other) => Err(bad(key, format!("{other} is not a string"))),
-            }
-        };
-        let boolean = |key: &str| -> Result<bool, String> {
-            match keys.get(key) {
-                None | Some(Value::Null) => Ok(false),
-                Some(Value::Bool(b)) => Ok(*b),
-                Some(other) => Err(bad(key, format!("{other} is not true or false"))),
-            }
-        };
-        let count = |key: &str| -> Result<Option<u64>, String> {
-            match keys.get(key) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .map(Some)
-                    .ok_or_else(|| bad(key, format!("{v} is not a whole number"))),
-            }
-        };
-        let path = |key: &str| string(key).map(|s| s.map(PathBuf::from));
-        let log_level = match string("logLevel")? {
-            None => LogLevel::Panic,
-            Some(s) => LogLevel::parse(&s).ok_or_else(|| {
-                bad(
-                    "logLevel",
-                    format!(
-                        "{} is not a level: use panic, error, verbose or debug",
-                        quote(&s)
-                    ),
-                )
-            })?,
-        };
-        let log_options = match keys.get("logOptions") {
-            None | Some(Value::Null) => LogOptions::default(),
-            Some(Value::Object(o)) => LogOptions {
-                max_age: o.get("maxAge").and_then(Value::as_u64),
-                max_size: o.get("maxSize").and_then(Value::as_u64),
-                max_backups: o.get("maxBackups").and_then(Value::as_u64),
-                compress: o.get("compress").and_then(Value::as_bool),
-            },
-            Some(other) => return Err(bad("logOptions", format!("{other} is not an object"))),
-        };
-        let in_flight = match count("connectionLimit")? {
+    /// Reads every key through [`cni::decode`], whose errors name the key, and the log keys as
+    /// the multus config reads them.
+    pub fn parse(bytes: &[u8]) -> Result<DaemonConfig, ConfigError> {
+        let keys = cni::decode::read_object(bytes)?;
+        let value = Value::Object(keys.clone());
+        let log = cni::decode::from_value::<LogKeys>(&value)?.settings(false)?;
+        let read: Keys = cni::decode::from_value(&value)?;
+        let in_flight = match read.connection_limit {
             None => DEFAULT_IN_FLIGHT,
             Some(0) => {
-                return Err(bad(
+                return Err(refused(
                     "connectionLimit",
                     "must be greater than 0: it is how many calls are served at once",
                 ))
             }
             Some(n) => usize::try_from(n.min(1024)).unwrap_or(1024),
         };
-        let queue_length = count("maxQueuedRequests")?.map_or(DEFAULT_QUEUE, |n| {
+        let queue_length = read.max_queued_requests.map_or(DEFAULT_QUEUE, |n| {
             usize::try_from(n.min(65_536)).unwrap_or(65_536)
         });
-        let queue_wait = count("requestTimeoutSeconds")?
+        let queue_wait = read
+            .request_timeout_seconds
             .map_or(DEFAULT_QUEUE_WAIT, |s| Duration::from_secs(s.clamp(1, 600)));
-        let metrics_port = match count("metricsPort")? {
+        let metrics_port = match read.metrics_port {
             None => None,
             Some(p) => Some(
                 u16::try_from(p)
                     .ok()
                     .filter(|p| *p > 0)
-                    .ok_or_else(|| bad("metricsPort", format!("{p} is not a port")))?,
+                    .ok_or_else(|| refused("metricsPort", format!("{p} is not a port")))?,
             ),
         };
-        let multus_config_file = string("multusConfigFile")?.unwrap_or_else(|| "auto".into());
+        let multus_config_file = text(read.multus_config_file).unwrap_or_else(|| "auto".into());
         if multus_config_file != "auto" {
             // Upstream's daemon copies the file and then exits at once (a known bug): a node
             // would be left without its daemon.
-            return Err(bad(
+            return Err(refused(
                 "multusConfigFile",
                 format!(
                     "{}: only \"auto\" is served: the daemon writes 00-multus.conf from the \
@@ -198,34 +185,41 @@ impl DaemonConfig {
                 ),
             ));
         }
-        refuse_per_node_certificate(keys.get("perNodeCertificate"))?;
-        let cni_config_dir = path("cniConfigDir")?.unwrap_or_else(|| "/etc/cni/net.d".into());
-        let warnings = keys
-            .get("enablePprof")
-            .is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+        if read.per_node_certificate.and_then(|c| c.enabled) == Some(true) {
+            return Err(refused(
+                "perNodeCertificate",
+                "per-node client certificates (a bootstrap kubeconfig and a certificate signing \
+                 request per node) are not supported by this daemon: remove the key, and give \
+                 the daemon its credentials through its pod's service account (the default) or \
+                 `kubeconfig`",
+            ));
+        }
+        let cni_config_dir = path(read.cni_config_dir).unwrap_or_else(|| "/etc/cni/net.d".into());
+        let warnings = read
+            .enable_pprof
+            .is_some_and(|v| v != Value::Bool(false))
             .then(|| "enablePprof is not supported by this daemon: it is ignored".to_owned())
             .into_iter()
             .collect();
         Ok(DaemonConfig {
-            socket_dir: path("socketDir")?.unwrap_or_else(|| wire::DEFAULT_SOCKET_DIR.into()),
-            chroot_dir: path("chrootDir")?,
-            log_file: path("logFile")?,
-            log_level,
-            log_to_stderr: boolean("logToStderr")?,
-            log_options,
+            socket_dir: path(read.socket_dir).unwrap_or_else(|| wire::DEFAULT_SOCKET_DIR.into()),
+            chroot_dir: path(read.chroot_dir),
+            log,
             in_flight,
             queue_length,
             queue_wait,
             metrics_port,
             auto_config: true,
-            autoconfig_dir: path("multusAutoconfigDir")?.unwrap_or_else(|| cni_config_dir.clone()),
+            autoconfig_dir: path(read.multus_autoconfig_dir)
+                .unwrap_or_else(|| cni_config_dir.clone()),
             cni_config_dir,
-            master_cni: string("multusMasterCNI")?,
-            cni_version: string("cniVersion")?,
-            force_cni_version: boolean("forceCNIVersion")?,
-            readiness_file: path("readinessindicatorfile")?,
-            kubeconfig: path("kubeconfig")?,
-            delegate_timeout: count("delegateTimeoutSeconds")?
+            master_cni: text(read.multus_master_cni),
+            cni_version: text(read.cni_version),
+            force_cni_version: read.force_cni_version.unwrap_or(false),
+            readiness_file: path(read.readiness_indicator_file),
+            kubeconfig: path(read.kubeconfig),
+            delegate_timeout: read
+                .delegate_timeout_seconds
                 .map_or(DEFAULT_DELEGATE_TIMEOUT, |s| {
                     Duration::from_secs(s.clamp(1, 600))
                 }),
@@ -265,7 +259,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.socket_dir, Path::new("/host/run/multus/"));
         assert_eq!(c.chroot_dir.as_deref(), Some(Path::new("/hostroot")));
-        assert_eq!(c.log_level, LogLevel::Verbose);
+        assert_eq!(c.log.level, multus::config::LogLevel::Verbose);
         assert_eq!(c.in_flight, DEFAULT_IN_FLIGHT);
         assert_eq!(c.cni_version.as_deref(), Some("0.3.1"));
         // Present but not enabled, as upstream reads it: nothing to do.
@@ -304,9 +298,19 @@ mod tests {
                 r#"{"perNodeCertificate": true}"#,
                 "perNodeCertificate: true is not an object",
             ),
-            ("[]", "not a JSON object"),
+            ("[]", "the config: [] is not an object"),
+            (
+                r#"{"logOptions": {"maxAge": "x"}}"#,
+                "logOptions.maxAge: \"x\" is not a whole number",
+            ),
+            (
+                r#"{"logToStderr": "yes"}"#,
+                "logToStderr: \"yes\" is not true or false",
+            ),
         ] {
-            let e = DaemonConfig::parse(text.as_bytes()).unwrap_err();
+            let e = DaemonConfig::parse(text.as_bytes())
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with(want), "{text}: {e}");
         }
     }

@@ -8,8 +8,12 @@ pub enum StartError {
     #[error("{0}: use -config PATH")]
     Usage(String),
     /// The daemon config: its path and what is wrong.
-    #[error("{0}")]
-    Config(String),
+    #[error("{}: {source}", path.display())]
+    Config {
+        path: std::path::PathBuf,
+        #[source]
+        source: super::config::ConfigError,
+    },
     #[error("cannot block SIGTERM and SIGINT: {0}")]
     Signals(#[source] io::Error),
     /// `chrootDir` or the delegates' time limit could not be set up.

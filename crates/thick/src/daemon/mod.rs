@@ -125,13 +125,13 @@ struct Daemon {
 impl Daemon {
     /// Reads the config, sets up logging, the client, the caches and the threads, and listens.
     fn start(path: &Path) -> Result<Daemon, StartError> {
-        let config = Arc::new(DaemonConfig::read(path).map_err(StartError::Config)?);
-        multus::log::init_with(
-            config.log_level,
-            config.log_file.as_deref(),
-            &config.log_options,
-            config.log_to_stderr,
+        let config = Arc::new(
+            DaemonConfig::read(path).map_err(|source| StartError::Config {
+                path: path.to_owned(),
+                source,
+            })?,
         );
+        multus::log::init_with(&config.log);
         for warning in &config.warnings {
             tracing::warn!("{}: {warning}", path.display());
         }
