@@ -7,16 +7,33 @@
 
 use serde_json::Value;
 
+/// Which operation of a patch failed, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PatchError {
+    #[error("{op} operation does not apply at {path:?}: {why}")]
+    DoesNotApply {
+        op: String,
+        path: String,
+        why: &'static str,
+    },
+    #[error("unknown operation {0:?}")]
+    UnknownOperation(String),
+}
+
 /// Applies `ops` to `doc`, or says which operation failed and why. On an error `doc` may be
 /// half patched, so callers patch a copy.
-pub fn apply(doc: &mut Value, ops: &[Value]) -> Result<(), String> {
+pub fn apply(doc: &mut Value, ops: &[Value]) -> Result<(), PatchError> {
     ops.iter().try_for_each(|op| apply_one(doc, op))
 }
 
-fn apply_one(doc: &mut Value, op: &Value) -> Result<(), String> {
+fn apply_one(doc: &mut Value, op: &Value) -> Result<(), PatchError> {
     let kind = op["op"].as_str().unwrap_or_default();
     let raw = op["path"].as_str().unwrap_or_default();
-    let fail = |why: &str| format!("{kind} operation does not apply at {raw:?}: {why}");
+    let fail = |why: &'static str| PatchError::DoesNotApply {
+        op: kind.to_owned(),
+        path: raw.to_owned(),
+        why,
+    };
     let path = match op["path"].as_str() {
         Some(p) => parse(p).map_err(fail)?,
         None => return Err(fail("it has no \"path\"")),
@@ -49,7 +66,7 @@ fn apply_one(doc: &mut Value, op: &Value) -> Result<(), String> {
             let moved = remove(doc, &from).map_err(fail)?;
             add(doc, &path, moved).map_err(fail)
         }
-        _ => Err(format!("unknown operation {kind:?}")),
+        _ => Err(PatchError::UnknownOperation(kind.to_owned())),
     }
 }
 

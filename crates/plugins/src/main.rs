@@ -62,7 +62,13 @@ fn main() -> ExitCode {
     if entry.name == "dhcp" {
         let rest: Vec<String> = argv.collect();
         if rest.first().is_some_and(|a| a == "daemon") {
-            return cni::skel::exit_code(ipam::dhcp::daemon::main(&rest[1..]));
+            return match ipam::dhcp::daemon::run(&rest[1..]) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("dhcp daemon: {e}");
+                    e.exit_code()
+                }
+            };
         }
     }
     let about = format!("multus-rs {} v{}", entry.about, env!("CARGO_PKG_VERSION"));

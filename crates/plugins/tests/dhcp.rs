@@ -706,3 +706,63 @@ fn bad_requests_get_clear_errors_and_leave_nothing() {
     assert!(s.lease_files().is_empty());
     assert!(!s.net.log().contains("DHCPDISCOVER"), "{}", s.net.log());
 }
+
+/// What the daemon is started with, and a socket it cannot have, stop it at once with the
+/// reason: the usage for a command line it does not take (exit 2), the socket's trouble
+/// (exit 1). `-h` is the usage alone.
+#[test]
+fn the_daemons_command_line_and_a_socket_it_cannot_have_are_refused_saying_why() {
+    let daemon = |args: &[&str]| {
+        let out = std::process::Command::new(bin())
+            .args(["dhcp", "daemon"])
+            .args(args)
+            .output()
+            .expect("runs the daemon");
+        let text = |b: Vec<u8>| String::from_utf8(b).expect("UTF-8");
+        (out.status.code(), text(out.stdout), text(out.stderr))
+    };
+    let (code, stdout, _) = daemon(&["-h"]);
+    assert_eq!(code, Some(0));
+    assert!(stdout.starts_with("usage: dhcp daemon"), "{stdout}");
+    for (args, says) in [
+        (&["-nosuch"][..], "dhcp daemon: unknown flag -nosuch\n"),
+        (
+            &["-timeout", "ten"],
+            "dhcp daemon: -timeout \"ten\": want a duration",
+        ),
+        (
+            &["-pidfile", "x.pid"],
+            "-pidfile x.pid: the path must be absolute",
+        ),
+        (
+            &["-broadcast=maybe"],
+            "-broadcast=maybe: want true or false",
+        ),
+    ] {
+        let (code, _, stderr) = daemon(args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(stderr.contains("usage: dhcp daemon"), "{args:?}: {stderr}");
+    }
+    // The test's daemon holds its socket: a second one does not take it over.
+    let s = Setup::new(Server::Dnsmasq(&[]));
+    let socket = s.socket().display().to_string();
+    let state = s.work.path().join("second").display().to_string();
+    let (code, _, stderr) = daemon(&["-socketpath", &socket, "-statedir", &state]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!("dhcp daemon: another dhcp daemon is listening on {socket}; stop it first")
+    );
+    let file = s.work.path().join("not-a-socket");
+    std::fs::write(&file, "").expect("writes a test file");
+    let (code, _, stderr) = daemon(&[
+        "-socketpath",
+        &file.display().to_string(),
+        "-statedir",
+        &state,
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("exists and is not a socket"), "{stderr}");
+    assert!(s.socket().exists(), "the first daemon's socket stays");
+}

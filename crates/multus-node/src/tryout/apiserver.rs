@@ -249,7 +249,7 @@ fn route(store: &mut Store, method: &str, path: &str, body: &[u8]) -> (u16, Valu
             };
             let mut patched = current.clone();
             if let Err(why) = jsonpatch::apply(&mut patched, &ops) {
-                return status(422, "Invalid", &why);
+                return status(422, "Invalid", &why.to_string());
             }
             store.version += 1;
             patched["metadata"]["resourceVersion"] = json!(store.version.to_string());

@@ -310,7 +310,7 @@ fn apply_json_patch(current: &Value, body: &[u8]) -> Result<Value, (u16, Value)>
             422,
             "Invalid",
             "the server rejected our request due to an error in our request",
-            Some(json!({ "causes": [{ "message": why }] })),
+            Some(json!({ "causes": [{ "message": why.to_string() }] })),
         )
     })?;
     Ok(patched)

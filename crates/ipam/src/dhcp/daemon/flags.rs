@@ -45,13 +45,32 @@ impl Default for Flags {
     }
 }
 
+/// A command line the daemon does not take, or a request for help.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    #[error("-h asks for the usage")]
+    Help,
+    #[error("unexpected argument {0:?}")]
+    Unexpected(String),
+    #[error("-broadcast={0}: want true or false")]
+    NotABool(String),
+    #[error("flag -{0} needs a value")]
+    NoValue(String),
+    #[error("unknown flag -{0}")]
+    Unknown(String),
+    #[error("-pidfile {}: the path must be absolute", .0.display())]
+    RelativePidfile(PathBuf),
+    #[error("-{flag} {text:?}: want a duration such as 10s, 500ms or 1m30s")]
+    NotADuration { flag: String, text: String },
+}
+
 impl Flags {
-    pub fn parse(args: &[String]) -> Result<Flags, String> {
+    pub fn parse(args: &[String]) -> Result<Flags, FlagError> {
         let mut flags = Flags::default();
         let mut it = args.iter();
         while let Some(arg) = it.next() {
             let Some(flag) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
-                return Err(format!("unexpected argument {arg:?}"));
+                return Err(FlagError::Unexpected(arg.clone()));
             };
             let (name, inline) = match flag.split_once('=') {
                 Some((n, v)) => (n, Some(v.to_owned())),
@@ -61,7 +80,7 @@ impl Flags {
                 flags.broadcast = match inline.as_deref() {
                     None | Some("true") | Some("1") => true,
                     Some("false") | Some("0") => false,
-                    Some(v) => return Err(format!("-broadcast={v}: want true or false")),
+                    Some(v) => return Err(FlagError::NotABool(v.to_owned())),
                 };
                 continue;
             }
@@ -69,7 +88,7 @@ impl Flags {
                 inline
                     .clone()
                     .or_else(|| it.next().cloned())
-                    .ok_or_else(|| format!("flag -{name} needs a value"))
+                    .ok_or_else(|| FlagError::NoValue(name.to_owned()))
             };
             match name {
                 "socketpath" => flags.socket_path = PathBuf::from(value()?),
@@ -79,8 +98,8 @@ impl Flags {
                 "timeout" => flags.timeout = duration(name, &value()?)?,
                 "resendmax" => flags.resend_max = duration(name, &value()?)?,
                 "resendtimeout" => flags.resend_timeout = duration(name, &value()?)?,
-                "h" | "help" => return Err(String::new()),
-                _ => return Err(format!("unknown flag -{name}")),
+                "h" | "help" => return Err(FlagError::Help),
+                _ => return Err(FlagError::Unknown(name.to_owned())),
             }
         }
         if flags.socket_path.as_os_str().is_empty() {
@@ -88,10 +107,7 @@ impl Flags {
         }
         if let Some(p) = &flags.pidfile {
             if !p.is_absolute() {
-                return Err(format!(
-                    "-pidfile {}: the path must be absolute",
-                    p.display()
-                ));
+                return Err(FlagError::RelativePidfile(p.clone()));
             }
         }
         Ok(flags)
@@ -99,8 +115,11 @@ impl Flags {
 }
 
 /// A positive Go duration: numbers with units h, m, s, ms, us, ns, e.g. `1m30s`.
-fn duration(flag: &str, text: &str) -> Result<Duration, String> {
-    let bad = || format!("-{flag} {text:?}: want a duration such as 10s, 500ms or 1m30s");
+fn duration(flag: &str, text: &str) -> Result<Duration, FlagError> {
+    let bad = || FlagError::NotADuration {
+        flag: flag.to_owned(),
+        text: text.to_owned(),
+    };
     let mut total = Duration::ZERO;
     let mut rest = text;
     if rest.is_empty() {

@@ -15,7 +15,32 @@ pub struct Listener {
     pub made: Option<PathBuf>,
 }
 
-pub fn open(path: &Path) -> Result<Listener, String> {
+/// Why the socket could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("another dhcp daemon is listening on {}; stop it first", .0.display())]
+    InUse(PathBuf),
+    #[error("{} exists and is not a socket; remove it or choose another -socketpath", .0.display())]
+    NotASocket(PathBuf),
+    #[error("the socket systemd passed is not a unix socket: {0}")]
+    NotUnix(#[source] std::io::Error),
+    #[error("systemd passed {0} sockets (LISTEN_FDS); the dhcp daemon takes exactly one")]
+    Sockets(i32),
+}
+
+fn io(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> SocketError {
+    let path = path.to_owned();
+    move |source| SocketError::Io { what, path, source }
+}
+
+pub fn open(path: &Path) -> Result<Listener, SocketError> {
     if let Some(listener) = from_systemd()? {
         return Ok(Listener {
             listener,
@@ -27,28 +52,19 @@ pub fn open(path: &Path) -> Result<Listener, String> {
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            .map_err(io("creating", dir))?;
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             if UnixStream::connect(path).is_ok() {
-                return Err(format!(
-                    "another dhcp daemon is listening on {}; stop it first",
-                    path.display()
-                ));
+                return Err(SocketError::InUse(path.to_owned()));
             }
             // Left behind by a daemon that did not exit cleanly.
-            std::fs::remove_file(path)
-                .map_err(|e| format!("removing the stale socket {}: {e}", path.display()))?;
+            std::fs::remove_file(path).map_err(io("removing the stale socket", path))?;
         }
-        Ok(_) => {
-            return Err(format!(
-                "{} exists and is not a socket; remove it or choose another -socketpath",
-                path.display()
-            ))
-        }
+        Ok(_) => return Err(SocketError::NotASocket(path.to_owned())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("looking at {}: {e}", path.display())),
+        Err(e) => return Err(io("looking at", path)(e)),
     }
     // The mask makes the socket 0600 as it is bound: a chmod after the bind would follow a
     // symlink put in its place meanwhile.
@@ -58,7 +74,7 @@ pub fn open(path: &Path) -> Result<Listener, String> {
     let bound = UnixListener::bind(path);
     // SAFETY: as above; the earlier mask is restored.
     unsafe { libc::umask(mask) };
-    let listener = bound.map_err(|e| format!("listening on {}: {e}", path.display()))?;
+    let listener = bound.map_err(io("listening on", path))?;
     Ok(Listener {
         listener,
         made: Some(path.to_path_buf()),
@@ -66,7 +82,7 @@ pub fn open(path: &Path) -> Result<Listener, String> {
 }
 
 /// The socket systemd passed when `LISTEN_PID` is this process and `LISTEN_FDS` is 1.
-fn from_systemd() -> Result<Option<UnixListener>, String> {
+fn from_systemd() -> Result<Option<UnixListener>, SocketError> {
     let for_us = std::env::var("LISTEN_PID")
         .ok()
         .and_then(|p| p.parse::<u32>().ok())
@@ -86,13 +102,9 @@ fn from_systemd() -> Result<Option<UnixListener>, String> {
             let listener = unsafe { UnixListener::from_raw_fd(LISTEN_FDS_START) };
             // SAFETY: fcntl on a descriptor we own; FD_CLOEXEC keeps it out of child processes.
             unsafe { libc::fcntl(LISTEN_FDS_START, libc::F_SETFD, libc::FD_CLOEXEC) };
-            listener
-                .local_addr()
-                .map_err(|e| format!("the socket systemd passed is not a unix socket: {e}"))?;
+            listener.local_addr().map_err(SocketError::NotUnix)?;
             Ok(Some(listener))
         }
-        n => Err(format!(
-            "systemd passed {n} sockets (LISTEN_FDS); the dhcp daemon takes exactly one"
-        )),
+        n => Err(SocketError::Sockets(n)),
     }
 }

@@ -29,53 +29,87 @@ use tokio::task::AbortHandle;
 
 use super::wire::{Op, Request, Response, MAX_LINE};
 use exchange::{Failure, Iface, Timing};
-pub use flags::{Flags, USAGE};
+pub use flags::{FlagError, Flags, USAGE};
+pub use listener::SocketError;
 use schedule::Step;
 use slots::{Slot, SlotHandle, Table};
 use store::{now_ms, who, Record, Store};
 
-/// Runs the daemon with `args` (the words after `daemon`); returns the exit status.
-pub fn main(args: &[String]) -> i32 {
-    let flags = match Flags::parse(args) {
-        Ok(f) => f,
-        Err(e) if e.is_empty() => {
-            println!("{USAGE}");
-            return 0;
-        }
-        Err(e) => {
-            eprintln!("dhcp daemon: {e}\n{USAGE}");
-            return 2;
-        }
-    };
-    match run(flags) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("dhcp daemon: {e}");
-            1
+/// Why the daemon could not start, or stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("{0}\n{USAGE}")]
+    Flags(#[from] FlagError),
+    #[error("creating the state directory {}: {source}", dir.display())]
+    StateDir {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing the pidfile {}: {source}", path.display())]
+    Pidfile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting the runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("handling signals: {0}")]
+    Signals(#[source] std::io::Error),
+    #[error(transparent)]
+    Socket(#[from] SocketError),
+    #[error("listening on {place}: {source}")]
+    Listening {
+        place: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl DaemonError {
+    /// 2 for a command line it does not take, 1 for the rest.
+    pub fn exit_code(&self) -> std::process::ExitCode {
+        match self {
+            DaemonError::Flags(_) => std::process::ExitCode::from(2),
+            _ => std::process::ExitCode::FAILURE,
         }
     }
 }
 
-fn run(flags: Flags) -> Result<(), String> {
+/// Runs the daemon with `args` (the words after `daemon`), until SIGTERM or SIGINT; `-h`
+/// prints the usage.
+pub fn run(args: &[String]) -> Result<(), DaemonError> {
+    match Flags::parse(args) {
+        Err(FlagError::Help) => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        flags => serve_leases(flags?),
+    }
+}
+
+fn serve_leases(flags: Flags) -> Result<(), DaemonError> {
     let socket_path = std::path::PathBuf::from(format!(
         "{}{}",
         flags.host_prefix,
         flags.socket_path.display()
     ));
-    let store = Store::open(&flags.state_dir).map_err(|e| {
-        format!(
-            "creating the state directory {}: {e}",
-            flags.state_dir.display()
-        )
+    let store = Store::open(&flags.state_dir).map_err(|source| DaemonError::StateDir {
+        dir: flags.state_dir.clone(),
+        source,
     })?;
     if let Some(p) = &flags.pidfile {
-        cni::atomic_file::write(p, std::process::id().to_string().as_bytes(), 0o644)
-            .map_err(|e| format!("writing the pidfile {}: {e}", p.display()))?;
+        cni::atomic_file::write(p, std::process::id().to_string().as_bytes(), 0o644).map_err(
+            |source| DaemonError::Pidfile {
+                path: p.clone(),
+                source,
+            },
+        )?;
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("starting the runtime: {e}"))?;
+        .map_err(DaemonError::Runtime)?;
     let local = tokio::task::LocalSet::new();
     let outcome = local.block_on(&runtime, async {
         let daemon = Arc::new(Daemon {
@@ -87,7 +121,7 @@ fn run(flags: Flags) -> Result<(), String> {
         daemon.restore().await;
         // Signals before the socket: a client may stop the daemon as soon as it answers.
         let stops = [SignalKind::terminate(), SignalKind::interrupt()]
-            .map(|kind| signal(kind).map_err(|e| format!("handling signals: {e}")));
+            .map(|kind| signal(kind).map_err(DaemonError::Signals));
         let [mut term, mut int] = match stops {
             [Ok(t), Ok(i)] => [t, i],
             [Err(e), _] | [_, Err(e)] => return Err(e),
@@ -117,8 +151,11 @@ async fn serve(
     place: &str,
     term: &mut tokio::signal::unix::Signal,
     int: &mut tokio::signal::unix::Signal,
-) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("listening on {place}: {e}");
+) -> Result<(), DaemonError> {
+    let io = |source| DaemonError::Listening {
+        place: place.to_owned(),
+        source,
+    };
     listener.set_nonblocking(true).map_err(io)?;
     let listener = tokio::net::UnixListener::from_std(listener).map_err(io)?;
     eprintln!(
