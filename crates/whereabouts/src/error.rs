@@ -47,8 +47,15 @@ pub enum Error {
     #[error("{0}")]
     SliceMismatch(String),
     /// An object in the API is not in the shape whereabouts writes.
-    #[error("{0}")]
-    Object(String),
+    #[error("{object}: {source}")]
+    Object {
+        object: String,
+        #[source]
+        source: ipam::whereabouts::ObjectError,
+    },
+    /// A pool that was there when its creation failed, and gone when read again.
+    #[error("pool {0} was created and deleted at once")]
+    Vanished(String),
     /// CHECK: the pool does not hold the attachment's address.
     #[error("{0}")]
     NotAllocated(String),
@@ -71,7 +78,8 @@ impl From<Error> for CniError {
             | Error::Contention { .. }
             | Error::LeaseBusy { .. }
             | Error::LeaseLost
-            | Error::Object(_) => Code::TryAgainLater,
+            | Error::Object { .. }
+            | Error::Vanished(_) => Code::TryAgainLater,
             Error::SliceMismatch(_) => Code::InvalidConfig,
             Error::NotAllocated(_) => Code::UnknownContainer,
             Error::Mismatch(_) => Code::Internal,

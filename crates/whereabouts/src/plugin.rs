@@ -66,7 +66,7 @@ impl Whereabouts {
             // A NodeSlicePool that cannot be read, or gives this node a slice outside the
             // range, is no reason to block teardown for good: the address is left for the
             // reconciler, which frees those of pods that are gone.
-            Err(e @ (Error::SliceMismatch(_) | Error::Object(_))) => {
+            Err(e @ (Error::SliceMismatch(_) | Error::Object { .. })) => {
                 eprintln!("whereabouts: container {id} interface {ifname}: no address freed: {e}");
                 Vec::new()
             }

@@ -276,8 +276,10 @@ fn free_slices_of_gone_nodes(
     let (ns, name) = (text("/metadata/namespace"), text("/metadata/name"));
     let mut obj = listed.clone();
     for _ in 0..POOL_ROUNDS {
-        let pool = NodeSlicePool::from_object(&obj)
-            .map_err(|why| Error::Object(format!("NodeSlicePool {ns}/{name}: {why}")))?;
+        let pool = NodeSlicePool::from_object(&obj).map_err(|source| Error::Object {
+            object: format!("NodeSlicePool {ns}/{name}"),
+            source,
+        })?;
         let mut empty = HashMap::new();
         for (node, slice) in &pool.slices {
             if node.is_empty() || live(node) {
@@ -355,8 +357,10 @@ fn slice_pools(
         let Some(obj) = client.get_object(IPPOOLS, ns, &pool_name)? else {
             continue;
         };
-        let (pool, unreadable) = Pool::from_object(&obj)
-            .map_err(|why| Error::Object(format!("IPPool {ns}/{pool_name}: {why}")))?;
+        let (pool, unreadable) = Pool::from_object(&obj).map_err(|source| Error::Object {
+            object: format!("IPPool {ns}/{pool_name}"),
+            source,
+        })?;
         // An allocation under a key that is not an offset still holds its address.
         let held = pool.allocations.len() + unreadable;
         if held > 0 {
@@ -412,7 +416,10 @@ fn reconcile_pool(
     let read = |obj: &Value| {
         Pool::from_object(obj)
             .map(|(pool, _)| pool)
-            .map_err(|why| Error::Object(format!("IPPool {ns}/{name}: {why}")))
+            .map_err(|source| Error::Object {
+                object: format!("IPPool {ns}/{name}"),
+                source,
+            })
     };
     let mut pool = read(listed)?;
     let mut orphans = Vec::new();

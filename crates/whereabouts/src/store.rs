@@ -81,9 +81,9 @@ impl Store {
             .create_object(IPPOOLS, &self.namespace, &Pool::new_object(name, range))?
         {
             Created::Created(obj) => read_pool(name, &obj),
-            Created::AlreadyExists => self.pool(name)?.ok_or_else(|| {
-                Error::Object(format!("pool {name} was created and deleted at once"))
-            }),
+            Created::AlreadyExists => self
+                .pool(name)?
+                .ok_or_else(|| Error::Vanished(name.to_owned())),
         }
     }
 
@@ -162,8 +162,10 @@ impl Store {
         self.client
             .get_object(NODE_SLICE_POOLS, &self.namespace, name)?
             .map(|obj| {
-                NodeSlicePool::from_object(&obj)
-                    .map_err(|why| Error::Object(format!("NodeSlicePool {name}: {why}")))
+                NodeSlicePool::from_object(&obj).map_err(|source| Error::Object {
+                    object: format!("NodeSlicePool {name}"),
+                    source,
+                })
             })
             .transpose()
     }
@@ -220,5 +222,8 @@ impl Store {
 fn read_pool(name: &str, obj: &Value) -> Result<Pool, Error> {
     Pool::from_object(obj)
         .map(|(pool, _unreadable)| pool)
-        .map_err(|why| Error::Object(format!("pool {name}: {why}")))
+        .map_err(|source| Error::Object {
+            object: format!("pool {name}"),
+            source,
+        })
 }

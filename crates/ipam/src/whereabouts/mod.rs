@@ -12,7 +12,7 @@ mod slices;
 
 pub use config::{keys, Config, NodeSlices, PodRef, Sources};
 pub use names::{pool_name, reservation_name};
-pub use pool::{Allocation, Choice, Pool, API_VERSION};
+pub use pool::{Allocation, Choice, ObjectError, Pool, API_VERSION};
 pub use range::{parse_exclude, parse_range, Range};
 pub use record::{Record, STATE_DIR};
 pub use reservation::{adopt_patch, reservation_object, reservation_owner};

@@ -66,6 +66,17 @@ fn escape(offset: u128) -> String {
     format!("/spec/allocations/{offset}")
 }
 
+/// A pool or slice object that is not in the shape whereabouts writes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectError {
+    #[error("the {0} has no metadata.resourceVersion")]
+    NoResourceVersion(&'static str),
+    #[error("a status.allocations entry has no sliceRange")]
+    SliceWithoutRange,
+    #[error("status.allocations is not a list")]
+    AllocationsNotAList,
+}
+
 impl Pool {
     /// The object to create for a range the first time it is used.
     pub fn new_object(name: &str, range: &Range) -> Value {
@@ -79,12 +90,12 @@ impl Pool {
 
     /// Reads a pool object. Keys that are not decimal offsets are left out, as the reference
     /// leaves them out; their addresses are unknown. Returns how many were left out too.
-    pub fn from_object(obj: &Value) -> Result<(Pool, usize), String> {
+    pub fn from_object(obj: &Value) -> Result<(Pool, usize), ObjectError> {
         let resource_version = obj
             .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
             .filter(|rv| !rv.is_empty())
-            .ok_or("the IPPool has no metadata.resourceVersion")?
+            .ok_or(ObjectError::NoResourceVersion("IPPool"))?
             .to_owned();
         let field =
             |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_owned();

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use serde_json::{json, Value};
 
-use super::pool::API_VERSION;
+use super::pool::{ObjectError, API_VERSION};
 use crate::common::{from_num, num};
 
 /// More slices than this would not fit one object (etcd keeps objects under about 1.5 MB).
@@ -76,13 +76,13 @@ impl NodeSlicePool {
         })
     }
 
-    pub fn from_object(obj: &Value) -> Result<NodeSlicePool, String> {
+    pub fn from_object(obj: &Value) -> Result<NodeSlicePool, ObjectError> {
         let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
         let resource_version = obj
             .pointer("/metadata/resourceVersion")
             .and_then(Value::as_str)
             .filter(|rv| !rv.is_empty())
-            .ok_or("the NodeSlicePool has no metadata.resourceVersion")?
+            .ok_or(ObjectError::NoResourceVersion("NodeSlicePool"))?
             .to_owned();
         let spec = obj.get("spec").unwrap_or(&Value::Null);
         let slices = match obj.pointer("/status/allocations") {
@@ -96,8 +96,8 @@ impl NodeSlicePool {
                     ))
                 })
                 .collect::<Option<_>>()
-                .ok_or("a status.allocations entry has no sliceRange")?,
-            Some(_) => return Err("status.allocations is not a list".into()),
+                .ok_or(ObjectError::SliceWithoutRange)?,
+            Some(_) => return Err(ObjectError::AllocationsNotAList),
         };
         Ok(NodeSlicePool {
             resource_version,
