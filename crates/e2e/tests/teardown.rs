@@ -2,6 +2,9 @@
 //! mount, no cgroup, no state. (Test binaries run in name order: the walkthrough after this one
 //! brings a fresh node up again.)
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::path::Path;
 use std::process::Command;
 

@@ -1,5 +1,8 @@
 //! host-local through the CNI entry point: results, errors with their codes, and the store.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::path::Path;

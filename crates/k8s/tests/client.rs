@@ -1,6 +1,9 @@
 //! The Kubernetes client against testkit's API server over real HTTPS (and HTTP): pods, NADs,
 //! the annotations patch, events, retries, timeouts, the server going down, token rotation.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -3,6 +3,9 @@
 //! and events there; the delegates are the real `cni-plugins` binaries (bridge + host-local,
 //! static), in the sandbox's node and pod namespaces.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::cluster::{Cluster, DEFAULT_NETWORK, NETWORKS};

@@ -3,6 +3,9 @@
 //! `clusterNetwork`; the chain is cached, so DEL and CHECK reach it from the cache. And a
 //! `clusterNetwork` conflist file with its own plugin subdirectory.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::fs;

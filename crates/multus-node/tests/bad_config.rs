@@ -1,6 +1,9 @@
 //! Bad multus configurations and bad delegate configs, through the real binary: each ADD
 //! fails with a CNI error that says what is wrong and where, and leaves nothing behind.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::Sandbox;

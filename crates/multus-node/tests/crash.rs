@@ -3,6 +3,9 @@
 //! makes that syscall dies), then the runtime's DEL. DEL must succeed and leave no interface,
 //! veth, reservation, cache, lock or temporary file.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::cluster::{Cluster, NETWORKS};

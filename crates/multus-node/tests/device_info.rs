@@ -5,6 +5,9 @@
 //! checkpoint (`kubeletCheckpointFile`, also in the test's directory) or its pod-resources API
 //! (testkit's fake on `podResourcesSocket`) for NADs naming a resource.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::fs;

@@ -3,6 +3,9 @@
 //! wrapper) it uses those credentials; outside a pod it runs without an API. Delegates are
 //! bridge + host-local from `cni-plugins`; multus and the API server run in the node namespace.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::{Sandbox, POD_NAME, POD_NS, POD_UID};

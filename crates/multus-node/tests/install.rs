@@ -1,5 +1,8 @@
 //! `multus install` run as the DaemonSet runs it, against a node tree in a temporary directory.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

@@ -2,6 +2,9 @@
 //! how multus uses the API (the status PATCH, retries, the API or the pod missing, DEL from the
 //! cache), with bridge + host-local delegates from `cni-plugins`.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,9 @@
 //! `multus lint` run as a person runs it: NAD (and pod) files on disk, the real `multus` and
 //! `cni-plugins` binaries, the exit status and the report read back.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

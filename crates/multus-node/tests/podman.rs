@@ -2,6 +2,9 @@
 //! multus; the container gets the cluster network and a second network from
 //! `defaultNetworks`, reaches both gateways, and `--rm` leaves nothing behind.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use testkit::podman::{self, Podman};

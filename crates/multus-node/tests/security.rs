@@ -2,6 +2,9 @@
 //! binaries: run multus on the tenant's config, write through a planted symlink, take the
 //! node's ports, capture the cluster network's traffic (docs/security.md).
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::fs;

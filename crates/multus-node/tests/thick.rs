@@ -4,6 +4,9 @@
 //! exec'd as a runtime execs a CNI plugin. Also upstream's protocol both ways: requests in the
 //! shape upstream's shim sends, and our shim against a daemon that answers as upstream's does.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};

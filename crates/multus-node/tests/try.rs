@@ -1,6 +1,9 @@
 //! `multus try`, run as a user runs it: the bundled examples, a failing attachment, --keep and
 //! --clean, --exec, bad files; after every run nothing of the sandbox is left.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use std::path::{Path, PathBuf};

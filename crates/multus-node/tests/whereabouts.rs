@@ -3,6 +3,9 @@
 //! with the RBAC of deploy/whereabouts enforced: the plugin runs as multus's ServiceAccount,
 //! the reconciler as its own.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

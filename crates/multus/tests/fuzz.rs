@@ -7,6 +7,9 @@
 //! delegate cache, device-info files), the written file reads back the same. The pod-resources
 //! protobuf decoder is fuzzed in the kubelet crate (crates/kubelet/src/pod_resources.rs).
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;

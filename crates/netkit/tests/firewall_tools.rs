@@ -2,6 +2,9 @@
 //! check's own rules. PATH is per process, so each case re-runs this test binary as a child
 //! with its own PATH, inside a namespace the test owns.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::path::Path;
 
 use anyhow::{Context, Result};

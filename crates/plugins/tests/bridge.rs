@@ -1,6 +1,9 @@
 //! Our bridge on its own: cleanup after DEL and after a failed ADD, connectivity, IPv6 without
 //! waiting for DAD, MAC spoof checking, and an IPAM plugin that is not our binary.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::{bridge_conf, host_local, Plugins, Sandbox, Side};

@@ -3,6 +3,9 @@
 //! back, a route deleted, a link set down or renamed), and CHECK fails naming what changed.
 //! vrf's case runs in the VM (tests/vrf.rs): this machine's kernel has no VRFs.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::{with_prev, Plugins, Sandbox, Side};

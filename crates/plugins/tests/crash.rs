@@ -2,6 +2,9 @@
 //! writes (the plugin's own, or its IPAM plugin's), then the runtime's DEL. DEL must succeed
 //! and leave no interface, veth, reservation, firewall rule or temporary file.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 mod dhcp_env;
 

@@ -3,6 +3,9 @@
 //! come first and that a kernel without dummy links gets a clear error and no leftovers. Under
 //! `cargo xtask vm-test` (MULTUS_RS_VM=1) every part runs.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::{assert_error, assert_pod_and_ipam_clean, host_local, with_prev, Plugins, Sandbox};

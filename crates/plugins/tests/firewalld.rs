@@ -3,6 +3,9 @@
 //! and as its nftables rules show), side by side with the reference, each implementation's DEL
 //! unbinding what the other's ADD bound, and the failures that say what to fix.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::{Plugins, Sandbox, Side};

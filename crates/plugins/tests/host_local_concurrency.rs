@@ -1,6 +1,9 @@
 //! 64 host-local processes allocating from one network at once, our binary and the Go reference
 //! mixed: no address is handed out twice, and the shared `lock` keeps both implementations in step.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 

@@ -5,6 +5,9 @@
 //! made would flush that call's rules. Once with iptables-nft, once with iptables-legacy, as the
 //! node's `iptables` may be either.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::path::Path;
 
 use serde_json::json;

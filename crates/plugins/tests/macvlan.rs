@@ -2,6 +2,9 @@
 //! owns. Every mode, MTU, MAC precedence, layer 2 only, linkInContainer, CHECK, DEL without the
 //! master, every error path (each leaving nothing behind), and two pods reaching each other.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::{

@@ -1,6 +1,9 @@
 //! A real runtime: podman with its CNI backend runs a container attached through our bridge and
 //! host-local, inside a node namespace the test owns, and the container reaches its gateway.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::path::Path;
 
 use testkit::podman::{self, Podman};

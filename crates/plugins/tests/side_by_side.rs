@@ -4,6 +4,9 @@
 //! reservations left and firewall rules. Where we differ on purpose, the case says why and
 //! asserts our behaviour instead; the reasons are listed in docs/compatibility.md.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::{bridge_conf, bw_pair, host_local, normalize_result, Plugins, Sandbox, Side};

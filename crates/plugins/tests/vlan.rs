@@ -3,6 +3,9 @@
 //! without it gets a clear error and no leftovers. Under `cargo xtask vm-test`
 //! (MULTUS_RS_VM=1) every part runs.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 mod common;
 
 use common::{assert_error, assert_pod_and_ipam_clean, ping, Plugins, Sandbox, Side};

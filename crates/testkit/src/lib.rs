@@ -7,6 +7,9 @@
 //! Nothing here touches the machine's root network namespace: plugins run with their process
 //! moved into a "node" namespace that the test created. DHCP servers and daemons run there too.
 
+// Test support: a failed setup panics, which fails the test that asked for it.
+#![allow(clippy::expect_used)]
+
 pub mod dhcp;
 pub mod firewalld;
 pub mod fuzz;

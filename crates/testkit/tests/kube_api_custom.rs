@@ -2,6 +2,9 @@
 //! read, listed, updated, patched (JSON patch with `test`, merge patch) and deleted with the
 //! replies and optimistic concurrency of kube-apiserver, plus faults aimed at one resource.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::Command;
 

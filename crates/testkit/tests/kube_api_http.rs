@@ -1,6 +1,9 @@
 //! The test API server at the HTTP level, over plain HTTP: framing (keep-alive, chunked bodies,
 //! `Expect: 100-continue`), `Status` replies, and the fault switches.
 
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 

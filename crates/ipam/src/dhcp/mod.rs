@@ -6,7 +6,8 @@
 pub mod config;
 #[cfg(feature = "daemon")]
 pub mod daemon;
-#[cfg(all(test, feature = "daemon"))]
+#[cfg(test)]
+#[cfg(feature = "daemon")]
 mod fuzz;
 #[cfg(feature = "daemon")]
 mod message;

@@ -52,7 +52,7 @@ impl PacketSocket {
             libc::bind(
                 fd.as_raw_fd(),
                 std::ptr::from_ref(&addr).cast(),
-                sockaddr_len(),
+                SOCKADDR_LL_LEN,
             )
         };
         if rc != 0 {
@@ -73,7 +73,7 @@ impl PacketSocket {
                 packet.len(),
                 0,
                 std::ptr::from_ref(&addr).cast(),
-                sockaddr_len(),
+                SOCKADDR_LL_LEN,
             )
         };
         if n < 0 {
@@ -87,7 +87,7 @@ impl PacketSocket {
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, [u8; 6])>> {
         // SAFETY: sockaddr_ll is plain old data, so all-zero is a valid value.
         let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        let mut len = sockaddr_len();
+        let mut len = SOCKADDR_LL_LEN;
         // SAFETY: the buffer, the address and its length are valid for the duration of the call.
         let n = unsafe {
             libc::recvfrom(
@@ -115,20 +115,30 @@ impl AsRawFd for PacketSocket {
     }
 }
 
+// The casts are checked when the constants are built: they cannot truncate.
+#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+/// `AF_PACKET` (17) as `sockaddr_ll`'s family field takes it.
+const PACKET_FAMILY: libc::sa_family_t = {
+    assert!(libc::AF_PACKET >= 0 && libc::AF_PACKET <= libc::sa_family_t::MAX as i32);
+    libc::AF_PACKET as libc::sa_family_t
+};
+#[allow(clippy::cast_possible_truncation)]
+/// The size of `sockaddr_ll` (20 bytes), as socket calls take it.
+const SOCKADDR_LL_LEN: libc::socklen_t = {
+    let size = std::mem::size_of::<libc::sockaddr_ll>();
+    assert!(size <= libc::socklen_t::MAX as usize);
+    size as libc::socklen_t
+};
+
 fn sockaddr(ifindex: i32, protocol: u16, mac: &[u8; 6]) -> libc::sockaddr_ll {
     // SAFETY: sockaddr_ll is plain old data, so all-zero is a valid value.
     let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::sa_family_t::try_from(libc::AF_PACKET).expect("AF_PACKET is 17");
+    addr.sll_family = PACKET_FAMILY;
     addr.sll_protocol = protocol.to_be();
     addr.sll_ifindex = ifindex;
     addr.sll_halen = 6;
     addr.sll_addr[..6].copy_from_slice(mac);
     addr
-}
-
-fn sockaddr_len() -> libc::socklen_t {
-    libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_ll>())
-        .expect("sockaddr_ll is 20 bytes")
 }
 
 /// An IPv4 header and a UDP header (client port to server port) around `payload`; an error if
