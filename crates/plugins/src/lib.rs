@@ -1,35 +1,17 @@
-//! Interface plugins (bridge, ptp, macvlan, ipvlan, vlan, dummy, tap, host-device), loopback,
-//! the chained tuning, sbr, vrf, bandwidth, portmap and firewall, passthru, and the table of
-//! plugins in the `cni-plugins` multi-call binary.
+//! Interface plugins (bridge, ptp, macvlan, ipvlan, vlan, dummy, tap, host-device) and loopback
+//! in [`interface`]; the chained tuning, sbr, vrf, bandwidth, portmap, firewall and passthru in
+//! [`chained`]; what they share in `support`; and the table of plugins in the `cni-plugins`
+//! multi-call binary.
 
-pub mod bandwidth;
-pub mod bridge;
-mod check;
-mod container;
-pub mod dummy;
-pub mod firewall;
-pub mod host_device;
-mod ip_masq;
-mod ipam_call;
-pub mod ipvlan;
-pub mod loopback;
-mod mac;
-pub mod macvlan;
-mod master;
-pub mod passthru;
-pub mod portmap;
-pub mod ptp;
-pub mod sbr;
-mod state_file;
-mod sublink;
-mod sys;
-pub mod tap;
-pub mod tuning;
+pub mod chained;
+pub mod interface;
+mod support;
 pub mod validate;
-pub mod vlan;
-pub mod vrf;
 
+use chained::{bandwidth, firewall, passthru, portmap, sbr, tuning, vrf};
 use cni::keys::Keys;
+use interface::{bridge, dummy, host_device, ipvlan, loopback, macvlan, ptp, tap, vlan};
+use support::sublink;
 
 /// A plugin in the multi-call binary: the name it is installed under, and its implementation.
 pub struct Entry {

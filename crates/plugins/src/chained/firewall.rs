@@ -1,0 +1,375 @@
+//! The `firewall` plugin, chained after an interface plugin: lets the pod's forwarded traffic
+//! through a node whose `FORWARD` policy drops, with iptables rules in the node's namespace
+//! (see [`netkit::forward`] for their names and shapes).
+//!
+//! As the reference (1.1.1, iptables backend): `CNI-FORWARD` accepts traffic from each pod
+//! address and the replies to it, after a jump to the admin's override chain (`CNI-ADMIN`, or
+//! `iptablesAdminChainName`); `ingressPolicy: "same-bridge"` also isolates the bridge the
+//! previous plugin made (the first interface of its result). DEL removes the pod's rules; the
+//! shared chains stay.
+//!
+//! The firewalld backend (`backend: "firewalld"`, or no backend while firewalld runs on the
+//! system bus) binds each address to `firewalldZone` (`trusted` unless set) through
+//! [`netkit::firewalld`] instead; `same-bridge` still writes the iptables isolation rules.
+//!
+//! Deliberate changes: an unknown `backend` is refused instead of falling back to whatever is
+//! there; the admin chain's and the zone's names are checked; an ADD that fails halfway takes
+//! back what it bound; CHECK asks firewalld whether each address is in the zone (the reference
+//! only checks that the question can be asked); DEL with no backend set removes both kinds
+//! (firewalld may have started or stopped since ADD); DEL of a config that no longer validates
+//! still removes the pod's rules.
+
+use std::net::IpAddr;
+
+use cni::keys::Keys;
+use cni::quote::quote;
+use cni::{CmdArgs, CniError, CniResult, Code, NetConf};
+use netkit::firewalld::Firewalld;
+use serde::Deserialize;
+
+use crate::support::check;
+use crate::support::sys::sys;
+
+/// The plugin, as registered in the multi-call binary's table.
+pub struct Firewall;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Raw {
+    #[serde(default)]
+    backend: String,
+    #[serde(default)]
+    iptables_admin_chain_name: String,
+    #[serde(default)]
+    ingress_policy: String,
+    #[serde(default)]
+    firewalld_zone: String,
+}
+
+/// Where the pod's addresses are let through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Iptables,
+    Firewalld,
+    /// None set: firewalld when it runs on the system bus, iptables otherwise.
+    Either,
+}
+
+/// The checked configuration.
+struct FirewallConf {
+    net: NetConf,
+    backend: Backend,
+    admin_chain: String,
+    zone: String,
+    same_bridge: bool,
+}
+
+/// The firewalld zone to use: `firewalldZone`, or the default; `None` when it is not a name
+/// firewalld could have (letters, digits, '_', '-' and one inner '/', up to 64).
+fn zone_name(raw: &str) -> Option<String> {
+    if raw.is_empty() {
+        return Some(netkit::firewalld::DEFAULT_ZONE.to_owned());
+    }
+    let ok = raw.len() <= 64
+        && raw
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/'))
+        && !raw.starts_with('/')
+        && !raw.ends_with('/')
+        && raw.matches('/').count() <= 1;
+    ok.then(|| raw.to_owned())
+}
+
+/// The backend `backend` names, `None` for an unknown one.
+fn backend(raw: &str) -> Option<Backend> {
+    match raw {
+        "" => Some(Backend::Either),
+        "iptables" => Some(Backend::Iptables),
+        "firewalld" => Some(Backend::Firewalld),
+        _ => None,
+    }
+}
+
+impl FirewallConf {
+    fn parse(stdin: &[u8]) -> Result<FirewallConf, CniError> {
+        let config = cni::decode::read(stdin)?;
+        let net: NetConf = cni::decode::from_value(&config)?;
+        let raw: Raw = cni::decode::from_value(&config)?;
+        net.version()?;
+        let backend = backend(&raw.backend).ok_or_else(|| {
+            CniError::invalid_config(format!(
+                "backend: {} is not a backend: use \"iptables\" or \"firewalld\" (or leave it \
+                 out: firewalld when it runs, iptables otherwise)",
+                quote(&raw.backend)
+            ))
+        })?;
+        let zone = zone_name(&raw.firewalld_zone).ok_or_else(|| {
+            CniError::invalid_config(format!(
+                "firewalldZone: {} is not a firewalld zone name: up to 64 letters, digits, '-' \
+                 and '_', with at most one '/' inside",
+                quote(&raw.firewalld_zone)
+            ))
+        })?;
+        let admin_chain = if raw.iptables_admin_chain_name.is_empty() {
+            netkit::forward::ADMIN_CHAIN.to_owned()
+        } else {
+            let name = raw.iptables_admin_chain_name;
+            let ok = name.len() <= 28
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !ok {
+                return Err(CniError::invalid_config(format!(
+                    "iptablesAdminChainName: {} is not an iptables chain name: up to 28 \
+                     letters, digits, '-' and '_'",
+                    quote(&name)
+                )));
+            }
+            name
+        };
+        let same_bridge = match raw.ingress_policy.as_str() {
+            "" | "open" => false,
+            "same-bridge" => true,
+            other => {
+                return Err(CniError::invalid_config(format!(
+                    "ingressPolicy: {} is not a policy: use \"open\" (the default) or \
+                     \"same-bridge\"",
+                    quote(other)
+                )))
+            }
+        };
+        Ok(FirewallConf {
+            net,
+            backend,
+            admin_chain,
+            zone,
+            same_bridge,
+        })
+    }
+
+    fn prev_result(&self) -> Result<CniResult, CniError> {
+        let prev = self.net.prev_result.as_ref().ok_or_else(|| {
+            CniError::invalid_config(
+                "firewall needs prevResult: chain it after the plugin that makes the interface",
+            )
+        })?;
+        CniResult::from_value_at(prev, Some("prevResult"))
+    }
+
+    /// With `same-bridge`, the bridge to isolate: the first interface of `prev`, as bridge's
+    /// result names it.
+    fn isolated_bridge(&self, prev: &CniResult) -> Result<Option<String>, CniError> {
+        if !self.same_bridge {
+            return Ok(None);
+        }
+        match prev.interfaces.first().map(|i| i.name.as_str()) {
+            Some(name) if !name.is_empty() => Ok(Some(name.to_owned())),
+            _ => Err(CniError::invalid_config(
+                "ingressPolicy \"same-bridge\" needs the bridge: chain firewall after bridge, \
+                 whose result names it first",
+            )),
+        }
+    }
+}
+
+/// Every address of the result, as the reference allows them.
+fn addresses(prev: &CniResult) -> Vec<IpAddr> {
+    prev.ips.iter().map(|ip| ip.address.addr()).collect()
+}
+
+/// A firewalld failure, coded for what the user can do about it.
+fn firewalld_error(e: netkit::Error) -> CniError {
+    if netkit::firewalld::not_running(&e) {
+        CniError::new(Code::TryAgainLater, e.to_string())
+    } else if netkit::firewalld::code(&e) == Some("INVALID_ZONE") {
+        CniError::invalid_config(format!("firewalldZone: firewalld has no such zone: {e}"))
+    } else {
+        sys(e)
+    }
+}
+
+/// The firewalld connection this config's backend uses; `None` for iptables.
+fn firewalld_for(backend: Backend) -> Result<Option<Firewalld>, CniError> {
+    match backend {
+        Backend::Iptables => Ok(None),
+        Backend::Either => Ok(Firewalld::if_running()),
+        Backend::Firewalld => Firewalld::connect().map(Some).map_err(|e| {
+            CniError::new(
+                Code::TryAgainLater,
+                format!("backend \"firewalld\": {e}: is firewalld running on this node?"),
+            )
+        }),
+    }
+}
+
+/// Binds every address to `zone`; a failure unbinds those bound before it.
+fn bind(fw: &mut Firewalld, zone: &str, ips: &[IpAddr]) -> Result<(), CniError> {
+    for (n, ip) in ips.iter().enumerate() {
+        if let Err(e) = fw.add_source(zone, *ip) {
+            let failures: Vec<String> = ips[..n]
+                .iter()
+                .filter_map(|ip| fw.remove_source(zone, *ip).err())
+                .map(|e| e.to_string())
+                .collect();
+            return Err(crate::support::sys::with_cleanup_failures(
+                firewalld_error(e),
+                &failures,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Unbinds every address from `zone`, when there is a bus to ask: without one firewalld is
+/// not running, and its runtime sources went with it.
+fn unbind(zone: &str, ips: &[IpAddr]) -> Result<(), CniError> {
+    let mut fw = match Firewalld::connect() {
+        Ok(fw) => fw,
+        Err(e) if matches!(e.errno(), Some(libc::ENOENT | libc::ECONNREFUSED)) => return Ok(()),
+        Err(e) => return Err(firewalld_error(e)),
+    };
+    for ip in ips {
+        fw.remove_source(zone, *ip).map_err(firewalld_error)?;
+    }
+    Ok(())
+}
+
+/// The keys this plugin reads, besides those every config carries.
+pub(crate) fn keys() -> Keys {
+    Keys::of::<Raw>()
+}
+
+impl cni::Plugin for Firewall {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let conf = FirewallConf::parse(&args.stdin)?;
+        let prev = conf.prev_result()?;
+        let ips = addresses(&prev);
+        let bridge = conf.isolated_bridge(&prev)?;
+        let mut firewalld = firewalld_for(conf.backend)?;
+        match firewalld.as_mut() {
+            Some(fw) => bind(fw, &conf.zone, &ips)?,
+            None => netkit::forward::allow(&ips, &conf.admin_chain).map_err(sys)?,
+        }
+        if let Some(bridge) = bridge {
+            let v4 = ips.iter().any(IpAddr::is_ipv4);
+            let v6 = ips.iter().any(IpAddr::is_ipv6);
+            if let Err(e) = netkit::forward::isolate_bridge(&bridge, v4, v6) {
+                let failures: Vec<String> = match firewalld.as_mut() {
+                    Some(fw) => ips
+                        .iter()
+                        .filter_map(|ip| fw.remove_source(&conf.zone, *ip).err())
+                        .map(|e| e.to_string())
+                        .collect(),
+                    None => netkit::forward::revoke(&ips)
+                        .err()
+                        .map(|e| e.to_string())
+                        .into_iter()
+                        .collect(),
+                };
+                return Err(crate::support::sys::with_cleanup_failures(
+                    sys(e),
+                    &failures,
+                ));
+            }
+        }
+        Ok(prev)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        // The pod's addresses are all DEL needs: a config whose other keys no longer validate
+        // must still let the attachment go, from wherever ADD may have put it.
+        let net: NetConf = cni::config::parse_plugin_config(&args.stdin)?;
+        let Some(prev) = net.prev_result.as_ref() else {
+            return Ok(());
+        };
+        let ips = addresses(&CniResult::from_value_at(prev, Some("prevResult"))?);
+        let raw: Option<Raw> = cni::decode::read(&args.stdin)
+            .ok()
+            .and_then(|config| cni::decode::from_value(&config).ok());
+        let backend = raw
+            .as_ref()
+            .and_then(|r| backend(&r.backend))
+            .unwrap_or(Backend::Either);
+        // A zone firewalld could not have is one nothing was bound to.
+        let zone = raw.as_ref().and_then(|r| zone_name(&r.firewalld_zone));
+        if let (true, Some(zone)) = (backend != Backend::Iptables, zone) {
+            unbind(&zone, &ips)?;
+        }
+        if backend != Backend::Firewalld {
+            netkit::forward::revoke(&ips).map_err(sys)?;
+        }
+        Ok(())
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = FirewallConf::parse(&args.stdin)?;
+        let prev = conf.prev_result()?;
+        let ips = addresses(&prev);
+        let bridge = conf.isolated_bridge(&prev)?;
+        if let Some(bridge) = &bridge {
+            netkit::forward::check_isolation(bridge, &ips)
+                .map_err(|e| check::fail(e.to_string()))?;
+        }
+        let Some(mut fw) = firewalld_for(conf.backend)? else {
+            return netkit::forward::check(&ips, &conf.admin_chain)
+                .map_err(|e| check::fail(e.to_string()));
+        };
+        for ip in ips {
+            match fw.has_source(&conf.zone, ip) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(check::fail(format!(
+                        "{} is not in firewalld zone {}",
+                        netkit::firewalld::source(ip),
+                        quote(&conf.zone)
+                    )))
+                }
+                Err(e) => return Err(check::fail(e.to_string())),
+            }
+        }
+        Ok(())
+    }
+
+    fn validate(&self, config: &[u8]) -> Result<(), CniError> {
+        let conf = FirewallConf::parse(config)?;
+        if conf.net.prev_result.is_some() {
+            conf.prev_result()?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &str) -> Result<FirewallConf, CniError> {
+        let json = format!(r#"{{"cniVersion":"1.0.0","name":"n","type":"firewall"{extra}}}"#);
+        FirewallConf::parse(json.as_bytes())
+    }
+
+    #[test]
+    fn options() {
+        let c = parse("").expect("parsed");
+        assert_eq!(c.admin_chain, "CNI-ADMIN");
+        assert!(!c.same_bridge);
+        let c = parse(r#","backend":"iptables","iptablesAdminChainName":"MY-ADMIN","ingressPolicy":"same-bridge""#)
+            .expect("parsed");
+        assert_eq!(c.admin_chain, "MY-ADMIN");
+        assert!(c.same_bridge);
+        let c = parse(r#","backend":"firewalld","firewalldZone":"pods""#).expect("parsed");
+        assert_eq!((c.backend, c.zone.as_str()), (Backend::Firewalld, "pods"));
+        assert_eq!(parse("").expect("parsed").zone, "trusted");
+        assert_eq!(parse("").expect("parsed").backend, Backend::Either);
+        for bad in [
+            r#","backend":"nft""#,
+            r#","firewalldZone":"a b""#,
+            r#","firewalldZone":"/pods""#,
+            r#","firewalldZone":"a/b/c""#,
+            r#","iptablesAdminChainName":"a b""#,
+            r#","ingressPolicy":"closed""#,
+        ] {
+            assert_eq!(parse(bad).err().map(|e| e.code), Some(7), "{bad}");
+        }
+    }
+}
