@@ -1,20 +1,14 @@
 //! Linux networking for the CNI plugins and multus: network namespaces, a synchronous
-//! rtnetlink layer, sysctl, tap devices, traffic shaping, masquerade, host port and
-//! forwarding rules, and firewalld's zones over D-Bus. Everything is synchronous and keeps the
-//! kernel's errno in its errors.
+//! rtnetlink layer, sysctl, tap devices, traffic shaping, and packet filtering ([`firewall`]:
+//! masquerade, host port and forwarding rules, the spoof check, firewalld's zones over
+//! D-Bus). Everything is synchronous and keeps the kernel's errno in its errors.
 
 pub mod dbus;
 pub mod error;
-pub mod firewalld;
-pub mod forward;
-pub mod hostport;
-mod ipt;
-pub mod masq;
+pub mod firewall;
 pub mod netlink;
 pub mod netns;
-pub mod nftables;
 pub mod sockets;
-pub mod spoofcheck;
 pub mod sysctl;
 pub mod tap;
 mod tool;

@@ -9,8 +9,9 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 use ipnet::IpNet;
-use netkit::masq::{self, Backend};
-use netkit::{spoofcheck, NetNs};
+use netkit::firewall::masq::{self, Backend};
+use netkit::firewall::spoofcheck;
+use netkit::NetNs;
 
 /// Set in a child: the case to run.
 const CASE: &str = "NETKIT_TOOLS_CASE";

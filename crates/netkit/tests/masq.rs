@@ -5,7 +5,7 @@
 
 use anyhow::{Context, Result};
 use ipnet::IpNet;
-use netkit::masq::{self, Backend};
+use netkit::firewall::masq::{self, Backend};
 use netkit::NetNs;
 use serde_json::Value;
 

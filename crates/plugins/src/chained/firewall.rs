@@ -1,6 +1,6 @@
 //! The `firewall` plugin, chained after an interface plugin: lets the pod's forwarded traffic
 //! through a node whose `FORWARD` policy drops, with iptables rules in the node's namespace
-//! (see [`netkit::forward`] for their names and shapes).
+//! (see [`netkit::firewall::forward`] for their names and shapes).
 //!
 //! As the reference (1.1.1, iptables backend): `CNI-FORWARD` accepts traffic from each pod
 //! address and the replies to it, after a jump to the admin's override chain (`CNI-ADMIN`, or
@@ -10,7 +10,7 @@
 //!
 //! The firewalld backend (`backend: "firewalld"`, or no backend while firewalld runs on the
 //! system bus) binds each address to `firewalldZone` (`trusted` unless set) through
-//! [`netkit::firewalld`] instead; `same-bridge` still writes the iptables isolation rules.
+//! [`netkit::firewall::firewalld`] instead; `same-bridge` still writes the iptables isolation rules.
 //!
 //! Deliberate changes: an unknown `backend` is refused instead of falling back to whatever is
 //! there; the admin chain's and the zone's names are checked; an ADD that fails halfway takes
@@ -24,7 +24,7 @@ use std::net::IpAddr;
 use cni::keys::Keys;
 use cni::quote::quote;
 use cni::{CmdArgs, CniError, CniResult, Code, NetConf};
-use netkit::firewalld::Firewalld;
+use netkit::firewall::firewalld::Firewalld;
 use serde::Deserialize;
 
 use crate::support::check;
@@ -68,7 +68,7 @@ struct FirewallConf {
 /// firewalld could have (letters, digits, '_', '-' and one inner '/', up to 64).
 fn zone_name(raw: &str) -> Option<String> {
     if raw.is_empty() {
-        return Some(netkit::firewalld::DEFAULT_ZONE.to_owned());
+        return Some(netkit::firewall::firewalld::DEFAULT_ZONE.to_owned());
     }
     let ok = raw.len() <= 64
         && raw
@@ -111,7 +111,7 @@ impl FirewallConf {
             ))
         })?;
         let admin_chain = if raw.iptables_admin_chain_name.is_empty() {
-            netkit::forward::ADMIN_CHAIN.to_owned()
+            netkit::firewall::forward::ADMIN_CHAIN.to_owned()
         } else {
             let name = raw.iptables_admin_chain_name;
             let ok = name.len() <= 28
@@ -179,9 +179,9 @@ fn addresses(prev: &CniResult) -> Vec<IpAddr> {
 
 /// A firewalld failure, coded for what the user can do about it.
 fn firewalld_error(e: netkit::Error) -> CniError {
-    if netkit::firewalld::not_running(&e) {
+    if netkit::firewall::firewalld::not_running(&e) {
         CniError::new(Code::TryAgainLater, e.to_string())
-    } else if netkit::firewalld::code(&e) == Some("INVALID_ZONE") {
+    } else if netkit::firewall::firewalld::code(&e) == Some("INVALID_ZONE") {
         CniError::invalid_config(format!("firewalldZone: firewalld has no such zone: {e}"))
     } else {
         sys(e)
@@ -248,19 +248,19 @@ impl cni::Plugin for Firewall {
         let mut firewalld = firewalld_for(conf.backend)?;
         match firewalld.as_mut() {
             Some(fw) => bind(fw, &conf.zone, &ips)?,
-            None => netkit::forward::allow(&ips, &conf.admin_chain).map_err(sys)?,
+            None => netkit::firewall::forward::allow(&ips, &conf.admin_chain).map_err(sys)?,
         }
         if let Some(bridge) = bridge {
             let v4 = ips.iter().any(IpAddr::is_ipv4);
             let v6 = ips.iter().any(IpAddr::is_ipv6);
-            if let Err(e) = netkit::forward::isolate_bridge(&bridge, v4, v6) {
+            if let Err(e) = netkit::firewall::forward::isolate_bridge(&bridge, v4, v6) {
                 let failures: Vec<String> = match firewalld.as_mut() {
                     Some(fw) => ips
                         .iter()
                         .filter_map(|ip| fw.remove_source(&conf.zone, *ip).err())
                         .map(|e| e.to_string())
                         .collect(),
-                    None => netkit::forward::revoke(&ips)
+                    None => netkit::firewall::forward::revoke(&ips)
                         .err()
                         .map(|e| e.to_string())
                         .into_iter()
@@ -296,7 +296,7 @@ impl cni::Plugin for Firewall {
             unbind(&zone, &ips)?;
         }
         if backend != Backend::Firewalld {
-            netkit::forward::revoke(&ips).map_err(sys)?;
+            netkit::firewall::forward::revoke(&ips).map_err(sys)?;
         }
         Ok(())
     }
@@ -307,11 +307,11 @@ impl cni::Plugin for Firewall {
         let ips = addresses(&prev);
         let bridge = conf.isolated_bridge(&prev)?;
         if let Some(bridge) = &bridge {
-            netkit::forward::check_isolation(bridge, &ips)
+            netkit::firewall::forward::check_isolation(bridge, &ips)
                 .map_err(|e| check::fail(e.to_string()))?;
         }
         let Some(mut fw) = firewalld_for(conf.backend)? else {
-            return netkit::forward::check(&ips, &conf.admin_chain)
+            return netkit::firewall::forward::check(&ips, &conf.admin_chain)
                 .map_err(|e| check::fail(e.to_string()));
         };
         for ip in ips {
@@ -320,7 +320,7 @@ impl cni::Plugin for Firewall {
                 Ok(false) => {
                     return Err(check::fail(format!(
                         "{} is not in firewalld zone {}",
-                        netkit::firewalld::source(ip),
+                        netkit::firewall::firewalld::source(ip),
                         quote(&conf.zone)
                     )))
                 }

@@ -1,6 +1,6 @@
 //! The `portmap` plugin, chained after an interface plugin: forwards the node's ports to the
 //! pod (Kubernetes' `hostPort`), from `runtimeConfig.portMappings`, with iptables DNAT rules
-//! in the node's namespace (see [`netkit::hostport`] for their names and shapes).
+//! in the node's namespace (see [`netkit::firewall::hostport`] for their names and shapes).
 //!
 //! As the reference (1.1.1): for the pod's first IPv4 and first IPv6 address on `CNI_IFNAME`,
 //! each mapping's DNAT, with `snat` (the default) marking hairpin and IPv4 localhost traffic for
@@ -21,7 +21,7 @@ use cni::keys::Keys;
 use cni::quote::quote;
 use cni::{CmdArgs, CniError, CniResult, NetConf};
 use ipnet::IpNet;
-use netkit::hostport::{Forwarding, Mapping};
+use netkit::firewall::hostport::{Forwarding, Mapping};
 use netkit::{Family, Netlink};
 use serde::Deserialize;
 
@@ -341,10 +341,10 @@ impl cni::Plugin for Portmap {
             if conf.snat && family == Family::V4 {
                 enable_localnet(pod.addr())?;
             }
-            if let Err(e) = netkit::hostport::setup(&conf.forwarding(args, pod)) {
+            if let Err(e) = netkit::firewall::hostport::setup(&conf.forwarding(args, pod)) {
                 // What this ADD forwarded, in either family, goes again.
                 let failures: Vec<String> =
-                    netkit::hostport::teardown(&conf.net.name, &args.container_id)
+                    netkit::firewall::hostport::teardown(&conf.net.name, &args.container_id)
                         .err()
                         .map(|e| e.to_string())
                         .into_iter()
@@ -362,7 +362,7 @@ impl cni::Plugin for Portmap {
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         // Only the network's name: the rules are found by the chain it names.
         let net: NetConf = cni::config::parse_plugin_config(&args.stdin)?;
-        netkit::hostport::teardown(&net.name, &args.container_id).map_err(sys)
+        netkit::firewall::hostport::teardown(&net.name, &args.container_id).map_err(sys)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -372,7 +372,7 @@ impl cni::Plugin for Portmap {
             return Ok(());
         }
         for pod in pod_addresses(&prev, &args.ifname) {
-            netkit::hostport::check(&conf.forwarding(args, pod))
+            netkit::firewall::hostport::check(&conf.forwarding(args, pod))
                 .map_err(|e| check::fail(e.to_string()))?;
         }
         Ok(())

@@ -9,9 +9,9 @@ use crate::support::sys::sys;
 
 /// Which firewall tool programs `ipMasq` rules: netkit's own choice, so the config's value
 /// goes through unchanged.
-pub use netkit::masq::Backend;
+pub use netkit::firewall::masq::Backend;
 
-/// `ipMasqBackend`: `None` leaves the choice to [`netkit::masq::setup`].
+/// `ipMasqBackend`: `None` leaves the choice to [`netkit::firewall::masq::setup`].
 pub fn parse_backend(raw: Option<&str>) -> Result<Option<Backend>, CniError> {
     match raw {
         None => Ok(None),
@@ -35,13 +35,14 @@ pub fn setup(
 ) -> Result<(), CniError> {
     let addrs: Vec<IpNet> = result.ips.iter().map(|ip| ip.address).collect();
     *done = Some(addrs.clone());
-    netkit::masq::setup(backend, name, &args.container_id, &args.ifname, &addrs).map_err(sys)
+    netkit::firewall::masq::setup(backend, name, &args.container_id, &args.ifname, &addrs)
+        .map_err(sys)
 }
 
 /// Removes what [`setup`] made for `addrs`, for a failed ADD; the failure, if any, as text for
 /// the error's details.
 pub fn undo(name: &str, args: &CmdArgs, addrs: &[IpNet]) -> Option<String> {
-    netkit::masq::teardown(name, &args.container_id, &args.ifname, addrs)
+    netkit::firewall::masq::teardown(name, &args.container_id, &args.ifname, addrs)
         .err()
         .map(|e| e.to_string())
 }

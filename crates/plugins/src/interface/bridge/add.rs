@@ -105,7 +105,7 @@ fn attach(
             .mac
             .ok_or_else(|| CniError::internal(format!("{} has no MAC to enforce", cont_ctx())))?;
         done.spoofcheck = true;
-        netkit::spoofcheck::setup(&host.name, &mac, &unique_id(args)).map_err(sys)?;
+        netkit::firewall::spoofcheck::setup(&host.name, &mac, &unique_id(args)).map_err(sys)?;
     }
 
     let mut result = CniResult::default();
@@ -215,7 +215,7 @@ fn undo(
         failures.extend(ip_masq::undo(&conf.net.name, args, addrs));
     }
     if done.spoofcheck {
-        if let Err(e) = netkit::spoofcheck::teardown(&unique_id(args)) {
+        if let Err(e) = netkit::firewall::spoofcheck::teardown(&unique_id(args)) {
             failures.push(e.to_string());
         }
     }

@@ -78,7 +78,7 @@ pub struct BridgeConf {
     pub is_default_gateway: bool,
     pub force_address: bool,
     pub ip_masq: bool,
-    /// `ipMasqBackend`; `None` leaves the choice to [`netkit::masq::setup`].
+    /// `ipMasqBackend`; `None` leaves the choice to [`netkit::firewall::masq::setup`].
     pub ip_masq_backend: Option<MasqBackend>,
     pub mtu: Option<u32>,
     pub hairpin: bool,

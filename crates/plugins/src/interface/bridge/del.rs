@@ -56,14 +56,17 @@ pub fn del(args: &CmdArgs) -> Result<(), CniError> {
         }
     }
     if conf.mac_spoof_check {
-        if let Err(e) = netkit::spoofcheck::teardown(&unique_id(args)) {
+        if let Err(e) = netkit::firewall::spoofcheck::teardown(&unique_id(args)) {
             failures.push(e.to_string());
         }
     }
     if ipam.is_some() && conf.ip_masq {
-        if let Err(e) =
-            netkit::masq::teardown(&conf.net.name, &args.container_id, &args.ifname, &addrs)
-        {
+        if let Err(e) = netkit::firewall::masq::teardown(
+            &conf.net.name,
+            &args.container_id,
+            &args.ifname,
+            &addrs,
+        ) {
             failures.push(e.to_string());
         }
     }

@@ -18,7 +18,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use crate::error::{Error, Result};
-use crate::ipt::{self, declared, jumps_to, quote, SharedRule};
+use crate::firewall::ipt::{self, declared, jumps_to, quote, SharedRule};
 use crate::tool;
 
 pub const TOP_DNAT_CHAIN: &str = "CNI-HOSTPORT-DNAT";

@@ -15,7 +15,7 @@
 use ipnet::IpNet;
 
 use crate::error::{Error, Result};
-use crate::ipt;
+use crate::firewall::ipt;
 use crate::tool;
 
 const NFT_TABLE: &str = "cni_plugins_masquerade";
@@ -153,7 +153,9 @@ fn nft_setup(network: &str, container_id: &str, ifname: &str, addrs: &[IpNet]) -
 fn nft_teardown(network: &str, container_id: &str, ifname: &str) -> Result<()> {
     // No table, no rule of ours: one netlink request instead of running nft (the common case,
     // iptables masquerade, pays nothing more). When the kernel cannot say, nft decides.
-    if !crate::nftables::table_exists(crate::nftables::INET, NFT_TABLE).unwrap_or(true) {
+    if !crate::firewall::nftables::table_exists(crate::firewall::nftables::INET, NFT_TABLE)
+        .unwrap_or(true)
+    {
         return Ok(());
     }
     // Without a working nft (not installed, or nf_tables unusable) no rule of ours can exist.

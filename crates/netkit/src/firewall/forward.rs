@@ -14,7 +14,7 @@
 use std::net::IpAddr;
 
 use crate::error::Result;
-use crate::ipt::{self, has_exact, quote, tools, SharedRule};
+use crate::firewall::ipt::{self, has_exact, quote, tools, SharedRule};
 
 pub const FORWARD_CHAIN: &str = "CNI-FORWARD";
 pub const ADMIN_CHAIN: &str = "CNI-ADMIN";
