@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use cni::CmdArgs;
 
-use crate::api::{Api, EventKind, Events, Pod};
+use crate::api::{Api, Events, Pod, Reason};
 use crate::config::MultusConf;
 use crate::container_lock::{self, ContainerLock};
 use crate::error::{Error, Result};
@@ -63,16 +63,16 @@ impl<'a> Invocation<'a> {
     }
 
     /// An event on the pod, recorded at the command's end; none without an API or a pod.
-    pub fn event(&self, pod: Option<&Pod>, kind: EventKind, reason: &str, message: &str) {
+    pub fn event(&self, pod: Option<&Pod>, reason: Reason, message: &str) {
         if let (Some(_), Some(pod)) = (self.api, pod) {
-            self.events.push(pod, kind, reason, message);
+            self.events.push(pod, reason, message);
         }
     }
 
-    /// Something the pod goes on without: said in the log and as a warning event.
-    pub fn warn(&self, pod: Option<&Pod>, reason: &str, message: &str) {
+    /// Something the pod goes on without: said in the log and as an event.
+    pub fn warn(&self, pod: Option<&Pod>, reason: Reason, message: &str) {
         tracing::warn!("{message}");
-        self.event(pod, EventKind::Warning, reason, message);
+        self.event(pod, reason, message);
     }
 
     /// The container's lock: one ADD, DEL or CHECK at a time.

@@ -2,19 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::EventKind;
-use crate::attach::{Added, DEVICE_INFO_EVENT};
+use crate::api::Reason;
+use crate::attach::Added;
 use crate::error::Result;
 use crate::invocation::Invocation;
 use crate::plan::{Attachment, Plan, Role};
 use npwg::devinfo;
 use npwg::status::{self, NetworkStatus};
-
-/// The reason of the event a secondary network's default route, kept behind the pod's, leaves.
-const SECONDARY_DEFAULT_ROUTE_EVENT: &str = "SecondaryDefaultRoute";
-/// The reason of the event a secondary network's route into the cluster's networks, removed,
-/// leaves.
-const SECONDARY_ROUTE_DROPPED_EVENT: &str = "SecondaryRouteDropped";
 
 /// The network-status entries of every attachment, with the device-info each delegate left.
 /// The auxiliary chain makes no interface of its own: an empty result of it shows nothing (as
@@ -49,7 +43,7 @@ fn device_info(inv: &Invocation, plan: &Plan, a: &Attachment) -> Option<serde_js
     devinfo::load(file).unwrap_or_else(|e| {
         inv.warn(
             plan.pod.as_ref(),
-            DEVICE_INFO_EVENT,
+            Reason::DeviceInfoUnusable,
             &format!(
                 "network {} on interface {}: {e}; its network-status has no device-info",
                 a.delegate.name, a.ifname
@@ -87,7 +81,7 @@ pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
             a.delegate.name
         );
         tracing::info!("{msg}");
-        inv.event(pod, EventKind::Normal, "AddedInterface", &msg);
+        inv.event(pod, Reason::AddedInterface, &msg);
     }
     for (a, Added { demoted, .. }) in plan.attachments.iter().zip(attached) {
         for moved in demoted {
@@ -96,7 +90,7 @@ pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
                  networks annotation to route the pod through it",
                 a.ifname, a.delegate.name
             );
-            inv.warn(pod, SECONDARY_DEFAULT_ROUTE_EVENT, &msg);
+            inv.warn(pod, Reason::SecondaryDefaultRoute, &msg);
         }
     }
     for (a, Added { dropped, .. }) in plan.attachments.iter().zip(attached) {
@@ -105,7 +99,7 @@ pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
                 "{} from {}: {route} (allowClusterRoutes in the multus config keeps such routes)",
                 a.ifname, a.delegate.name
             );
-            inv.warn(pod, SECONDARY_ROUTE_DROPPED_EVENT, &msg);
+            inv.warn(pod, Reason::SecondaryRouteDropped, &msg);
         }
     }
 }

@@ -34,6 +34,43 @@ pub struct Nad {
     pub resource_name: Option<String>,
 }
 
+/// Every event multus records on a pod, with the reason `kubectl describe` shows and its type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// A network's interface is in the pod.
+    AddedInterface,
+    /// ADD failed; what it added is undone.
+    AddInterfaceFailed,
+    /// The pod names a NAD that does not exist.
+    NoNetworkFound,
+    /// A device-info file cannot be used: the network-status entry goes without it.
+    DeviceInfoUnusable,
+    /// A secondary network's default route is kept behind the pod's.
+    SecondaryDefaultRoute,
+    /// A secondary network's route into the cluster's networks is removed.
+    SecondaryRouteDropped,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::AddedInterface => "AddedInterface",
+            Reason::AddInterfaceFailed => "AddInterfaceFailed",
+            Reason::NoNetworkFound => "NoNetworkFound",
+            Reason::DeviceInfoUnusable => "DeviceInfoUnusable",
+            Reason::SecondaryDefaultRoute => "SecondaryDefaultRoute",
+            Reason::SecondaryRouteDropped => "SecondaryRouteDropped",
+        }
+    }
+
+    pub fn kind(self) -> EventKind {
+        match self {
+            Reason::AddedInterface => EventKind::Normal,
+            _ => EventKind::Warning,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
     Normal,
@@ -54,11 +91,11 @@ pub struct Event {
 pub struct Events(std::cell::RefCell<Vec<Event>>);
 
 impl Events {
-    pub fn push(&self, pod: &Pod, kind: EventKind, reason: &str, message: &str) {
+    pub fn push(&self, pod: &Pod, reason: Reason, message: &str) {
         self.0.borrow_mut().push(Event {
             pod: pod.clone(),
-            kind,
-            reason: reason.to_owned(),
+            kind: reason.kind(),
+            reason: reason.as_str().to_owned(),
             message: message.to_owned(),
         });
     }

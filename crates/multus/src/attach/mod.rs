@@ -5,7 +5,7 @@ mod cluster;
 mod exec;
 pub mod route;
 
-use crate::api::{EventKind, Pod};
+use crate::api::{Pod, Reason};
 use crate::cache::{self, CacheSync};
 use crate::error::{Error, Result};
 use crate::invocation::Invocation;
@@ -14,9 +14,6 @@ use cluster::ClusterView;
 pub use exec::Added;
 use npwg::devinfo;
 use route::PodNetns;
-
-/// The reason of the event a device-info file that cannot be used leaves on the pod.
-pub const DEVICE_INFO_EVENT: &str = "DeviceInfoUnusable";
 
 /// ADD of every attachment in order. The delegate cache is written before the first runs, so
 /// a DEL after a crash finds them all; it is returned on its way to disk, with one [`Added`]
@@ -65,8 +62,7 @@ fn fail(inv: &Invocation, plan: &Plan, ran: usize, e: Error) -> Error {
     undo(inv, &plan.attachments[..ran]);
     inv.event(
         plan.pod.as_ref(),
-        EventKind::Warning,
-        "AddInterfaceFailed",
+        Reason::AddInterfaceFailed,
         &e.to_string(),
     );
     e
@@ -100,7 +96,7 @@ fn copy_device_info(inv: &Invocation, pod: Option<&Pod>, a: &Attachment) {
         }
         Err(e) => inv.warn(
             pod,
-            DEVICE_INFO_EVENT,
+            Reason::DeviceInfoUnusable,
             &format!(
                 "network {network} on interface {ifname}: {e}; not copied to {}",
                 file.display()

@@ -9,7 +9,7 @@ use cni::network::Network;
 use serde_json::Value;
 
 use super::devices::PodDevices;
-use crate::api::{Api, EventKind, Events, Nad, Pod};
+use crate::api::{Api, Events, Nad, Pod, Reason};
 use crate::config::MultusConf;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
@@ -292,8 +292,7 @@ impl Networks<'_> {
                 }
             );
             if let (Some(_), Some(pod)) = (self.api, self.pod) {
-                self.events
-                    .push(pod, EventKind::Warning, "NoNetworkFound", &msg);
+                self.events.push(pod, Reason::NoNetworkFound, &msg);
             }
             return Err(Error::NetworkNotFound(msg));
         };
