@@ -365,6 +365,7 @@ pub fn path(value: Option<String>) -> Option<PathBuf> {
 impl Keys {
     /// The config, with upstream's defaults, and the values each key's type cannot check.
     fn into_conf(self, log: LogSettings) -> Result<MultusConf> {
+        let policy = self.policy()?;
         let delegates: Vec<Map<String, Value>> = self
             .delegates
             .unwrap_or_default()
@@ -409,30 +410,6 @@ impl Keys {
                 )
             })?,
         };
-        let host_ports = match self.host_port_ranges {
-            None => vec![DEFAULT_HOST_PORTS],
-            Some(ranges) => ranges
-                .0
-                .iter()
-                .enumerate()
-                .map(|(i, text)| port_range(text, i))
-                .collect::<Result<_>>()?,
-        };
-        let cluster_cidrs = self
-            .cluster_cidrs
-            .unwrap_or_default()
-            .0
-            .iter()
-            .enumerate()
-            .map(|(i, text)| {
-                cni::decode::parse_cidr(text, "a CIDR").map_err(|want| {
-                    Error::config(
-                        &format!("clusterCIDRs[{i}]"),
-                        format!("{} is not {want}", quote(text)),
-                    )
-                })
-            })
-            .collect::<Result<_>>()?;
         let seconds =
             |value: Option<u64>, default: u64| Duration::from_secs(value.unwrap_or(default));
         Ok(MultusConf {
@@ -470,13 +447,45 @@ impl Keys {
             api_retries,
             valid_attachments: self.valid_attachments,
             node_root: None,
-            policy: TenantPolicy {
-                host_ports,
-                cluster_cidrs,
-                allow_cluster_routes: self.allow_cluster_routes.unwrap_or(false),
-                allow_cluster_addresses: self.allow_cluster_addresses.unwrap_or(false),
-                allow_cluster_interfaces: self.allow_cluster_interfaces.unwrap_or(false),
-            },
+            policy,
+        })
+    }
+
+    /// `hostPortRanges`, `clusterCIDRs` and the `allowCluster*` keys: what a tenant's NAD or
+    /// annotation may ask of the node.
+    fn policy(&self) -> Result<TenantPolicy> {
+        let host_ports = match &self.host_port_ranges {
+            None => vec![DEFAULT_HOST_PORTS],
+            Some(ranges) => ranges
+                .0
+                .iter()
+                .enumerate()
+                .map(|(i, text)| port_range(text, i))
+                .collect::<Result<_>>()?,
+        };
+        let no_cidrs = StringList::default();
+        let cluster_cidrs = self
+            .cluster_cidrs
+            .as_ref()
+            .unwrap_or(&no_cidrs)
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                cni::decode::parse_cidr(text, "a CIDR").map_err(|want| {
+                    Error::config(
+                        &format!("clusterCIDRs[{i}]"),
+                        format!("{} is not {want}", quote(text)),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(TenantPolicy {
+            host_ports,
+            cluster_cidrs,
+            allow_cluster_routes: self.allow_cluster_routes.unwrap_or(false),
+            allow_cluster_addresses: self.allow_cluster_addresses.unwrap_or(false),
+            allow_cluster_interfaces: self.allow_cluster_interfaces.unwrap_or(false),
         })
     }
 }

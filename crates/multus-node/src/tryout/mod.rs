@@ -368,149 +368,193 @@ fn gather(
     pod: &Pod,
     t: &mut Trial,
 ) -> Result<(), Error> {
-    let name = t.sandbox.clone();
-    let configs: Vec<&str> = inputs.nads.iter().map(|n| n.config.as_str()).collect();
-    let mut sb = if opts.on_host {
-        Sandbox::on_host(&name, plugins)?
-    } else {
-        Sandbox::create(&name, plugins, &sandbox::masters(&configs))?
-    };
-    sb.keep = opts.keep;
-    if dhcp::wanted(&configs) {
-        sb.servers = dhcp::start(&sb)?;
-        t.dhcp = Some(report::Dhcp {
-            subnet: dhcp::SUBNET.into(),
-            socket: dhcp::socket(&sb.dir),
-        });
-    }
-    let dhcp_socket = dhcp::socket(&sb.dir);
-    // whereabouts keeps its pools in the Kubernetes API: one in this process, on the node.
-    let (whereabouts_api, flat_file) = if whereabouts_wanted(&configs) {
-        let (server, flat_file) = whereabouts_api(&sb)?;
-        t.whereabouts_api = Some(server.url());
-        (Some(server), Some(flat_file))
-    } else {
-        (None, None)
-    };
-    let local = sandbox::Local {
-        ipam_dir: sb.ipam_dir(),
-        dhcp_socket: dhcp_socket.clone(),
-        whereabouts_flat_file: flat_file,
-    };
-    let api = FileApi {
-        pod: pod.clone(),
-        nads: inputs
-            .nads
-            .iter()
-            .map(|n| {
-                (
-                    (n.namespace.clone(), n.name.clone()),
-                    sandbox::localize(&n.config, &local),
-                )
-            })
-            .collect(),
-        annotations: Mutex::new(BTreeMap::new()),
-        events: Mutex::new(Vec::new()),
-    };
-    let conf = multus_conf(&sb)?;
-    t.node = Some(if sb.lan.is_some() {
-        report::Node::Simulated {
-            uplink: sandbox::UPLINK.into(),
-            lan_bridge: sandbox::LAN_BRIDGE.into(),
-        }
-    } else {
-        report::Node::OnHost {
-            cluster_parent: sandbox::ON_HOST_CLUSTER_PARENT.into(),
-        }
-    });
-    let dirs = [
-        sb.multus_dir(),
-        sb.ipam_dir(),
-        dhcp::state_dir(&sb.dir),
-        sandbox::whereabouts_records(),
-    ];
+    let node = Node::set_up(opts, plugins, inputs, pod, t)?;
+    let dirs = node.state_dirs();
     let dir_refs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+    let sb = &node.sandbox;
     let node_before = state::snapshot(&sb.node, &dir_refs)?;
     let pod_before = state::snapshot(&sb.pod, &[])?;
-
-    let container_id = format!("{name}-sandbox");
-    let cni_args = format!(
-        "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={container_id};K8S_POD_UID={}",
-        pod.namespace, pod.name, pod.uid
-    );
-    let call = |command: cni::Command| cni::CmdArgs {
-        command,
-        container_id: container_id.clone(),
-        netns: sb.pod.path().display().to_string(),
-        ifname: "eth0".into(),
-        args: cni_args.clone(),
-        path: vec![sb.bin_dir()],
-        stdin: Vec::new(),
-        path_roots_file: None,
-    };
-
-    let added = call_multus(&sb, &conf, &api, call(cni::Command::Add))?;
-    t.add = Some(outcome(&added));
-    let annotations = api
-        .annotations
-        .lock()
-        .map(|a| a.clone())
-        .unwrap_or_default();
-    let network_status = annotations.get(NETWORK_STATUS_ANNOTATION);
-    if added.is_ok() {
-        t.attached = Some(attached(&sb, network_status.cloned())?);
-    }
-    t.events = api
-        .events
-        .lock()
-        .map(|e| e.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| report::Event {
-            warning: matches!(e.kind, EventKind::Warning),
-            reason: e.reason,
-            message: e.message,
-        })
-        .collect();
-    if added.is_ok() {
-        let statuses: Value = network_status
-            .and_then(|text| serde_json::from_str(text).ok())
-            .unwrap_or(Value::Null);
-        let checks = t.connectivity.insert(Vec::new());
-        for entry in statuses.as_array().into_iter().flatten() {
-            if let Some(check) = check_network(&sb, entry)? {
-                checks.push(check);
-            }
-        }
-        if let Some(command) = &opts.exec {
-            t.exec = Some(exec_in_pod(&sb, command)?);
-        }
-        if opts.keep {
-            // Everything ADD made lives in the sandbox: --clean removes it without a DEL.
-            t.del = Some(report::Del::NotRun);
-            t.kept = Some(kept(&sb));
-            return Ok(());
-        }
-        t.del = Some(
-            match call_multus(&sb, &conf, &api, call(cni::Command::Del))? {
-                Ok(()) => report::Del::Ok,
-                Err(e) => report::Del::Failed(e.to_string()),
-            },
-        );
+    let kept_after_add = node.add_and_del(opts, pod, t)?;
+    if kept_after_add {
+        return Ok(());
     }
     t.left = Some(report::Leftovers {
         pod: Diff::between(&pod_before, &state::snapshot(&sb.pod, &[])?),
         node: Diff::between(&node_before, &state::snapshot(&sb.node, &dir_refs)?),
         leases: dhcp::leases(&sb.dir),
-        allocations: whereabouts_api
+        allocations: node
+            .whereabouts_api
             .as_ref()
             .map(apiserver::ApiServer::held)
             .unwrap_or_default(),
     });
     if opts.keep {
-        t.kept = Some(kept(&sb));
+        t.kept = Some(kept(sb));
     }
     Ok(())
+}
+
+/// A trial's node: the sandbox, the servers its networks need, and the API multus reads. The
+/// sandbox goes last, after what runs in it.
+struct Node {
+    api: FileApi,
+    conf: MultusConf,
+    whereabouts_api: Option<apiserver::ApiServer>,
+    sandbox: Sandbox,
+}
+
+impl Node {
+    /// The sandbox, a DHCP server when a network asks for dhcp, an API for whereabouts' pools
+    /// when one asks for whereabouts, and the NADs localized to them.
+    fn set_up(
+        opts: &Options,
+        plugins: &Path,
+        inputs: &Inputs,
+        pod: &Pod,
+        t: &mut Trial,
+    ) -> Result<Node, Error> {
+        let name = t.sandbox.clone();
+        let configs: Vec<&str> = inputs.nads.iter().map(|n| n.config.as_str()).collect();
+        let mut sb = if opts.on_host {
+            Sandbox::on_host(&name, plugins)?
+        } else {
+            Sandbox::create(&name, plugins, &sandbox::masters(&configs))?
+        };
+        sb.keep = opts.keep;
+        if dhcp::wanted(&configs) {
+            sb.servers = dhcp::start(&sb)?;
+            t.dhcp = Some(report::Dhcp {
+                subnet: dhcp::SUBNET.into(),
+                socket: dhcp::socket(&sb.dir),
+            });
+        }
+        // whereabouts keeps its pools in the Kubernetes API: one in this process, on the node.
+        let (whereabouts_api, flat_file) = if whereabouts_wanted(&configs) {
+            let (server, flat_file) = whereabouts_api(&sb)?;
+            t.whereabouts_api = Some(server.url());
+            (Some(server), Some(flat_file))
+        } else {
+            (None, None)
+        };
+        let local = sandbox::Local {
+            ipam_dir: sb.ipam_dir(),
+            dhcp_socket: dhcp::socket(&sb.dir),
+            whereabouts_flat_file: flat_file,
+        };
+        let api = FileApi {
+            pod: pod.clone(),
+            nads: inputs
+                .nads
+                .iter()
+                .map(|n| {
+                    (
+                        (n.namespace.clone(), n.name.clone()),
+                        sandbox::localize(&n.config, &local),
+                    )
+                })
+                .collect(),
+            annotations: Mutex::new(BTreeMap::new()),
+            events: Mutex::new(Vec::new()),
+        };
+        let conf = multus_conf(&sb)?;
+        t.node = Some(if sb.lan.is_some() {
+            report::Node::Simulated {
+                uplink: sandbox::UPLINK.into(),
+                lan_bridge: sandbox::LAN_BRIDGE.into(),
+            }
+        } else {
+            report::Node::OnHost {
+                cluster_parent: sandbox::ON_HOST_CLUSTER_PARENT.into(),
+            }
+        });
+        Ok(Node {
+            api,
+            conf,
+            whereabouts_api,
+            sandbox: sb,
+        })
+    }
+
+    /// The directories whose files a trial compares before and after.
+    fn state_dirs(&self) -> [PathBuf; 4] {
+        let sb = &self.sandbox;
+        [
+            sb.multus_dir(),
+            sb.ipam_dir(),
+            dhcp::state_dir(&sb.dir),
+            sandbox::whereabouts_records(),
+        ]
+    }
+
+    /// ADD as the runtime runs it, what the pod got and its events, a check per network, the
+    /// `--exec` command, then DEL. True when `--keep` kept the pod after ADD, without a DEL.
+    fn add_and_del(&self, opts: &Options, pod: &Pod, t: &mut Trial) -> Result<bool, Error> {
+        let (sb, api, conf) = (&self.sandbox, &self.api, &self.conf);
+        let container_id = format!("{}-sandbox", t.sandbox);
+        let cni_args = format!(
+            "IgnoreUnknown=1;K8S_POD_NAMESPACE={};K8S_POD_NAME={};K8S_POD_INFRA_CONTAINER_ID={container_id};K8S_POD_UID={}",
+            pod.namespace, pod.name, pod.uid
+        );
+        let call = |command: cni::Command| cni::CmdArgs {
+            command,
+            container_id: container_id.clone(),
+            netns: sb.pod.path().display().to_string(),
+            ifname: "eth0".into(),
+            args: cni_args.clone(),
+            path: vec![sb.bin_dir()],
+            stdin: Vec::new(),
+            path_roots_file: None,
+        };
+        let added = call_multus(sb, conf, api, call(cni::Command::Add))?;
+        t.add = Some(outcome(&added));
+        let annotations = api
+            .annotations
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_default();
+        let network_status = annotations.get(NETWORK_STATUS_ANNOTATION);
+        if added.is_ok() {
+            t.attached = Some(attached(sb, network_status.cloned())?);
+        }
+        t.events = api
+            .events
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| report::Event {
+                warning: matches!(e.kind, EventKind::Warning),
+                reason: e.reason,
+                message: e.message,
+            })
+            .collect();
+        if added.is_err() {
+            return Ok(false);
+        }
+        let statuses: Value = network_status
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or(Value::Null);
+        let checks = t.connectivity.insert(Vec::new());
+        for entry in statuses.as_array().into_iter().flatten() {
+            if let Some(check) = check_network(sb, entry)? {
+                checks.push(check);
+            }
+        }
+        if let Some(command) = &opts.exec {
+            t.exec = Some(exec_in_pod(sb, command)?);
+        }
+        if opts.keep {
+            // Everything ADD made lives in the sandbox: --clean removes it without a DEL.
+            t.del = Some(report::Del::NotRun);
+            t.kept = Some(kept(sb));
+            return Ok(true);
+        }
+        t.del = Some(match call_multus(sb, conf, api, call(cni::Command::Del))? {
+            Ok(()) => report::Del::Ok,
+            Err(e) => report::Del::Failed(e.to_string()),
+        });
+        Ok(false)
+    }
 }
 
 fn whereabouts_wanted(configs: &[&str]) -> bool {
