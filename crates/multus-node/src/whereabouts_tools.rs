@@ -47,6 +47,13 @@ pub fn run(tool: &Tool) -> Result<ExitCode, ToolError> {
         ..k8s::ClientOptions::default()
     };
     let client = || k8s::KubeClient::new(&opts).map_err(whereabouts::Error::from);
+    // Every line, the Kubernetes client's included, is one of the node's log lines.
+    multus::log::init_with(&multus::config::LogSettings {
+        level: multus::config::LogLevel::Verbose,
+        file: None,
+        to_stderr: true,
+        options: multus::config::LogOptions::default(),
+    });
     match tool {
         Tool::Control { .. } => {
             let failed = |source| ToolError {
@@ -54,26 +61,21 @@ pub fn run(tool: &Tool) -> Result<ExitCode, ToolError> {
                 source,
             };
             let (watcher, client) = (client().map_err(failed)?, client().map_err(failed)?);
-            // The watch's troubles (a failed list, a broken connection) go to stderr.
-            multus::log::init_with(&multus::config::LogSettings {
-                level: multus::config::LogLevel::Error,
-                file: None,
-                to_stderr: true,
-                options: multus::config::LogOptions::default(),
-            });
             let stop = AtomicBool::new(false);
-            whereabouts::control(&watcher, &client, &stop, &mut std::io::stdout());
+            whereabouts::control(&watcher, &client, &stop);
         }
         Tool::Reconcile { .. } => {
             let s = client()
-                .and_then(|client| whereabouts::reconcile(&client, &mut std::io::stdout()))
+                .and_then(|client| whereabouts::reconcile(&client))
                 .map_err(|source| ToolError {
                     tool: "reconcile",
                     source,
                 })?;
-            println!(
+            nodelog::info!(
                 "reconciled: freed {} addresses, deleted {} reservations, freed {} node slices",
-                s.freed, s.reservations_deleted, s.slices_freed
+                s.freed,
+                s.reservations_deleted,
+                s.slices_freed
             );
         }
     }

@@ -84,15 +84,17 @@ impl Node {
         self.command(&args).output().expect("runs the command")
     }
 
+    /// One pass that must succeed: its log. Nothing goes to stdout.
     fn install_ok(&self, extra: &[&str]) -> String {
         let out = self.install(extra);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "install failed: {log}");
         assert!(
-            out.status.success(),
-            "install failed: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
         );
-        stdout
+        log
     }
 
     /// Runs the installer as the DaemonSet does: watching until stopped.

@@ -449,9 +449,16 @@ fn logs_go_to_the_log_file_with_the_pod_container_and_interface_and_stdout_stays
         .lines()
         .find(|l| l.contains("Add eth0 [10.10.0.2/24] from cluster"))
         .unwrap_or_else(|| panic!("no AddedInterface line in {text}"));
-    assert!(line.contains("default/web"), "{line}");
-    assert!(line.contains(CONTAINER_ID), "{line}");
-    assert!(line.contains("ifname=eth0"), "{line}");
+    // The node's line: the time, the level, the call, the message (docs/multus.md).
+    let (stamp, rest) = line.split_at(27);
+    assert!(stamp.starts_with("20") && stamp.ends_with('Z'), "{line}");
+    assert_eq!(
+        rest,
+        format!(
+            "  INFO multus{{command=\"ADD\" pod=default/web container={CONTAINER_ID} \
+             ifname=eth0}}: Add eth0 [10.10.0.2/24] from cluster"
+        )
+    );
     assert!(
         !text.contains("DEBUG"),
         "verbose leaves out debug lines: {text}"

@@ -79,15 +79,7 @@ impl LogLevel {
     }
 }
 
-/// `logOptions`: rotation settings for `logFile`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LogOptions {
-    pub max_age: Option<u64>,
-    pub max_size: Option<u64>,
-    pub max_backups: Option<u64>,
-    pub compress: Option<bool>,
-}
+pub use nodelog::LogOptions;
 
 /// Where a process logs, and how much: the multus config's log keys, and the thick daemon's.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,102 +1,22 @@
-//! Logging as multus's `logFile`, `logLevel` and `logToStderr` ask: lines go to stderr and/or
-//! the file, never to stdout (the runtime reads the result there).
+//! Logging as multus's `logFile`, `logLevel` and `logToStderr` ask: multus's tracing events
+//! become the node's log lines ([`nodelog`]), with the call's span in front of the message:
+//!
+//! ```text
+//! 2026-11-30T01:54:36.791647Z  INFO multus{command="ADD" pod=default/web ...}: Add net1 ...
+//! ```
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt::{self, Write as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
-use flate2::write::GzEncoder;
-use flate2::Compression;
-use tracing_subscriber::filter::LevelFilter;
+use tracing::field::{Field, Visit};
+use tracing::level_filters::LevelFilter;
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
 
-use crate::config::{LogLevel, LogOptions, LogSettings, MultusConf};
-
-/// Where each line goes.
-#[derive(Clone)]
-struct Sinks {
-    stderr: bool,
-    file: Option<Arc<Mutex<LogFile>>>,
-}
-
-impl Write for Sinks {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.stderr {
-            let _ = std::io::stderr().write_all(buf);
-        }
-        if let Some(file) = &self.file {
-            if let Ok(mut f) = file.lock() {
-                f.append(buf);
-            }
-        }
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// `logFile` as this process opened it.
-struct LogFile {
-    path: PathBuf,
-    file: File,
-}
-
-impl LogFile {
-    /// Opens `path` for appending, creating its directory (0755) first if it is missing, as
-    /// upstream does.
-    fn open(path: &Path) -> std::io::Result<LogFile> {
-        let file = match open_append(path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    std::fs::DirBuilder::new()
-                        .recursive(true)
-                        .mode(0o755)
-                        .create(dir)?;
-                }
-                open_append(path)?
-            }
-            other => other?,
-        };
-        Ok(LogFile {
-            path: path.to_owned(),
-            file,
-        })
-    }
-
-    /// Appends a line under a shared lock: another process compressing the file this one
-    /// opened (rotated meanwhile) holds it exclusively, and once the file is no longer the
-    /// one at the path (renamed or removed by a rotation), the line goes to the new log
-    /// instead.
-    fn append(&mut self, buf: &[u8]) {
-        let id = |m: std::fs::Metadata| (m.dev(), m.ino());
-        let moved = || {
-            self.file.metadata().ok().map(id) != std::fs::symlink_metadata(&self.path).ok().map(id)
-        };
-        if self.file.lock_shared().is_ok() && moved() {
-            if let Ok(file) = open_append(&self.path) {
-                let _ = self.file.unlock();
-                self.file = file;
-                let _ = self.file.lock_shared();
-            }
-        }
-        let _ = self.file.write_all(buf);
-        let _ = self.file.unlock();
-    }
-}
-
-/// The log may sit in a directory others can write (`/tmp`): a symlink planted at its name is
-/// never followed.
-fn open_append(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-}
+use crate::config::{LogLevel, LogSettings, MultusConf};
 
 /// Installs the logger for this process. A log file that cannot be opened is reported on
 /// stderr (when allowed) and otherwise ignored: logging must not fail a pod.
@@ -104,224 +24,193 @@ pub fn init(conf: &MultusConf) {
     init_with(&conf.log);
 }
 
-/// The log file and its rotation, for [`maintain`].
-static ROTATION: std::sync::OnceLock<(PathBuf, LogOptions)> = std::sync::OnceLock::new();
-
-/// Rotates the log file when it is due: a long-running process (the thick daemon) calls this
-/// now and then, where a process per call rotates once, at its start. The next line goes to
-/// the new file.
-pub fn maintain() {
-    if let Some((path, options)) = ROTATION.get() {
-        if let Err(trouble) = rotate(path, options) {
-            tracing::warn!("log rotation: {trouble}");
-        }
-    }
-}
-
 /// [`init`] from the settings themselves (a daemon's, read from its own config).
 pub fn init_with(settings: &LogSettings) {
-    let log_options = &settings.options;
-    let log_to_stderr = settings.to_stderr;
-    let level = match settings.level {
-        LogLevel::Panic => LevelFilter::OFF,
-        LogLevel::Error => LevelFilter::WARN,
-        LogLevel::Verbose => LevelFilter::INFO,
-        LogLevel::Debug => LevelFilter::DEBUG,
+    let max = match settings.level {
+        LogLevel::Panic => None,
+        LogLevel::Error => Some(nodelog::Level::Warn),
+        LogLevel::Verbose => Some(nodelog::Level::Info),
+        LogLevel::Debug => Some(nodelog::Level::Debug),
     };
-    let mut rotation_trouble = None;
-    let file = settings.file.as_deref().and_then(|path| {
-        rotation_trouble = rotate(path, log_options).err();
-        let _ = ROTATION.set((path.to_owned(), log_options.clone()));
-        match LogFile::open(path) {
-            Ok(f) => Some(Arc::new(Mutex::new(f))),
-            Err(e) => {
-                if log_to_stderr {
-                    eprintln!("multus: cannot open logFile {}: {e}", path.display());
-                }
-                None
-            }
-        }
+    let opened = nodelog::init(&nodelog::Settings {
+        max,
+        file: settings.file.clone(),
+        to_stderr: settings.to_stderr,
+        rotation: settings.options.clone(),
     });
-    let sinks = Sinks {
-        stderr: log_to_stderr,
-        file,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_ansi(false)
-        .with_target(false)
-        .with_writer(move || sinks.clone())
-        .try_init();
-    if let Some(trouble) = rotation_trouble {
-        tracing::warn!("log rotation: {trouble}");
+    if let (Err(e), Some(path)) = (opened, &settings.file) {
+        if settings.to_stderr {
+            eprintln!("multus: cannot open logFile {}: {e}", path.display());
+        }
     }
+    let _ = tracing::subscriber::set_global_default(Lines::default());
 }
 
-/// Size-based rotation as `logOptions` asks, with lumberjack's defaults and meanings
-/// (`maxSize` 100 MB, `maxBackups` 5, `maxAge` 5 days, `compress` on; a 0 means the default
-/// size, every backup, any age): a file past `maxSize` becomes `<file>.1` (`<file>.1.gz` when
-/// compressed), older backups move up one, those past `maxBackups` or older than `maxAge` days
-/// go, in either form. Many multus processes start at once, so the work is done under a lock
-/// on the log's directory and checked again there. Whatever fails is returned to be logged:
-/// the log itself is never dropped for it.
-fn rotate(path: &Path, opts: &LogOptions) -> Result<(), String> {
-    let rotation = Rotation::new(path, opts);
-    if !rotation.is_due() && rotation.expired().is_empty() {
-        return Ok(());
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let lock = File::open(dir)
-        .and_then(|d| d.lock().map(|()| d))
-        .map_err(|e| {
-            format!(
-                "cannot lock {} to rotate {}: {e}",
-                dir.display(),
-                path.display()
-            )
-        })?;
-    for old in rotation.expired() {
-        let _ = std::fs::remove_file(old);
-    }
-    let outcome = if rotation.is_due() {
-        rotation.shift()
-    } else {
-        Ok(())
-    };
-    drop(lock);
-    outcome
+/// tracing's events as node log lines. The spans are few (one per call), so their text is
+/// made once, when they open.
+#[derive(Default)]
+struct Lines {
+    spans: Mutex<HashMap<u64, OpenSpan>>,
+    last_id: AtomicU64,
 }
 
-struct Rotation<'a> {
-    path: &'a Path,
-    max_bytes: u64,
-    /// `None`: keep every backup.
-    max_backups: Option<u64>,
-    /// `None`: keep backups of any age.
-    max_age: Option<Duration>,
-    compress: bool,
+struct OpenSpan {
+    name: &'static str,
+    fields: String,
+    handles: usize,
 }
 
-impl Rotation<'_> {
-    fn new<'a>(path: &'a Path, opts: &LogOptions) -> Rotation<'a> {
-        let nonzero = |v: Option<u64>| v.filter(|v| *v > 0);
-        Rotation {
-            path,
-            max_bytes: nonzero(opts.max_size)
-                .unwrap_or(100)
-                .saturating_mul(1 << 20),
-            max_backups: nonzero(opts.max_backups.or(Some(5))),
-            max_age: nonzero(opts.max_age.or(Some(5)))
-                .map(|days| Duration::from_secs(days.saturating_mul(86_400))),
-            compress: opts.compress.unwrap_or(true),
-        }
-    }
+thread_local! {
+    /// The spans this thread is in, innermost last.
+    static ENTERED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+}
 
-    fn is_due(&self) -> bool {
-        std::fs::metadata(self.path).is_ok_and(|m| m.len() >= self.max_bytes)
-    }
+fn level_of(level: &tracing::Level) -> Option<nodelog::Level> {
+    Some(match *level {
+        tracing::Level::ERROR => nodelog::Level::Error,
+        tracing::Level::WARN => nodelog::Level::Warn,
+        tracing::Level::INFO => nodelog::Level::Info,
+        tracing::Level::DEBUG => nodelog::Level::Debug,
+        _ => return None,
+    })
+}
 
-    /// Backup `n` in both forms: `<file>.<n>` and `<file>.<n>.gz`.
-    fn backup(&self, n: u64) -> [PathBuf; 2] {
-        let mut plain = self.path.as_os_str().to_owned();
-        plain.push(format!(".{n}"));
-        let mut gz = plain.clone();
-        gz.push(".gz");
-        [PathBuf::from(plain), PathBuf::from(gz)]
-    }
+/// Fields as `key=value`, space-separated; an event's message as itself.
+struct Fields<'a>(&'a mut String);
 
-    /// The highest backup number in use (backups are numbered without gaps).
-    fn last_backup(&self) -> u64 {
-        (1..)
-            .find(|n| !self.backup(*n).iter().any(|p| p.exists()))
-            .map_or(0, |n| n - 1)
-    }
-
-    fn expired(&self) -> Vec<PathBuf> {
-        let Some(max_age) = self.max_age else {
-            return Vec::new();
-        };
-        let now = SystemTime::now();
-        (1..=self.last_backup())
-            .flat_map(|n| self.backup(n))
-            .filter(|p| {
-                std::fs::metadata(p)
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > max_age))
-            })
-            .collect()
-    }
-
-    /// Moves the log to backup 1 (compressing it when asked) and the backups up one.
-    fn shift(&self) -> Result<(), String> {
-        let last = self.last_backup();
-        let keep = self.max_backups.map_or(last, |max| last.min(max - 1));
-        for n in keep + 1..=last {
-            for p in self.backup(n) {
-                let _ = std::fs::remove_file(p);
-            }
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if !self.0.is_empty() {
+            self.0.push(' ');
         }
-        for n in (1..=keep).rev() {
-            for (from, to) in self.backup(n).into_iter().zip(self.backup(n + 1)) {
-                let _ = std::fs::rename(from, to);
-            }
-        }
-        let [first, _] = self.backup(1);
-        std::fs::rename(self.path, &first)
-            .map_err(|e| format!("cannot move {} aside: {e}", self.path.display()))?;
-        if !self.compress {
-            return Ok(());
-        }
-        // Backups left uncompressed by an earlier failure get another chance.
-        let mut trouble = Vec::new();
-        for n in 1..=keep + 1 {
-            let [plain, gz] = self.backup(n);
-            if plain.exists() {
-                if let Err(e) = compress(&plain, &gz) {
-                    trouble.push(format!("cannot compress {}: {e}", plain.display()));
-                }
-            }
-        }
-        if trouble.is_empty() {
-            Ok(())
+        let _ = if field.name() == "message" {
+            write!(self.0, "{value:?}")
         } else {
-            Err(format!("{}; kept uncompressed", trouble.join("; ")))
-        }
+            write!(self.0, "{}={value:?}", field.name())
+        };
     }
 }
 
-/// Writes `plain` gzip-compressed to `gz` (by way of a temporary file, so `gz` is whole or
-/// absent) and removes `plain`. The exclusive lock waits for processes still appending to
-/// `plain` and holds off new appends until it is gone (see [`LogFile::append`]).
-fn compress(plain: &Path, gz: &Path) -> std::io::Result<()> {
-    let mut source = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(plain)?;
-    source.lock()?;
-    let mut tmp = gz.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    // A stale (or planted) temporary file goes first; the new one is made, never opened.
-    let _ = std::fs::remove_file(&tmp);
-    let written = (|| {
-        let mode = source.metadata()?.permissions().mode();
-        let out = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        let mut encoder = GzEncoder::new(BufWriter::new(out), Compression::default());
-        std::io::copy(&mut source, &mut encoder)?;
-        let out = encoder.finish()?.into_inner().map_err(|e| e.into_error())?;
-        out.sync_all()?;
-        std::fs::rename(&tmp, gz)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+impl Lines {
+    fn open_spans(&self) -> std::sync::MutexGuard<'_, HashMap<u64, OpenSpan>> {
+        // A thread that panicked while logging leaves the map as it was: still usable.
+        self.spans
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-    written?;
-    std::fs::remove_file(plain)
+}
+
+impl Subscriber for Lines {
+    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+        level_of(metadata.level()).is_some_and(nodelog::enabled)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(match nodelog::max_level() {
+            None => LevelFilter::OFF,
+            Some(nodelog::Level::Error) => LevelFilter::ERROR,
+            Some(nodelog::Level::Warn) => LevelFilter::WARN,
+            Some(nodelog::Level::Info) => LevelFilter::INFO,
+            Some(nodelog::Level::Debug) => LevelFilter::DEBUG,
+        })
+    }
+
+    fn new_span(&self, span: &Attributes<'_>) -> Id {
+        let mut fields = String::new();
+        span.record(&mut Fields(&mut fields));
+        let open = OpenSpan {
+            name: span.metadata().name(),
+            fields,
+            handles: 1,
+        };
+        let id = self.last_id.fetch_add(1, Ordering::Relaxed) + 1;
+        self.open_spans().insert(id, open);
+        Id::from_u64(id)
+    }
+
+    fn record(&self, span: &Id, values: &Record<'_>) {
+        if let Some(open) = self.open_spans().get_mut(&span.into_u64()) {
+            values.record(&mut Fields(&mut open.fields));
+        }
+    }
+
+    fn record_follows_from(&self, _span: &Id, _follows: &Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        let Some(level) = level_of(event.metadata().level()) else {
+            return;
+        };
+        let context = ENTERED.with_borrow(|entered| {
+            let spans = self.open_spans();
+            let names: Vec<String> = entered
+                .iter()
+                .filter_map(|id| spans.get(id))
+                .map(|s| format!("{}{{{}}}", s.name, s.fields))
+                .collect();
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", names.join(":"))
+            }
+        });
+        let mut message = String::new();
+        event.record(&mut Fields(&mut message));
+        nodelog::write(level, format_args!("{context}{message}"));
+    }
+
+    fn enter(&self, span: &Id) {
+        ENTERED.with_borrow_mut(|entered| entered.push(span.into_u64()));
+    }
+
+    fn exit(&self, span: &Id) {
+        ENTERED.with_borrow_mut(|entered| {
+            if let Some(at) = entered.iter().rposition(|id| *id == span.into_u64()) {
+                entered.remove(at);
+            }
+        });
+    }
+
+    fn clone_span(&self, span: &Id) -> Id {
+        if let Some(open) = self.open_spans().get_mut(&span.into_u64()) {
+            open.handles += 1;
+        }
+        span.clone()
+    }
+
+    fn try_close(&self, span: Id) -> bool {
+        let mut spans = self.open_spans();
+        let id = span.into_u64();
+        let closed = spans.get_mut(&id).is_some_and(|open| {
+            open.handles -= 1;
+            open.handles == 0
+        });
+        if closed {
+            spans.remove(&id);
+        }
+        closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// The thick daemon opens a span per call for as long as it runs: each is forgotten once
+    /// its last handle goes.
+    #[test]
+    fn a_closed_span_is_forgotten() {
+        let lines = Arc::new(Lines::default());
+        tracing::subscriber::with_default(Arc::clone(&lines), || {
+            for _ in 0..3 {
+                let span = tracing::error_span!("multus", pod = "default/web");
+                let _entered = span.enter();
+                let copy = span.clone();
+                drop(copy);
+                assert_eq!(lines.open_spans().len(), 1);
+            }
+        });
+        assert!(lines.open_spans().is_empty());
+        ENTERED.with_borrow(|entered| assert!(entered.is_empty()));
+    }
 }

@@ -7,7 +7,6 @@
 //! its start, and whenever its watch has to list again) is caught by a whole reconciler pass.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -51,9 +50,9 @@ fn podref(pod: &Value) -> Option<String> {
 }
 
 /// Runs until `stop` is set: `watcher` (a client of its own) follows the cluster's pods, and
-/// `client` frees what their deletion orphaned. Prints a line for each address freed and each
-/// failure to `out`.
-pub fn control(watcher: &KubeClient, client: &KubeClient, stop: &AtomicBool, out: &mut dyn Write) {
+/// `client` frees what their deletion orphaned. Logs a line for each address freed and each
+/// failure.
+pub fn control(watcher: &KubeClient, client: &KubeClient, stop: &AtomicBool) {
     let (seen, events) = mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(move || {
@@ -73,17 +72,12 @@ pub fn control(watcher: &KubeClient, client: &KubeClient, stop: &AtomicBool, out
                 }
             });
         });
-        follow(&events, client, stop, out);
+        follow(&events, client, stop);
     });
 }
 
 /// Frees what the watch's events orphan, until `stop` is set.
-fn follow(
-    events: &mpsc::Receiver<Seen>,
-    client: &KubeClient,
-    stop: &AtomicBool,
-    out: &mut dyn Write,
-) {
+fn follow(events: &mpsc::Receiver<Seen>, client: &KubeClient, stop: &AtomicBool) {
     let mut whole_pass = false;
     let mut deleted = BTreeSet::new();
     let mut not_before = Instant::now();
@@ -112,10 +106,10 @@ fn follow(
         let whole = whole_pass || deleted.len() > WHOLE_PASS_OVER;
         let started = Instant::now();
         let done = if whole {
-            reconcile(client, out).map(|summary| ("a whole pass", summary))
+            reconcile(client).map(|summary| ("a whole pass", summary))
         } else {
             let batch: Vec<String> = deleted.iter().cloned().collect();
-            free_deleted(client, &batch, out).map(|summary| ("deleted pods", summary))
+            free_deleted(client, &batch).map(|summary| ("deleted pods", summary))
         };
         match done {
             Ok((what, summary)) => {
@@ -124,15 +118,16 @@ fn follow(
                 not_before = started + BETWEEN_PASSES;
                 // Most deleted pods had no address here: only a batch that freed one is told.
                 if whole || summary != Summary::default() {
-                    let _ = writeln!(
-                        out,
+                    nodelog::info!(
                         "{what}: freed {} addresses, deleted {} reservations, freed {} node slices",
-                        summary.freed, summary.reservations_deleted, summary.slices_freed
+                        summary.freed,
+                        summary.reservations_deleted,
+                        summary.slices_freed
                     );
                 }
             }
             Err(e) => {
-                let _ = writeln!(out, "{e}; trying again in {RETRY_AFTER:?}");
+                nodelog::error!("{e}; trying again in {RETRY_AFTER:?}");
                 not_before = Instant::now() + RETRY_AFTER;
             }
         }

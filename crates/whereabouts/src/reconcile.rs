@@ -9,7 +9,6 @@
 //! writes during the pass may be a pod's that the list does not hold, and is left alone.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -130,9 +129,9 @@ impl Pods<'_> {
     }
 }
 
-/// One pass: frees orphaned allocations and deletes orphaned reservations, printing a line
-/// for each to `out`.
-pub fn reconcile(client: &KubeClient, out: &mut dyn Write) -> Result<Summary, Error> {
+/// One pass: frees orphaned allocations and deletes orphaned reservations, logging a line
+/// for each.
+pub fn reconcile(client: &KubeClient) -> Result<Summary, Error> {
     // Pools and reservations before pods: an allocation made after the pods were listed
     // may be a pod's that the list does not hold.
     let pools = client.list_objects_everywhere(IPPOOLS)?;
@@ -147,19 +146,15 @@ pub fn reconcile(client: &KubeClient, out: &mut dyn Write) -> Result<Summary, Er
         client,
         judged: Judged::Listed(live),
     };
-    let mut summary = free_orphans(client, &pools, &reservations, pods, out)?;
-    summary.slices_freed = reconcile_slices(client, out)?;
+    let mut summary = free_orphans(client, &pools, &reservations, pods)?;
+    summary.slices_freed = reconcile_slices(client)?;
     Ok(summary)
 }
 
 /// Frees the allocations and deletes the reservations of these pods (`namespace/name`) if the
 /// API no longer has them. A pod of the same name that exists again (a StatefulSet's) is left
 /// to the next whole pass, which judges it by its network-status.
-pub fn free_deleted(
-    client: &KubeClient,
-    podrefs: &[String],
-    out: &mut dyn Write,
-) -> Result<Summary, Error> {
+pub fn free_deleted(client: &KubeClient, podrefs: &[String]) -> Result<Summary, Error> {
     // Pools and reservations before the pods are read, for the reason `reconcile` gives.
     let pools = client.list_objects_everywhere(IPPOOLS)?;
     let reservations = client.list_objects_everywhere(RESERVATIONS)?;
@@ -181,7 +176,7 @@ pub fn free_deleted(
         client,
         judged: Judged::Deleted(gone),
     };
-    free_orphans(client, &pools, &reservations, pods, out)
+    free_orphans(client, &pools, &reservations, pods)
 }
 
 /// Frees the orphaned allocations of `pools` and deletes the orphaned `reservations`, as
@@ -191,11 +186,10 @@ fn free_orphans(
     pools: &[Value],
     reservations: &[Value],
     mut pods: Pods,
-    out: &mut dyn Write,
 ) -> Result<Summary, Error> {
     let mut summary = Summary::default();
     for obj in pools {
-        summary.freed += reconcile_pool(client, &mut pods, obj, out)?;
+        summary.freed += reconcile_pool(client, &mut pods, obj)?;
     }
     for obj in reservations {
         let text = |p: &str| {
@@ -224,10 +218,7 @@ fn free_orphans(
         )?;
         if deleted == Deleted::Deleted {
             summary.reservations_deleted += 1;
-            let _ = writeln!(
-                out,
-                "deleted OverlappingRangeIPReservation {ns}/{name}: {why}"
-            );
+            nodelog::info!("deleted OverlappingRangeIPReservation {ns}/{name}: {why}");
         }
     }
     Ok(summary)
@@ -235,7 +226,7 @@ fn free_orphans(
 
 /// Frees the node slices of nodes that left the cluster. Nodes are listed only when some
 /// NodeSlicePool exists, so a cluster without node slices needs no right to list them.
-fn reconcile_slices(client: &KubeClient, out: &mut dyn Write) -> Result<usize, Error> {
+fn reconcile_slices(client: &KubeClient) -> Result<usize, Error> {
     let pools = client.list_objects_everywhere(NODE_SLICE_POOLS)?;
     if pools.is_empty() {
         return Ok(0);
@@ -244,13 +235,13 @@ fn reconcile_slices(client: &KubeClient, out: &mut dyn Write) -> Result<usize, E
     if nodes.is_empty() {
         // This runs on a node: an empty list is a server or RBAC quirk, not a cluster without
         // nodes, and freeing every slice on its word would hand out live addresses.
-        let _ = writeln!(out, "skipped node slices: the API lists no nodes");
+        nodelog::warn!("skipped node slices: the API lists no nodes");
         return Ok(0);
     }
     let live = |node: &str| nodes.contains(node);
     let mut freed = 0;
     for listed in &pools {
-        freed += free_slices_of_gone_nodes(client, listed, &live, out)?;
+        freed += free_slices_of_gone_nodes(client, listed, &live)?;
     }
     Ok(freed)
 }
@@ -264,7 +255,6 @@ fn free_slices_of_gone_nodes(
     client: &KubeClient,
     listed: &Value,
     live: &dyn Fn(&str) -> bool,
-    out: &mut dyn Write,
 ) -> Result<usize, Error> {
     let text = |p: &str| {
         listed
@@ -290,8 +280,7 @@ fn free_slices_of_gone_nodes(
                     empty.insert(node.as_str(), pools);
                 }
                 SlicePools::Holding(pool_name, n) => {
-                    let _ = writeln!(
-                        out,
+                    nodelog::info!(
                         "kept slice {slice} in NodeSlicePool {ns}/{name}: node {node} is gone, \
                          but IPPool {ns}/{pool_name} still holds {n} addresses"
                     );
@@ -304,8 +293,7 @@ fn free_slices_of_gone_nodes(
         match client.json_patch_object(NODE_SLICE_POOLS, &ns, &name, &patch)? {
             Written::Done(_) => {
                 for (node, slice) in &gone {
-                    let _ = writeln!(
-                        out,
+                    nodelog::info!(
                         "freed slice {slice} in NodeSlicePool {ns}/{name}: node {node} is gone"
                     );
                     for (pool_name, rv) in empty.get(node.as_str()).into_iter().flatten() {
@@ -313,7 +301,7 @@ fn free_slices_of_gone_nodes(
                         if client.delete_object(IPPOOLS, &ns, pool_name, Some(rv))?
                             == Deleted::Deleted
                         {
-                            let _ = writeln!(out, "deleted IPPool {ns}/{pool_name}: empty");
+                            nodelog::info!("deleted IPPool {ns}/{pool_name}: empty");
                         }
                     }
                 }
@@ -386,12 +374,7 @@ fn addresses_named(name: &str) -> Vec<IpAddr> {
 /// meanwhile, it is read again and only the allocations judged orphaned in the first read and
 /// still as they were are freed: one written since may be a pod's that the list of pods
 /// predates. Returns how many were freed.
-fn reconcile_pool(
-    client: &KubeClient,
-    pods: &mut Pods,
-    listed: &Value,
-    out: &mut dyn Write,
-) -> Result<usize, Error> {
+fn reconcile_pool(client: &KubeClient, pods: &mut Pods, listed: &Value) -> Result<usize, Error> {
     let text = |v: &Value, p: &str| {
         v.pointer(p)
             .and_then(Value::as_str)
@@ -407,10 +390,7 @@ fn reconcile_pool(
         .ok()
         .and_then(|net| Range::new(net, None, None, Vec::new()).ok())
     else {
-        let _ = writeln!(
-            out,
-            "skipped IPPool {ns}/{name}: its spec.range is not a range"
-        );
+        nodelog::warn!("skipped IPPool {ns}/{name}: its spec.range is not a range");
         return Ok(0);
     };
     let read = |obj: &Value| {
@@ -439,7 +419,7 @@ fn reconcile_pool(
         match client.json_patch_object(IPPOOLS, &ns, &name, &pool.release_all_patch(&offsets))? {
             Written::Done(_) => {
                 for (_, _, ip, why) in &orphans {
-                    let _ = writeln!(out, "freed {ip} in IPPool {ns}/{name}: {why}");
+                    nodelog::info!("freed {ip} in IPPool {ns}/{name}: {why}");
                 }
                 return Ok(orphans.len());
             }

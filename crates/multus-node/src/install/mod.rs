@@ -252,11 +252,11 @@ pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
         }
         // A failed pass is logged and retried: the DaemonSet must keep the node configured.
         if let Err(e) = kube.refresh() {
-            log(&format!("kubeconfig: {e}"));
+            nodelog::error!("multus install: kubeconfig: {e}");
         }
         if let Some(generator) = multus_conf.as_mut() {
             if let Err(e) = generator.refresh() {
-                log(&format!("multus config: {e}"));
+                nodelog::error!("multus install: multus config: {e}");
             }
         }
     }
@@ -300,7 +300,7 @@ fn read_block(from: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<
 
 /// One line to the DaemonSet's log.
 fn log(msg: &str) {
-    println!("multus install: {msg}");
+    nodelog::info!("multus install: {msg}");
 }
 
 fn parse_cidr(text: &str) -> Result<ipnet::IpNet, String> {

@@ -186,7 +186,7 @@ impl Daemon {
         std::thread::Builder::new()
             .name("log-rotation".into())
             .spawn(|| loop {
-                multus::log::maintain();
+                nodelog::maintain();
                 std::thread::sleep(LOOK);
             })
             .map_err(StartError::thread("log rotation"))?;

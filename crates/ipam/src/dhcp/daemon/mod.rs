@@ -18,7 +18,7 @@ mod slots;
 mod store;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use cni::{CniError, CniResult, Code};
 use ipnet::IpNet;
@@ -43,6 +43,12 @@ pub enum DaemonError {
     #[error("creating the state directory {}: {source}", dir.display())]
     StateDir {
         dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("opening the log file {}: {source}", path.display())]
+    LogFile {
+        path: std::path::PathBuf,
         #[source]
         source: std::io::Error,
     },
@@ -89,6 +95,18 @@ pub fn run(args: &[String]) -> Result<(), DaemonError> {
 }
 
 fn serve_leases(flags: Flags) -> Result<(), DaemonError> {
+    let logged = nodelog::init(&nodelog::Settings {
+        max: Some(flags.log_level),
+        file: flags.log_file.clone(),
+        to_stderr: flags.log_file.is_none(),
+        rotation: nodelog::LogOptions::default(),
+    });
+    if let (Err(source), Some(path)) = (logged, &flags.log_file) {
+        return Err(DaemonError::LogFile {
+            path: path.clone(),
+            source,
+        });
+    }
     let socket_path = std::path::PathBuf::from(format!(
         "{}{}",
         flags.host_prefix,
@@ -158,24 +176,27 @@ async fn serve(
     };
     listener.set_nonblocking(true).map_err(io)?;
     let listener = tokio::net::UnixListener::from_std(listener).map_err(io)?;
-    eprintln!(
+    nodelog::info!(
         "dhcp daemon: listening on {place}, leases in {}",
         daemon.store.dir().display()
     );
+    // A long-lived process rotates its log file when due, not only at its start.
+    let mut rotation = tokio::time::interval(LOG_ROTATION_CHECK);
     loop {
         tokio::select! {
+            _ = rotation.tick() => nodelog::maintain(),
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     tokio::task::spawn_local(Arc::clone(&daemon).serve_connection(stream));
                 }
-                Err(e) => eprintln!("dhcp daemon: accepting a connection: {e}"),
+                Err(e) => nodelog::error!("dhcp daemon: accepting a connection: {e}"),
             },
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
     }
     // Leases stay on disk, unreleased: the next daemon resumes them.
-    eprintln!("dhcp daemon: stopping; leases are kept for the next start");
+    nodelog::info!("dhcp daemon: stopping; leases are kept for the next start");
     Ok(())
 }
 
@@ -185,38 +206,17 @@ struct Daemon {
     slots: Table,
 }
 
-/// One line per lease event.
-fn log(event: &str, who: &str, detail: impl std::fmt::Display) {
-    eprintln!(
-        "{} dhcp: {event} {who} {detail}",
-        timestamp(SystemTime::now())
-    );
-}
+/// How often the daemon checks whether its log file is due for rotation.
+const LOG_ROTATION_CHECK: Duration = Duration::from_secs(60);
 
-/// UTC time as `2026-01-31T12:00:00.000Z`, for logs read without journald.
-fn timestamp(t: SystemTime) -> String {
-    let since_epoch = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = since_epoch.as_secs();
-    // u64 seconds divided by 86,400 always fit an i64.
-    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX);
-    let secs_of_day = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        secs_of_day / 3600,
-        secs_of_day / 60 % 60,
-        secs_of_day % 60,
-        since_epoch.subsec_millis()
-    )
+/// One line per lease event; a failure is an error, the rest information.
+fn log(event: &str, who: &str, detail: impl std::fmt::Display) {
+    let level = if event == "failed" {
+        nodelog::Level::Error
+    } else {
+        nodelog::Level::Info
+    };
+    nodelog::write(level, format_args!("dhcp: {event} {who} {detail}"));
 }
 
 impl Daemon {
@@ -554,7 +554,7 @@ impl Daemon {
     async fn restore(self: &Arc<Self>) {
         let (records, unreadable) = self.store.load_all();
         for (path, why) in unreadable {
-            eprintln!(
+            nodelog::warn!(
                 "dhcp daemon: ignoring the unreadable lease file {}: {why}",
                 path.display()
             );
@@ -592,16 +592,4 @@ fn failure_error(f: &Failure) -> CniError {
         Failure::System(_) => Code::Internal,
     };
     CniError::new(code, f.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps() {
-        let t = std::time::UNIX_EPOCH + Duration::from_millis(1_780_000_000_123);
-        assert_eq!(timestamp(t), "2026-05-28T20:26:40.123Z");
-        assert_eq!(timestamp(std::time::UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
-    }
 }

@@ -90,19 +90,19 @@ impl Store {
     }
 
     /// Removes the temp files of lease files that a daemon killed mid-write left, saying so
-    /// on stderr. Only the one daemon calls this, between its writes.
+    /// in the log. Only the one daemon calls this, between its writes.
     pub fn remove_temp_files(&self) {
         let is_lease = |target: &std::ffi::OsStr| target.as_encoded_bytes().ends_with(b".json");
         match cni::atomic_file::remove_temp_files(self.dir.path(), is_lease) {
             Ok(removed) => {
                 for path in removed {
-                    eprintln!(
+                    nodelog::info!(
                         "dhcp daemon: removed {}, left by a daemon that was stopped mid-write",
                         path.display()
                     );
                 }
             }
-            Err(e) => eprintln!(
+            Err(e) => nodelog::warn!(
                 "dhcp daemon: cannot remove temporary files in {}: {e}",
                 self.dir().display()
             ),

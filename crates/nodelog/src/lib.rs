@@ -1,0 +1,173 @@
+//! The log of the node's processes: multus in each call, the thick daemon, the dhcp daemon,
+//! the installer and whereabouts' tools all write the same line,
+//!
+//! ```text
+//! 2026-11-30T01:54:36.791647Z  INFO the message
+//! ```
+//!
+//! at four levels, to stderr and/or a log file rotated by size as multus's `logOptions` ask.
+//! Never to stdout: a CNI plugin's result goes there.
+
+mod file;
+mod rotation;
+mod time;
+
+use std::fmt;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+use std::time::SystemTime;
+
+pub use rotation::LogOptions;
+pub use time::timestamp;
+
+use file::LogFile;
+
+/// How much a line matters, most first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+impl Level {
+    fn label(self) -> &'static str {
+        match self {
+            Level::Error => "ERROR",
+            Level::Warn => " WARN",
+            Level::Info => " INFO",
+            Level::Debug => "DEBUG",
+        }
+    }
+}
+
+/// Where a process logs, and how much.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// The least important level written; `None` writes nothing.
+    pub max: Option<Level>,
+    pub file: Option<PathBuf>,
+    pub to_stderr: bool,
+    pub rotation: LogOptions,
+}
+
+impl Default for Settings {
+    /// What a process logs before it has read its own settings: information, to stderr.
+    fn default() -> Settings {
+        Settings {
+            max: Some(Level::Info),
+            file: None,
+            to_stderr: true,
+            rotation: LogOptions::default(),
+        }
+    }
+}
+
+/// The process's log, as [`init`] set it up.
+struct Log {
+    settings: Settings,
+    file: Option<Mutex<LogFile>>,
+}
+
+static LOG: OnceLock<Log> = OnceLock::new();
+
+/// Sets up this process's log; the first call wins. The file is rotated first if it is due.
+/// A log file that cannot be opened is left out, and its error returned for the caller to
+/// report as it likes: logging must not fail a pod.
+pub fn init(settings: &Settings) -> std::io::Result<()> {
+    let mut rotation_trouble = None;
+    let mut open_trouble = Ok(());
+    let file = settings.file.as_deref().and_then(|path| {
+        rotation_trouble = rotation::rotate(path, &settings.rotation).err();
+        LogFile::open(path)
+            .map_err(|e| open_trouble = Err(e))
+            .ok()
+            .map(Mutex::new)
+    });
+    let log = Log {
+        settings: settings.clone(),
+        file,
+    };
+    if LOG.set(log).is_ok() {
+        if let Some(trouble) = rotation_trouble {
+            write(Level::Warn, format_args!("log rotation: {trouble}"));
+        }
+    }
+    open_trouble
+}
+
+fn log() -> &'static Log {
+    LOG.get_or_init(|| Log {
+        settings: Settings::default(),
+        file: None,
+    })
+}
+
+/// Whether a line at `level` would be written.
+pub fn enabled(level: Level) -> bool {
+    log().settings.max.is_some_and(|max| level <= max)
+}
+
+/// The least important level this process writes; `None`: nothing.
+pub fn max_level() -> Option<Level> {
+    log().settings.max
+}
+
+/// Writes one line at `level`, if the settings let it through.
+pub fn write(level: Level, message: fmt::Arguments<'_>) {
+    if !enabled(level) {
+        return;
+    }
+    let line = format!(
+        "{} {} {message}\n",
+        timestamp(SystemTime::now()),
+        level.label()
+    );
+    let log = log();
+    if log.settings.to_stderr {
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+    if let Some(file) = &log.file {
+        if let Ok(mut f) = file.lock() {
+            f.append(line.as_bytes());
+        }
+    }
+}
+
+/// Rotates the log file when it is due: a long-running process (the thick daemon) calls this
+/// now and then, where a process per call rotates once, at its start. The next line goes to
+/// the new file.
+pub fn maintain() {
+    let settings = &log().settings;
+    if let Some(path) = &settings.file {
+        if let Err(trouble) = rotation::rotate(path, &settings.rotation) {
+            write(Level::Warn, format_args!("log rotation: {trouble}"));
+        }
+    }
+}
+
+/// A line at the error level: `nodelog::error!("cannot {}", what)`.
+#[macro_export]
+macro_rules! error {
+    ($($arg:tt)*) => { $crate::write($crate::Level::Error, format_args!($($arg)*)) };
+}
+
+/// A line at the warning level.
+#[macro_export]
+macro_rules! warn {
+    ($($arg:tt)*) => { $crate::write($crate::Level::Warn, format_args!($($arg)*)) };
+}
+
+/// A line at the information level.
+#[macro_export]
+macro_rules! info {
+    ($($arg:tt)*) => { $crate::write($crate::Level::Info, format_args!($($arg)*)) };
+}
+
+/// A line at the debug level.
+#[macro_export]
+macro_rules! debug {
+    ($($arg:tt)*) => { $crate::write($crate::Level::Debug, format_args!($($arg)*)) };
+}
