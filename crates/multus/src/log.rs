@@ -32,15 +32,17 @@ pub fn init_with(settings: &LogSettings) {
         LogLevel::Verbose => Some(nodelog::Level::Info),
         LogLevel::Debug => Some(nodelog::Level::Debug),
     };
-    let opened = nodelog::init(&nodelog::Settings {
+    let node_settings = nodelog::Settings {
         max,
-        file: settings.file.clone(),
         to_stderr: settings.to_stderr,
-        rotation: settings.options.clone(),
-    });
-    if let (Err(e), Some(path)) = (opened, &settings.file) {
-        if settings.to_stderr {
-            eprintln!("multus: cannot open logFile {}: {e}", path.display());
+    };
+    match &settings.file {
+        None => nodelog::init(node_settings),
+        Some(path) => {
+            let opened = nodelog::init_with_file(node_settings, path, &settings.options);
+            if let (Err(e), true) = (opened, settings.to_stderr) {
+                eprintln!("multus: cannot open logFile {}: {e}", path.display());
+            }
         }
     }
     let _ = tracing::subscriber::set_global_default(Lines::default());

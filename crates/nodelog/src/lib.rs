@@ -43,14 +43,12 @@ impl Level {
     }
 }
 
-/// Where a process logs, and how much.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// How much a process logs, and whether to stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Settings {
     /// The least important level written; `None` writes nothing.
     pub max: Option<Level>,
-    pub file: Option<PathBuf>,
     pub to_stderr: bool,
-    pub rotation: LogOptions,
 }
 
 impl Default for Settings {
@@ -58,44 +56,61 @@ impl Default for Settings {
     fn default() -> Settings {
         Settings {
             max: Some(Level::Info),
-            file: None,
             to_stderr: true,
-            rotation: LogOptions::default(),
         }
     }
 }
 
-/// The process's log, as [`init`] set it up.
+/// The log file and its rotation.
+struct FileLog {
+    file: Mutex<LogFile>,
+    path: PathBuf,
+    rotation: LogOptions,
+}
+
+/// The process's log, as [`init`] or [`init_with_file`] set it up.
 struct Log {
     settings: Settings,
-    file: Option<Mutex<LogFile>>,
+    file: Option<FileLog>,
 }
 
 static LOG: OnceLock<Log> = OnceLock::new();
 
-/// Sets up this process's log; the first call wins. The file is rotated first if it is due.
-/// A log file that cannot be opened is left out, and its error returned for the caller to
-/// report as it likes: logging must not fail a pod.
-pub fn init(settings: &Settings) -> std::io::Result<()> {
-    let mut rotation_trouble = None;
-    let mut open_trouble = Ok(());
-    let file = settings.file.as_deref().and_then(|path| {
-        rotation_trouble = rotation::rotate(path, &settings.rotation).err();
-        LogFile::open(path)
-            .map_err(|e| open_trouble = Err(e))
-            .ok()
-            .map(Mutex::new)
+/// Sets up this process's log, without a file; the first call wins.
+pub fn init(settings: Settings) {
+    let _ = LOG.set(Log {
+        settings,
+        file: None,
     });
-    let log = Log {
-        settings: settings.clone(),
-        file,
+}
+
+/// Sets up this process's log, with a file rotated as `rotation` asks (first, if it is due);
+/// the first call wins. A file that cannot be opened is left out, and its error returned for
+/// the caller to report as it likes: logging must not fail a pod. (Apart from [`init`], so
+/// that a process without a file links no rotation.)
+pub fn init_with_file(
+    settings: Settings,
+    path: &std::path::Path,
+    rotation: &LogOptions,
+) -> std::io::Result<()> {
+    let rotation_trouble = rotation::rotate(path, rotation).err();
+    let (file, opened) = match LogFile::open(path) {
+        Ok(f) => (
+            Some(FileLog {
+                file: Mutex::new(f),
+                path: path.to_owned(),
+                rotation: rotation.clone(),
+            }),
+            Ok(()),
+        ),
+        Err(e) => (None, Err(e)),
     };
-    if LOG.set(log).is_ok() {
+    if LOG.set(Log { settings, file }).is_ok() {
         if let Some(trouble) = rotation_trouble {
             write(Level::Warn, format_args!("log rotation: {trouble}"));
         }
     }
-    open_trouble
+    opened
 }
 
 fn log() -> &'static Log {
@@ -130,7 +145,7 @@ pub fn write(level: Level, message: fmt::Arguments<'_>) {
         let _ = std::io::stderr().write_all(line.as_bytes());
     }
     if let Some(file) = &log.file {
-        if let Ok(mut f) = file.lock() {
+        if let Ok(mut f) = file.file.lock() {
             f.append(line.as_bytes());
         }
     }
@@ -140,9 +155,8 @@ pub fn write(level: Level, message: fmt::Arguments<'_>) {
 /// now and then, where a process per call rotates once, at its start. The next line goes to
 /// the new file.
 pub fn maintain() {
-    let settings = &log().settings;
-    if let Some(path) = &settings.file {
-        if let Err(trouble) = rotation::rotate(path, &settings.rotation) {
+    if let Some(file) = &log().file {
+        if let Err(trouble) = rotation::rotate(&file.path, &file.rotation) {
             write(Level::Warn, format_args!("log rotation: {trouble}"));
         }
     }

@@ -17,7 +17,6 @@ pub const USAGE: &str = "usage: dhcp daemon [flags]
   -timeout DURATION    how long acquiring a lease may take before ADD fails (default 10s)
   -resendmax DURATION  longest pause between two resends (default 62s)
   -resendtimeout DURATION  how long one renewal attempt may take (default 208s)
-  -logfile PATH        log to this absolute path instead of stderr, rotated at 100 MB (ours)
   -loglevel LEVEL      error, info or debug (default info) (ours)";
 
 #[derive(Clone, Debug, PartialEq)]
@@ -30,7 +29,6 @@ pub struct Flags {
     pub timeout: Duration,
     pub resend_max: Duration,
     pub resend_timeout: Duration,
-    pub log_file: Option<PathBuf>,
     pub log_level: nodelog::Level,
 }
 
@@ -44,7 +42,6 @@ impl Default for Flags {
             broadcast: false,
             timeout: Duration::from_secs(10),
             resend_max: Duration::from_secs(62),
-            log_file: None,
             log_level: nodelog::Level::Info,
             resend_timeout: Duration::from_secs(208),
         }
@@ -64,8 +61,8 @@ pub enum FlagError {
     NoValue(String),
     #[error("unknown flag -{0}")]
     Unknown(String),
-    #[error("-{flag} {}: the path must be absolute", .path.display())]
-    RelativePath { flag: &'static str, path: PathBuf },
+    #[error("-pidfile {}: the path must be absolute", .0.display())]
+    RelativePidfile(PathBuf),
     #[error("-loglevel {0:?}: want error, info or debug")]
     NotALevel(String),
     #[error("-{flag} {text:?}: want a duration such as 10s, 500ms or 1m30s")]
@@ -106,7 +103,6 @@ impl Flags {
                 "timeout" => flags.timeout = duration(name, &value()?)?,
                 "resendmax" => flags.resend_max = duration(name, &value()?)?,
                 "resendtimeout" => flags.resend_timeout = duration(name, &value()?)?,
-                "logfile" => flags.log_file = Some(PathBuf::from(value()?)),
                 "loglevel" => {
                     flags.log_level = match value()?.as_str() {
                         "error" => nodelog::Level::Error,
@@ -122,12 +118,9 @@ impl Flags {
         if flags.socket_path.as_os_str().is_empty() {
             flags.socket_path = PathBuf::from(DEFAULT_SOCKET_PATH);
         }
-        for (flag, path) in [("pidfile", &flags.pidfile), ("logfile", &flags.log_file)] {
-            if let Some(path) = path.as_ref().filter(|p| !p.is_absolute()) {
-                return Err(FlagError::RelativePath {
-                    flag,
-                    path: path.clone(),
-                });
+        if let Some(p) = &flags.pidfile {
+            if !p.is_absolute() {
+                return Err(FlagError::RelativePidfile(p.clone()));
             }
         }
         Ok(flags)
@@ -194,8 +187,6 @@ mod tests {
             "/host",
             "-resendtimeout",
             "500ms",
-            "-logfile",
-            "/var/log/dhcp.log",
             "-loglevel=debug",
         ]))
         .unwrap();
@@ -206,7 +197,6 @@ mod tests {
         assert_eq!(f.resend_max, Duration::from_secs(90));
         assert_eq!(f.resend_timeout, Duration::from_millis(500));
         assert_eq!(f.host_prefix, "/host");
-        assert_eq!(f.log_file, Some(PathBuf::from("/var/log/dhcp.log")));
         assert_eq!(f.log_level, nodelog::Level::Debug);
         assert_eq!(Flags::parse(&[]).unwrap(), Flags::default());
     }
@@ -220,7 +210,6 @@ mod tests {
             &["-nosuch"],
             &["stray"],
             &["-pidfile", "relative.pid"],
-            &["-logfile", "relative.log"],
             &["-loglevel", "verbose"],
             &["-broadcast=maybe"],
         ] {

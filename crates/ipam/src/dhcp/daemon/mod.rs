@@ -46,12 +46,6 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
-    #[error("opening the log file {}: {source}", path.display())]
-    LogFile {
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("writing the pidfile {}: {source}", path.display())]
     Pidfile {
         path: std::path::PathBuf,
@@ -95,18 +89,10 @@ pub fn run(args: &[String]) -> Result<(), DaemonError> {
 }
 
 fn serve_leases(flags: Flags) -> Result<(), DaemonError> {
-    let logged = nodelog::init(&nodelog::Settings {
+    nodelog::init(nodelog::Settings {
         max: Some(flags.log_level),
-        file: flags.log_file.clone(),
-        to_stderr: flags.log_file.is_none(),
-        rotation: nodelog::LogOptions::default(),
+        to_stderr: true,
     });
-    if let (Err(source), Some(path)) = (logged, &flags.log_file) {
-        return Err(DaemonError::LogFile {
-            path: path.clone(),
-            source,
-        });
-    }
     let socket_path = std::path::PathBuf::from(format!(
         "{}{}",
         flags.host_prefix,
@@ -180,11 +166,8 @@ async fn serve(
         "dhcp daemon: listening on {place}, leases in {}",
         daemon.store.dir().display()
     );
-    // A long-lived process rotates its log file when due, not only at its start.
-    let mut rotation = tokio::time::interval(LOG_ROTATION_CHECK);
     loop {
         tokio::select! {
-            _ = rotation.tick() => nodelog::maintain(),
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     tokio::task::spawn_local(Arc::clone(&daemon).serve_connection(stream));
@@ -205,9 +188,6 @@ struct Daemon {
     store: Store,
     slots: Table,
 }
-
-/// How often the daemon checks whether its log file is due for rotation.
-const LOG_ROTATION_CHECK: Duration = Duration::from_secs(60);
 
 /// One line per lease event; a failure is an error, the rest information.
 fn log(event: &str, who: &str, detail: impl std::fmt::Display) {
