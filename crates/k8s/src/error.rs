@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One API call: verb, resource and the object it was about.
@@ -31,6 +32,9 @@ impl fmt::Display for Call {
     }
 }
 
+/// What a transport or decoding failure came from, shared so that a [`Cause`] stays `Clone`.
+pub type Source = Arc<dyn std::error::Error + Send + Sync>;
+
 /// Why a call failed.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum Cause {
@@ -50,12 +54,21 @@ pub enum Cause {
         reason: String,
         message: String,
     },
-    #[error("connection to the API server failed: {0}")]
-    Transport(String),
+    #[error("connection to the API server failed: {text}")]
+    Transport {
+        /// The source and its own sources, on one line.
+        text: String,
+        #[source]
+        source: Source,
+    },
     #[error("the reply is larger than {} MiB, more than any Kubernetes object", super::MAX_REPLY_BYTES >> 20)]
     ReplyTooLarge,
-    #[error("unreadable reply: {0}")]
-    Decode(String),
+    #[error("unreadable reply: {text}")]
+    Decode {
+        text: String,
+        #[source]
+        source: Option<Source>,
+    },
     #[error("bearer token file {}: {error}", path.display())]
     Token { path: PathBuf, error: String },
     /// Refused before sending: the name would not stay one path segment.
@@ -68,14 +81,14 @@ impl Cause {
     /// a conflict is retried only where the caller says it is safe.
     pub(super) fn retryable(&self, conflict_ok: bool) -> bool {
         match self {
-            Cause::Timeout(_) | Cause::Transport(_) => true,
+            Cause::Timeout(_) | Cause::Transport { .. } => true,
             // A failed UID precondition is also a 409, but it will not pass later.
             Cause::Conflict(message) => conflict_ok && !message.contains("Precondition failed"),
             Cause::Api { code, .. } => *code >= 500 || *code == 429,
             Cause::NotFound(_)
             | Cause::Unauthorized(_)
             | Cause::Forbidden(_)
-            | Cause::Decode(_)
+            | Cause::Decode { .. }
             | Cause::ReplyTooLarge
             | Cause::Token { .. }
             | Cause::BadName(_) => false,
@@ -94,9 +107,9 @@ impl Cause {
             | Cause::Conflict(_)
             | Cause::Timeout(_)
             | Cause::Api { .. }
-            | Cause::Transport(_)
+            | Cause::Transport { .. }
             | Cause::ReplyTooLarge
-            | Cause::Decode(_) => cni::Code::TryAgainLater,
+            | Cause::Decode { .. } => cni::Code::TryAgainLater,
         }
     }
 
@@ -115,15 +128,39 @@ impl Cause {
         }
     }
 
+    /// A connection that failed, with what it failed on.
+    pub(super) fn transport(err: impl std::error::Error + Send + Sync + 'static) -> Cause {
+        Cause::Transport {
+            text: chain(&err),
+            source: Arc::new(err),
+        }
+    }
+
+    /// A reply that cannot be what it should: `text` says how.
+    pub(super) fn decode(text: impl Into<String>) -> Cause {
+        Cause::Decode {
+            text: text.into(),
+            source: None,
+        }
+    }
+
+    /// A reply that does not parse: `text` says what, `err` is the parser's.
+    pub(super) fn unparsed(text: String, err: serde_json::Error) -> Cause {
+        Cause::Decode {
+            text,
+            source: Some(Arc::new(err)),
+        }
+    }
+
     pub(super) fn from_kube(err: kube::Error) -> Cause {
         match err {
             kube::Error::Api(status) => {
                 Cause::from_status(status.code, status.reason.clone(), status.message.clone())
             }
             // serde_json quotes a misplaced string whole: cut it.
-            kube::Error::SerdeError(e) => Cause::Decode(cni::quote::shorten(&e.to_string())),
+            kube::Error::SerdeError(e) => Cause::unparsed(cni::quote::shorten(&e.to_string()), e),
             other if is_too_large(&other) => Cause::ReplyTooLarge,
-            other => Cause::Transport(chain(&other)),
+            other => Cause::transport(other),
         }
     }
 }
@@ -263,11 +300,11 @@ mod tests {
                 Code::TryAgainLater,
             ),
             (
-                failed(Cause::Transport("reset".into())),
+                failed(Cause::transport(std::io::Error::other("reset"))),
                 Code::TryAgainLater,
             ),
             (failed(Cause::ReplyTooLarge), Code::TryAgainLater),
-            (failed(Cause::Decode("eof".into())), Code::TryAgainLater),
+            (failed(Cause::decode("eof")), Code::TryAgainLater),
         ];
         for (e, code) in cases {
             assert_eq!(e.cni_code(), code, "{e}");

@@ -237,7 +237,7 @@ impl KubeClient {
                 return Err(K8sError::Request {
                     call: Box::new(call),
                     attempts: 1,
-                    cause: Cause::Decode(format!("the list did not end within {MAX_PAGES} pages")),
+                    cause: Cause::decode(format!("the list did not end within {MAX_PAGES} pages")),
                 });
             }
             let mut query = form_urlencoded::Serializer::new(String::new());
@@ -263,8 +263,8 @@ impl KubeClient {
                         return Err(K8sError::Request {
                             call: Box::new(call),
                             attempts: 1,
-                            cause: Cause::Decode(
-                                "the API server gave the same continue token twice".into(),
+                            cause: Cause::decode(
+                                "the API server gave the same continue token twice",
                             ),
                         });
                     }

@@ -182,7 +182,7 @@ impl KubeClient {
             .uri(format!("{}?{}", collection.path, query.finish()))
             .header(header::ACCEPT, "application/json")
             .body(kube::client::Body::empty())
-            .map_err(|e| fail(Cause::Transport(e.to_string())))?;
+            .map_err(|e| fail(Cause::transport(e)))?;
         let reply = tokio::time::timeout(self.timeout, self.client.send(request))
             .await
             .map_err(|_| fail(Cause::Timeout(self.timeout)))?
@@ -234,8 +234,12 @@ impl KubeClient {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                let event: Value = serde_json::from_slice(&line)
-                    .map_err(|e| fail(Cause::Decode(format!("a watch event is not JSON: {e}"))))?;
+                let event: Value = serde_json::from_slice(&line).map_err(|e| {
+                    fail(Cause::unparsed(
+                        format!("a watch event is not JSON: {e}"),
+                        e,
+                    ))
+                })?;
                 let object = event.get("object").cloned().unwrap_or(Value::Null);
                 let version = object
                     .pointer("/metadata/resourceVersion")
@@ -256,7 +260,7 @@ impl KubeClient {
                         )));
                     }
                     other => {
-                        return Err(fail(Cause::Decode(format!(
+                        return Err(fail(Cause::decode(format!(
                             "a watch event of type {other:?}"
                         ))))
                     }

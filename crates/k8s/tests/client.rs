@@ -530,13 +530,25 @@ fn server_down_is_a_clear_error_then_it_comes_back() -> Result<()> {
         "{:?}",
         started.elapsed()
     );
-    assert!(matches!(cause(&err), Cause::Transport(_)), "{err}");
+    assert!(matches!(cause(&err), Cause::Transport { .. }), "{err}");
     let text = err.to_string();
     assert!(
         text.starts_with("get pods ns1/web: connection to the API server failed"),
         "{text}"
     );
     assert!(text.contains("onnection refused"), "{text}");
+    // The refusal itself is kept, under the cause, for whoever walks the chain.
+    let mut refused = None;
+    let mut next = std::error::Error::source(cause(&err));
+    while let Some(e) = next {
+        refused = refused.or(e.downcast_ref::<std::io::Error>().map(std::io::Error::kind));
+        next = e.source();
+    }
+    assert_eq!(
+        refused,
+        Some(std::io::ErrorKind::ConnectionRefused),
+        "{err:?}"
+    );
 
     s.server.come_back()?;
     client.get_pod("ns1", "web")?;
@@ -759,7 +771,7 @@ fn a_certificate_from_another_ca_is_refused() -> Result<()> {
     std::fs::write(&s.kubeconfig, serde_json::to_vec(&config)?)?;
 
     let err = s.client(2000, 1)?.get_pod("ns1", "web").unwrap_err();
-    assert!(matches!(cause(&err), Cause::Transport(_)), "{err}");
+    assert!(matches!(cause(&err), Cause::Transport { .. }), "{err}");
     assert!(err.to_string().contains("certificate"), "{err}");
     assert!(s.requests_to(POD_PATH).is_empty());
     Ok(())
