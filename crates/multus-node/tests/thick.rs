@@ -678,6 +678,35 @@ fn a_newer_daemons_socket_outlives_the_older_and_a_shared_socket_dir_is_refused(
         .mode();
     assert_eq!(mode & 0o7777, 0o1777, "the directory's mode was changed");
     assert!(!t.socket().exists());
+
+    // A socketDir that is a symlink is refused, even to a directory the daemon could use.
+    let elsewhere = t.links.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    std::fs::remove_dir(&t.sock).expect("rmdir");
+    std::os::unix::fs::symlink(&elsewhere, &t.sock).expect("symlink");
+    let out =
+        t.c.sb
+            .node
+            .command(t.links.path().join("multus-daemon"))
+            .args(["-config".as_ref(), t.config.as_os_str()])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run the daemon");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "socketDir {} is a symbolic link, which is never followed",
+            t.sock.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&elsewhere).expect("ls").count(),
+        0,
+        "the daemon wrote through the symlink"
+    );
 }
 
 #[test]

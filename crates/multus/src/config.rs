@@ -349,9 +349,14 @@ struct Keys {
     allow_cluster_interfaces: Option<bool>,
 }
 
+/// A text key, as upstream reads it: empty is the same as absent.
+pub fn text(value: Option<String>) -> Option<String> {
+    value.filter(|s| !s.is_empty())
+}
+
 /// A path key: empty is the same as absent.
 pub fn path(value: Option<String>) -> Option<PathBuf> {
-    value.filter(|s| !s.is_empty()).map(PathBuf::from)
+    text(value).map(PathBuf::from)
 }
 
 impl Keys {

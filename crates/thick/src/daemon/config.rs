@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cni::quote::quote;
-use multus::config::{path, KeyError, LogKeys, LogSettings};
+use multus::config::{path, text, KeyError, LogKeys, LogSettings};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -119,10 +119,6 @@ struct Keys {
 #[derive(Deserialize)]
 struct PerNodeCertificate {
     enabled: Option<bool>,
-}
-
-fn text(value: Option<String>) -> Option<String> {
-    value.filter(|s| !s.is_empty())
 }
 
 impl DaemonConfig {

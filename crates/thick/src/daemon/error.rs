@@ -28,8 +28,8 @@ pub enum StartError {
         source: io::Error,
     },
     /// The socket, or its directory, cannot be used.
-    #[error("{0}")]
-    Socket(String),
+    #[error(transparent)]
+    Socket(#[from] super::server::SocketError),
     #[error("metricsPort {port}: {source}")]
     MetricsPort {
         port: u16,

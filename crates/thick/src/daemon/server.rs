@@ -187,63 +187,84 @@ pub struct Server {
     workers: Vec<JoinHandle<()>>,
 }
 
+/// Why the socket cannot be had: each says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("socketDir {} is a symbolic link, which is never followed: remove it", .0.display())]
+    DirIsSymlink(PathBuf),
+    #[error("socketDir {} is not a directory", .0.display())]
+    DirIsNotADirectory(PathBuf),
+    #[error(
+        "socketDir {} is owned by uid {owner} with mode {mode:o}: it must be the daemon's \
+         (uid {me}) and writable by no one else, or another user could replace the socket",
+        dir.display()
+    )]
+    DirIsOthers {
+        dir: PathBuf,
+        owner: u32,
+        mode: u32,
+        me: u32,
+    },
+    #[error("{} exists and is not a socket: remove it", .0.display())]
+    NotASocket(PathBuf),
+    #[error("{} went away", .0.display())]
+    Vanished(PathBuf),
+    #[error("{what} {}: {source}", dir.display())]
+    Io {
+        what: &'static str,
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The socket's directory, made with mode 0700 when missing. An existing one is used as it
 /// is: it must be root's (the daemon's user's) and writable by no one else, and a symlink in
 /// its place is refused. The socket in it has mode 0600; one left by an earlier daemon is
 /// replaced. Returns the socket's path, its (device, inode) and the listener.
-fn listen(dir: &Path) -> Result<(PathBuf, (u64, u64), UnixListener), StartError> {
-    listen_in(dir).map_err(StartError::Socket)
-}
-
-fn listen_in(dir: &Path) -> Result<(PathBuf, (u64, u64), UnixListener), String> {
-    let at = |what: &str, e: std::io::Error| format!("{what} {}: {e}", dir.display());
+fn listen(dir: &Path) -> Result<(PathBuf, (u64, u64), UnixListener), SocketError> {
+    let at = |what: &'static str| {
+        move |source| SocketError::Io {
+            what,
+            dir: dir.to_owned(),
+            source,
+        }
+    };
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.file_type().is_symlink() => {
-            return Err(format!(
-                "socketDir {} is a symbolic link, which is never followed: remove it",
-                dir.display()
-            ))
+            return Err(SocketError::DirIsSymlink(dir.to_owned()))
         }
-        Ok(m) if !m.is_dir() => {
-            return Err(format!("socketDir {} is not a directory", dir.display()))
-        }
+        Ok(m) if !m.is_dir() => return Err(SocketError::DirIsNotADirectory(dir.to_owned())),
         Ok(m) => {
             // SAFETY: geteuid(2) only reads this process's credentials.
             let me = unsafe { libc::geteuid() };
             if m.uid() != me || m.mode() & 0o022 != 0 {
-                return Err(format!(
-                    "socketDir {} is owned by uid {} with mode {:o}: it must be the daemon's \
-                     (uid {me}) and writable by no one else, or another user could replace \
-                     the socket",
-                    dir.display(),
-                    m.uid(),
-                    m.mode() & 0o7777
-                ));
+                return Err(SocketError::DirIsOthers {
+                    dir: dir.to_owned(),
+                    owner: m.uid(),
+                    mode: m.mode() & 0o7777,
+                    me,
+                });
             }
         }
         Err(_) => std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| at("cannot create", e))?,
+            .map_err(at("cannot create"))?,
     }
     let socket = wire::socket_path(dir);
     match std::fs::symlink_metadata(&socket) {
         Ok(m) if m.file_type().is_socket() => {
-            std::fs::remove_file(&socket).map_err(|e| at("cannot replace the socket in", e))?
+            std::fs::remove_file(&socket).map_err(at("cannot replace the socket in"))?
         }
-        Ok(_) => {
-            return Err(format!(
-                "{} exists and is not a socket: remove it",
-                socket.display()
-            ))
-        }
+        Ok(_) => return Err(SocketError::NotASocket(socket)),
         Err(_) => {}
     }
-    let listener = UnixListener::bind(&socket).map_err(|e| at("cannot listen in", e))?;
+    let listener = UnixListener::bind(&socket).map_err(at("cannot listen in"))?;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| at("cannot set the socket's mode in", e))?;
-    let id = identity(&socket).ok_or_else(|| format!("{} went away", socket.display()))?;
+        .map_err(at("cannot set the socket's mode in"))?;
+    let id = identity(&socket).ok_or_else(|| SocketError::Vanished(socket.clone()))?;
     Ok((socket, id, listener))
 }
 
@@ -288,9 +309,11 @@ impl Server {
                 .spawn(move || expiring.expire(&metrics))
                 .map_err(StartError::thread("queue's deadline"))?,
         );
-        let accepting = listener
-            .try_clone()
-            .map_err(|e| StartError::Socket(format!("the socket: {e}")))?;
+        let accepting = listener.try_clone().map_err(|source| SocketError::Io {
+            what: "cannot share the socket in",
+            dir: dir.to_owned(),
+            source,
+        })?;
         let acceptor_state = Arc::clone(&state);
         let acceptor = std::thread::Builder::new()
             .name("acceptor".into())
