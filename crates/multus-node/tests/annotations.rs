@@ -299,11 +299,7 @@ fn default_route_moves_the_default_route_to_the_requested_network() {
 /// The field report's static macvlan NAD: host-local with a default route and `"gateway": ""`,
 /// dual-stack here, on a master in the node.
 fn lan_nad(c: &Cluster) {
-    c.sb.node
-        .ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up0p"]);
-    for l in ["up0", "up0p"] {
-        c.sb.node.ip(&["link", "set", l, "up"]);
-    }
+    c.sb.node.veth_pair("up0", "up0p");
     let conf = json!({"cniVersion": "1.1.0", "name": "lan", "type": "macvlan", "master": "up0",
         "ipam": {"type": "host-local", "dataDir": c.sb.ipam_dir(),
             "ranges": [[{"subnet": "10.10.20.0/24", "gateway": ""}], [{"subnet": "fd10:20::/64"}]],

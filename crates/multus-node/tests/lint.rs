@@ -229,11 +229,7 @@ fn master_on_the_uplink_named_or_implied() {
 fn the_uplink_is_read_from_the_hosts_routes() {
     // A node namespace of the test's own, with its default route on "uplink0".
     let node = testkit::Netns::new("lintnode");
-    node.ip(&[
-        "link", "add", "uplink0", "type", "veth", "peer", "name", "peer0",
-    ]);
-    node.ip(&["link", "set", "peer0", "up"]);
-    node.ip(&["link", "set", "uplink0", "up"]);
+    node.veth_pair("uplink0", "peer0");
     node.ip(&["addr", "add", "192.0.2.10/24", "dev", "uplink0"]);
     node.ip(&["route", "add", "default", "via", "192.0.2.1"]);
     let files = Files::new();

@@ -167,9 +167,7 @@ fn a_nad_cannot_run_multus_itself() {
 fn node_links(sb: &common::Sandbox) {
     for link in ["m0", "hd0"] {
         let peer = format!("{link}p");
-        sb.node
-            .ip(&["link", "add", link, "type", "veth", "peer", "name", &peer]);
-        sb.node.ip(&["link", "set", link, "up"]);
+        sb.node.veth_pair(link, &peer);
     }
 }
 

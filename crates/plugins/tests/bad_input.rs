@@ -1475,9 +1475,7 @@ fn every_bad_input_gets_a_cni_error_and_leaves_nothing_behind() {
     let bin = Path::new(env!("CARGO_BIN_EXE_cni-plugins"));
     let plugins = PluginDir::new(bin, &every_plugin());
     let node = Netns::new("badnode");
-    node.ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up0p"]);
-    node.ip(&["link", "set", "up0p", "up"]);
-    node.ip(&["link", "set", "up0", "up"]);
+    node.veth_pair("up0", "up0p");
     let pod = Netns::new("badpod");
     let data = tempfile::tempdir().expect("tempdir");
     let cases = corpus();

@@ -254,9 +254,7 @@ const HOST_DEVICE: &str = r#"{"cniVersion":"1.0.0","name":"hd","type":"host-devi
 fn host_device_check_names_a_link_set_down_or_renamed() {
     let plugins = Plugins::new();
     let sb = Sandbox::new(&plugins, Side::Ours);
-    sb.node
-        .ip(&["link", "add", "hd0", "type", "veth", "peer", "name", "hd0p"]);
-    sb.node.ip(&["link", "set", "hd0", "up"]);
+    sb.node.veth_pair("hd0", "hd0p");
     let result = sb.add(HOST_DEVICE).ok();
     let conf = with_prev(HOST_DEVICE, &result);
     check_passes(&sb, &conf);

@@ -155,9 +155,7 @@ fn del_leaves_an_interface_it_did_not_make() {
         return;
     }
     let sb = sandbox(&plugins);
-    sb.pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
-    ]);
+    sb.pod.veth_pair("eth0", "eth0p");
     let c = conf(&format!(",{STATIC}"));
     assert_error(&sb.add(&c), 999, "already exists", "the pod has eth0");
     assert_eq!(sb.del(&c).code, 0);

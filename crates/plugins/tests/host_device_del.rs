@@ -28,9 +28,7 @@ fn del_without_a_record_gives_back_only_a_link_that_came_from_the_node() {
     );
     let sb = Sandbox::new(plugins.path(), "c1");
     // A veth the pod made itself, named and aliased as host-device's would be.
-    sb.pod.ip(&[
-        "link", "add", "net1", "type", "veth", "peer", "name", "mine",
-    ]);
+    sb.pod.veth_pair("net1", "mine");
     sb.pod.ip(&["link", "set", "net1", "alias", "evil0"]);
     del(&sb, &plugins, "net1");
     assert!(
@@ -41,8 +39,7 @@ fn del_without_a_record_gives_back_only_a_link_that_came_from_the_node() {
     assert!(sb.pod.links().contains(&"net1".to_owned()));
 
     // A link the reference moved in: a veth of the node's, its node name in the alias.
-    sb.node
-        .ip(&["link", "add", "hd0", "type", "veth", "peer", "name", "hd0p"]);
+    sb.node.veth_pair("hd0", "hd0p");
     sb.node.ip(&["link", "set", "hd0", "alias", "hd0"]);
     sb.node
         .ip(&["link", "set", "hd0", "netns", sb.pod.name(), "name", "net2"]);

@@ -238,10 +238,7 @@ fn private_mode_isolates_pods_on_one_master() {
 fn link_in_container_uses_a_master_in_the_pod() {
     let plugins = Plugins::new();
     let sb = Sandbox::new(&plugins, Side::Ours);
-    sb.pod.ip(&[
-        "link", "add", "pup0", "type", "veth", "peer", "name", "pup0p",
-    ]);
-    sb.pod.ip(&["link", "set", "pup0", "up"]);
+    sb.pod.veth_pair("pup0", "pup0p");
     let c = format!(
         r#"{{"cniVersion":"1.0.0","name":"mvnet","type":"macvlan","master":"pup0","linkInContainer":true,{STATIC_V4}}}"#
     );
@@ -464,9 +461,7 @@ fn every_error_path_leaves_nothing_behind() {
 
     // The interface name is taken in the pod.
     let sb = sandbox(&plugins);
-    sb.pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
-    ]);
+    sb.pod.veth_pair("eth0", "eth0p");
     let out = sb.add(&conf(&format!(",{hl}")));
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stdout.contains("already exists"), "{}", out.stdout);

@@ -51,9 +51,7 @@ fn macvlan_passthru_never_takes_a_master_the_node_uses() {
     let sb = Sandbox::new(plugins.path(), "c1");
     // The node's uplink holds its address; a spare link holds nothing.
     for (link, peer) in [("up0", "up0p"), ("spare0", "spare0p")] {
-        sb.node
-            .ip(&["link", "add", link, "type", "veth", "peer", "name", peer]);
-        sb.node.ip(&["link", "set", link, "up"]);
+        sb.node.veth_pair(link, peer);
     }
     sb.node
         .ip(&["addr", "add", "192.168.71.10/24", "dev", "up0"]);

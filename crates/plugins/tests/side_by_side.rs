@@ -1566,9 +1566,7 @@ fn assert_rejected(sb: &Sandbox, out: &[Outcome]) {
 }
 
 fn veth_named_like_the_bridge(sb: &Sandbox) {
-    sb.node.ip(&[
-        "link", "add", "sbs0", "type", "veth", "peer", "name", "sbs0p",
-    ]);
+    sb.node.veth_pair("sbs0", "sbs0p");
 }
 
 fn run_case(plugins: &Plugins, side: Side, c: &Case) -> (Sandbox, Run) {
@@ -1854,7 +1852,7 @@ fn host_device_cases() -> Vec<Case> {
         case("the pod has a link of the device's name", hd(r#","device":"hd0""#))
             .before(|sb| {
                 host_dev(sb);
-                sb.pod.ip(&["link", "add", "hd0", "type", "veth", "peer", "name", "hd0x"]);
+                sb.pod.veth_pair("hd0", "hd0x");
             })
             .steps(&[Step::Add, Step::Del])
             .differs(
@@ -1939,7 +1937,7 @@ fn host_device_cases() -> Vec<Case> {
                     // alias asks for it to go to the node.
                     sb.pod.ip(&["link", "set", "eth0", "down"]);
                     sb.pod.ip(&["link", "set", "eth0", "name", "stolen0"]);
-                    sb.pod.ip(&["link", "add", "eth0", "type", "veth", "peer", "name", "evilp"]);
+                    sb.pod.veth_pair("eth0", "evilp");
                     sb.pod.ip(&["link", "set", "eth0", "alias", "evil0"]);
                     let del = sb.run(&sb.call("DEL", &hd(r#","device":"hd0""#)));
                     assert_eq!(del.code, 0, "{}", del.stdout);
@@ -1963,7 +1961,7 @@ fn host_device_cases() -> Vec<Case> {
         case("another pod's veth", hd(r#","device":"hd0""#))
             .before(|sb| {
                 // The pod's namespace stands in for the other pod's.
-                sb.node.ip(&["link", "add", "hd0", "type", "veth", "peer", "name", "other0"]);
+                sb.node.veth_pair("hd0", "other0");
                 sb.node.ip(&["link", "set", "other0", "netns", sb.pod.name()]);
             })
             .fails_with(7)

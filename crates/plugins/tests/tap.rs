@@ -188,8 +188,7 @@ fn a_failure_after_the_tap_exists_removes_it() {
     assert_pod_and_ipam_clean(&sb);
     // A bridge name that is some other link.
     let sb = sandbox(&plugins);
-    sb.pod
-        .ip(&["link", "add", "br9", "type", "veth", "peer", "name", "br9p"]);
+    sb.pod.veth_pair("br9", "br9p");
     assert_error(
         &sb.add(&conf(r#","bridge":"br9""#)),
         7,
@@ -214,9 +213,7 @@ fn a_failure_after_the_tap_exists_removes_it() {
 fn del_leaves_an_interface_it_did_not_make() {
     let plugins = Plugins::new();
     let sb = sandbox(&plugins);
-    sb.pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
-    ]);
+    sb.pod.veth_pair("eth0", "eth0p");
     assert_error(
         &sb.add(&conf("")),
         999,

@@ -150,9 +150,7 @@ fn host_local_writes_its_store_only_beneath_the_roots() {
 fn tuning_saves_its_state_only_beneath_the_roots() {
     let n = Node::new();
     let pod = Netns::new("tpod");
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
-    ]);
+    pod.veth_pair("eth0", "eth1");
     let mac_before = pod.ip_json(&["link", "show", "eth0"])[0]["address"].clone();
     let tuning = |data_dir: &Path| {
         json!({"cniVersion": "1.0.0", "name": "net", "type": "tuning", "mac": "02:00:00:00:00:42",

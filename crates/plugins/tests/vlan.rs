@@ -21,11 +21,7 @@ fn conf(master: &str, id: u16, address: &str) -> String {
 /// masters.
 fn sandbox(plugins: &Plugins) -> Sandbox {
     let sb = Sandbox::new(plugins, Side::Ours);
-    sb.node
-        .ip(&["link", "add", "up0", "type", "veth", "peer", "name", "up0p"]);
-    for l in ["up0", "up0p"] {
-        sb.node.ip(&["link", "set", l, "up"]);
-    }
+    sb.node.veth_pair("up0", "up0p");
     sb
 }
 

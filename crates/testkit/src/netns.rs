@@ -49,6 +49,14 @@ impl Netns {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// A veth pair in this namespace, `name` and its `peer`, both up: the stand-in for a
+    /// node's uplink or a device to hand to a pod.
+    pub fn veth_pair(&self, name: &str, peer: &str) {
+        self.ip(&["link", "add", name, "type", "veth", "peer", "name", peer]);
+        self.ip(&["link", "set", name, "up"]);
+        self.ip(&["link", "set", peer, "up"]);
+    }
+
     pub fn try_ip(&self, args: &[&str]) -> Output {
         Command::new("ip")
             .arg("-n")

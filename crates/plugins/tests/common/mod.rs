@@ -607,12 +607,7 @@ fn uplink_addressing(node: &Netns) {
 /// Gives `pod` an eth0 as a cluster network leaves it: a veth (its peer `eth0p` stays in the
 /// pod, up) with 10.88.0.5/16 and fd88::5/64 and the default routes of both families through it.
 pub fn pod_eth0(pod: &Netns) {
-    pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p",
-    ]);
-    for l in ["eth0", "eth0p"] {
-        pod.ip(&["link", "set", l, "up"]);
-    }
+    pod.veth_pair("eth0", "eth0p");
     pod.ip(&["addr", "add", "10.88.0.5/16", "dev", "eth0"]);
     pod.ip(&["-6", "addr", "add", "fd88::5/64", "dev", "eth0", "nodad"]);
     pod.ip(&["route", "add", "default", "via", "10.88.0.1", "dev", "eth0"]);

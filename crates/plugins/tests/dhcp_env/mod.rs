@@ -43,12 +43,8 @@ impl Setup {
     /// bridge; `keys` adds config keys (`"mode":"l2"`).
     pub fn on_master(server: Server, plugin: &'static str, keys: &str) -> Setup {
         let net = DhcpNet::new(server);
-        net.node.ip(&[
-            "link", "add", "tup0", "type", "veth", "peer", "name", "tup1",
-        ]);
-        net.node
-            .ip(&["link", "set", "tup1", "master", &net.bridge, "up"]);
-        net.node.ip(&["link", "set", "tup0", "up"]);
+        net.node.veth_pair("tup0", "tup1");
+        net.node.ip(&["link", "set", "tup1", "master", &net.bridge]);
         Setup::build(net, plugin, format!(r#""master":"tup0"{keys}"#), &[])
     }
 
