@@ -5,9 +5,6 @@
 //! never a panic or a hang. The DHCP packets and the lease store are fuzzed inside the crate
 //! (src/dhcp/fuzz.rs).
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 
 use cni::{CmdArgs, CniError, CniResult, Command, Dns, Plugin};

@@ -1,9 +1,6 @@
 //! The test API server at the HTTP level, over plain HTTP: framing (keep-alive, chunked bodies,
 //! `Expect: 100-continue`), `Status` replies, and the fault switches.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -11,7 +8,7 @@ use anyhow::Result;
 use serde_json::json;
 use testkit::kube_api::{pod_manifest, Fault, KubeApiServer, Latency};
 
-mod common;
+use crate::common;
 use common::Conn;
 
 fn get(server: &KubeApiServer, path: &str, token: &str) -> String {

@@ -1,6 +1,4 @@
 //! A raw HTTP/1.1 client for the test API server's tests: one keep-alive connection.
-#![allow(dead_code)] // Each test binary uses its own part of this module.
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;

@@ -1,9 +1,6 @@
 //! Network configs and lists, built as libcni builds them (libcni/api.go buildOneConfig,
 //! libcni/conf.go NetworkConfFromBytes).
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use cni::config::{inject_runtime_config, is_config_list, parse_plugin_config};
 use cni::{Code, NetConf, NetConfList, Version};
 use serde_json::{json, Map, Value};

@@ -1,9 +1,6 @@
 //! static through the CNI entry point.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
-mod common;
+use crate::common;
 
 use common::Env;
 use ipam::static_ipam::StaticIpam;

@@ -1,8 +1,5 @@
 //! The plugin entry point, driven through `skel::dispatch` with a fake plugin.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::cell::RefCell;
 use std::collections::HashMap;
 

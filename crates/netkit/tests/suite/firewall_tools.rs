@@ -2,9 +2,6 @@
 //! check's own rules. PATH is per process, so each case re-runs this test binary as a child
 //! with its own PATH, inside a namespace the test owns.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -23,9 +20,16 @@ fn nets(list: &[&str]) -> Vec<IpNet> {
 /// Runs `test` of this binary again in `ns` with `PATH=path` and `CASE=case`; fails when the
 /// child's assertions do.
 fn run_child(test: &str, case: &str, path: &str, ns: &testkit::Netns) -> Result<()> {
+    // The suite names a test by its module's path under the binary's root.
+    let module = module_path!().split_once("::").map_or("", |(_, m)| m);
     let out = ns
         .command(std::env::current_exe()?)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            &format!("{module}::{test}"),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CASE, case)
         .env("PATH", path)
         .output()?;

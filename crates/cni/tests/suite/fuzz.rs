@@ -4,9 +4,6 @@
 //! parser returns a value or a CNI error of bounded size; never a panic or a hang. Where there
 //! is a writer too, what it writes parses back to the same value.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

@@ -1,9 +1,6 @@
 //! The test API server checked with the real `kubectl` (client-go): the calls kubectl can make
 //! get the replies a real API server gives.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

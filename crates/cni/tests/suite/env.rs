@@ -1,8 +1,5 @@
 //! `CNI_*` environment checks and `CNI_ARGS`, against the reference skel and pkg/types/args.go.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 

@@ -1,9 +1,6 @@
 //! host-local through the CNI entry point: results, errors with their codes, and the store.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
-mod common;
+use crate::common;
 
 use std::path::Path;
 

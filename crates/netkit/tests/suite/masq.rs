@@ -1,8 +1,5 @@
 //! Masquerade rules, set up and torn down inside a "node" namespace the test owns.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use anyhow::{Context, Result};
 use ipnet::IpNet;
 use netkit::firewall::masq::{self, Backend};

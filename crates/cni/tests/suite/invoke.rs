@@ -1,8 +1,5 @@
 //! Delegation against real executables: small shell-script plugins in a temp dir.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -1,8 +1,5 @@
 //! The libcni result cache: our files and files in libcni's exact format.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -1,9 +1,6 @@
 //! The test API server over HTTPS: HTTP/2 through ALPN, with streams on one connection served
 //! side by side, and HTTP/1.1 when the server offers nothing else.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -2,9 +2,6 @@
 //! read, listed, updated, patched (JSON patch with `test`, merge patch) and deleted with the
 //! replies and optimistic concurrency of kube-apiserver, plus faults aimed at one resource.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -12,7 +9,7 @@ use anyhow::Result;
 use serde_json::{json, Value};
 use testkit::kube_api::{Fault, KubeApiServer, KubeconfigAuth, Resource};
 
-mod common;
+use crate::common;
 use common::Conn;
 
 const WHEREABOUTS: &str = "whereabouts.cni.cncf.io";

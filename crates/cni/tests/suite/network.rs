@@ -1,9 +1,6 @@
 //! Running a network as libcni does, against small shell-script plugins that record what they
 //! were given.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

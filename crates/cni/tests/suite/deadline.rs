@@ -1,9 +1,6 @@
 //! Delegates under a deadline, as the thick daemon runs them. A test binary of its own: the
 //! deadline is set once for the whole process.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

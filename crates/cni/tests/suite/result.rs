@@ -1,9 +1,6 @@
 //! Result encoding and version conversion: the reference's own fixtures, then properties over
 //! generated results (rules from containernetworking/cni pkg/types/{020,040,100}).
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use cni::{CniResult, Code, Dns, Interface, IpConfig, Route, Version};

@@ -1,8 +1,5 @@
 //! Namespace handles: open, run, create/delete named namespaces.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use anyhow::Result;
 use netkit::netns::NETNS_RUN_DIR;
 use netkit::{Error, NetNs};

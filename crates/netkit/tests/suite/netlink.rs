@@ -1,8 +1,5 @@
 //! The netlink layer against the kernel, always inside namespaces the test creates.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::net::IpAddr;
 
 use anyhow::{Context, Result};

@@ -1,8 +1,5 @@
 //! sysctl reads and writes inside test namespaces.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use anyhow::Result;
 use netkit::{sysctl, NetNs, Netlink};
 
