@@ -18,31 +18,59 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
-/// Test targets (name, kind) that have parts only a full kernel can run, each with the libtest
-/// filters that pick those parts (none: the whole binary).
-const TESTS: &[(&str, &str, &[&str])] = &[
-    ("netlink", "test", &[]),
-    ("plugins", "lib", &[]),
-    ("bridge", "test", &[]),
+/// The runs in the VM: the parts of the test binaries that only a full kernel can run. Each
+/// names its binary by package and target (`lib` for the crate's unit tests, `suite` for its
+/// integration tests) and gives the libtest arguments that pick those parts.
+struct VmRun {
+    name: &'static str,
+    package: &'static str,
+    target: &'static str,
+    args: &'static [&'static str],
+}
+
+const RUNS: &[VmRun] = &[
+    VmRun {
+        name: "netlink",
+        package: "netkit",
+        target: "suite",
+        args: &["netlink::"],
+    },
+    VmRun {
+        name: "plugins",
+        package: "plugins",
+        target: "lib",
+        args: &[],
+    },
+    VmRun {
+        name: "link_plugins",
+        package: "plugins",
+        target: "suite",
+        args: &[
+            "bridge::",
+            "macvlan::",
+            "ipvlan::",
+            "dhcp_macvlan_ipvlan::",
+            "dummy::",
+            "vlan::",
+            "vrf::",
+            "--skip",
+            "node_bridge::",
+        ],
+    },
     // The other comparisons run whole on this kernel, in `cargo test`; under TCG they would
     // take most of the VM's time. bridge's has the VLAN-filtering cases.
-    (
-        "side_by_side",
-        "test",
-        &[
+    VmRun {
+        name: "side_by_side",
+        package: "plugins",
+        target: "suite",
+        args: &[
             "--exact",
-            "bridge_matches_the_reference",
-            "ipvlan_matches_the_reference",
-            "vlan_matches_the_reference",
-            "vrf_matches_the_reference",
+            "side_by_side::bridge_matches_the_reference",
+            "side_by_side::ipvlan_matches_the_reference",
+            "side_by_side::vlan_matches_the_reference",
+            "side_by_side::vrf_matches_the_reference",
         ],
-    ),
-    ("macvlan", "test", &[]),
-    ("ipvlan", "test", &[]),
-    ("dhcp_macvlan_ipvlan", "test", &[]),
-    ("dummy", "test", &[]),
-    ("vlan", "test", &[]),
-    ("vrf", "test", &[]),
+    },
 ];
 
 /// Kernel modules to load (with their dependencies): the link types, tun, the traffic
@@ -106,26 +134,26 @@ const TIMEOUT: Duration = Duration::from_secs(1800);
 
 const MARK: &str = "=== vm-test";
 
-/// `args`: none for every test binary, or a binary's name and libtest filters for a quicker
-/// run of some of its tests while working on them.
+/// `args`: none for every run, or a run's name and libtest arguments for a quicker run of some
+/// of its tests while working on them.
 pub fn run(args: &[String]) -> Result<()> {
     let mut built = build()?;
     let mut chosen: Option<&[String]> = None;
     if let Some((only, rest)) = args.split_first() {
-        built.tests.retain(|(name, _)| name == only);
+        built.runs.retain(|(name, _)| name == only);
         ensure!(
-            !built.tests.is_empty(),
-            "vm-test: no test binary {only:?}; they are {:?}",
-            TESTS.iter().map(|(n, _, _)| *n).collect::<Vec<_>>()
+            !built.runs.is_empty(),
+            "vm-test: no run {only:?}; they are {:?}",
+            RUNS.iter().map(|r| r.name).collect::<Vec<_>>()
         );
         chosen = Some(rest);
     }
     let mut jobs = Vec::new();
-    for (name, exe) in &built.tests {
-        let defaults = TESTS
+    for (name, exe) in &built.runs {
+        let defaults = RUNS
             .iter()
-            .find(|(n, _, _)| n == name)
-            .map_or(&[][..], |t| t.2);
+            .find(|r| r.name == name)
+            .map_or(&[][..], |r| r.args);
         let mut filters = String::new();
         match chosen {
             Some(rest) if !rest.is_empty() => {
@@ -139,9 +167,10 @@ pub fn run(args: &[String]) -> Result<()> {
         });
     }
     let mut files = vec![built.plugins_bin];
-    files.extend(built.tests.iter().map(|(_, exe)| exe.clone()));
+    let binaries: BTreeSet<&PathBuf> = built.runs.iter().map(|(_, exe)| exe).collect();
+    files.extend(binaries.into_iter().cloned());
     let log = run_in_vm("vm-test", &files, &jobs)?;
-    report(&log, &built.tests)
+    report(&log, &built.runs)
 }
 
 /// `cargo xtask vm-bench [--cycles N]`: the macvlan, ipvlan and vlan benchmarks (`bench-in-vm`, see
@@ -222,9 +251,9 @@ fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }
 
-/// The test binaries to run, by target name, and the `cni-plugins` binary they call.
+/// The runs, each with its test binary, and the `cni-plugins` binary they call.
 struct Built {
-    tests: Vec<(String, PathBuf)>,
+    runs: Vec<(String, PathBuf)>,
     plugins_bin: PathBuf,
 }
 
@@ -236,7 +265,8 @@ fn build() -> Result<Built> {
         .spawn()
         .context("running cargo test --no-run")?;
     let stdout = child.stdout.take().context("cargo stdout")?;
-    let mut tests = HashMap::new();
+    // (package, target) to executable; a crate's unit tests are its `lib` target.
+    let mut binaries: HashMap<(String, String), PathBuf> = HashMap::new();
     let mut plugins_bin = None;
     for line in BufReader::new(stdout).lines() {
         let msg: Value = serde_json::from_str(&line?)?;
@@ -253,9 +283,13 @@ fn build() -> Result<Built> {
                 let name = msg["target"]["name"].as_str().unwrap_or_default();
                 let kind = msg["target"]["kind"][0].as_str().unwrap_or_default();
                 if msg["profile"]["test"] == true {
-                    if TESTS.iter().any(|t| (t.0, t.1) == (name, kind)) {
-                        tests.insert(name.to_owned(), PathBuf::from(exe));
-                    }
+                    let package = Path::new(msg["manifest_path"].as_str().unwrap_or_default())
+                        .parent()
+                        .and_then(Path::file_name)
+                        .map(|p| p.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let target = if kind == "lib" { "lib" } else { name };
+                    binaries.insert((package, target.to_owned()), PathBuf::from(exe));
                 } else if name == "cni-plugins" {
                     // Built for the integration tests, which name it by this absolute path.
                     plugins_bin = Some(PathBuf::from(exe));
@@ -265,17 +299,17 @@ fn build() -> Result<Built> {
         }
     }
     ensure!(child.wait()?.success(), "cargo test --no-run failed");
-    let tests = TESTS
+    let runs = RUNS
         .iter()
-        .map(|(name, kind, _)| {
-            let exe = tests
-                .remove(*name)
-                .with_context(|| format!("cargo built no {kind} target {name}"))?;
-            Ok((name.to_string(), exe))
+        .map(|r| {
+            let exe = binaries
+                .get(&(r.package.to_owned(), r.target.to_owned()))
+                .with_context(|| format!("cargo built no {} target {}", r.package, r.target))?;
+            Ok((r.name.to_owned(), exe.clone()))
         })
         .collect::<Result<_>>()?;
     Ok(Built {
-        tests,
+        runs,
         plugins_bin: plugins_bin.context("cargo built no cni-plugins binary")?,
     })
 }
@@ -682,7 +716,7 @@ fn boot(kernel: &Path, initrd: &Path) -> Result<Vec<String>> {
 }
 
 /// One line per test binary from the markers and libtest's output; an error if any failed.
-fn report(log: &[String], tests: &[(String, PathBuf)]) -> Result<()> {
+fn report(log: &[String], runs: &[(String, PathBuf)]) -> Result<()> {
     let mut problems = Vec::new();
     for line in log {
         if let Some(m) = line.strip_prefix(&format!("{MARK} module-failed ")) {
@@ -693,7 +727,7 @@ fn report(log: &[String], tests: &[(String, PathBuf)]) -> Result<()> {
         problems.push("the VM stopped before running every test binary".into());
     }
     println!("vm-test results ({}):", kernel_line(log));
-    for (name, _) in tests {
+    for (name, _) in runs {
         let start = format!("{MARK} start {name}");
         let exit = format!("{MARK} exit {name} ");
         let body: Vec<&String> = log
