@@ -94,7 +94,7 @@ if [ ! -x "$venv/bin/kubernetes-validate" ]; then
   "$venv/bin/pip" install -q kubernetes-validate==1.37.0
 fi
 
-# kubectl checks the testkit Kubernetes API server (crates/testkit/tests/kube_api_kubectl.rs).
+# kubectl checks the testkit Kubernetes API server (crates/testkit/tests/suite/kube_api_kubectl.rs).
 # It needs `patch --subresource` (kubectl >= 1.24); Debian's kubernetes-client is older, so
 # kubectl must come with the machine.
 if ! command -v kubectl >/dev/null; then

@@ -1,8 +1,8 @@
 //! The real node of `scripts/cluster.sh`, driven as a user drives it: `kubectl` from the machine
 //! with the kubeconfig `up` prints, and commands on the node through `cluster.sh exec`.
 //!
-//! A test binary brings the node up in the mode it needs with [`up`]; the node stays up between
-//! binaries (cargo runs them one after another), and the test command takes it down at the end.
+//! A test brings the node up in the mode it needs with [`up`]; the node stays up between tests
+//! (run one at a time, in name order), and the test command takes it down at the end.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -120,7 +120,7 @@ pub struct PodLook {
 pub struct Node {
     /// What `up` printed for a user's shell: the kubeconfig and kubectl's directory.
     pub exports: Vec<String>,
-    /// The node is one: the tests of a binary take it one at a time.
+    /// The node is one: the tests take it one at a time.
     _turn: MutexGuard<'static, ()>,
 }
 

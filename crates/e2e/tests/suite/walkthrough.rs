@@ -2,9 +2,6 @@
 //! deploy/microshift: a bridge NAD, a pod serving HTTP on 8080, and a request from the node to
 //! the pod's second interface.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};

@@ -2,9 +2,6 @@
 //! secondary networks. Here the node's runtime side loses power and boots again
 //! (`scripts/cluster.sh reboot`): every pod comes back with all of its networks.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 

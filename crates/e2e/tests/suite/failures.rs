@@ -1,8 +1,5 @@
 //! What a user sees on the real node when a pod's networks cannot be had.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::time::Duration;
 
 use anyhow::{ensure, Result};

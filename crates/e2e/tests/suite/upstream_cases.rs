@@ -5,9 +5,6 @@
 //! Upstream runs them on kind with CentOS pods; here the pods run the busybox test image and
 //! the node's second interface (`eth1`, macvlan's master) is one end of a veth pair.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};

@@ -1,9 +1,6 @@
 //! `scripts/cluster.sh down` leaves nothing of the node: no network namespace, no process, no
-//! mount, no cgroup, no state. (Test binaries run in name order: the walkthrough after this one
-//! brings a fresh node up again.)
-
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
+//! mount, no cgroup, no state. (Tests run in name order, module first: the walkthrough after
+//! this one brings a fresh node up again.)
 
 use std::path::Path;
 use std::process::Command;

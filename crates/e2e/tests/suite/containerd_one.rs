@@ -1,9 +1,6 @@
 //! The node with Debian's containerd 1.6 instead of containerd 2: multus attaches a pod's
 //! networks and writes network-status the same way.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};

@@ -4,9 +4,6 @@
 //! address of a pod whose DEL never came; and the reference's plugin beside ours on
 //! overlapping ranges.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::path::Path;

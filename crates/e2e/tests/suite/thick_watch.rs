@@ -1,9 +1,6 @@
 //! Thick mode's caches against a real watch: a NAD changed between two pods is what the second
 //! pod gets.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};

@@ -2,9 +2,6 @@
 //! docs/security.md lists and nothing else (no secrets, no cluster-admin), pods attach through
 //! it, and deleting them leaves nothing.
 
-// A test's helpers fail it by panicking, with what they were doing.
-#![allow(clippy::expect_used)]
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -1,0 +1,14 @@
+//! The e2e crate's integration tests, one module per subject, in one binary.
+
+// A test's helpers fail it by panicking, with what they were doing.
+#![allow(clippy::expect_used)]
+
+mod containerd_one;
+mod deploy_trees;
+mod failures;
+mod reboot;
+mod teardown;
+mod thick_watch;
+mod upstream_cases;
+mod walkthrough;
+mod whereabouts;
