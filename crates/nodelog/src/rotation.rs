@@ -27,7 +27,46 @@ pub struct LogOptions {
 /// go, in either form. Many multus processes start at once, so the work is done under a lock
 /// on the log's directory and checked again there. Whatever fails is returned to be logged:
 /// the log itself is never dropped for it.
-pub(crate) fn rotate(path: &Path, opts: &LogOptions) -> Result<(), String> {
+/// What a rotation could not do; the log goes on regardless.
+#[derive(Debug)]
+pub(crate) enum RotationError {
+    Lock {
+        dir: PathBuf,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    MoveAside {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Backups left uncompressed, with why.
+    Compress(Vec<(PathBuf, std::io::Error)>),
+}
+
+impl std::fmt::Display for RotationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RotationError::Lock { dir, path, source } => write!(
+                f,
+                "cannot lock {} to rotate {}: {source}",
+                dir.display(),
+                path.display()
+            ),
+            RotationError::MoveAside { path, source } => {
+                write!(f, "cannot move {} aside: {source}", path.display())
+            }
+            RotationError::Compress(failed) => {
+                for (i, (plain, source)) in failed.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { "; " };
+                    write!(f, "{sep}cannot compress {}: {source}", plain.display())?;
+                }
+                write!(f, "; kept uncompressed")
+            }
+        }
+    }
+}
+
+pub(crate) fn rotate(path: &Path, opts: &LogOptions) -> Result<(), RotationError> {
     let rotation = Rotation::new(path, opts);
     if !rotation.is_due() && rotation.expired().is_empty() {
         return Ok(());
@@ -38,12 +77,10 @@ pub(crate) fn rotate(path: &Path, opts: &LogOptions) -> Result<(), String> {
     };
     let lock = File::open(dir)
         .and_then(|d| d.lock().map(|()| d))
-        .map_err(|e| {
-            format!(
-                "cannot lock {} to rotate {}: {e}",
-                dir.display(),
-                path.display()
-            )
+        .map_err(|source| RotationError::Lock {
+            dir: dir.to_owned(),
+            path: path.to_owned(),
+            source,
         })?;
     for old in rotation.expired() {
         let _ = std::fs::remove_file(old);
@@ -118,7 +155,7 @@ impl Rotation<'_> {
     }
 
     /// Moves the log to backup 1 (compressing it when asked) and the backups up one.
-    fn shift(&self) -> Result<(), String> {
+    fn shift(&self) -> Result<(), RotationError> {
         let last = self.last_backup();
         let keep = self.max_backups.map_or(last, |max| last.min(max - 1));
         for n in keep + 1..=last {
@@ -132,8 +169,10 @@ impl Rotation<'_> {
             }
         }
         let [first, _] = self.backup(1);
-        std::fs::rename(self.path, &first)
-            .map_err(|e| format!("cannot move {} aside: {e}", self.path.display()))?;
+        std::fs::rename(self.path, &first).map_err(|source| RotationError::MoveAside {
+            path: self.path.to_owned(),
+            source,
+        })?;
         if !self.compress {
             return Ok(());
         }
@@ -143,14 +182,14 @@ impl Rotation<'_> {
             let [plain, gz] = self.backup(n);
             if plain.exists() {
                 if let Err(e) = compress(&plain, &gz) {
-                    trouble.push(format!("cannot compress {}: {e}", plain.display()));
+                    trouble.push((plain, e));
                 }
             }
         }
         if trouble.is_empty() {
             Ok(())
         } else {
-            Err(format!("{}; kept uncompressed", trouble.join("; ")))
+            Err(RotationError::Compress(trouble))
         }
     }
 }
