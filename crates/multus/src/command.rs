@@ -65,8 +65,9 @@ pub fn add(inv: &Invocation) -> Result<CniResult> {
 }
 
 fn add_locked(inv: &Invocation) -> Result<CniResult> {
-    let plan = plan::add(inv)?;
-    let (attached, cache_sync) = attach::add(inv, &plan)?;
+    let plan = plan::add(inv).inspect_err(|e| report::unresolved(inv, e))?;
+    let (attached, cache_sync) =
+        attach::add(inv, &plan).inspect_err(|e| report::add_failed(inv, &plan, e))?;
     let statuses = report::network_status(inv, &plan, &attached);
     // Success is reported only once the delegate cache is on disk.
     let reported = report::write_status(inv, &plan, &statuses).and_then(|()| cache_sync.wait());
@@ -105,7 +106,14 @@ fn del_locked(inv: &Invocation) -> Result<()> {
             );
         }
     }
-    let (plan, unreadable) = plan::del(inv)?;
+    let plan::DelPlan {
+        plan,
+        unreadable,
+        unresolved,
+    } = plan::del(inv)?;
+    if let Some(e) = &unresolved {
+        report::unresolved(inv, e);
+    }
     let failures = attach::del(inv, &plan.attachments);
     if failures.is_empty() {
         tracing::info!("Del {}", summary(&plan.attachments));

@@ -22,6 +22,8 @@ pub struct Invocation<'a> {
     pub events: Events,
     /// What the node has that a tenant must not take, read when first needed.
     pub node: crate::plan::policy::NodeFacts,
+    /// The pod, once [`Invocation::pod`] has read it.
+    pod: std::cell::OnceCell<Option<Pod>>,
 }
 
 impl<'a> Invocation<'a> {
@@ -34,6 +36,7 @@ impl<'a> Invocation<'a> {
             api,
             events: Events::default(),
             node: Default::default(),
+            pod: std::cell::OnceCell::new(),
         })
     }
 
@@ -41,9 +44,22 @@ impl<'a> Invocation<'a> {
         self.conf.system_namespaces.contains(&self.k8s.namespace)
     }
 
-    /// The pod from the API, checked against the runtime's UID. `None` without an API or
-    /// without a pod name (a runtime other than the kubelet).
+    /// The pod from the API, checked against the runtime's UID, read once per command. `None`
+    /// without an API or without a pod name (a runtime other than the kubelet).
     pub fn pod(&self) -> Result<Option<Pod>> {
+        if let Some(pod) = self.pod.get() {
+            return Ok(pod.clone());
+        }
+        let pod = self.read_pod()?;
+        Ok(self.pod.get_or_init(|| pod).clone())
+    }
+
+    /// The pod as [`Invocation::pod`] read it, if it did.
+    pub fn pod_read(&self) -> Option<&Pod> {
+        self.pod.get().and_then(Option::as_ref)
+    }
+
+    fn read_pod(&self) -> Result<Option<Pod>> {
         let Some(api) = self.api else { return Ok(None) };
         if self.k8s.name.is_empty() {
             return Ok(None);

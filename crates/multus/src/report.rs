@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::api::Reason;
 use crate::attach::Added;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::invocation::Invocation;
 use crate::plan::{Attachment, Plan, Role};
 use npwg::devinfo;
@@ -67,9 +67,26 @@ pub fn write_status(inv: &Invocation, plan: &Plan, statuses: &[NetworkStatus]) -
     }
 }
 
-/// The events of a successful ADD: one per interface added, then one per secondary network
-/// whose default route was kept behind the pod's, and one per route into the cluster's
-/// networks removed.
+/// The event of a plan that named a NAD which does not exist: ADD fails with it, DEL deletes
+/// what it can know without it.
+pub fn unresolved(inv: &Invocation, e: &Error) {
+    if let Error::NetworkNotFound(msg) = e {
+        inv.event(inv.pod_read(), Reason::NoNetworkFound, msg);
+    }
+}
+
+/// The event of an ADD whose networks failed to attach, and were deleted again.
+pub fn add_failed(inv: &Invocation, plan: &Plan, e: &Error) {
+    inv.event(
+        plan.pod.as_ref(),
+        Reason::AddInterfaceFailed,
+        &e.to_string(),
+    );
+}
+
+/// The events of a successful ADD: one per interface added, then one per device-info the
+/// delegate could not be given, one per secondary network whose default route was kept
+/// behind the pod's, and one per route into the cluster's networks removed.
 pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
     let pod = plan.pod.as_ref();
     for (a, Added { result, .. }) in plan.attachments.iter().zip(attached) {
@@ -82,6 +99,12 @@ pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
         );
         tracing::info!("{msg}");
         inv.event(pod, Reason::AddedInterface, &msg);
+    }
+    for unusable in attached
+        .iter()
+        .filter_map(|a| a.device_info_unusable.as_ref())
+    {
+        inv.warn(pod, Reason::DeviceInfoUnusable, unusable);
     }
     for (a, Added { demoted, .. }) in plan.attachments.iter().zip(attached) {
         for moved in demoted {

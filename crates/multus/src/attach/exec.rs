@@ -36,6 +36,8 @@ pub struct Added {
     pub demoted: Vec<Demoted>,
     /// Its routes into the cluster's networks, removed.
     pub dropped: Vec<Dropped>,
+    /// Why the device plugin's device-info could not be handed to the delegate, if so.
+    pub device_info_unusable: Option<String>,
 }
 
 /// ADD, with the pod's `default-route` applied and the default routes the attachment must
@@ -85,6 +87,7 @@ pub fn add(
         result,
         demoted,
         dropped,
+        device_info_unusable: None,
     })
 }
 

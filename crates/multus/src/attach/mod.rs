@@ -5,7 +5,6 @@ mod cluster;
 mod exec;
 pub mod route;
 
-use crate::api::{Pod, Reason};
 use crate::cache::{self, CacheSync};
 use crate::error::{Error, Result};
 use crate::invocation::Invocation;
@@ -43,9 +42,10 @@ pub fn add(inv: &Invocation, plan: &Plan) -> Result<(Vec<Added>, CacheSync)> {
         if let Some(Err(e)) = secondary.map(|c| c.check_interfaces(&inv.conf.policy, a)) {
             return Err(fail(inv, plan, index, e));
         }
-        copy_device_info(inv, plan.pod.as_ref(), a);
+        let device_info_unusable = copy_device_info(a);
         match exec::add(inv, &pod_ns, a, secondary) {
-            Ok(added) => {
+            Ok(mut added) => {
+                added.device_info_unusable = device_info_unusable;
                 if a.role == Role::Cluster {
                     cluster = Some(ClusterView::new(&inv.conf.policy, a, &added.result));
                 }
@@ -57,14 +57,9 @@ pub fn add(inv: &Invocation, plan: &Plan) -> Result<(Vec<Added>, CacheSync)> {
     Ok((attached, cache_sync))
 }
 
-/// A failed ADD: the first `ran` attachments are deleted again, and the pod gets a warning.
+/// A failed ADD: the first `ran` attachments are deleted again.
 fn fail(inv: &Invocation, plan: &Plan, ran: usize, e: Error) -> Error {
     undo(inv, &plan.attachments[..ran]);
-    inv.event(
-        plan.pod.as_ref(),
-        Reason::AddInterfaceFailed,
-        &e.to_string(),
-    );
     e
 }
 
@@ -81,27 +76,25 @@ fn free_ifname(pod_ns: &PodNetns, a: &Attachment) -> Result<()> {
 }
 
 /// Copies the device plugin's device-info file to the one the delegate gets. A file that
-/// cannot be copied is a warning: the pod comes up without it.
-fn copy_device_info(inv: &Invocation, pod: Option<&Pod>, a: &Attachment) {
+/// cannot be copied is a warning, returned for the report: the pod comes up without it.
+fn copy_device_info(a: &Attachment) -> Option<String> {
     let (Some(from), Some(file)) = (&a.device_plugin_file, &a.device_info_file) else {
-        return;
+        return None;
     };
     let (network, ifname) = (&a.delegate.name, &a.ifname);
     match devinfo::copy(from, file) {
         Ok(true) => {
-            tracing::debug!(%network, %ifname, "device-info copied from {}", from.display())
+            tracing::debug!(%network, %ifname, "device-info copied from {}", from.display());
+            None
         }
         Ok(false) => {
-            tracing::debug!(%network, %ifname, "no device-info from the device plugin at {}", from.display())
+            tracing::debug!(%network, %ifname, "no device-info from the device plugin at {}", from.display());
+            None
         }
-        Err(e) => inv.warn(
-            pod,
-            Reason::DeviceInfoUnusable,
-            &format!(
-                "network {network} on interface {ifname}: {e}; not copied to {}",
-                file.display()
-            ),
-        ),
+        Err(e) => Some(format!(
+            "network {network} on interface {ifname}: {e}; not copied to {}",
+            file.display()
+        )),
     }
 }
 

@@ -84,7 +84,6 @@ fn networks<'a>(inv: &'a Invocation, pod: Option<&'a Pod>, devices_required: boo
     Networks {
         conf: &inv.conf,
         api: inv.api,
-        events: &inv.events,
         pod,
         pod_namespace: &inv.k8s.namespace,
         devices: pod.map(|pod| {
@@ -175,16 +174,25 @@ pub fn add(inv: &Invocation) -> Result<Plan> {
     Ok(Plan { pod, attachments })
 }
 
-/// DEL's plan: the delegate cache's, else what can be known without it. A cache that cannot
-/// be read is moved aside, and comes back as the error DEL reports once it has deleted what
-/// it could.
-pub fn del(inv: &Invocation) -> Result<(Plan, Option<Error>)> {
+/// DEL's plan, and what it could not know.
+pub struct DelPlan {
+    pub plan: Plan,
+    /// A delegate cache that could not be read, moved aside: DEL reports it once it has
+    /// deleted what it could.
+    pub unreadable: Option<Error>,
+    /// Without a cache: why the pod's networks could not be resolved, so that only the
+    /// cluster network and `defaultNetworks` are deleted.
+    pub unresolved: Option<Error>,
+}
+
+/// DEL's plan: the delegate cache's, else what can be known without it.
+pub fn del(inv: &Invocation) -> Result<DelPlan> {
     let (dir, id) = (&inv.conf.cni_dir, &inv.args.container_id);
-    let (delegates, unreadable) = match cache::load(dir, id, &inv.conf.cni_version) {
-        Ok(Some(delegates)) => (delegates, None),
+    let ((delegates, unresolved), unreadable) = match cache::load(dir, id, &inv.conf.cni_version) {
+        Ok(Some(delegates)) => ((delegates, None), None),
         // The runtime's DEL after the sandbox is gone, once an earlier DEL removed the cache.
         Ok(None) if inv.args.netns.is_empty() && !cache::path(dir, id).exists() => {
-            (from_config_only(inv), None)
+            ((from_config_only(inv), None), None)
         }
         Ok(None) => (rebuild(inv)?, None),
         Err(e) => {
@@ -203,13 +211,14 @@ pub fn del(inv: &Invocation) -> Result<(Plan, Option<Error>)> {
         }
     };
     let attachments = attachments(inv, delegates, usize::MAX);
-    Ok((
-        Plan {
+    Ok(DelPlan {
+        plan: Plan {
             pod: None,
             attachments,
         },
         unreadable,
-    ))
+        unresolved,
+    })
 }
 
 /// The networks the configuration names without the API, for a DEL that has neither a
@@ -228,8 +237,9 @@ fn from_config_only(inv: &Invocation) -> Vec<Delegate> {
 }
 
 /// The delegates of an attachment without a cache: from the API when the pod is there,
-/// otherwise only what the configuration alone names, said in the log.
-fn rebuild(inv: &Invocation) -> Result<Vec<Delegate>> {
+/// otherwise only what the configuration alone names, said in the log; and why the pod's
+/// networks could not be resolved, if they could not.
+fn rebuild(inv: &Invocation) -> Result<(Vec<Delegate>, Option<Error>)> {
     // Only here does DEL need the pod: with a cache, DEL never waits for the API.
     let pod = match inv.pod() {
         Ok(pod) => pod,
@@ -239,6 +249,7 @@ fn rebuild(inv: &Invocation) -> Result<Vec<Delegate>> {
         }
     };
     let networks = networks(inv, pod.as_ref(), false);
+    let mut unresolved = None;
     if pod.is_some() {
         match networks.delegates() {
             Ok(mut delegates) => {
@@ -248,11 +259,14 @@ fn rebuild(inv: &Invocation) -> Result<Vec<Delegate>> {
                         "no delegate cache, and the auxiliary chain cannot be loaded ({e}): it is not deleted"
                     ),
                 }
-                return Ok(delegates);
+                return Ok((delegates, None));
             }
-            Err(e) => tracing::error!(
-                "no delegate cache, and the pod's networks cannot be resolved ({e}): only the cluster network and defaultNetworks are deleted"
-            ),
+            Err(e) => {
+                tracing::error!(
+                    "no delegate cache, and the pod's networks cannot be resolved ({e}): only the cluster network and defaultNetworks are deleted"
+                );
+                unresolved = Some(e);
+            }
         }
     } else {
         tracing::error!(
@@ -260,7 +274,7 @@ fn rebuild(inv: &Invocation) -> Result<Vec<Delegate>> {
             inv.conf.cni_dir.display()
         );
     }
-    networks.cluster_networks()
+    Ok((networks.cluster_networks()?, unresolved))
 }
 
 /// CHECK's plan: the delegate cache's; a container without one was not added by multus.

@@ -9,7 +9,7 @@ use cni::network::Network;
 use serde_json::Value;
 
 use super::devices::PodDevices;
-use crate::api::{Api, Events, Nad, Pod, Reason};
+use crate::api::{Api, Nad, Pod};
 use crate::config::MultusConf;
 use crate::delegate::Delegate;
 use crate::error::{Error, Result};
@@ -22,8 +22,6 @@ pub type NadsRead = RefCell<BTreeMap<(String, String), Result<Option<Nad>>>>;
 pub struct Networks<'a> {
     pub conf: &'a MultusConf,
     pub api: Option<&'a dyn Api>,
-    /// Where the events of the resolution go.
-    pub events: &'a Events,
     pub pod: Option<&'a Pod>,
     /// The pod's namespace from `K8S_POD_NAMESPACE` (known even without the API).
     pub pod_namespace: &'a str,
@@ -291,9 +289,6 @@ impl Networks<'_> {
                     ""
                 }
             );
-            if let (Some(_), Some(pod)) = (self.api, self.pod) {
-                self.events.push(pod, Reason::NoNetworkFound, &msg);
-            }
             return Err(Error::NetworkNotFound(msg));
         };
         self.delegate_from_nad(&nad, sel)
