@@ -184,12 +184,12 @@ fn reconcile_pass(multus: &Path, kubeconfig: &Path, orphans: usize) -> Result<(D
     let mut child = e2e::in_node_netns(multus)
         .args(["whereabouts", "reconcile", "--kubeconfig"])
         .arg(kubeconfig)
-        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .context("whereabouts reconcile")?;
-    // Its last line is the summary.
+    // Its log's last line is the summary.
     let mut text = String::new();
-    if let Some(out) = child.stdout.take() {
+    if let Some(out) = child.stderr.take() {
         for line in BufReader::new(out).lines() {
             text = line?;
         }
@@ -225,12 +225,12 @@ fn control(node: &Node, multus: &Path, kubeconfig: &Path, pods: usize) -> Result
     let mut child = e2e::in_node_netns(multus)
         .args(["whereabouts", "control", "--kubeconfig"])
         .arg(kubeconfig)
-        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .context("whereabouts control")?;
     let pid = child.id();
     let (lines, seen) = mpsc::channel();
-    let out = child.stdout.take().context("the controller's stdout")?;
+    let out = child.stderr.take().context("the controller's log")?;
     std::thread::spawn(move || {
         for line in BufReader::new(out).lines().map_while(Result::ok) {
             if lines.send(line).is_err() {
@@ -243,7 +243,7 @@ fn control(node: &Node, multus: &Path, kubeconfig: &Path, pods: usize) -> Result
             let line = seen
                 .recv_timeout(Duration::from_secs(300))
                 .context("the controller's first pass did not end in 5 minutes")?;
-            if line.starts_with("a whole pass:") {
+            if line.contains(" a whole pass:") {
                 break;
             }
         }

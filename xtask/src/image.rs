@@ -255,14 +255,19 @@ impl Podman {
                 .args(["logs", container])
                 .output()
                 .context("running podman logs")?;
-            let text = String::from_utf8_lossy(&out.stdout);
+            // The container's stdout and stderr, as podman gives them back: its own lines are
+            // on stderr, the multus log it relays on stdout.
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
             if text.lines().any(|l| l.contains(needle)) {
                 return Ok(());
             }
             ensure!(
                 std::time::Instant::now() < deadline,
-                "{container}'s log has no {needle:?} after 30 s:\n{text}{}",
-                String::from_utf8_lossy(&out.stderr)
+                "{container}'s log has no {needle:?} after 30 s:\n{text}"
             );
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
