@@ -19,9 +19,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::SystemTime;
 
 pub use rotation::LogOptions;
-pub use time::timestamp;
 
 use file::LogFile;
+use time::timestamp;
 
 /// How much a line matters, most first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -135,11 +135,7 @@ pub fn write(level: Level, message: fmt::Arguments<'_>) {
     if !enabled(level) {
         return;
     }
-    let line = format!(
-        "{} {} {message}\n",
-        timestamp(SystemTime::now()),
-        level.label()
-    );
+    let line = line(SystemTime::now(), level, &message.to_string());
     let log = log();
     if log.settings.to_stderr {
         let _ = std::io::stderr().write_all(line.as_bytes());
@@ -149,6 +145,22 @@ pub fn write(level: Level, message: fmt::Arguments<'_>) {
             f.append(line.as_bytes());
         }
     }
+}
+
+/// One line: the time, the level, and the message with its control characters escaped, so that
+/// text from outside (a name, a server's message) can neither start a line of its own nor
+/// colour a terminal.
+fn line(at: SystemTime, level: Level, message: &str) -> String {
+    let mut line = format!("{} {} ", timestamp(at), level.label());
+    for c in message.chars() {
+        if c.is_control() {
+            line.extend(c.escape_default());
+        } else {
+            line.push(c);
+        }
+    }
+    line.push('\n');
+    line
 }
 
 /// Rotates the log file when it is due: a long-running process (the thick daemon) calls this
@@ -180,8 +192,20 @@ macro_rules! info {
     ($($arg:tt)*) => { $crate::write($crate::Level::Info, format_args!($($arg)*)) };
 }
 
-/// A line at the debug level.
-#[macro_export]
-macro_rules! debug {
-    ($($arg:tt)*) => { $crate::write($crate::Level::Debug, format_args!($($arg)*)) };
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_stays_one_line_and_sends_no_terminal_codes() {
+        let at = std::time::UNIX_EPOCH;
+        assert_eq!(
+            line(at, Level::Warn, "pod a\nb\r\u{1b}[31mred\ttab"),
+            "1970-01-01T00:00:00.000000Z  WARN pod a\\nb\\r\\u{1b}[31mred\\ttab\n"
+        );
+        assert_eq!(
+            line(at, Level::Info, "plain é"),
+            "1970-01-01T00:00:00.000000Z  INFO plain é\n"
+        );
+    }
 }
