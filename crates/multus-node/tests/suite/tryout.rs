@@ -36,12 +36,26 @@ fn entries(dir: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// This namespace's links by name and hardware address. Flags and state are left out: a veth
+/// made just before gets its carrier when the kernel gets to it, and that is no change of ours.
 fn own_links() -> String {
     let out = Command::new("ip")
         .args(["-o", "link"])
         .output()
         .expect("ip");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let name = line.split(": ").nth(1).unwrap_or(line);
+            let address = line
+                .split_whitespace()
+                .skip_while(|w| !w.starts_with("link/"))
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ");
+            format!("{name} {address}\n")
+        })
+        .collect()
 }
 
 /// No sandbox namespace, no state directory, and this namespace's links unchanged.
