@@ -140,9 +140,10 @@ impl Link {
     }
 }
 
-/// txqueuelen 0 for the veth, macvlan, ipvlan, vlan, vrf and ifb links the plugins create: the reference's
-/// netlink library sends `IFLA_TXQLEN` 0 for them, so a node switching implementations sees
-/// the same links (these devices have no queue of their own either way).
+/// txqueuelen 0 for a veth's node end and an ifb, as the reference (v1.9.1) asks for them, so a
+/// node switching implementations sees the same links (these devices have no queue of their
+/// own either way). The links it puts in pods (a veth's other end, macvlan, ipvlan, vlan) and
+/// vrf keep the kernel's default, as there.
 pub const UNQUEUED: LinkAttribute = LinkAttribute::TxQueueLen(0);
 
 /// Options for a new bridge.
@@ -299,8 +300,8 @@ impl Netlink {
     }
 
     /// Creates a veth pair; the peer is created directly in `peer_ns` when given. `mtu` applies
-    /// to both ends, `mac` to the `name` end. Both ends have txqueuelen 0, as the reference
-    /// plugins make them (see [`UNQUEUED`]).
+    /// to both ends, `mac` to the `name` end. The `name` end, the node's, has txqueuelen 0
+    /// (see [`UNQUEUED`]).
     pub fn add_veth(
         &self,
         name: &str,
@@ -309,9 +310,7 @@ impl Netlink {
         mtu: Option<u32>,
         mac: Option<[u8; 6]>,
     ) -> Result<()> {
-        let mut peer_attrs = base_attrs(peer_name, mtu, None, peer_ns)?;
-        peer_attrs.push(UNQUEUED);
-        let peer = link_message(0, peer_attrs);
+        let peer = link_message(0, base_attrs(peer_name, mtu, None, peer_ns)?);
         let mut own = base_attrs(name, mtu, mac, None)?;
         own.push(UNQUEUED);
         let attrs = with_info(
@@ -352,7 +351,7 @@ impl Netlink {
     }
 
     /// Creates a macvlan on `parent_index` (in the socket's namespace), directly in `target_ns`
-    /// when given, with txqueuelen 0 ([`UNQUEUED`]).
+    /// when given.
     pub fn add_macvlan(
         &self,
         name: &str,
@@ -362,7 +361,6 @@ impl Netlink {
     ) -> Result<()> {
         let mut attrs = base_attrs(name, opts.mtu, opts.mac, target_ns)?;
         attrs.push(LinkAttribute::Link(parent_index));
-        attrs.push(UNQUEUED);
         let mut data = vec![InfoMacVlan::Mode((opts.mode as u32).into())];
         data.extend(opts.bc_queue_len.map(InfoMacVlan::BcQueueLen));
         let attrs = with_info(attrs, InfoKind::MacVlan, Some(InfoData::MacVlan(data)));
@@ -375,7 +373,7 @@ impl Netlink {
     }
 
     /// Creates an ipvlan on `parent_index` (in the socket's namespace), directly in `target_ns`
-    /// when given, with txqueuelen 0 ([`UNQUEUED`]).
+    /// when given.
     pub fn add_ipvlan(
         &self,
         name: &str,
@@ -386,7 +384,6 @@ impl Netlink {
     ) -> Result<()> {
         let mut attrs = base_attrs(name, mtu, None, target_ns)?;
         attrs.push(LinkAttribute::Link(parent_index));
-        attrs.push(UNQUEUED);
         let data = InfoData::IpVlan(vec![InfoIpVlan::Mode((mode as u16).into())]);
         let attrs = with_info(attrs, InfoKind::IpVlan, Some(data));
         self.create_link(attrs, || {
@@ -398,7 +395,7 @@ impl Netlink {
     }
 
     /// Creates an 802.1Q vlan link with id `vlan_id` on `parent_index` (in the socket's
-    /// namespace), directly in `target_ns` when given, with txqueuelen 0 ([`UNQUEUED`]).
+    /// namespace), directly in `target_ns` when given.
     pub fn add_vlan(
         &self,
         name: &str,
@@ -409,7 +406,6 @@ impl Netlink {
     ) -> Result<()> {
         let mut attrs = base_attrs(name, mtu, None, target_ns)?;
         attrs.push(LinkAttribute::Link(parent_index));
-        attrs.push(UNQUEUED);
         let data = InfoData::Vlan(vec![InfoVlan::Id(vlan_id)]);
         let attrs = with_info(attrs, InfoKind::Vlan, Some(data));
         self.create_link(attrs, || {
@@ -428,13 +424,14 @@ impl Netlink {
         })
     }
 
-    /// Creates a vrf whose routes live in `table`, with txqueuelen 0 as the reference makes
-    /// it ([`UNQUEUED`]).
+    /// Creates a vrf whose routes live in `table`.
     pub fn add_vrf(&self, name: &str, table: u32) -> Result<()> {
         let data = InfoData::Vrf(vec![InfoVrf::TableId(table)]);
-        let mut attrs = base_attrs(name, None, None, None)?;
-        attrs.push(UNQUEUED);
-        let attrs = with_info(attrs, InfoKind::Vrf, Some(data));
+        let attrs = with_info(
+            base_attrs(name, None, None, None)?,
+            InfoKind::Vrf,
+            Some(data),
+        );
         self.create_link(attrs, || {
             format!("creating vrf {name:?} with table {table}")
         })

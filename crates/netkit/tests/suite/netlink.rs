@@ -69,6 +69,9 @@ fn veth_peer_is_created_straight_in_the_other_namespace() -> Result<()> {
     assert_eq!(link.kind.as_deref(), Some("veth"));
     assert_eq!(link.mac, Some(mac));
     assert_eq!(link.mtu, 1400);
+    // As the reference makes a pair: no queue on the node's end, the kernel's default in the pod.
+    assert_eq!(link.txqlen, Some(0));
+    assert_eq!(pod.nl.link("eth0")?.txqlen, Some(1000));
     assert_eq!(
         link.link,
         Some(pod.index("eth0")?),
@@ -769,7 +772,8 @@ fn vlan_in_the_pod_or_a_clear_failure() -> Result<()> {
             assert_eq!(link.kind.as_deref(), Some("vlan"));
             assert_eq!(link.vlan_id, Some(42));
             assert_eq!(link.mtu, 1400);
-            assert_eq!(link.txqlen, Some(0));
+            // No txqueuelen asked for: the kernel's default, as the reference leaves it.
+            assert_eq!(link.txqlen, Some(1000));
             let j = pod.link_json("net1");
             assert_eq!(j["linkinfo"]["info_data"]["id"], 42);
             assert_eq!(j["linkinfo"]["info_data"]["protocol"], "802.1Q");
@@ -899,7 +903,8 @@ fn vrf_or_a_clear_failure() -> Result<()> {
             let link = pod.nl.link("blue")?;
             assert_eq!(link.kind.as_deref(), Some("vrf"));
             assert_eq!(link.vrf_table, Some(1001));
-            assert_eq!(link.txqlen, Some(0));
+            // No txqueuelen asked for: the kernel's default, as the reference leaves it.
+            assert_eq!(link.txqlen, Some(1000));
         }
     }
     Ok(())
