@@ -5,8 +5,9 @@
 //! - `CNI-FORWARD`, first: the jump to the admin chain (`CNI-ADMIN` unless configured), where
 //!   the node's admin puts overrides; then per pod address
 //!   `-d <ip> -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT` and `-s <ip> -j ACCEPT`;
-//! - for the `same-bridge` ingress policy, `CNI-ISOLATION-STAGE-1` (first in `FORWARD`) and
-//!   `CNI-ISOLATION-STAGE-2`, which drop what enters a bridge from another interface.
+//! - for the `same-bridge` and `isolated` ingress policies, `CNI-ISOLATION-STAGE-1` (first in
+//!   `FORWARD`) and `CNI-ISOLATION-STAGE-2`, which drop what enters a bridge from another
+//!   interface; with `isolated`, also what goes from the bridge to itself (pod to pod).
 //!
 //! Each change is one iptables-save and one iptables-restore per family (see [`ipt`] for what
 //! happens when another call changes the table in between).
@@ -22,7 +23,27 @@ const STAGE1: &str = "CNI-ISOLATION-STAGE-1";
 const STAGE2: &str = "CNI-ISOLATION-STAGE-2";
 const PLUGIN_COMMENT: &str = "CNI firewall plugin rules";
 const ADMIN_COMMENT: &str = "CNI firewall plugin admin overrides";
-const ISOLATION_COMMENT: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge)";
+/// On the isolation rules that either policy needs; the rules of one policy name it instead.
+const ISOLATION_COMMENT: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)";
+
+/// Who may reach a pod on a bridge, besides the node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// Pods on the same bridge only (`same-bridge`).
+    SameBridge,
+    /// No other pod either (`isolated`).
+    Isolated,
+}
+
+impl Isolation {
+    /// The policy's name in `ingressPolicy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::SameBridge => "same-bridge",
+            Isolation::Isolated => "isolated",
+        }
+    }
+}
 
 /// The rules `CNI-FORWARD` holds for `ip` (as `/32` or `/128`).
 fn pod_rules(ip: &IpAddr) -> [String; 2] {
@@ -121,57 +142,86 @@ pub fn check(ips: &[IpAddr], admin: &str) -> Result<()> {
 
 /// Whether the rules [`isolate_bridge`] makes for `bridge` are there, in the families of
 /// `ips`; the first missing as an error.
-pub fn check_isolation(bridge: &str, ips: &[IpAddr]) -> Result<()> {
+pub fn check_isolation(bridge: &str, policy: Isolation, ips: &[IpAddr]) -> Result<()> {
     for (t, _) in by_family(ips) {
         let saved = ipt::listing(t, "filter")?;
-        if let Some(r) = isolation_rules(bridge).iter().find(|r| !r.is_in(&saved)) {
+        if let Some(r) = isolation_rules(bridge, policy)
+            .iter()
+            .find(|r| !r.is_in(&saved))
+        {
             return Err(r.missing(t));
         }
     }
     Ok(())
 }
 
-/// The `same-bridge` rules for `bridge`: `FORWARD` sends to `CNI-ISOLATION-STAGE-1`, which
+/// The rules of `policy` for `bridge`: `FORWARD` sends to `CNI-ISOLATION-STAGE-1`, which
 /// sends what comes in on the bridge and goes out elsewhere to `CNI-ISOLATION-STAGE-2`, which
-/// drops what goes out to the bridge; each returns what it does not decide.
-fn isolation_rules(bridge: &str) -> Vec<SharedRule> {
-    let comment = quote(ISOLATION_COMMENT);
-    let rule = |chain: &str, first: bool, words: &[&str], rule: String| SharedRule {
+/// drops what goes out to the bridge; each returns what it does not decide. `isolated` also
+/// drops, first in `CNI-ISOLATION-STAGE-1`, what goes from the bridge back to it.
+fn isolation_rules(bridge: &str, policy: Isolation) -> Vec<SharedRule> {
+    let shared = quote(ISOLATION_COMMENT);
+    let own = quote(&format!(
+        "CNI firewall plugin rules (ingressPolicy: {})",
+        policy.name()
+    ));
+    let rule = |chain: &str, first: bool, words: &[&str], rule: String, comment: &str| SharedRule {
         chain: chain.into(),
         first,
         words: words.iter().map(|w| (*w).to_owned()).collect(),
         rule: format!("{rule} -m comment --comment {comment}"),
     };
-    vec![
-        rule("FORWARD", true, &["-j", STAGE1], format!("-j {STAGE1}")),
+    let mut rules = vec![
+        rule(
+            "FORWARD",
+            true,
+            &["-j", STAGE1],
+            format!("-j {STAGE1}"),
+            &shared,
+        ),
         rule(
             STAGE1,
             true,
             &["-i", bridge, "-j", STAGE2],
             format!("-i {bridge} ! -o {bridge} -j {STAGE2}"),
+            &own,
         ),
-        rule(STAGE1, false, &["RETURN"], "-j RETURN".into()),
+    ];
+    if policy == Isolation::Isolated {
+        // After the rule above, and also inserted first: it ends up ahead of it.
+        rules.push(rule(
+            STAGE1,
+            true,
+            &["-i", bridge, "-o", bridge, "DROP"],
+            format!("-i {bridge} -o {bridge} -j DROP"),
+            &own,
+        ));
+    }
+    rules.extend([
+        rule(STAGE1, false, &["RETURN"], "-j RETURN".into(), &shared),
         rule(
             STAGE2,
             true,
             &["-o", bridge, "DROP"],
             format!("-o {bridge} -j DROP"),
+            &shared,
         ),
-        rule(STAGE2, false, &["RETURN"], "-j RETURN".into()),
-    ]
+        rule(STAGE2, false, &["RETURN"], "-j RETURN".into(), &shared),
+    ]);
+    rules
 }
 
-/// The `same-bridge` ingress policy for `bridge`, in the families given: what enters the
-/// bridge from another interface is dropped. The chains stay after DEL: other pods on the
-/// bridge need them.
-pub fn isolate_bridge(bridge: &str, v4: bool, v6: bool) -> Result<()> {
+/// The ingress `policy` for `bridge`, in the families given: what enters the bridge from
+/// another interface is dropped, and with `isolated` what goes between its ports too. The
+/// chains stay after DEL: other pods on the bridge need them.
+pub fn isolate_bridge(bridge: &str, policy: Isolation, v4: bool, v6: bool) -> Result<()> {
     crate::netlink::validate_ifname(bridge)?;
     for (family, on) in [(true, v4), (false, v6)] {
         if !on {
             continue;
         }
         ipt::update(tools(family), "filter", |saved| {
-            ipt::missing(saved, &[STAGE1, STAGE2], &isolation_rules(bridge))
+            ipt::missing(saved, &[STAGE1, STAGE2], &isolation_rules(bridge, policy))
         })?;
     }
     Ok(())

@@ -2,15 +2,17 @@
 //! through a node whose `FORWARD` policy drops, with iptables rules in the node's namespace
 //! (see [`netkit::firewall::forward`] for their names and shapes).
 //!
-//! As the reference (1.1.1, iptables backend): `CNI-FORWARD` accepts traffic from each pod
+//! As the reference (v1.9.1, iptables backend): `CNI-FORWARD` accepts traffic from each pod
 //! address and the replies to it, after a jump to the admin's override chain (`CNI-ADMIN`, or
 //! `iptablesAdminChainName`); `ingressPolicy: "same-bridge"` also isolates the bridge the
-//! previous plugin made (the first interface of its result). DEL removes the pod's rules; the
+//! previous plugin made (the first interface of its result) from other interfaces, and
+//! `"isolated"` (of later releases) also isolates its pods from each other. DEL removes the pod's rules; the
 //! shared chains stay.
 //!
 //! The firewalld backend (`backend: "firewalld"`, or no backend while firewalld runs on the
 //! system bus) binds each address to `firewalldZone` (`trusted` unless set) through
-//! [`netkit::firewall::firewalld`] instead; `same-bridge` still writes the iptables isolation rules.
+//! [`netkit::firewall::firewalld`] instead; `same-bridge` and `isolated` still write the iptables
+//! isolation rules.
 //!
 //! Deliberate changes: an unknown `backend` is refused instead of falling back to whatever is
 //! there; the admin chain's and the zone's names are checked; an ADD that fails halfway takes
@@ -25,6 +27,7 @@ use cni::keys::Keys;
 use cni::quote::quote;
 use cni::{CmdArgs, CniError, CniResult, Code, NetConf};
 use netkit::firewall::firewalld::Firewalld;
+use netkit::firewall::forward::Isolation;
 use serde::Deserialize;
 
 use crate::support::check;
@@ -61,7 +64,8 @@ struct FirewallConf {
     backend: Backend,
     admin_chain: String,
     zone: String,
-    same_bridge: bool,
+    /// `ingressPolicy`, when it isolates the bridge.
+    isolation: Option<Isolation>,
 }
 
 /// The firewalld zone to use: `firewalldZone`, or the default; `None` when it is not a name
@@ -127,13 +131,14 @@ impl FirewallConf {
             }
             name
         };
-        let same_bridge = match raw.ingress_policy.as_str() {
-            "" | "open" => false,
-            "same-bridge" => true,
+        let isolation = match raw.ingress_policy.as_str() {
+            "" | "open" => None,
+            "same-bridge" => Some(Isolation::SameBridge),
+            "isolated" => Some(Isolation::Isolated),
             other => {
                 return Err(CniError::invalid_config(format!(
-                    "ingressPolicy: {} is not a policy: use \"open\" (the default) or \
-                     \"same-bridge\"",
+                    "ingressPolicy: {} is not a policy: use \"open\" (the default), \
+                     \"same-bridge\" or \"isolated\"",
                     quote(other)
                 )))
             }
@@ -143,7 +148,7 @@ impl FirewallConf {
             backend,
             admin_chain,
             zone,
-            same_bridge,
+            isolation,
         })
     }
 
@@ -156,18 +161,19 @@ impl FirewallConf {
         CniResult::from_value_at(prev, Some("prevResult"))
     }
 
-    /// With `same-bridge`, the bridge to isolate: the first interface of `prev`, as bridge's
-    /// result names it.
-    fn isolated_bridge(&self, prev: &CniResult) -> Result<Option<String>, CniError> {
-        if !self.same_bridge {
+    /// With an isolating policy, the bridge to isolate: the first interface of `prev`, as
+    /// bridge's result names it.
+    fn isolated_bridge(&self, prev: &CniResult) -> Result<Option<(String, Isolation)>, CniError> {
+        let Some(policy) = self.isolation else {
             return Ok(None);
-        }
+        };
         match prev.interfaces.first().map(|i| i.name.as_str()) {
-            Some(name) if !name.is_empty() => Ok(Some(name.to_owned())),
-            _ => Err(CniError::invalid_config(
-                "ingressPolicy \"same-bridge\" needs the bridge: chain firewall after bridge, \
-                 whose result names it first",
-            )),
+            Some(name) if !name.is_empty() => Ok(Some((name.to_owned(), policy))),
+            _ => Err(CniError::invalid_config(format!(
+                "ingressPolicy \"{}\" needs the bridge: chain firewall after bridge, whose \
+                 result names it first",
+                policy.name()
+            ))),
         }
     }
 }
@@ -250,10 +256,10 @@ impl cni::Plugin for Firewall {
             Some(fw) => bind(fw, &conf.zone, &ips)?,
             None => netkit::firewall::forward::allow(&ips, &conf.admin_chain).map_err(sys)?,
         }
-        if let Some(bridge) = bridge {
+        if let Some((bridge, policy)) = bridge {
             let v4 = ips.iter().any(IpAddr::is_ipv4);
             let v6 = ips.iter().any(IpAddr::is_ipv6);
-            if let Err(e) = netkit::firewall::forward::isolate_bridge(&bridge, v4, v6) {
+            if let Err(e) = netkit::firewall::forward::isolate_bridge(&bridge, policy, v4, v6) {
                 let failures: Vec<String> = match firewalld.as_mut() {
                     Some(fw) => ips
                         .iter()
@@ -306,8 +312,8 @@ impl cni::Plugin for Firewall {
         let prev = conf.prev_result()?;
         let ips = addresses(&prev);
         let bridge = conf.isolated_bridge(&prev)?;
-        if let Some(bridge) = &bridge {
-            netkit::firewall::forward::check_isolation(bridge, &ips)
+        if let Some((bridge, policy)) = &bridge {
+            netkit::firewall::forward::check_isolation(bridge, *policy, &ips)
                 .map_err(|e| check::fail(e.to_string()))?;
         }
         let Some(mut fw) = firewalld_for(conf.backend)? else {
@@ -352,11 +358,13 @@ mod tests {
     fn options() {
         let c = parse("").expect("parsed");
         assert_eq!(c.admin_chain, "CNI-ADMIN");
-        assert!(!c.same_bridge);
+        assert_eq!(c.isolation, None);
         let c = parse(r#","backend":"iptables","iptablesAdminChainName":"MY-ADMIN","ingressPolicy":"same-bridge""#)
             .expect("parsed");
         assert_eq!(c.admin_chain, "MY-ADMIN");
-        assert!(c.same_bridge);
+        assert_eq!(c.isolation, Some(Isolation::SameBridge));
+        let c = parse(r#","ingressPolicy":"isolated""#).expect("parsed");
+        assert_eq!(c.isolation, Some(Isolation::Isolated));
         let c = parse(r#","backend":"firewalld","firewalldZone":"pods""#).expect("parsed");
         assert_eq!((c.backend, c.zone.as_str()), (Backend::Firewalld, "pods"));
         assert_eq!(parse("").expect("parsed").zone, "trusted");
