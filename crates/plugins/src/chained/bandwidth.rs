@@ -72,12 +72,14 @@ struct Limits {
 }
 
 /// The keys of its own bandwidth reads: the limits (which `runtimeConfig.bandwidth` gives
-/// too), and the subnets of later releases it refuses.
+/// too), and the subnets of one release it refuses.
 pub(crate) fn keys() -> Keys {
     Keys::of::<Entry>().named(&UNSUPPORTED)
 }
 
-/// Keys of later releases this bandwidth refuses rather than ignores.
+/// Keys that the reference v1.5 had and v1.6 removed again: current releases ignore them and
+/// shape all of the pod's traffic, and so would this plugin, so a config with them is refused
+/// rather than shaped against what it says.
 const UNSUPPORTED: [&str; 2] = ["shapedSubnets", "unshapedSubnets"];
 
 struct BandwidthConf {
@@ -95,8 +97,8 @@ impl BandwidthConf {
         for key in UNSUPPORTED {
             if config.get(key).is_some() {
                 return Err(CniError::invalid_config(format!(
-                    "{key}: not supported by this bandwidth plugin yet, which shapes all of the \
-                     pod's traffic: leave it out, or use the reference plugin for this network"
+                    "{key}: not supported: the reference plugin had it in v1.5 only, and current \
+                     releases (like this one) shape all of the pod's traffic: leave it out"
                 )));
             }
         }
@@ -429,8 +431,10 @@ mod tests {
         assert_eq!(msg(r#","egressRate":-1"#).map(|m| m.0), Some(6));
         let m = msg(r#","unshapedSubnets":["10.0.0.0/8"]"#);
         assert!(
-            m.as_ref()
-                .is_some_and(|(c, m)| *c == 7 && m.starts_with("unshapedSubnets: not supported")),
+            m.as_ref().is_some_and(|(c, m)| *c == 7
+                && m.starts_with(
+                    "unshapedSubnets: not supported: the reference plugin had it in v1.5 only"
+                )),
             "{m:?}"
         );
     }
