@@ -103,9 +103,10 @@ if ! command -v kubectl >/dev/null; then
 fi
 
 # The upstream peers, built from their Go modules here because the tests run in a network
-# namespace of their own, where the Go module proxy cannot be reached: multus v4.3.0, whose
+# namespace of their own, where the Go module proxy cannot be reached: the reference plugins
+# v1.9.1, which the side-by-side tests run beside ours, multus v4.3.0, whose
 # daemon the mixed-version thick test runs beside our shim (crates/multus-node/tests/
 # thick_mixed.rs), whereabouts v0.9.4, whose plugin the e2e crate runs beside ours on one
 # cluster, and the parts of scripts/cluster.sh's node (the e2e crate).
 scripts_dir=$(cd "$(dirname "$0")" && pwd)
-"$scripts_dir/peers.sh" build multus whereabouts kubernetes etcd containerd >/dev/null
+"$scripts_dir/peers.sh" build cni-plugins multus whereabouts kubernetes etcd containerd >/dev/null

@@ -502,7 +502,7 @@ fn exec_floor(side: &Side, pod: &Netns, cycles: usize) -> Result<f64> {
 }
 
 /// `bench-in-vm --bin <cni-plugins> --cycles N`: macvlan, ipvlan and vlan on a dummy master, ours
-/// against the reference in /usr/lib/cni, inside the VM that `cargo xtask vm-bench` boots.
+/// against the reference plugins (`testkit::reference_dir`), inside the VM that `cargo xtask vm-bench` boots.
 pub fn run_in_vm(args: &[String]) -> Result<()> {
     let (mut bin, mut cycles) = (None, 50);
     let mut it = args.iter();

@@ -1,5 +1,5 @@
 //! The dhcp part of `cargo xtask bench`: our daemon and the Go reference daemon
-//! (`/usr/lib/cni/dhcp daemon`) side by side against one dnsmasq. Each lease is one exec of the
+//! (`dhcp daemon` of the reference plugins, `testkit::reference_dir`) side by side against one dnsmasq. Each lease is one exec of the
 //! `dhcp` plugin ADD on a fresh veth, timed from fork to exit; then 100 pods acquire at once
 //! (wall time), and each daemon's peak RSS is read from /proc.
 

@@ -66,6 +66,7 @@ const RUNS: &[VmRun] = &[
         args: &[
             "--exact",
             "side_by_side::bridge_matches_the_reference",
+            "side_by_side::dummy_matches_the_reference",
             "side_by_side::ipvlan_matches_the_reference",
             "side_by_side::vlan_matches_the_reference",
             "side_by_side::vrf_matches_the_reference",
@@ -120,9 +121,6 @@ const TOOLS: &[&str] = &[
     "dnsmasq",
     "tc",
 ];
-
-/// The Go reference plugins, which side-by-side tests run from this fixed path.
-const REFERENCE_DIR: &str = "/usr/lib/cni";
 
 /// PATH inside the VM and for finding the tools here: /usr/sbin first, so iproute2 wins over
 /// any busybox applet of the same name.
@@ -585,9 +583,9 @@ fn stage(dir: &Path, kernel: &Kernel, files: &[PathBuf], jobs: &[Job]) -> Result
     for e in fs::read_dir(&xtables)? {
         root.install(&e?.path())?;
     }
-    for e in fs::read_dir(REFERENCE_DIR)
-        .with_context(|| format!("{REFERENCE_DIR}: containernetworking-plugins missing"))?
-    {
+    // The reference plugins, at the path the side-by-side tests run them from.
+    let reference = testkit::reference_dir();
+    for e in fs::read_dir(&reference).with_context(|| format!("{}", reference.display()))? {
         root.install(&e?.path())?;
     }
     for file in files {

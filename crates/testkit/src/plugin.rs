@@ -4,9 +4,10 @@ use std::process::{Command, Stdio};
 
 use crate::Netns;
 
-/// Where Debian's reference Go plugins live (package containernetworking-plugins).
+/// The reference Go plugins that side-by-side tests run beside ours: upstream's pinned
+/// release, built from its module (see [`crate::peers::cni_plugins_dir`]).
 pub fn reference_dir() -> PathBuf {
-    PathBuf::from("/usr/lib/cni")
+    crate::peers::cni_plugins_dir()
 }
 
 /// A binary of another workspace package (`cni-plugins` for multus's tests). `cargo test

@@ -1,4 +1,4 @@
-//! Side by side with the Go reference binaries (Debian's containernetworking-plugins): the same
+//! Side by side with the Go reference binaries (v1.9.1, built by scripts/peers.sh): the same
 //! calls on the same inputs, ours and theirs in separate data directories, must give the same
 //! results and leave the same files, byte for byte; bad inputs must fail in both, ours with the
 //! CNI code we intend (the reference reports most errors as 999).

@@ -234,14 +234,14 @@ fn iptables_teardown_without_addresses_checks_both_families() -> Result<()> {
     Ok(())
 }
 
-/// Drop-in check against the Go reference (Debian's plugins, iptables only): our teardown
+/// Drop-in check against the Go reference (v1.9.1, its iptables backend): our teardown
 /// removes what the reference's ADD set up, and the reference's DEL removes what we set up.
 #[test]
 fn interoperates_with_the_reference_iptables_rules() -> Result<()> {
     let bridge = testkit::reference_dir().join("bridge");
     assert!(
         bridge.exists(),
-        "{} is missing: install Debian's containernetworking-plugins",
+        "{} is missing: run `scripts/peers.sh build cni-plugins`",
         bridge.display()
     );
     let node = Node::new("refnode")?;

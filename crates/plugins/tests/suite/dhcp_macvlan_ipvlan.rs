@@ -78,6 +78,7 @@ fn macvlan_dhcp_router_beside_the_pods_default_route_as_the_reference() {
     add.path = testkit::reference_dir().display().to_string();
     let out = add.run(&testkit::reference_dir().join("macvlan"), Some(&s.net.node));
     let ip = leased_ip(&out.ok());
+    assert!(ip.starts_with("10.97.0."), "{ip}");
     assert_eq!(
         default_routes(&pod),
         ["net1 via 10.97.0.1", "eth0 via 10.88.0.1"]
@@ -86,7 +87,8 @@ fn macvlan_dhcp_router_beside_the_pods_default_route_as_the_reference() {
     del.command = "DEL".into();
     del.run(&testkit::reference_dir().join("macvlan"), Some(&s.net.node))
         .ok();
-    s.assert_released(&ip);
+    // Whether dnsmasq takes v1.9.1's release depends on the kernel: it is sent from 0.0.0.0
+    // (docs/compatibility.md, dhcp). Ours is released above, everywhere.
     drop(go);
 }
 

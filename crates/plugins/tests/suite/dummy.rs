@@ -1,5 +1,5 @@
-//! Our dummy plugin through the real binary. Debian's v1.1.1 has no dummy plugin to compare
-//! with, and this machine's kernel has no dummy links: here the tests check that config errors
+//! Our dummy plugin through the real binary (the side-by-side suite compares it with the
+//! reference's). This machine's kernel has no dummy links: here the tests check that config errors
 //! come first and that a kernel without dummy links gets a clear error and no leftovers. Under
 //! `cargo xtask vm-test` (MULTUS_RS_VM=1) every part runs.
 

@@ -98,7 +98,7 @@ impl Env {
         let binary = testkit::reference_dir().join(plugin);
         assert!(
             binary.exists(),
-            "{} is missing: install Debian's containernetworking-plugins",
+            "{} is missing: run `scripts/peers.sh build cni-plugins`",
             binary.display()
         );
         let var = |k: &str| self.vars.get(k).cloned().unwrap_or_default();

@@ -35,7 +35,7 @@ pub enum Backend {
 ///
 /// `backend: None` picks iptables when the `iptables` binary is installed, else nftables. This
 /// is the reference's preference, so a node that goes back to the reference plugins can still
-/// remove the rules (the reference v1.1.1 tears down iptables rules only).
+/// remove the rules (the reference's Debian build, 1.1.1, tears down iptables rules only).
 pub fn setup(
     backend: Option<Backend>,
     network: &str,
