@@ -180,6 +180,18 @@ fn a_missing_nad_fails_the_add_and_its_event_reaches_the_api() {
     c.assert_add_left_nothing("missing NAD");
 }
 
+/// A DEL with no cache plans from the pod's annotation: a NAD that is gone is told once, as at
+/// ADD, and the DEL still succeeds with what it can know.
+#[test]
+fn a_del_without_a_cache_tells_of_a_missing_nad_and_succeeds() {
+    let c = Cluster::new(json!({NETWORKS: "nope"}), json!({}));
+    c.cmd("DEL").ok();
+    let events = c.events("NoNetworkFound");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].contains("nope"), "{events:?}");
+    c.sb.assert_clean("after DEL");
+}
+
 #[test]
 fn an_empty_spec_nad_is_read_from_conf_dir() {
     let c = Cluster::new(json!({NETWORKS: "from-file"}), json!({}));
