@@ -794,7 +794,7 @@ fn dummy_cases() -> Vec<Case> {
     let hl4 = hl(V4);
     let with_routes = r#""ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24","gateway":"10.20.0.1"},{"address":"fd20::5/64"}],"routes":[{"dst":"10.30.0.0/16","gw":"10.20.0.1"}]}"#;
     vec![
-        case("dummy host-local", dm(&format!(",{hl4}"))),
+        case("dummy host-local", dm(&format!(",{hl4}"))).check(assert_added),
         case("dummy host-local dual-stack", dm(&format!(",{}", hl(DUAL)))),
         case("dummy static with a route", dm(&format!(",{with_routes}"))),
         case("dummy ADD then DEL", dm(&format!(",{hl4}"))).steps(&[Step::Add, Step::Del]),
@@ -817,6 +817,41 @@ fn dummy_cases() -> Vec<Case> {
         case("dummy IPAM refuses the address", dm(&format!(",{hl4}")))
             .args("IgnoreUnknown=1;IP=10.9.9.9")
             .fails_with(7),
+    ]
+}
+
+/// A tap config: `body` is inserted after the common keys (start it with a comma).
+fn tp(body: &str) -> String {
+    format!(r#"{{"cniVersion":"1.0.0","name":"sbs","type":"tap"{body}}}"#)
+}
+
+fn tap_cases() -> Vec<Case> {
+    let hl4 = hl(V4);
+    let with_route = r#""ipam":{"type":"static","addresses":[{"address":"10.20.0.5/24","gateway":"10.20.0.1"},{"address":"fd20::5/64"}],"routes":[{"dst":"10.30.0.0/16","gw":"10.20.0.1"}]}"#;
+    vec![
+        case("tap without ipam", tp("")).check(assert_added),
+        case("tap host-local", tp(&format!(",{hl4}"))).check(assert_added),
+        case(
+            "tap static dual-stack with a route",
+            tp(&format!(",{with_route}")),
+        ),
+        case("tap mtu", tp(&format!(r#","mtu":1400,{hl4}"#))),
+        case(
+            "tap mac",
+            tp(&format!(r#","mac":"02:00:00:00:00:42",{hl4}"#)),
+        ),
+        case(
+            "tap multiQueue",
+            tp(&format!(r#","multiQueue":true,{hl4}"#)),
+        ),
+        case(
+            "tap owner and group",
+            tp(&format!(r#","owner":0,"group":0,{hl4}"#)),
+        )
+        .check(assert_added),
+        case("tap ADD then DEL", tp(&format!(",{hl4}"))).steps(&[Step::Add, Step::Del]),
+        case("tap DEL twice", tp(&format!(",{hl4}"))).steps(&[Step::Add, Step::Del, Step::Del]),
+        case("tap CHECK after ADD", tp(&format!(",{with_route}"))).steps(&[Step::Add, Step::Check]),
     ]
 }
 
@@ -2212,6 +2247,13 @@ fn dummy_matches_the_reference() {
         return;
     }
     let cases = dummy_cases();
+    assert!(cases.len() >= 10, "only {} cases", cases.len());
+    compare(&cases);
+}
+
+#[test]
+fn tap_matches_the_reference() {
+    let cases = tap_cases();
     assert!(cases.len() >= 10, "only {} cases", cases.len());
     compare(&cases);
 }

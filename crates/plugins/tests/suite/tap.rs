@@ -1,6 +1,6 @@
-//! Our tap plugin through the real binary, in namespaces this test makes. Debian's v1.1.1 has
-//! no tap plugin to compare with; the behaviour follows current reference releases, except
-//! where docs/compatibility.md says otherwise.
+//! Our tap plugin through the real binary, in namespaces this test makes: what the side-by-side
+//! suite cannot see (the device's flags, CHECK of drift, failures). The behaviour follows the
+//! reference's plugin, except where docs/compatibility.md says otherwise.
 
 use crate::common;
 
