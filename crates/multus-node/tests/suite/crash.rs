@@ -18,9 +18,17 @@ fn add_killed_at_any_file_write_is_cleaned_up_by_del() {
     c.bridge_nad("default", "a", "10.20.0.0/24");
     c.bridge_nad("default", "b", "10.30.0.0/24");
     let multus = common::multus_bin();
-    let total = testkit::count_file_changes(&c.call("ADD"), &multus, Some(&c.sb.node));
-    c.cmd("DEL").ok();
-    c.sb.assert_clean("after the counting run");
+    // The fewest of three runs: a run slowed by a busy machine waits and logs more, and kill
+    // points beyond what a quick run writes would kill nothing.
+    let total = (0..3)
+        .map(|_| {
+            let n = testkit::count_file_changes(&c.call("ADD"), &multus, Some(&c.sb.node));
+            c.cmd("DEL").ok();
+            c.sb.assert_clean("after a counting run");
+            n
+        })
+        .min()
+        .unwrap_or(0);
     assert!(total >= KILLS, "only {total} file changes in an ADD");
     let step = (total / (2 * KILLS)).max(1);
     let mut kills = 0;
