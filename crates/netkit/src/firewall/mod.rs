@@ -4,7 +4,14 @@
 pub mod firewalld;
 pub mod forward;
 pub mod hostport;
+pub mod hostport_nft;
 mod ipt;
 pub mod masq;
 pub mod nftables;
 pub mod spoofcheck;
+
+/// Whether `iptables` is installed: the reference plugins use it unless it is missing, and a
+/// plugin with no backend named does as they do.
+pub fn iptables_installed() -> bool {
+    crate::tool::installed("iptables")
+}

@@ -7,6 +7,10 @@ use crate::error::{Error, Result};
 
 /// `NFPROTO_INET`: the family of an `inet` table.
 pub const INET: u8 = 1;
+/// `NFPROTO_IPV4`: the family of an `ip` table.
+pub const IPV4: u8 = 2;
+/// `NFPROTO_IPV6`: the family of an `ip6` table.
+pub const IPV6: u8 = 10;
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFT_MSG_NEWTABLE: u16 = 0;

@@ -2,7 +2,7 @@
 //! pod (Kubernetes' `hostPort`), from `runtimeConfig.portMappings`, with iptables DNAT rules
 //! in the node's namespace (see [`netkit::firewall::hostport`] for their names and shapes).
 //!
-//! As the reference (1.1.1): for the pod's first IPv4 and first IPv6 address on `CNI_IFNAME`,
+//! As the reference (v1.9.1): for the pod's first IPv4 and first IPv6 address on `CNI_IFNAME`,
 //! each mapping's DNAT, with `snat` (the default) marking hairpin and IPv4 localhost traffic for
 //! masquerade and turning `route_localnet` on for the interface that routes to the pod;
 //! `markMasqBit`, `externalSetMarkChain`, `conditionsV4` and `conditionsV6`, and `masqAll` of
@@ -13,7 +13,10 @@
 //! Deliberate changes: ports, protocols, host addresses and conditions are checked before
 //! anything is written (a condition is a tenant's text in the node's firewall); CHECK checks
 //! only the families the pod has; a second ADD replaces the attachment's rules instead of
-//! adding to them; `backend: "nftables"` is refused, not yet implemented.
+//! adding to them; DEL removes the attachment's rules from both backends.
+//!
+//! `backend: "nftables"` (or no backend on a node without `iptables`) writes the reference's
+//! nftables rules instead, through [`netkit::firewall::hostport_nft`].
 
 use std::net::IpAddr;
 
@@ -77,9 +80,17 @@ struct Raw {
     runtime_config: Option<RawRuntime>,
 }
 
+/// Which tool holds the forwarding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Iptables,
+    Nftables,
+}
+
 /// The checked configuration.
 struct PortmapConf {
     net: NetConf,
+    backend: Backend,
     mappings: Vec<Mapping>,
     snat: bool,
     masq_all: bool,
@@ -95,16 +106,7 @@ impl PortmapConf {
         let net: NetConf = cni::decode::from_value(&config)?;
         let raw: Raw = cni::decode::from_value(&config)?;
         net.version()?;
-        match raw.backend.as_deref() {
-            None | Some("iptables") => {}
-            Some(other) => {
-                return Err(CniError::invalid_config(format!(
-                    "backend: {} is not supported: this portmap writes iptables rules (leave \
-                     \"backend\" out, or set \"iptables\")",
-                    quote(other)
-                )))
-            }
-        }
+        let backend = backend(&raw)?;
         if raw.mark_masq_bit.is_some() && raw.external_set_mark_chain.is_some() {
             return Err(CniError::invalid_config(
                 "markMasqBit and externalSetMarkChain cannot both be set: choose one",
@@ -132,8 +134,13 @@ impl PortmapConf {
             .enumerate()
             .map(|(i, m)| mapping(i, m))
             .collect::<Result<_, _>>()?;
+        let conditions = |key: &str, list: Option<Vec<String>>| match backend {
+            Backend::Iptables => iptables_conditions(key, list),
+            Backend::Nftables => nftables_conditions(key, list),
+        };
         Ok(PortmapConf {
             net,
+            backend,
             mappings,
             snat: raw.snat.unwrap_or(true),
             masq_all: raw.masq_all,
@@ -211,9 +218,123 @@ fn mapping(i: usize, m: &RawMapping) -> Result<Mapping, CniError> {
     })
 }
 
-/// Conditions are match arguments a tenant writes into the node's firewall: only the
+/// The backend: as named, or as the reference picks it, iptables unless only nft is there.
+/// Options of the other backend are refused, as the reference refuses them.
+fn backend(raw: &Raw) -> Result<Backend, CniError> {
+    // The reference tells conditions apart by their first word: iptables' start with - or !.
+    let syntax = |list: &Option<Vec<String>>| {
+        list.as_ref()
+            .and_then(|l| l.first())
+            .and_then(|c| c.chars().next())
+            .map(|c| {
+                if c == '-' || c == '!' {
+                    Backend::Iptables
+                } else {
+                    Backend::Nftables
+                }
+            })
+    };
+    let backend = match raw.backend.as_deref() {
+        Some("iptables") => Backend::Iptables,
+        Some("nftables") => Backend::Nftables,
+        Some(other) => {
+            return Err(CniError::invalid_config(format!(
+                "backend: {} is not a backend: use \"iptables\" or \"nftables\" (or leave it \
+                 out: iptables when it is installed, else nftables)",
+                quote(other)
+            )))
+        }
+        None if netkit::firewall::iptables_installed() => Backend::Iptables,
+        None => Backend::Nftables,
+    };
+    let mut other = Vec::new();
+    for (key, list) in [
+        ("conditionsV4", &raw.conditions_v4),
+        ("conditionsV6", &raw.conditions_v6),
+    ] {
+        if syntax(list).is_some_and(|b| b != backend) {
+            other.push(key);
+        }
+    }
+    if backend == Backend::Nftables {
+        if raw.external_set_mark_chain.is_some() {
+            other.push("externalSetMarkChain");
+        }
+        if raw.masq_all {
+            other.push("masqAll");
+        }
+    }
+    if !other.is_empty() {
+        let name = |b: Backend| match b {
+            Backend::Iptables => "iptables",
+            Backend::Nftables => "nftables",
+        };
+        let theirs = match backend {
+            Backend::Iptables => Backend::Nftables,
+            Backend::Nftables => Backend::Iptables,
+        };
+        return Err(CniError::invalid_config(format!(
+            "{} {} for the {} backend, and this config uses the {} backend{}",
+            other.join(", "),
+            if other.len() == 1 { "is" } else { "are" },
+            name(theirs),
+            name(backend),
+            match (raw.backend.is_none(), backend) {
+                (true, Backend::Iptables) => " (no \"backend\" set, and iptables is installed)",
+                (true, Backend::Nftables) => " (no \"backend\" set, and iptables is not installed)",
+                (false, _) => "",
+            }
+        )));
+    }
+    Ok(backend)
+}
+
+/// nftables conditions are words a tenant writes into a rule of the node's nftables: matches
+/// only, of the characters of addresses, ports, interface names and keywords, and none of the
+/// words that make a statement (a verdict, a NAT, a `set`).
+fn nftables_conditions(key: &str, list: Option<Vec<String>>) -> Result<Vec<String>, CniError> {
+    const STATEMENTS: [&str; 17] = [
+        "accept",
+        "drop",
+        "reject",
+        "return",
+        "jump",
+        "goto",
+        "queue",
+        "continue",
+        "dnat",
+        "snat",
+        "masquerade",
+        "redirect",
+        "set",
+        "log",
+        "counter",
+        "notrack",
+        "limit",
+    ];
+    let list = list.unwrap_or_default();
+    for (i, c) in list.iter().enumerate() {
+        let words: Vec<&str> = c.split_whitespace().collect();
+        let ok = !words.is_empty()
+            && words.iter().all(|w| {
+                w.chars()
+                    .all(|ch| ch.is_ascii_alphanumeric() || "-_.:/,!=<>".contains(ch))
+                    && !STATEMENTS.contains(&w.to_ascii_lowercase().as_str())
+            });
+        if !ok {
+            return Err(CniError::invalid_config(format!(
+                "{key}[{i}]: {} is not an nftables match: words of letters, digits and \
+                 -_.:/,!=<>, and no statement (accept, jump, dnat, set, ...)",
+                quote(c)
+            )));
+        }
+    }
+    Ok(list)
+}
+
+/// iptables conditions are match arguments a tenant writes into the node's firewall: only the
 /// characters of addresses, ports, interface names and options, and no jump of their own.
-fn conditions(key: &str, list: Option<Vec<String>>) -> Result<Vec<String>, CniError> {
+fn iptables_conditions(key: &str, list: Option<Vec<String>>) -> Result<Vec<String>, CniError> {
     let list = list.unwrap_or_default();
     for (i, c) in list.iter().enumerate() {
         let ok_chars = !c.is_empty()
@@ -323,6 +444,14 @@ fn drop_stale_udp(conf: &PortmapConf, family: Family) {
     }
 }
 
+/// Removes the attachment's forwarding from both backends: the node may have changed tools
+/// since ADD, and a node that ran the reference may hold either.
+fn teardown(network: &str, container_id: &str) -> netkit::Result<()> {
+    let iptables = netkit::firewall::hostport::teardown(network, container_id);
+    let nftables = netkit::firewall::hostport_nft::teardown(container_id);
+    iptables.and(nftables)
+}
+
 /// The keys this plugin reads, besides those every config carries.
 pub(crate) fn keys() -> Keys {
     Keys::of::<Raw>()
@@ -341,14 +470,18 @@ impl cni::Plugin for Portmap {
             if conf.snat && family == Family::V4 {
                 enable_localnet(pod.addr())?;
             }
-            if let Err(e) = netkit::firewall::hostport::setup(&conf.forwarding(args, pod)) {
+            let forwarding = conf.forwarding(args, pod);
+            let set_up = match conf.backend {
+                Backend::Iptables => netkit::firewall::hostport::setup(&forwarding),
+                Backend::Nftables => netkit::firewall::hostport_nft::setup(&forwarding),
+            };
+            if let Err(e) = set_up {
                 // What this ADD forwarded, in either family, goes again.
-                let failures: Vec<String> =
-                    netkit::firewall::hostport::teardown(&conf.net.name, &args.container_id)
-                        .err()
-                        .map(|e| e.to_string())
-                        .into_iter()
-                        .collect();
+                let failures: Vec<String> = teardown(&conf.net.name, &args.container_id)
+                    .err()
+                    .map(|e| e.to_string())
+                    .into_iter()
+                    .collect();
                 return Err(crate::support::sys::with_cleanup_failures(
                     sys(e),
                     &failures,
@@ -360,9 +493,10 @@ impl cni::Plugin for Portmap {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        // Only the network's name: the rules are found by the chain it names.
+        // Only the network's name: the rules are found by the chain it names, or by their
+        // comment, in whichever backend holds them.
         let net: NetConf = cni::config::parse_plugin_config(&args.stdin)?;
-        netkit::firewall::hostport::teardown(&net.name, &args.container_id).map_err(sys)
+        teardown(&net.name, &args.container_id).map_err(sys)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -372,8 +506,12 @@ impl cni::Plugin for Portmap {
             return Ok(());
         }
         for pod in pod_addresses(&prev, &args.ifname) {
-            netkit::firewall::hostport::check(&conf.forwarding(args, pod))
-                .map_err(|e| check::fail(e.to_string()))?;
+            let forwarding = conf.forwarding(args, pod);
+            match conf.backend {
+                Backend::Iptables => netkit::firewall::hostport::check(&forwarding),
+                Backend::Nftables => netkit::firewall::hostport_nft::check(&forwarding),
+            }
+            .map_err(|e| check::fail(e.to_string()))?;
         }
         Ok(())
     }
@@ -414,6 +552,12 @@ mod tests {
         assert_eq!(c.mappings[0].host_ip, "192.0.2.1".parse().ok());
         let c = parse("").expect("parsed");
         assert!(c.snat && !c.masq_all && c.mark_bit == 13 && c.mappings.is_empty());
+        let c = parse(
+            r#","backend":"nftables","conditionsV4":["ip saddr 10.0.0.0/8","iifname != lo"]"#,
+        )
+        .expect("parsed");
+        assert_eq!(c.backend, Backend::Nftables);
+        assert_eq!(c.conditions_v4, ["ip saddr 10.0.0.0/8", "iifname != lo"]);
     }
 
     #[test]
@@ -430,7 +574,15 @@ mod tests {
             r#","conditionsV4":["-j","ACCEPT"]"#.into(),
             r#","conditionsV4":["x\n-A PREROUTING"]"#.into(),
             r#","conditionsV6":["\"quoted\""]"#.into(),
-            r#","backend":"nftables""#.into(),
+            r#","backend":"pf""#.into(),
+            r#","backend":"nftables","conditionsV4":["-s","10.0.0.0/8"]"#.into(),
+            r#","backend":"iptables","conditionsV4":["ip saddr 10.0.0.0/8"]"#.into(),
+            r#","backend":"nftables","conditionsV4":["ip saddr 10.0.0.0/8 accept"]"#.into(),
+            r#","backend":"nftables","conditionsV4":["iifname eth0 ; flush ruleset"]"#.into(),
+            r#","backend":"nftables","conditionsV6":["meta mark SET 1"]"#.into(),
+            r#","backend":"nftables","conditionsV6":[""]"#.into(),
+            r#","backend":"nftables","externalSetMarkChain":"X""#.into(),
+            r#","backend":"nftables","masqAll":true"#.into(),
         ];
         for extra in bad {
             let got = code(&extra);

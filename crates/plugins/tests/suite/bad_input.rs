@@ -1306,7 +1306,7 @@ fn corpus() -> Vec<Case> {
             &["interface \"eth0\" in netns", "is not a veth"],
         ),
     ];
-    let portmap_cases: [(&str, String, u64, &[&str]); 9] = [
+    let portmap_cases: [(&str, String, u64, &[&str]); 12] = [
         (
             "host port 0",
             portmap("", r#"{"hostPort":0,"containerPort":80,"protocol":"tcp"}"#),
@@ -1371,10 +1371,37 @@ fn corpus() -> Vec<Case> {
             &["cannot both be set"],
         ),
         (
-            "the nftables backend",
-            portmap(r#","backend":"nftables""#, MAPPING),
+            "an unknown backend",
+            portmap(r#","backend":"pf""#, MAPPING),
             CONFIG,
-            &[r#"backend: "nftables" is not supported"#],
+            &[r#"backend: "pf" is not a backend"#],
+        ),
+        (
+            "an nftables condition that is a statement",
+            portmap(
+                r#","backend":"nftables","conditionsV4":["ip saddr 10.0.0.0/8 accept"]"#,
+                MAPPING,
+            ),
+            CONFIG,
+            &["conditionsV4[0]", "is not an nftables match"],
+        ),
+        (
+            "an nftables condition that is a second command",
+            portmap(
+                r#","backend":"nftables","conditionsV4":["iifname eth0 ; flush ruleset"]"#,
+                MAPPING,
+            ),
+            CONFIG,
+            &["conditionsV4[0]", "is not an nftables match"],
+        ),
+        (
+            "an iptables option with the nftables backend",
+            portmap(
+                r#","backend":"nftables","externalSetMarkChain":"KUBE-MARK-MASQ""#,
+                MAPPING,
+            ),
+            CONFIG,
+            &["externalSetMarkChain is for the iptables backend"],
         ),
     ];
     let firewall_cases: [(&str, String, u64, &[&str]); 6] = [

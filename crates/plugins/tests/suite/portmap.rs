@@ -130,11 +130,57 @@ fn seen_as(ip: &str) -> (Option<String>, Option<String>) {
 
 #[test]
 fn host_ports_reach_the_pod_from_outside_and_from_the_node_until_del() {
+    let fw = forwards_until_del(CONF, None);
+    assert!(
+        fw.contains("CNI-HOSTPORT-DNAT"),
+        "iptables while installed: {fw}"
+    );
+}
+
+#[test]
+fn with_nftables_too() {
+    let conf = CONF.replace(
+        r#""type":"portmap","#,
+        r#""type":"portmap","backend":"nftables","#,
+    );
+    assert_ne!(conf, CONF);
+    let fw = forwards_until_del(&conf, None);
+    assert!(!fw.contains("CNI-HOSTPORT"), "{fw}");
+}
+
+/// On a node without iptables, a config that names no backend gets nftables, as with the
+/// reference.
+#[test]
+fn nftables_where_iptables_is_missing() {
+    let bin = tempfile::tempdir().expect("tempdir");
+    let nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+        .expect("nft is installed");
+    std::os::unix::fs::symlink(nft, bin.path().join("nft")).expect("link nft");
+    let path = bin.path().display().to_string();
+    let fw = forwards_until_del(CONF, Some(&path));
+    assert!(!fw.contains("CNI-HOSTPORT"), "{fw}");
+}
+
+/// A client in another namespace and the node reach the pod through the node's ports, until
+/// DEL closes them and leaves no rule; the plugin runs with `path` as its PATH when given.
+/// Returns the node's rules while the ports were open.
+fn forwards_until_del(conf: &str, path: Option<&str>) -> String {
     let plugins = Plugins::new();
     let sb = Sandbox::new(&plugins, Side::Ours);
     let client = topology(&sb);
     let servers = serve(&sb.pod);
-    assert_eq!(sb.add(CONF).code, 0);
+    let call = |command: &str| {
+        let mut call = sb.call(command, conf);
+        if let Some(path) = path {
+            call.env.push(("PATH".into(), Some(path.into())));
+        }
+        sb.run(&call)
+    };
+    assert_eq!(call("ADD").code, 0);
+    let open = sb.firewall();
+    assert!(open.contains("8080"), "{open}");
     assert_eq!(
         ask(&client, "192.0.2.1", &servers),
         seen_as("192.0.2.2"),
@@ -150,17 +196,18 @@ fn host_ports_reach_the_pod_from_outside_and_from_the_node_until_del() {
         seen_as("10.30.0.1").0,
         "from the node, to localhost: masqueraded to the node's address toward the pod"
     );
-    let check = sb.run(&sb.call("CHECK", CONF));
+    let check = call("CHECK");
     assert_eq!(check.code, 0, "{check:?}");
 
-    assert_eq!(sb.del(CONF).code, 0);
+    assert_eq!(call("DEL").code, 0);
     assert_eq!(
         ask(&client, "192.0.2.1", &servers),
         (None, None),
         "closed after DEL"
     );
     let fw = sb.firewall();
-    assert!(!fw.contains("CNI-DN-"), "{fw}");
+    assert!(!fw.contains("CNI-DN-") && !fw.contains("dnat to"), "{fw}");
+    open
 }
 
 /// `net.ipv4.conf.<link>.route_localnet` in the node.

@@ -1456,7 +1456,35 @@ fn portmap_cases() -> Vec<Case> {
         p("portmap DEL after a dual-stack ADD", pm_conf("", PM_TCP, PM_DUAL))
             .steps(&[Step::Add, Step::Del])
             .check(assert_no_dnat_chain),
+        p("portmap nftables tcp", pm_conf(NFT, PM_TCP, PM_V4)).check(assert_nft_dnat),
+        p(
+            "portmap nftables tcp and udp on a host address, dual-stack",
+            pm_conf(NFT, &format!("{PM_TCP},{PM_UDP_IP}"), PM_DUAL),
+        )
+        .check(assert_nft_dnat),
+        p("portmap nftables without snat", pm_conf(&format!(r#"{NFT},"snat":false"#), PM_TCP, PM_V4)),
+        p(
+            "portmap nftables conditionsV4",
+            pm_conf(&format!(r#"{NFT},"conditionsV4":["ip saddr 192.0.2.0/24"]"#), PM_TCP, PM_V4),
+        ),
+        p("portmap nftables ADD then DEL", pm_conf(NFT, &format!("{PM_TCP},{PM_UDP_IP}"), PM_DUAL))
+            .steps(&[Step::Add, Step::Del]),
+        p("portmap nftables DEL twice", pm_conf(NFT, PM_TCP, PM_V4))
+            .steps(&[Step::Add, Step::Del, Step::Del]),
+        p("portmap nftables CHECK after a dual-stack ADD", pm_conf(NFT, PM_TCP, PM_DUAL))
+            .steps(&[Step::Add, Step::Check]),
     ]
+}
+
+/// `backend: "nftables"`, for [`pm_conf`]'s body.
+const NFT: &str = r#","backend":"nftables""#;
+
+/// The nftables ADD forwarded the host port to the pod, and wrote no iptables rule.
+fn assert_nft_dnat(sb: &Sandbox, out: &[Outcome]) {
+    assert!(out[0].ok, "{out:?}");
+    let fw = sb.firewall();
+    assert!(fw.contains("tcp dport 8080 dnat to 10.20.0.5:80"), "{fw}");
+    assert!(!fw.contains("CNI-HOSTPORT"), "{fw}");
 }
 
 /// firewall after a bridge whose result is `prev` (the bridge first, as bridge's result has it).
@@ -2225,7 +2253,7 @@ fn bandwidth_matches_the_reference() {
 #[test]
 fn portmap_matches_the_reference() {
     let cases = portmap_cases();
-    assert!(cases.len() >= 15, "only {} cases", cases.len());
+    assert!(cases.len() >= 25, "only {} cases", cases.len());
     compare(&cases);
 }
 
@@ -2297,7 +2325,7 @@ fn either_implementation_deletes_what_the_other_made() {
         !fw.contains("-A POSTROUTING -s 10.20.0.") && !fw.contains("ip saddr 10.20.0.")
     };
     type Gone = Box<dyn Fn(&Sandbox) -> bool>;
-    /// Plugin, config, setup, and whether the attachment is gone.
+    /// Plugin (the name's first word), config, setup, and whether the attachment is gone.
     type CrossCase = (&'static str, String, fn(&Sandbox), Gone);
     let cases: Vec<CrossCase> = vec![
         (
@@ -2305,6 +2333,12 @@ fn either_implementation_deletes_what_the_other_made() {
             pm_conf("", &format!("{PM_TCP},{PM_UDP_IP}"), PM_DUAL),
             pm_pair,
             Box::new(gone_dnat),
+        ),
+        (
+            "portmap nftables",
+            pm_conf(NFT, &format!("{PM_TCP},{PM_UDP_IP}"), PM_DUAL),
+            pm_pair,
+            Box::new(|sb: &Sandbox| !sb.firewall().contains("comment \"c0ffee\"")),
         ),
         (
             "firewall",
@@ -2349,7 +2383,9 @@ fn either_implementation_deletes_what_the_other_made() {
             }
             let mut del = sb.call("DEL", &common::with_prev(conf, &add.ok()));
             del.path = plugins.dir(deleter).display().to_string();
-            let plugin = plugins.dir(deleter).join(name);
+            let plugin = plugins
+                .dir(deleter)
+                .join(name.split(' ').next().unwrap_or(name));
             let out = sb.run_in_node(&plugin, &del);
             if out.code != 0 {
                 failures.push(format!("{name}: {deleter:?} DEL failed: {}", out.stdout));

@@ -457,9 +457,19 @@ fn portmap() {
     );
     fails(
         "portmap",
-        r#","conditionsV6":["a b"]"#,
+        r#","conditionsV6":["-s 10.0.0.0/8"]"#,
         7,
         "conditionsV6[0]: ",
+    );
+    fails(
+        "portmap",
+        r#","backend":"iptables","conditionsV6":["ip6 saddr fd00::/8"]"#,
+        7,
+        "conditionsV6 is for the nftables backend, and this config uses the iptables backend",
+    );
+    passes(
+        "portmap",
+        r#","backend":"nftables","conditionsV6":["ip6 saddr fd00::/8"]"#,
     );
 }
 

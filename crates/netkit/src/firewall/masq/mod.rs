@@ -43,7 +43,7 @@ pub fn setup(
     ifname: &str,
     addrs: &[IpNet],
 ) -> Result<()> {
-    let backend = backend.unwrap_or(if tool::installed("iptables") {
+    let backend = backend.unwrap_or(if crate::firewall::iptables_installed() {
         Backend::Iptables
     } else {
         Backend::Nftables
