@@ -2,10 +2,13 @@
 //! and comments of the reference's nftables backend (v1.6 and later), so either implementation
 //! removes the other's rules. Per family, table `ip cni_hostport` or `ip6 cni_hostport`:
 //!
-//! - `prerouting` and `output` (nat hooks, priority -100, dstnat): `<conditions> fib daddr type local
-//!   jump hostports_all`, rewritten by every ADD, as the reference does;
+//! - `prerouting` and `output` (nat hooks, priority -100, dstnat): `fib daddr type local jump
+//!   hostports_all`;
 //! - `hostports_all`: `jump hostip_hostports`, then `jump hostports`;
-//! - `hostports`: per mapping, `[ip daddr <hostIP>] <proto> dport <port> dnat to <pod>:<port>`;
+//! - `hostports`: per mapping, `[<conditions>] [ip daddr <hostIP>] <proto> dport <port> dnat to
+//!   <pod>:<port>`. The reference puts the conditions in the shared entry rules instead, where
+//!   each ADD rewrites them for every pod on the node: one tenant's `conditionsV4` would decide
+//!   who reaches everyone's host ports;
 //! - with `snat`, `masquerading` (nat hook postrouting, priority 100, srcnat): the hairpin,
 //!   `ip saddr <pod> ip daddr <pod> masquerade`, and for IPv4 the same from 127.0.0.1.
 //!
@@ -102,8 +105,9 @@ impl Forwarding<'_> {
                     Some(h) if !h.is_unspecified() => format!("{ip} daddr {h} "),
                     _ => String::new(),
                 };
+                let conditions: String = self.conditions.iter().map(|c| format!("{c} ")).collect();
                 format!(
-                    "{only}{} dport {} dnat to {to}",
+                    "{conditions}{only}{} dport {} dnat to {to}",
                     m.protocol.to_ascii_lowercase(),
                     m.host_port
                 )
@@ -130,10 +134,7 @@ impl Forwarding<'_> {
         let (name, _) = family(v4);
         let id = comment(self.container_id)?;
         let t = format!("{name} {TABLE}");
-        let entry = match self.conditions {
-            [] => "fib daddr type local jump hostports_all".to_owned(),
-            c => format!("{} fib daddr type local jump hostports_all", c.join(" ")),
-        };
+        let entry = "fib daddr type local jump hostports_all";
         let mut script = format!(
             "add table {t} {{ comment \"CNI portmap plugin\" ; }}\n\
              add chain {t} hostports\n\
@@ -280,10 +281,10 @@ mod tests {
         };
         let script = f.nft_script(&[("hostports".into(), 7)]).expect("script");
         for line in [
-            "add rule ip cni_hostport prerouting iifname eth0 fib daddr type local jump hostports_all",
+            "add rule ip cni_hostport prerouting fib daddr type local jump hostports_all",
             "delete rule ip cni_hostport hostports handle 7",
-            "add rule ip cni_hostport hostports tcp dport 8080 dnat to 10.20.0.5:80 comment \"c1\"",
-            "add rule ip cni_hostport hostports ip daddr 192.0.2.1 udp dport 5353 dnat to 10.20.0.5:53 comment \"c1\"",
+            "add rule ip cni_hostport hostports iifname eth0 tcp dport 8080 dnat to 10.20.0.5:80 comment \"c1\"",
+            "add rule ip cni_hostport hostports iifname eth0 ip daddr 192.0.2.1 udp dport 5353 dnat to 10.20.0.5:53 comment \"c1\"",
             "add rule ip cni_hostport masquerading ip saddr 127.0.0.1 ip daddr 10.20.0.5 masquerade comment \"c1\"",
         ] {
             assert!(script.lines().any(|l| l == line), "{line}\n{script}");

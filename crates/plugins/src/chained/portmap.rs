@@ -293,7 +293,7 @@ fn backend(raw: &Raw) -> Result<Backend, CniError> {
 /// only, of the characters of addresses, ports, interface names and keywords, and none of the
 /// words that make a statement (a verdict, a NAT, a `set`).
 fn nftables_conditions(key: &str, list: Option<Vec<String>>) -> Result<Vec<String>, CniError> {
-    const STATEMENTS: [&str; 17] = [
+    const STATEMENTS: [&str; 24] = [
         "accept",
         "drop",
         "reject",
@@ -311,6 +311,13 @@ fn nftables_conditions(key: &str, list: Option<Vec<String>>) -> Result<Vec<Strin
         "counter",
         "notrack",
         "limit",
+        "dup",
+        "fwd",
+        "tproxy",
+        "synproxy",
+        "quota",
+        "meter",
+        "flow",
     ];
     let list = list.unwrap_or_default();
     for (i, c) in list.iter().enumerate() {
@@ -580,6 +587,7 @@ mod tests {
             r#","backend":"nftables","conditionsV4":["ip saddr 10.0.0.0/8 accept"]"#.into(),
             r#","backend":"nftables","conditionsV4":["iifname eth0 ; flush ruleset"]"#.into(),
             r#","backend":"nftables","conditionsV6":["meta mark SET 1"]"#.into(),
+            r#","backend":"nftables","conditionsV4":["dup to 192.0.2.9"]"#.into(),
             r#","backend":"nftables","conditionsV6":[""]"#.into(),
             r#","backend":"nftables","externalSetMarkChain":"X""#.into(),
             r#","backend":"nftables","masqAll":true"#.into(),

@@ -148,6 +148,26 @@ fn with_nftables_too() {
     assert!(!fw.contains("CNI-HOSTPORT"), "{fw}");
 }
 
+/// A second nftables ADD replaces the attachment's rules, and a DEL whose config names no
+/// backend (iptables, here) still removes them.
+#[test]
+fn nftables_rules_are_replaced_by_a_second_add_and_removed_by_any_del() {
+    let plugins = Plugins::new();
+    let sb = Sandbox::new(&plugins, Side::Ours);
+    let _client = topology(&sb);
+    let conf = CONF.replace(
+        r#""type":"portmap","#,
+        r#""type":"portmap","backend":"nftables","#,
+    );
+    assert_eq!(sb.add(&conf).code, 0);
+    assert_eq!(sb.add(&conf).code, 0);
+    let fw = sb.firewall();
+    assert_eq!(fw.matches("dnat to 10.30.0.5:80").count(), 1, "{fw}");
+    assert_eq!(sb.del(CONF).code, 0);
+    let fw = sb.firewall();
+    assert!(!fw.contains("dnat to"), "{fw}");
+}
+
 /// On a node without iptables, a config that names no backend gets nftables, as with the
 /// reference.
 #[test]

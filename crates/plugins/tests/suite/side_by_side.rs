@@ -1466,6 +1466,24 @@ fn portmap_cases() -> Vec<Case> {
         p(
             "portmap nftables conditionsV4",
             pm_conf(&format!(r#"{NFT},"conditionsV4":["ip saddr 192.0.2.0/24"]"#), PM_TCP, PM_V4),
+        )
+        .differs(
+            "v1.9.1 puts the conditions in the entry rules every pod shares, and each ADD rewrites \
+             them: one pod's conditions would decide who reaches every pod's host ports",
+            |sb, out| {
+                assert!(out[0].ok, "{out:?}");
+                let fw = sb.firewall();
+                let lines: Vec<&str> = fw.lines().map(str::trim).collect();
+                assert!(
+                    lines.contains(&"ip saddr 192.0.2.0/24 tcp dport 8080 dnat to 10.20.0.5:80 comment \"c0ffee\""),
+                    "the pod's own rule carries its conditions: {fw}"
+                );
+                assert_eq!(
+                    lines.iter().filter(|l| **l == "fib daddr type local jump hostports_all").count(),
+                    2,
+                    "the shared entry rules carry none: {fw}"
+                );
+            },
         ),
         p("portmap nftables ADD then DEL", pm_conf(NFT, &format!("{PM_TCP},{PM_UDP_IP}"), PM_DUAL))
             .steps(&[Step::Add, Step::Del]),
