@@ -36,22 +36,9 @@ fn family(v4: bool) -> (&'static str, u8) {
     }
 }
 
-/// The container ID as a rule's comment: runtimes give hex digits, and nothing else may reach
-/// the rule's text.
+/// The container ID as a rule's comment (see [`nftables::id_comment`]).
 fn comment(container_id: &str) -> Result<&str> {
-    let ok = !container_id.is_empty()
-        && container_id.len() <= 128
-        && container_id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-    if ok {
-        Ok(container_id)
-    } else {
-        Err(Error::Command {
-            op: "forwarding host ports with nftables".into(),
-            msg: format!("container ID {container_id:?} cannot be a rule's comment"),
-        })
-    }
+    nftables::id_comment(container_id, "forwarding host ports with nftables")
 }
 
 /// The handles of the rules commented `id` in the table of `v4`'s family, by chain; `None`

@@ -3,6 +3,7 @@
 
 pub mod firewalld;
 pub mod forward;
+pub mod forward_nft;
 pub mod hostport;
 pub mod hostport_nft;
 mod ipt;

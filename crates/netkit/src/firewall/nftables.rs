@@ -1,5 +1,6 @@
 //! nf_tables over netlink, as much as a DEL needs to skip `nft`: whether a table exists in the
 //! caller's namespace. One request and its ack; the rules themselves stay with the `nft` tool.
+//! Also what the backends share: comments from container IDs.
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
@@ -67,6 +68,24 @@ pub fn table_exists(family: u8, name: &str) -> Result<bool> {
             }
             at += len.next_multiple_of(4);
         }
+    }
+}
+
+/// `container_id` as (part of) a rule's comment: runtimes give hex digits, and nothing else may
+/// reach a rule's text. An error for `op` when it cannot be one.
+pub(crate) fn id_comment<'a>(container_id: &'a str, op: &str) -> Result<&'a str> {
+    let ok = !container_id.is_empty()
+        && container_id.len() <= 128
+        && container_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if ok {
+        Ok(container_id)
+    } else {
+        Err(Error::Command {
+            op: op.into(),
+            msg: format!("container ID {container_id:?} cannot be a rule's comment"),
+        })
     }
 }
 

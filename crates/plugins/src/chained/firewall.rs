@@ -6,20 +6,25 @@
 //! address and the replies to it, after a jump to the admin's override chain (`CNI-ADMIN`, or
 //! `iptablesAdminChainName`); `ingressPolicy: "same-bridge"` also isolates the bridge the
 //! previous plugin made (the first interface of its result) from other interfaces, and
-//! `"isolated"` (of later releases) also isolates its pods from each other. DEL removes the pod's rules; the
-//! shared chains stay.
+//! `"isolated"` also isolates its pods from each other. DEL removes the pod's rules; the shared
+//! chains stay.
 //!
 //! The firewalld backend (`backend: "firewalld"`, or no backend while firewalld runs on the
 //! system bus) binds each address to `firewalldZone` (`trusted` unless set) through
-//! [`netkit::firewall::firewalld`] instead; `same-bridge` and `isolated` still write the iptables
+//! [`netkit::firewall::firewalld`] instead; `same-bridge` and `isolated` still write the
 //! isolation rules.
+//!
+//! The nftables backend (`backend: "nftables"`, or no backend on a node without iptables) is
+//! ours: the reference's firewall fails where iptables is missing. It writes the same rules in
+//! a table of its own ([`netkit::firewall::forward_nft`]); the isolation of an ingress policy
+//! goes there too whenever iptables is missing.
 //!
 //! Deliberate changes: an unknown `backend` is refused instead of falling back to whatever is
 //! there; the admin chain's and the zone's names are checked; an ADD that fails halfway takes
 //! back what it bound; CHECK asks firewalld whether each address is in the zone (the reference
-//! only checks that the question can be asked); DEL with no backend set removes both kinds
-//! (firewalld may have started or stopped since ADD); DEL of a config that no longer validates
-//! still removes the pod's rules.
+//! only checks that the question can be asked); DEL with no backend set removes every kind
+//! (firewalld may have started or stopped, iptables been installed or removed, since ADD); DEL
+//! of a config that no longer validates still removes the pod's rules.
 
 use std::net::IpAddr;
 
@@ -27,7 +32,8 @@ use cni::keys::Keys;
 use cni::quote::quote;
 use cni::{CmdArgs, CniError, CniResult, Code, NetConf};
 use netkit::firewall::firewalld::Firewalld;
-use netkit::firewall::forward::Isolation;
+use netkit::firewall::forward::{self, Isolation};
+use netkit::firewall::forward_nft;
 use serde::Deserialize;
 
 use crate::support::check;
@@ -53,9 +59,34 @@ struct Raw {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backend {
     Iptables,
+    Nftables,
     Firewalld,
-    /// None set: firewalld when it runs on the system bus, iptables otherwise.
+    /// None set: firewalld when it runs on the system bus, else iptables when it is
+    /// installed, else nftables.
     Either,
+}
+
+/// Which tool writes the rules firewalld does not hold: the pods' rules without firewalld, and
+/// the isolation of an `ingressPolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tables {
+    Iptables,
+    Nftables,
+}
+
+impl Backend {
+    /// The tool of this backend; with firewalld or none named, iptables as the reference has
+    /// it, or nftables on a node without iptables.
+    fn tables(self) -> Tables {
+        match self {
+            Backend::Iptables => Tables::Iptables,
+            Backend::Nftables => Tables::Nftables,
+            Backend::Firewalld | Backend::Either if netkit::firewall::iptables_installed() => {
+                Tables::Iptables
+            }
+            Backend::Firewalld | Backend::Either => Tables::Nftables,
+        }
+    }
 }
 
 /// The checked configuration.
@@ -89,6 +120,7 @@ fn backend(raw: &str) -> Option<Backend> {
     match raw {
         "" => Some(Backend::Either),
         "iptables" => Some(Backend::Iptables),
+        "nftables" => Some(Backend::Nftables),
         "firewalld" => Some(Backend::Firewalld),
         _ => None,
     }
@@ -102,8 +134,9 @@ impl FirewallConf {
         net.version()?;
         let backend = backend(&raw.backend).ok_or_else(|| {
             CniError::invalid_config(format!(
-                "backend: {} is not a backend: use \"iptables\" or \"firewalld\" (or leave it \
-                 out: firewalld when it runs, iptables otherwise)",
+                "backend: {} is not a backend: use \"iptables\", \"nftables\" or \"firewalld\" \
+                 (or leave it out: firewalld when it runs, else iptables when installed, else \
+                 nftables)",
                 quote(&raw.backend)
             ))
         })?;
@@ -115,7 +148,7 @@ impl FirewallConf {
             ))
         })?;
         let admin_chain = if raw.iptables_admin_chain_name.is_empty() {
-            netkit::firewall::forward::ADMIN_CHAIN.to_owned()
+            forward::ADMIN_CHAIN.to_owned()
         } else {
             let name = raw.iptables_admin_chain_name;
             let ok = name.len() <= 28
@@ -194,10 +227,10 @@ fn firewalld_error(e: netkit::Error) -> CniError {
     }
 }
 
-/// The firewalld connection this config's backend uses; `None` for iptables.
+/// The firewalld connection this config's backend uses; `None` for iptables and nftables.
 fn firewalld_for(backend: Backend) -> Result<Option<Firewalld>, CniError> {
     match backend {
-        Backend::Iptables => Ok(None),
+        Backend::Iptables | Backend::Nftables => Ok(None),
         Backend::Either => Ok(Firewalld::if_running()),
         Backend::Firewalld => Firewalld::connect().map(Some).map_err(|e| {
             CniError::new(
@@ -245,28 +278,56 @@ pub(crate) fn keys() -> Keys {
     Keys::of::<Raw>()
 }
 
+/// Lets `ips` through with `tables`, behind the admin chain `admin`.
+fn allow(tables: Tables, args: &CmdArgs, ips: &[IpAddr], admin: &str) -> netkit::Result<()> {
+    match tables {
+        Tables::Iptables => forward::allow(ips, admin),
+        Tables::Nftables => forward_nft::allow(&args.container_id, ips, admin),
+    }
+}
+
+/// Takes back what [`allow`] did.
+fn revoke(tables: Tables, args: &CmdArgs, ips: &[IpAddr]) -> netkit::Result<()> {
+    match tables {
+        Tables::Iptables => forward::revoke(ips),
+        Tables::Nftables => forward_nft::revoke(&args.container_id, ips),
+    }
+}
+
+/// Isolates `bridge` with `tables`, in the families of `ips`.
+fn isolate(tables: Tables, bridge: &str, policy: Isolation, ips: &[IpAddr]) -> netkit::Result<()> {
+    match tables {
+        Tables::Iptables => forward::isolate_bridge(
+            bridge,
+            policy,
+            ips.iter().any(IpAddr::is_ipv4),
+            ips.iter().any(IpAddr::is_ipv6),
+        ),
+        Tables::Nftables => forward_nft::isolate_bridge(bridge, policy),
+    }
+}
+
 impl cni::Plugin for Firewall {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let conf = FirewallConf::parse(&args.stdin)?;
         let prev = conf.prev_result()?;
         let ips = addresses(&prev);
         let bridge = conf.isolated_bridge(&prev)?;
+        let tables = conf.backend.tables();
         let mut firewalld = firewalld_for(conf.backend)?;
         match firewalld.as_mut() {
             Some(fw) => bind(fw, &conf.zone, &ips)?,
-            None => netkit::firewall::forward::allow(&ips, &conf.admin_chain).map_err(sys)?,
+            None => allow(tables, args, &ips, &conf.admin_chain).map_err(sys)?,
         }
         if let Some((bridge, policy)) = bridge {
-            let v4 = ips.iter().any(IpAddr::is_ipv4);
-            let v6 = ips.iter().any(IpAddr::is_ipv6);
-            if let Err(e) = netkit::firewall::forward::isolate_bridge(&bridge, policy, v4, v6) {
+            if let Err(e) = isolate(tables, &bridge, policy, &ips) {
                 let failures: Vec<String> = match firewalld.as_mut() {
                     Some(fw) => ips
                         .iter()
                         .filter_map(|ip| fw.remove_source(&conf.zone, *ip).err())
                         .map(|e| e.to_string())
                         .collect(),
-                    None => netkit::firewall::forward::revoke(&ips)
+                    None => revoke(tables, args, &ips)
                         .err()
                         .map(|e| e.to_string())
                         .into_iter()
@@ -298,11 +359,14 @@ impl cni::Plugin for Firewall {
             .unwrap_or(Backend::Either);
         // A zone firewalld could not have is one nothing was bound to.
         let zone = raw.as_ref().and_then(|r| zone_name(&r.firewalld_zone));
-        if let (true, Some(zone)) = (backend != Backend::Iptables, zone) {
+        if let (Backend::Firewalld | Backend::Either, Some(zone)) = (backend, zone) {
             unbind(&zone, &ips)?;
         }
+        // Both tools: iptables may have been installed or removed since ADD.
         if backend != Backend::Firewalld {
-            netkit::firewall::forward::revoke(&ips).map_err(sys)?;
+            for tables in [Tables::Iptables, Tables::Nftables] {
+                revoke(tables, args, &ips).map_err(sys)?;
+            }
         }
         Ok(())
     }
@@ -312,13 +376,21 @@ impl cni::Plugin for Firewall {
         let prev = conf.prev_result()?;
         let ips = addresses(&prev);
         let bridge = conf.isolated_bridge(&prev)?;
+        let tables = conf.backend.tables();
+        let fail = |e: netkit::Error| check::fail(e.to_string());
         if let Some((bridge, policy)) = &bridge {
-            netkit::firewall::forward::check_isolation(bridge, *policy, &ips)
-                .map_err(|e| check::fail(e.to_string()))?;
+            match tables {
+                Tables::Iptables => forward::check_isolation(bridge, *policy, &ips),
+                Tables::Nftables => forward_nft::check_isolation(bridge, *policy),
+            }
+            .map_err(fail)?;
         }
         let Some(mut fw) = firewalld_for(conf.backend)? else {
-            return netkit::firewall::forward::check(&ips, &conf.admin_chain)
-                .map_err(|e| check::fail(e.to_string()));
+            return match tables {
+                Tables::Iptables => forward::check(&ips, &conf.admin_chain),
+                Tables::Nftables => forward_nft::check(&args.container_id, &ips, &conf.admin_chain),
+            }
+            .map_err(fail);
         };
         for ip in ips {
             match fw.has_source(&conf.zone, ip) {
@@ -369,6 +441,8 @@ mod tests {
         assert_eq!((c.backend, c.zone.as_str()), (Backend::Firewalld, "pods"));
         assert_eq!(parse("").expect("parsed").zone, "trusted");
         assert_eq!(parse("").expect("parsed").backend, Backend::Either);
+        let c = parse(r#","backend":"nftables""#).expect("parsed");
+        assert_eq!(c.backend.tables(), Tables::Nftables);
         for bad in [
             r#","backend":"nft""#,
             r#","firewalldZone":"a b""#,

@@ -12,6 +12,7 @@ mod dhcp;
 mod dhcp_env;
 mod dhcp_macvlan_ipvlan;
 mod dummy;
+mod firewall_nft;
 mod firewalld;
 mod host_device_del;
 mod host_local_concurrency;

@@ -1582,6 +1582,20 @@ fn firewall_cases() -> Vec<Case> {
             },
         ),
         f(
+            "firewall nftables backend",
+            fw_conf(r#","backend":"nftables""#, FW_V4),
+        )
+        .differs(
+            "v1.9.1's firewall has no nftables backend: it takes the name for none and writes \
+             iptables rules",
+            |sb, out| {
+                assert!(out[0].ok, "{out:?}");
+                let rules = sb.firewall();
+                assert!(!rules.contains("CNI-FORWARD"), "{rules}");
+                assert!(rules.contains("table inet cni_plugins_firewall"), "{rules}");
+            },
+        ),
+        f(
             "firewall unknown backend",
             fw_conf(r#","backend":"pf""#, FW_V4),
         )

@@ -484,7 +484,11 @@ fn firewall() {
         "firewall",
         r#","backend":"firewalld","firewalldZone":"pods""#,
     );
-    fails("firewall", r#","backend":"nftables""#, 7, "backend: ");
+    passes(
+        "firewall",
+        r#","backend":"nftables","ingressPolicy":"isolated""#,
+    );
+    fails("firewall", r#","backend":"nft""#, 7, "backend: ");
     fails(
         "firewall",
         r#","firewalldZone":"a/b/c""#,
