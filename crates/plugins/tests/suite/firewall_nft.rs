@@ -7,7 +7,7 @@ use crate::common;
 
 use serde_json::Value;
 
-use common::{ping, with_prev, Plugins, Sandbox, Side};
+use common::{ping, with_prev, NftOnly, Plugins, Sandbox, Side};
 use testkit::{CniOutput, Netns};
 
 /// A pod's bridge: `name`, with the node at `.1` of `10.<net>.0.0/24`.
@@ -32,25 +32,6 @@ fn firewall(prev: &Value, body: &str) -> String {
         &format!(r#"{{"cniVersion":"1.0.0","name":"fwnet","type":"firewall"{body}}}"#),
         prev,
     )
-}
-
-/// A directory with nft and no iptables, as a PATH.
-struct NftOnly(tempfile::TempDir);
-
-impl NftOnly {
-    fn new() -> NftOnly {
-        let bin = tempfile::tempdir().expect("tempdir");
-        let nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
-            .into_iter()
-            .find(|p| std::path::Path::new(p).exists())
-            .expect("nft is installed");
-        std::os::unix::fs::symlink(nft, bin.path().join("nft")).expect("link nft");
-        NftOnly(bin)
-    }
-
-    fn path(&self) -> String {
-        self.0.path().display().to_string()
-    }
 }
 
 /// Two pods, each on a bridge of its own: (pod B's namespace, A's result, B's result).

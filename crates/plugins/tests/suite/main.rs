@@ -20,6 +20,7 @@ mod host_local_symlinks;
 mod iptables_concurrency;
 mod ipvlan;
 mod macvlan;
+mod no_iptables;
 mod node_bridge;
 mod passthru;
 mod podman;

@@ -172,13 +172,8 @@ fn nftables_rules_are_replaced_by_a_second_add_and_removed_by_any_del() {
 /// reference.
 #[test]
 fn nftables_where_iptables_is_missing() {
-    let bin = tempfile::tempdir().expect("tempdir");
-    let nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
-        .into_iter()
-        .find(|p| std::path::Path::new(p).exists())
-        .expect("nft is installed");
-    std::os::unix::fs::symlink(nft, bin.path().join("nft")).expect("link nft");
-    let path = bin.path().display().to_string();
+    let bin = common::NftOnly::new();
+    let path = bin.path();
     let fw = forwards_until_del(CONF, Some(&path));
     assert!(!fw.contains("CNI-HOSTPORT"), "{fw}");
 }

@@ -2396,6 +2396,15 @@ fn either_implementation_deletes_what_the_other_made() {
             |_| {},
             Box::new(gone_masq),
         ),
+        (
+            "ptp nftables",
+            pt(&format!(
+                r#","ipMasq":true,"ipMasqBackend":"nftables",{}"#,
+                hl(V4)
+            )),
+            |_| {},
+            Box::new(gone_masq),
+        ),
     ];
     let mut failures = Vec::new();
     for (name, conf, before, gone) in &cases {

@@ -718,3 +718,22 @@ pub fn host_local(ranges: &str, extra: &str) -> String {
 pub fn bridge_conf(version: &str, body: &str) -> String {
     format!(r#"{{"cniVersion":"{version}","name":"sbs","type":"bridge","bridge":"sbs0"{body}}}"#)
 }
+
+/// A directory with nft and no iptables, to be a plugin's PATH: a node without iptables.
+pub struct NftOnly(tempfile::TempDir);
+
+impl NftOnly {
+    pub fn new() -> NftOnly {
+        let bin = tempfile::tempdir().expect("tempdir");
+        let nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("nft is installed");
+        std::os::unix::fs::symlink(nft, bin.path().join("nft")).expect("link nft");
+        NftOnly(bin)
+    }
+
+    pub fn path(&self) -> String {
+        self.0.path().display().to_string()
+    }
+}
