@@ -2340,7 +2340,8 @@ fn vlan_matches_the_reference() {
 
 /// Rules, qdiscs and links one implementation's ADD made, the other's DEL removes: a node can
 /// switch implementations with pods running. Each case: ADD by one side, DEL by the other, in
-/// both directions; then nothing of the attachment may be left.
+/// both directions, against the current reference and against Debian's 1.1.1; then nothing of
+/// the attachment may be left.
 #[test]
 fn either_implementation_deletes_what_the_other_made() {
     let plugins = Plugins::new();
@@ -2408,7 +2409,12 @@ fn either_implementation_deletes_what_the_other_made() {
     ];
     let mut failures = Vec::new();
     for (name, conf, before, gone) in &cases {
-        for (adder, deleter) in [(Side::Ours, Side::Reference), (Side::Reference, Side::Ours)] {
+        let mut pairs = vec![(Side::Ours, Side::Reference), (Side::Reference, Side::Ours)];
+        // Debian's 1.1.1 knows no nftables backend: it writes and removes iptables rules only.
+        if !name.contains("nftables") {
+            pairs.extend([(Side::Ours, Side::Debian), (Side::Debian, Side::Ours)]);
+        }
+        for (adder, deleter) in pairs {
             let sb = Sandbox::new(&plugins, adder);
             before(&sb);
             let add = sb.add(conf);

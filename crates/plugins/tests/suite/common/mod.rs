@@ -13,7 +13,11 @@ pub const CONTAINER_ID: &str = "c0ffee";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
     Ours,
+    /// The current reference release, built by the test support (`testkit::reference_dir`).
     Reference,
+    /// Debian's packaged reference (1.1.1, from 2022), which older nodes still run: the second
+    /// peer, where it differs from the current one.
+    Debian,
 }
 
 /// `CNI_PATH` directories for both implementations.
@@ -54,6 +58,7 @@ impl Plugins {
         match side {
             Side::Ours => self.ours.path().to_path_buf(),
             Side::Reference => testkit::reference_dir(),
+            Side::Debian => PathBuf::from("/usr/lib/cni"),
         }
     }
 }
