@@ -44,6 +44,10 @@ struct Raw {
     kernelpath: String,
     #[serde(default, rename = "pciBusID")]
     pci_bus_id: String,
+    /// The reference's untagged `DPDKMode` field: without a PCI address to ask, the config says
+    /// the device is a DPDK one.
+    #[serde(default, rename = "DPDKMode")]
+    dpdk_mode: bool,
     #[serde(default, rename = "runtimeConfig")]
     runtime_config: RawRuntime,
 }
@@ -141,9 +145,11 @@ impl Conf {
                 r#"specify either "device", "hwaddr", "kernelpath" or "pciBusID""#,
             ));
         };
+        // With a PCI address, its driver decides, as in the reference.
         let dpdk = match &pci {
             Some(pci) if on_node => has_userspace_driver(Path::new(SYS_BUS_PCI), pci)?,
-            _ => false,
+            Some(_) => false,
+            None => raw.dpdk_mode,
         };
         Ok(Conf { net, select, dpdk })
     }

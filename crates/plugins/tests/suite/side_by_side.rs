@@ -1953,6 +1953,18 @@ fn host_device_cases() -> Vec<Case> {
         case("DEL without a namespace", hd(r#","device":"hd0""#))
             .before(host_dev)
             .steps(&[Step::DelNoNetns]),
+        case(
+            "DPDKMode: nothing moves, the addresses are in the result",
+            hd(&format!(r#","device":"hd0","DPDKMode":true{HD_STATIC}"#)),
+        )
+        .before(host_dev)
+        .steps(full)
+        .check(|sb, out| {
+            assert!(out.iter().all(|o| o.ok), "{out:?}");
+            assert_eq!(out[0].result["ips"][0]["address"], "10.5.0.2/24", "{out:?}");
+            assert!(sb.node.links().contains(&"hd0".to_owned()));
+            assert!(sb.pod.links().iter().all(|l| l == "lo"));
+        }),
         case("a device the node does not have", hd(r#","device":"nope0""#)).fails_with(7),
         case("no selection at all", hd("")).fails_with(7),
         case("kernelpath outside /sys/devices", hd(r#","kernelpath":"/etc/x""#)).fails_with(7),
