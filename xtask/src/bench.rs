@@ -2,7 +2,7 @@
 //! the same harness. Prints medians, p90, peak RSS, binary sizes and ratios; the dhcp part is
 //! in [`crate::dhcp_bench`].
 //!
-//! `cargo xtask vm-bench` runs the macvlan, ipvlan and vlan cases inside the VM of `cargo xtask
+//! `cargo xtask vm-bench` runs the macvlan, ipvlan, vlan, dummy and vrf cases inside the VM of `cargo xtask
 //! vm-test` (this kernel has no ipvlan): there the VM's init runs this program's
 //! `bench-in-vm` task, which is [`run_in_vm`].
 
@@ -77,6 +77,13 @@ const DAD_CASE_CYCLES: usize = 20;
 const HOST_DEVICE: &str = r#"{"cniVersion":"1.0.0","name":"benchhd","type":"host-device","device":"hd0",
  "ipam":{"type":"static","addresses":[{"address":"10.98.0.2/24"}]}}"#;
 
+/// tap, dummy and vrf: the pod's own devices, with static IPAM for the first two.
+const TAP: &str = r#"{"cniVersion":"1.0.0","name":"benchtap","type":"tap",
+ "ipam":{"type":"static","addresses":[{"address":"10.93.0.5/24"}]}}"#;
+const DUMMY: &str = r#"{"cniVersion":"1.0.0","name":"benchdm","type":"dummy",
+ "ipam":{"type":"static","addresses":[{"address":"10.92.0.5/24"}]}}"#;
+const VRF: &str = r#"{"cniVersion":"1.0.0","name":"benchvrf","type":"vrf","vrfname":"blue",PREV}"#;
+
 /// tuning chained after the pod's `eth0`: a sysctl and the MTU, put back by DEL.
 const TUNING: &str = r#"{"cniVersion":"1.0.0","name":"benchtune","type":"tuning","dataDir":"DATADIR/tuning",
  "sysctl":{"net.ipv4.conf.IFNAME.arp_filter":"1"},"mtu":1400,
@@ -150,6 +157,7 @@ pub fn run(args: &[String]) -> Result<()> {
             "bandwidth",
             "portmap",
             "firewall",
+            "tap",
         ],
     );
     let sides = [
@@ -172,6 +180,14 @@ pub fn run(args: &[String]) -> Result<()> {
             BRIDGE_DUAL,
         ),
         ("ptp+host-local ADD / DEL, ipMasq", "ptp", PTP),
+        (
+            "ptp+host-local ADD / DEL, ipMasq with nftables",
+            "ptp",
+            &PTP.replace(
+                r#""ipMasq":true"#,
+                r#""ipMasq":true,"ipMasqBackend":"nftables""#,
+            ),
+        ),
     ] {
         let bench = AddDel {
             case: case.to_owned(),
@@ -206,6 +222,15 @@ pub fn run(args: &[String]) -> Result<()> {
         case: "host-device+static ADD / DEL".into(),
         plugin: "host-device",
         config: HOST_DEVICE.to_owned(),
+        cycles,
+        floor_ms,
+        env: Default::default(),
+    }
+    .run(&sides, &pod, &mut rows, &mut rss)?;
+    AddDel {
+        case: "tap+static ADD / DEL".into(),
+        plugin: "tap",
+        config: TAP.to_owned(),
         cycles,
         floor_ms,
         env: Default::default(),
@@ -385,15 +410,9 @@ fn sublink_rows(
     Ok(())
 }
 
-/// sbr, bandwidth, portmap and firewall (iptables, then firewalld) after a veth pair per side (`vethch0` in the side's node, eth0 in
-/// a pod of its own), put back between cycles as the interface plugin's DEL and ADD would.
-fn chained_rows(
-    sides: &[Side; 2],
-    cycles: usize,
-    floor_ms: f64,
-    rows: &mut Vec<Row>,
-    rss: &mut [i64; 2],
-) -> Result<()> {
+/// A pod per side with the end of a veth pair from the side's node (`vethch0`) as its eth0, as
+/// an interface plugin leaves it, for the chained plugins.
+fn chained_pods(sides: &[Side; 2]) -> [Netns; 2] {
     let pods = [Netns::new("bench-ch-ours"), Netns::new("bench-ch-go")];
     for (side, pod) in sides.iter().zip(&pods) {
         side.node.ip(&[
@@ -412,6 +431,19 @@ fn chained_rows(
         pod.ip(&["link", "set", "eth0", "up"]);
         pod_routes(pod);
     }
+    pods
+}
+
+/// sbr, bandwidth, portmap and firewall (iptables, then firewalld) after [`chained_pods`], put
+/// back between cycles as the interface plugin's DEL and ADD would.
+fn chained_rows(
+    sides: &[Side; 2],
+    cycles: usize,
+    floor_ms: f64,
+    rows: &mut Vec<Row>,
+    rss: &mut [i64; 2],
+) -> Result<()> {
+    let pods = chained_pods(sides);
     let reset_sbr = |s: usize| {
         let pod = &pods[s];
         for table in ["100", "101", "102"] {
@@ -441,6 +473,15 @@ fn chained_rows(
             "portmap ADD / DEL, tcp and udp",
             "portmap",
             PORTMAP,
+            &|_| {},
+        ),
+        (
+            "portmap ADD / DEL, tcp and udp, nftables",
+            "portmap",
+            &PORTMAP.replace(
+                r#""type":"portmap""#,
+                r#""type":"portmap","backend":"nftables""#,
+            ),
             &|_| {},
         ),
         ("firewall ADD / DEL", "firewall", FIREWALL, &|_| {}),
@@ -501,7 +542,29 @@ fn exec_floor(side: &Side, pod: &Netns, cycles: usize) -> Result<f64> {
     Ok(measure::percentiles(&mut floor.times).0)
 }
 
-/// `bench-in-vm --bin <cni-plugins> --cycles N`: macvlan, ipvlan and vlan on a dummy master, ours
+/// `VERSION` of macvlan on both sides, alternating: what starting the binary costs, which under
+/// TCG is a large part of every call.
+fn version_row(sides: &[Side; 2], pod: &Netns, cycles: usize, floor_ms: f64) -> Result<Row> {
+    let mut times = [Vec::new(), Vec::new()];
+    for i in 0..cycles {
+        let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        for s in order {
+            let call = sides[s].call("VERSION", r#"{"cniVersion":"1.0.0"}"#, "v", pod);
+            times[s].push(sides[s].run("macvlan", &call)?.elapsed);
+        }
+    }
+    let [ours, go] = &mut times;
+    Ok(Row {
+        case: "macvlan VERSION (the binary's start)".into(),
+        ours: measure::percentiles(ours),
+        reference: measure::percentiles(go),
+        floor: floor_ms,
+        rss: None,
+    })
+}
+
+/// `bench-in-vm --bin <cni-plugins> --cycles N`: macvlan, ipvlan and vlan on a dummy master, dummy
+/// and vrf (kernels without those devices are common: this machine's is one), ours
 /// against the reference plugins (`testkit::reference_dir`), inside the VM that `cargo xtask vm-bench` boots.
 pub fn run_in_vm(args: &[String]) -> Result<()> {
     let (mut bin, mut cycles) = (None, 50);
@@ -514,7 +577,16 @@ pub fn run_in_vm(args: &[String]) -> Result<()> {
         }
     }
     let bin = bin.context("bench-in-vm needs --bin <cni-plugins>")?;
-    let ours_dir = PluginDir::new(&bin, &["macvlan", "ipvlan", "vlan", "static"]);
+    // qemu's TCG keeps the code it translated by virtual address: a position-independent binary
+    // (ours) lands elsewhere at each exec and is translated again each time, while a fixed-address
+    // one (the Go reference's) is not. Without ASLR in the VM (this VM only) both load where they
+    // did before, as on hardware, where nothing is translated.
+    std::fs::write("/proc/sys/kernel/randomize_va_space", "0")
+        .context("turning ASLR off in the VM")?;
+    let ours_dir = PluginDir::new(
+        &bin,
+        &["macvlan", "ipvlan", "vlan", "static", "dummy", "vrf"],
+    );
     let sides = [
         Side::new("ours", ours_dir.path().to_path_buf())?,
         Side::new("go", reference_dir())?,
@@ -527,9 +599,37 @@ pub fn run_in_vm(args: &[String]) -> Result<()> {
     let floor_ms = exec_floor(&sides[0], &pod, cycles)?;
     let mut rows = Vec::new();
     let mut rss = [0i64; 2];
+    rows.push(version_row(&sides, &pod, cycles, floor_ms)?);
     for kind in ["macvlan", "ipvlan", "vlan"] {
         sublink_rows(&sides, &pod, kind, cycles, floor_ms, &mut rows, &mut rss)?;
     }
+    AddDel {
+        case: "dummy+static ADD / DEL".into(),
+        plugin: "dummy",
+        config: DUMMY.to_owned(),
+        cycles,
+        floor_ms,
+        env: Default::default(),
+    }
+    .run(&sides, &pod, &mut rows, &mut rss)?;
+    // vrf's DEL lets eth0 go with the VRF: its address and routes are put back, untimed.
+    let pods = chained_pods(&sides);
+    let reset_vrf = |s: usize| {
+        let pod = &pods[s];
+        pod.try_ip(&["route", "del", "default"]);
+        pod.ip(&["addr", "flush", "dev", "eth0"]);
+        pod.ip(&["link", "set", "eth0", "up"]);
+        pod_routes(pod);
+    };
+    AddDel {
+        case: "vrf ADD / DEL".into(),
+        plugin: "vrf",
+        config: VRF.replace("PREV", CHAINED_PREV),
+        cycles,
+        floor_ms,
+        env: Default::default(),
+    }
+    .run_in(&sides, [&pods[0], &pods[1]], reset_vrf, &mut rows, &mut rss)?;
     println!("in the VM (qemu TCG, one vCPU), cycles per case: {cycles}; harness exec floor: {floor_ms:.2} ms median\n");
     print_table(&rows);
     println!(

@@ -171,7 +171,7 @@ pub fn run(args: &[String]) -> Result<()> {
     report(&log, &built.runs)
 }
 
-/// `cargo xtask vm-bench [--cycles N]`: the macvlan, ipvlan and vlan benchmarks (`bench-in-vm`, see
+/// `cargo xtask vm-bench [--cycles N]`: the macvlan, ipvlan, vlan, dummy and vrf benchmarks (`bench-in-vm`, see
 /// [`crate::bench::run_in_vm`]) inside the VM, with the static release binary.
 pub fn bench(args: &[String]) -> Result<()> {
     let cycles: usize = match args {
