@@ -6,6 +6,7 @@
 //! broadcast before the lease, unicast to the server's MAC (learnt from its reply) after.
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -24,8 +25,22 @@ const UDP_HEADER: usize = 8;
 
 /// A datagram packet socket bound to one interface, receiving IPv4. Non-blocking.
 pub struct PacketSocket {
-    fd: OwnedFd,
+    /// Closed by [`Drop`], on a thread of its own.
+    fd: ManuallyDrop<OwnedFd>,
     ifindex: i32,
+}
+
+/// Closing a packet socket waits for an RCU grace period while the kernel unhooks it from the
+/// receive path: milliseconds in which the daemon's one thread would serve no other lease.
+impl Drop for PacketSocket {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is taken once, here, and `self.fd` is not used after.
+        let fd = unsafe { ManuallyDrop::take(&mut self.fd) };
+        // Where no thread can be started, the closure, and the descriptor, are dropped here.
+        let _ = std::thread::Builder::new()
+            .name("packet-close".into())
+            .spawn(move || drop(fd));
+    }
 }
 
 impl PacketSocket {
@@ -33,12 +48,14 @@ impl PacketSocket {
     pub fn open(ifindex: u32) -> io::Result<PacketSocket> {
         let ifindex =
             i32::try_from(ifindex).map_err(|_| io::Error::from_raw_os_error(libc::ENODEV))?;
+        // Protocol 0 until bind names it: a socket made with its protocol is hooked at once,
+        // and bind must unhook it again, which waits for an RCU grace period (milliseconds).
         // SAFETY: socket(2) with constant arguments; the result is checked before use.
         let raw = unsafe {
             libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                i32::from(ETH_P_IP.to_be()),
+                0,
             )
         };
         if raw < 0 {
@@ -58,7 +75,10 @@ impl PacketSocket {
         if rc != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(PacketSocket { fd, ifindex })
+        Ok(PacketSocket {
+            fd: ManuallyDrop::new(fd),
+            ifindex,
+        })
     }
 
     /// Sends an IPv4 `packet` (built by [`udp_packet`] or [`echo_request`]) in a frame for
