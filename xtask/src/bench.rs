@@ -261,6 +261,31 @@ pub fn run(args: &[String]) -> Result<()> {
     let (veth_del_ms, _) = measure::percentiles(&mut veth_del);
     let kernel_floor_ms = veth_del_ms - floor_ms;
 
+    // host-device's floor: moving `hd0` into the pod with iproute2 (timed), and back (not).
+    let mut moves = Vec::new();
+    for _ in 0..cycles {
+        let start = Instant::now();
+        let out = Command::new("ip")
+            .args([
+                "-n",
+                sides[0].node.name(),
+                "link",
+                "set",
+                "hd0",
+                "netns",
+                pod.name(),
+            ])
+            .output()?;
+        moves.push(start.elapsed());
+        ensure!(
+            out.status.success(),
+            "ip link set netns: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        pod.ip(&["link", "set", "hd0", "netns", sides[0].node.name()]);
+    }
+    let (move_ms, _) = measure::percentiles(&mut moves);
+
     // 64 ADDs at once, each into its own pod namespace: wall time for all of them.
     let pods: Vec<Netns> = (0..64).map(|i| Netns::new(&format!("bp{i}"))).collect();
     let mut wall = [Vec::new(), Vec::new()];
@@ -294,6 +319,10 @@ pub fn run(args: &[String]) -> Result<()> {
     print_report(cycles, floor_ms, &rows, rss, &bin)?;
     println!(
         "kernel floor for DEL: `ip link del` of the pod's veth {veth_del_ms:.2} ms median, {kernel_floor_ms:.2} ms net of the exec floor"
+    );
+    println!(
+        "kernel floor for host-device: `ip link set hd0 netns <pod>` {move_ms:.2} ms median, {:.2} ms net of the exec floor",
+        move_ms - floor_ms
     );
     let dhcp = crate::dhcp_bench::run(&bin, crate::dhcp_bench::DEFAULT_LEASES)?;
     crate::dhcp_bench::print(&dhcp, crate::dhcp_bench::DEFAULT_LEASES);

@@ -5,35 +5,7 @@
 use crate::common;
 
 use common::{host_local, ping, NftOnly, Plugins, Sandbox, Side};
-use testkit::{CniOutput, Netns};
-
-/// A peer on the node's `up0` (the node is 192.0.2.1) with no route back to the pods: only a
-/// masqueraded ping gets its answer.
-fn peer(sb: &Sandbox) -> Netns {
-    let peer = Netns::new("nipeer");
-    sb.node.ip(&[
-        "link",
-        "add",
-        "up0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        peer.name(),
-    ]);
-    sb.node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
-    sb.node.ip(&["link", "set", "up0", "up"]);
-    peer.ip(&["addr", "add", "192.0.2.2/24", "dev", "eth0"]);
-    peer.ip(&["link", "set", "eth0", "up"]);
-    sb.node
-        .command("sysctl")
-        .args(["-qw", "net.ipv4.ip_forward=1"])
-        .status()
-        .expect("sysctl");
-    peer
-}
+use testkit::CniOutput;
 
 fn run(sb: &Sandbox, command: &str, conf: &str, path: &str) -> CniOutput {
     let mut call = sb.call(command, conf);
@@ -46,7 +18,8 @@ fn run(sb: &Sandbox, command: &str, conf: &str, path: &str) -> CniOutput {
 fn masquerades_with_nftables(conf: &str, own: &[&str]) {
     let plugins = Plugins::new();
     let sb = Sandbox::new(&plugins, Side::Ours);
-    let _peer = peer(&sb);
+    // Without a route back: only a masqueraded ping gets its answer.
+    let _peer = common::peer_on_up0(&sb, "nipeer", false);
     let bin = NftOnly::new();
     let out = run(&sb, "ADD", conf, &bin.path());
     assert_eq!(out.code, 0, "{out:?}");

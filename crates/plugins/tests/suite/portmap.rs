@@ -26,31 +26,7 @@ fn topology(sb: &Sandbox) -> Netns {
     sb.pod.ip(&["addr", "add", "10.30.0.5/24", "dev", "eth0"]);
     sb.pod.ip(&["link", "set", "lo", "up"]);
     sb.pod.ip(&["route", "add", "default", "via", "10.30.0.1"]);
-    let client = Netns::new("pmclient");
-    sb.node.ip(&[
-        "link",
-        "add",
-        "up0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        client.name(),
-    ]);
-    sb.node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
-    sb.node.ip(&["link", "set", "up0", "up"]);
-    sb.node.ip(&["link", "set", "lo", "up"]);
-    client.ip(&["addr", "add", "192.0.2.2/24", "dev", "eth0"]);
-    client.ip(&["link", "set", "eth0", "up"]);
-    client.ip(&["route", "add", "default", "via", "192.0.2.1"]);
-    sb.node
-        .command("sysctl")
-        .args(["-qw", "net.ipv4.ip_forward=1"])
-        .status()
-        .expect("sysctl");
-    client
+    common::peer_on_up0(sb, "pmclient", true)
 }
 
 fn in_ns<T: Send>(ns: &Netns, f: impl FnOnce() -> T + Send) -> T {

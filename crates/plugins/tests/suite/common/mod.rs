@@ -568,6 +568,39 @@ pub fn veth_to_pod(sb: &Sandbox, host: &str) {
     sb.pod.ip(&["link", "set", "eth0", "up"]);
 }
 
+/// A peer namespace on the node's `up0` (the node 192.0.2.1, the peer 192.0.2.2), the node
+/// forwarding; with `route_back`, the peer's default route goes through the node, without it
+/// only masqueraded traffic gets an answer.
+pub fn peer_on_up0(sb: &Sandbox, tag: &str, route_back: bool) -> Netns {
+    let peer = Netns::new(tag);
+    sb.node.ip(&[
+        "link",
+        "add",
+        "up0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        peer.name(),
+    ]);
+    sb.node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
+    sb.node.ip(&["link", "set", "up0", "up"]);
+    sb.node.ip(&["link", "set", "lo", "up"]);
+    peer.ip(&["addr", "add", "192.0.2.2/24", "dev", "eth0"]);
+    peer.ip(&["link", "set", "eth0", "up"]);
+    if route_back {
+        peer.ip(&["route", "add", "default", "via", "192.0.2.1"]);
+    }
+    sb.node
+        .command("sysctl")
+        .args(["-qw", "net.ipv4.ip_forward=1"])
+        .status()
+        .expect("sysctl");
+    peer
+}
+
 /// The pair bandwidth follows: `vethbw0` in the node, eth0 in the pod.
 pub fn bw_pair(sb: &Sandbox) {
     veth_to_pod(sb, "vethbw0");
