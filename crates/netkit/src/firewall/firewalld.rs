@@ -52,6 +52,13 @@ impl Firewalld {
         })
     }
 
+    /// Connects to the bus at `address`, a D-Bus address as `DBUS_SYSTEM_BUS_ADDRESS` has it.
+    pub fn connect_to(address: &str) -> Result<Firewalld> {
+        Ok(Firewalld {
+            bus: Bus::connect(address)?,
+        })
+    }
+
     /// A connection when firewalld holds its name on the system bus, `None` when there is no
     /// bus or no firewalld: how the reference picks a backend when the config names none.
     pub fn if_running() -> Option<Firewalld> {

@@ -5,7 +5,8 @@
 //! - `forward` (filter hook forward, priority filter, policy accept): `jump isolation`, then a
 //!   jump to each admin chain a config named (`CNI-ADMIN` unless configured), then `jump pods`;
 //! - `pods`: per pod address, `ip daddr <ip> ct state established,related accept` and
-//!   `ip saddr <ip> accept`, each commented `<container id> <ip>`, which is how DEL finds them;
+//!   `ip saddr <ip> accept`, each commented `<container id> <ifname> <ip>`, which is how DEL
+//!   finds them;
 //! - `isolation`, over three sets of bridge names, so that isolating a bridge only adds
 //!   elements: what goes from one isolating bridge to another is dropped (`isolating`), and
 //!   with `isolated` what goes from the bridge back to itself (`closed`); `same-bridge` lets
@@ -13,18 +14,22 @@
 //!
 //! nftables evaluates every table's chains at a hook: an `accept` here does not overrule a
 //! `drop` in the admin's own tables, while a `drop` here (isolation, the admin chain's) holds.
-//! Each change is one `nft -f` transaction, planned from a listing taken under the lock of
-//! the node's namespace, so that two calls never write from the same stale listing.
+//! Each change is one `nft -f` transaction, planned from a listing taken under a lock file of
+//! root's (`/run/cni/firewall-nftables.lock`), so that two calls never write from the same
+//! stale listing. `forward` and `isolation` are the plugin's: each change rewrites them. An
+//! admin chain other than `CNI-ADMIN` is jumped to only once the admin has made it, so configs
+//! cannot add chains and jumps without end.
 
+use std::fs::File;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::firewall::forward::Isolation;
+use crate::firewall::forward::{Isolation, ADMIN_CHAIN};
 use crate::firewall::nftables;
-use crate::netns::NetNs;
 use crate::tool;
 
 const TABLE: &str = "inet cni_plugins_firewall";
@@ -35,23 +40,62 @@ const OWN_CHAINS: [&str; 3] = ["forward", "isolation", "pods"];
 const COMMENT_MAX: usize = 128;
 /// How long a call waits for another one's change to the table.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// A file of root's: a lock on the namespace's own file could be held by any process in it.
+const LOCK_DIR: &str = "/run/cni";
+const LOCK_FILE: &str = "/run/cni/firewall-nftables.lock";
 
-/// The lock of the caller's (the node's) namespace, held until dropped.
-fn lock() -> Result<NetNs> {
-    let ns = NetNs::open("/proc/thread-self/ns/net")?;
-    ns.lock(LOCK_WAIT)?;
-    Ok(ns)
+/// The lock of the table's changes, held until dropped; past [`LOCK_WAIT`], `EAGAIN`.
+fn lock() -> Result<File> {
+    let op = || format!("locking {LOCK_FILE}");
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(LOCK_DIR)
+        .map_err(|e| Error::io(op(), e))?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(LOCK_FILE)
+        .map_err(|e| Error::io(op(), e))?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::io(
+                    format!("{}: another call still holds it", op()),
+                    std::io::Error::from_raw_os_error(libc::EAGAIN),
+                ))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(op(), e)),
+        }
+    }
 }
 
-/// The comment of the rules of `ip` in the attachment of `container_id`.
-fn pod_comment(container_id: &str, ip: &IpAddr) -> Result<String> {
+/// The comment of the rules of `ip` in the attachment `container_id`, `ifname`.
+fn pod_comment(container_id: &str, ifname: &str, ip: &IpAddr) -> Result<String> {
     let op = "letting a pod through with nftables";
-    let comment = format!("{} {ip}", nftables::id_comment(container_id, op)?);
+    let id = nftables::id_comment(container_id, op)?;
+    if ifname.is_empty()
+        || !ifname
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(Error::Invalid(format!(
+            "{op}: interface name {ifname:?} cannot be part of a rule's comment"
+        )));
+    }
+    let comment = format!("{id} {ifname} {ip}");
     if comment.len() > COMMENT_MAX {
-        return Err(Error::Command {
-            op: op.into(),
-            msg: format!("container ID {container_id:?} is too long for a rule's comment"),
-        });
+        return Err(Error::Invalid(format!(
+            "{op}: container ID {container_id:?} is too long for a rule's comment"
+        )));
     }
     Ok(comment)
 }
@@ -104,6 +148,23 @@ fn jumps(items: &[Value]) -> Vec<String> {
         .collect()
 }
 
+/// The admin chains `forward` jumps to: the jumps but the plugin's own, and but a name that
+/// could not be written back (a chain someone made through another interface than nft's).
+fn admin_jumps(items: &[Value]) -> Vec<String> {
+    jumps(items)
+        .into_iter()
+        .filter(|chain| admin_name(chain).is_ok())
+        .collect()
+}
+
+/// Whether the table has a chain named `name`.
+fn has_chain(items: &[Value], name: &str) -> bool {
+    items
+        .iter()
+        .filter_map(|item| item.get("chain"))
+        .any(|chain| chain["name"].as_str() == Some(name))
+}
+
 /// The handles of the `pods` rules whose comment is one of `comments`.
 fn handles(items: &[Value], comments: &[String]) -> Vec<u64> {
     rules(items, "pods")
@@ -153,21 +214,28 @@ fn apply(script: &str, op: impl Fn() -> String) -> Result<()> {
         })
 }
 
-/// Accepts forwarded traffic from `ips` and back to them, with the admin chain `admin` ahead.
-/// Running it again for the attachment replaces its rules.
-pub fn allow(container_id: &str, ips: &[IpAddr], admin: &str) -> Result<()> {
+/// The comments of the rules of `ips` in the attachment `container_id`, `ifname`.
+fn pod_comments(container_id: &str, ifname: &str, ips: &[IpAddr]) -> Result<Vec<String>> {
+    ips.iter()
+        .map(|ip| pod_comment(container_id, ifname, ip))
+        .collect()
+}
+
+/// Accepts forwarded traffic from `ips` and back to them, with the admin chain `admin` ahead:
+/// `CNI-ADMIN` is made when missing, another name must be a chain the admin made. Running it
+/// again for the attachment replaces its rules.
+pub fn allow(container_id: &str, ifname: &str, ips: &[IpAddr], admin: &str) -> Result<()> {
     let op = || format!("letting {ips:?} through with nftables");
     let admin = admin_name(admin)?;
-    let comments = ips
-        .iter()
-        .map(|ip| pod_comment(container_id, ip))
-        .collect::<Result<Vec<_>>>()?;
+    let comments = pod_comments(container_id, ifname, ips)?;
     let _lock = lock()?;
     let items = listing(op)?;
-    let mut admins: Vec<String> = jumps(&items)
-        .into_iter()
-        .filter(|chain| !OWN_CHAINS.contains(&chain.as_str()))
-        .collect();
+    if admin != ADMIN_CHAIN && !has_chain(&items, admin) {
+        return Err(Error::Invalid(format!(
+            "admin chain {admin:?} is not in table {TABLE}: the node's admin makes it first              (nft add chain {TABLE} {admin}); only {ADMIN_CHAIN} is made when missing"
+        )));
+    }
+    let mut admins = admin_jumps(&items);
     if !admins.iter().any(|a| a == admin) {
         admins.push(admin.to_owned());
     }
@@ -185,14 +253,10 @@ pub fn allow(container_id: &str, ips: &[IpAddr], admin: &str) -> Result<()> {
     apply(&script, op)
 }
 
-/// Removes the rules of `ips` in the attachment of `container_id`; the table stays, shared.
-/// Idempotent; without the table, or without nft, there is nothing of ours.
-pub fn revoke(container_id: &str, ips: &[IpAddr]) -> Result<()> {
-    let Ok(comments) = ips
-        .iter()
-        .map(|ip| pod_comment(container_id, ip))
-        .collect::<Result<Vec<_>>>()
-    else {
+/// Removes the rules of `ips` in the attachment `container_id`, `ifname`; the table stays,
+/// shared. Idempotent; without the table, or without nft, there is nothing of ours.
+pub fn revoke(container_id: &str, ifname: &str, ips: &[IpAddr]) -> Result<()> {
+    let Ok(comments) = pod_comments(container_id, ifname, ips) else {
         // An ID that could not have been a comment named no rule.
         return Ok(());
     };
@@ -223,7 +287,7 @@ fn missing(what: String) -> Error {
 }
 
 /// Whether the rules [`allow`] makes are all there; the first missing as an error.
-pub fn check(container_id: &str, ips: &[IpAddr], admin: &str) -> Result<()> {
+pub fn check(container_id: &str, ifname: &str, ips: &[IpAddr], admin: &str) -> Result<()> {
     let items = listing(|| "checking the firewall's rules".into())?;
     let jumps = jumps(&items);
     for chain in ["isolation", admin, "pods"] {
@@ -232,7 +296,7 @@ pub fn check(container_id: &str, ips: &[IpAddr], admin: &str) -> Result<()> {
         }
     }
     for ip in ips {
-        let comment = pod_comment(container_id, ip)?;
+        let comment = pod_comment(container_id, ifname, ip)?;
         if handles(&items, std::slice::from_ref(&comment)).len() < pod_rules(ip).len() {
             return Err(missing(format!("rules {comment:?} of chain pods")));
         }
@@ -270,11 +334,7 @@ pub fn isolate_bridge(bridge: &str, policy: Isolation) -> Result<()> {
     let sets = memberships(bridge, policy)?;
     let _lock = lock()?;
     let items = listing(op)?;
-    let admins: Vec<String> = jumps(&items)
-        .into_iter()
-        .filter(|chain| !OWN_CHAINS.contains(&chain.as_str()))
-        .collect();
-    let mut script = skeleton(&admins);
+    let mut script = skeleton(&admin_jumps(&items));
     for (set, elem) in sets {
         script.push_str(&format!("add element {TABLE} {set} {{ {elem} }}\n"));
     }
@@ -311,13 +371,17 @@ mod tests {
     #[test]
     fn names_and_rules() {
         let ip: IpAddr = "10.1.0.5".parse().expect("ip");
-        assert_eq!(pod_comment("abc", &ip).expect("comment"), "abc 10.1.0.5");
+        assert_eq!(
+            pod_comment("abc", "net1", &ip).expect("comment"),
+            "abc net1 10.1.0.5"
+        );
+        assert!(pod_comment("abc", "a\"b", &ip).is_err());
         assert_eq!(
             pod_rules(&"fd01::5".parse().expect("ip"))[1],
             "ip6 saddr fd01::5 accept"
         );
-        assert!(pod_comment("a\" ; flush ruleset ; \"", &ip).is_err());
-        assert!(pod_comment(&"a".repeat(120), &ip).is_err());
+        assert!(pod_comment("a\" ; flush ruleset ; \"", "eth0", &ip).is_err());
+        assert!(pod_comment(&"a".repeat(120), "eth0", &ip).is_err());
         assert_eq!(admin_name("CNI-ADMIN").expect("name"), "CNI-ADMIN");
         for bad in ["1ADMIN", "-x", "pods", "a b", ""] {
             assert!(admin_name(bad).is_err(), "{bad}");

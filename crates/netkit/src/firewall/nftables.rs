@@ -82,10 +82,9 @@ pub(crate) fn id_comment<'a>(container_id: &'a str, op: &str) -> Result<&'a str>
     if ok {
         Ok(container_id)
     } else {
-        Err(Error::Command {
-            op: op.into(),
-            msg: format!("container ID {container_id:?} cannot be a rule's comment"),
-        })
+        Err(Error::Invalid(format!(
+            "{op}: container ID {container_id:?} cannot be a rule's comment"
+        )))
     }
 }
 

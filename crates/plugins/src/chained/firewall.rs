@@ -201,6 +201,13 @@ impl FirewallConf {
             return Ok(None);
         };
         match prev.interfaces.first().map(|i| i.name.as_str()) {
+            // iptables reads a final '+' as "every interface named so far", nft a '*'.
+            Some(name) if name.contains(['+', '*']) => Err(CniError::invalid_config(format!(
+                "ingressPolicy \"{}\": the bridge's name {} holds a '+' or '*', which the \
+                 node's firewall reads as a wildcard over many interfaces",
+                policy.name(),
+                quote(name)
+            ))),
             Some(name) if !name.is_empty() => Ok(Some((name.to_owned(), policy))),
             _ => Err(CniError::invalid_config(format!(
                 "ingressPolicy \"{}\" needs the bridge: chain firewall after bridge, whose \
@@ -208,6 +215,27 @@ impl FirewallConf {
                 policy.name()
             ))),
         }
+    }
+}
+
+/// The interface an ingress policy isolates must be a bridge of the node's: the first interface
+/// of any other plugin's result (a pod's link, the node's uplink) would cut the node's own
+/// traffic off.
+fn node_bridge(name: &str, policy: Isolation) -> Result<(), CniError> {
+    let nl = netkit::Netlink::new().map_err(sys)?;
+    match nl.link_by_name(name).map_err(sys)? {
+        Some(link) if link.kind.as_deref() == Some("bridge") => Ok(()),
+        found => Err(CniError::invalid_config(format!(
+            "ingressPolicy \"{}\" isolates bridges: the first interface of prevResult, {}, is {} \
+             (chain firewall after bridge)",
+            policy.name(),
+            quote(name),
+            if found.is_some() {
+                "not a bridge on the node"
+            } else {
+                "not a link of the node"
+            }
+        ))),
     }
 }
 
@@ -282,7 +310,7 @@ pub(crate) fn keys() -> Keys {
 fn allow(tables: Tables, args: &CmdArgs, ips: &[IpAddr], admin: &str) -> netkit::Result<()> {
     match tables {
         Tables::Iptables => forward::allow(ips, admin),
-        Tables::Nftables => forward_nft::allow(&args.container_id, ips, admin),
+        Tables::Nftables => forward_nft::allow(&args.container_id, &args.ifname, ips, admin),
     }
 }
 
@@ -290,7 +318,7 @@ fn allow(tables: Tables, args: &CmdArgs, ips: &[IpAddr], admin: &str) -> netkit:
 fn revoke(tables: Tables, args: &CmdArgs, ips: &[IpAddr]) -> netkit::Result<()> {
     match tables {
         Tables::Iptables => forward::revoke(ips),
-        Tables::Nftables => forward_nft::revoke(&args.container_id, ips),
+        Tables::Nftables => forward_nft::revoke(&args.container_id, &args.ifname, ips),
     }
 }
 
@@ -313,6 +341,9 @@ impl cni::Plugin for Firewall {
         let prev = conf.prev_result()?;
         let ips = addresses(&prev);
         let bridge = conf.isolated_bridge(&prev)?;
+        if let Some((name, policy)) = &bridge {
+            node_bridge(name, *policy)?;
+        }
         let tables = conf.backend.tables();
         let mut firewalld = firewalld_for(conf.backend)?;
         match firewalld.as_mut() {
@@ -362,10 +393,18 @@ impl cni::Plugin for Firewall {
         if let (Backend::Firewalld | Backend::Either, Some(zone)) = (backend, zone) {
             unbind(&zone, &ips)?;
         }
-        // Both tools: iptables may have been installed or removed since ADD.
+        // Both tools, the second also when the first fails: iptables may have been installed
+        // or removed since ADD.
         if backend != Backend::Firewalld {
-            for tables in [Tables::Iptables, Tables::Nftables] {
-                revoke(tables, args, &ips).map_err(sys)?;
+            let mut failures = [Tables::Iptables, Tables::Nftables]
+                .into_iter()
+                .filter_map(|tables| revoke(tables, args, &ips).err())
+                .map(sys);
+            if let Some(mut first) = failures.next() {
+                for other in failures {
+                    first.msg = format!("{}; also: {}", first.msg, other.msg);
+                }
+                return Err(first);
             }
         }
         Ok(())
@@ -388,7 +427,9 @@ impl cni::Plugin for Firewall {
         let Some(mut fw) = firewalld_for(conf.backend)? else {
             return match tables {
                 Tables::Iptables => forward::check(&ips, &conf.admin_chain),
-                Tables::Nftables => forward_nft::check(&args.container_id, &ips, &conf.admin_chain),
+                Tables::Nftables => {
+                    forward_nft::check(&args.container_id, &args.ifname, &ips, &conf.admin_chain)
+                }
             }
             .map_err(fail);
         };

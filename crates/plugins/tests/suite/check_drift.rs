@@ -91,6 +91,8 @@ const FIREWALL: &str = r#"{"cniVersion":"1.0.0","name":"fw","type":"firewall","b
 fn firewall_check_names_a_removed_rule() {
     let plugins = Plugins::new();
     let sb = Sandbox::new(&plugins, Side::Ours);
+    // The bridge same-bridge isolates is one of the node's.
+    sb.node.ip(&["link", "add", "fwbr0", "type", "bridge"]);
     for (marker, named) in [
         ("-s 10.40.0.5/32 -j ACCEPT", "-s 10.40.0.5/32 -j ACCEPT"),
         ("-d 10.40.0.5/32", "-d 10.40.0.5/32"),

@@ -107,8 +107,8 @@ fn without_iptables_the_admin_chain_and_isolation_hold_and_del_takes_only_its_ow
     assert!(!rules.contains("CNI-FORWARD"), "{rules}");
     let pods = pods_chain(&sb.node);
     for comment in [
-        format!("{} {ip_a}", common::CONTAINER_ID),
-        format!("podb {ip_b}"),
+        format!("{} eth0 {ip_a}", common::CONTAINER_ID),
+        format!("podb eth0 {ip_b}"),
     ] {
         assert_eq!(pods.matches(&comment).count(), 2, "{comment}: {pods}");
     }
@@ -176,7 +176,11 @@ fn without_iptables_the_admin_chain_and_isolation_hold_and_del_takes_only_its_ow
     assert_eq!(call(&sb, "DEL", &conf_a, pod_a, None).code, 0);
     let pods = pods_chain(&sb.node);
     assert!(!pods.contains(&ip_a), "{pods}");
-    assert_eq!(pods.matches(&format!("podb {ip_b}")).count(), 2, "{pods}");
+    assert_eq!(
+        pods.matches(&format!("podb eth0 {ip_b}")).count(),
+        2,
+        "{pods}"
+    );
     let out = call(&sb, "CHECK", &conf_a, pod_a, path.as_deref());
     common::assert_error(&out, 999, "chain pods", "CHECK after DEL");
     assert_eq!(
@@ -212,6 +216,11 @@ fn the_nftables_backend_by_name_and_its_refusals() {
     )
     .expect("prevResult");
     let pod = (common::CONTAINER_ID, &sb.pod);
+    sb.node.ip(&["link", "add", "fwc0", "type", "bridge"]);
+    // Any process in the node's namespace may flock the namespace's file: the lock is
+    // elsewhere.
+    let ns_file = std::fs::File::open(sb.node.path()).expect("open the node's netns");
+    ns_file.try_lock().expect("flock the node's netns");
 
     // Named, it is used even where iptables is installed; isolated closes the bridge to itself.
     let conf = firewall(&prev, r#","backend":"nftables","ingressPolicy":"isolated""#);
@@ -242,5 +251,68 @@ fn the_nftables_backend_by_name_and_its_refusals() {
     let conf = firewall(&prev, r#","backend":"nftables""#);
     let out = call(&sb, "ADD", &conf, ("c\"1", &sb.pod), None);
     common::assert_error(&out, 4, "containerID", "a container ID with a quote");
+    // The first interface must be a bridge of the node's, and no wildcard.
+    sb.node.ip(&[
+        "link", "add", "fwv0", "type", "veth", "peer", "name", "fwv1",
+    ]);
+    for (name, words) in [
+        ("nolink0", "not a link of the node"),
+        ("fwv0", "not a bridge on the node"),
+        ("fwc+", "wildcard"),
+    ] {
+        let other = serde_json::from_str::<Value>(&prev.to_string().replace("fwc0", name))
+            .expect("prevResult");
+        let conf = firewall(
+            &other,
+            r#","backend":"nftables","ingressPolicy":"same-bridge""#,
+        );
+        let out = call(&sb, "ADD", &conf, pod, None);
+        common::assert_error(&out, 7, words, name);
+    }
+    assert!(!pods_chain(&sb.node).contains("accept"));
+    let sets = nft(
+        &sb.node,
+        &["list", "set", "inet", "cni_plugins_firewall", "isolating"],
+    );
+    assert!(!sets.contains("fwv0") && !sets.contains("fwc+"), "{sets}");
+
+    // An admin chain other than CNI-ADMIN is jumped to once the admin has made it, never
+    // made by a config.
+    let conf = firewall(
+        &prev,
+        r#","backend":"nftables","iptablesAdminChainName":"MY-ADMIN""#,
+    );
+    let out = call(&sb, "ADD", &conf, pod, None);
+    common::assert_error(
+        &out,
+        7,
+        "the node's admin makes it first",
+        "a new admin chain",
+    );
+    nft(
+        &sb.node,
+        &["add", "chain", "inet", "cni_plugins_firewall", "MY-ADMIN"],
+    );
+    assert_eq!(call(&sb, "ADD", &conf, pod, None).code, 0);
+    let forward = nft(
+        &sb.node,
+        &["list", "chain", "inet", "cni_plugins_firewall", "forward"],
+    );
+    assert!(forward.contains("jump MY-ADMIN"), "{forward}");
+    assert_eq!(call(&sb, "DEL", &conf, pod, None).code, 0);
+
+    // Two networks of one pod with the same address: DEL of one leaves the other's rules.
+    let on = |ifname: &str, command: &str| {
+        let mut c = sb.call(command, &firewall(&prev, r#","backend":"nftables""#));
+        c.ifname = ifname.into();
+        sb.run(&c).code
+    };
+    assert_eq!(on("net1", "ADD"), 0);
+    assert_eq!(on("net2", "ADD"), 0);
+    assert_eq!(on("net1", "DEL"), 0);
+    let pods = pods_chain(&sb.node);
+    assert!(!pods.contains("c0ffee net1 "), "{pods}");
+    assert_eq!(pods.matches("c0ffee net2 10.73.0.5").count(), 2, "{pods}");
+    assert_eq!(on("net2", "DEL"), 0);
     assert!(!pods_chain(&sb.node).contains("accept"));
 }

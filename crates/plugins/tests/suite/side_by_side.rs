@@ -1536,7 +1536,8 @@ fn firewall_cases() -> Vec<Case> {
                 r#","backend":"iptables","ingressPolicy":"same-bridge""#,
                 FW_DUAL,
             ),
-        ),
+        )
+        .before(fw_bridge),
         f(
             "firewall isolated",
             fw_conf(
@@ -1544,7 +1545,49 @@ fn firewall_cases() -> Vec<Case> {
                 FW_DUAL,
             ),
         )
+        .before(fw_bridge)
         .check(assert_bridge_to_itself_dropped),
+        f(
+            "firewall same-bridge on a link that is not a bridge",
+            fw_conf(
+                r#","backend":"iptables","ingressPolicy":"same-bridge""#,
+                FW_V4,
+            ),
+        )
+        .before(|sb| {
+            sb.node.ip(&[
+                "link", "add", "sbs0", "type", "veth", "peer", "name", "sbs0p",
+            ]);
+        })
+        .fails_with(7)
+        .differs(
+            "v1.9.1 isolates whatever the first interface of prevResult names: a pod's link, \
+             or the node's uplink",
+            |sb, out| {
+                assert!(
+                    out[0].raw.contains("not a bridge on the node"),
+                    "{}",
+                    out[0].raw
+                );
+                let rules = sb.firewall();
+                assert!(!rules.contains("CNI-ISOLATION"), "{rules}");
+                assert!(!rules.contains("-s 10.20.0.5/32"), "{rules}");
+            },
+        ),
+        f(
+            "firewall isolated on a bridge named with a wildcard",
+            fw_conf(r#","backend":"iptables","ingressPolicy":"isolated""#, FW_V4)
+                .replace(r#""name":"sbs0""#, r#""name":"sbs+""#),
+        )
+        .fails_with(7)
+        .differs(
+            "v1.9.1 writes -i sbs+ -o sbs+ -j DROP, which iptables reads as every interface \
+             whose name starts with sbs",
+            |sb, out| {
+                assert!(out[0].raw.contains("wildcard"), "{}", out[0].raw);
+                assert!(!sb.firewall().contains("CNI-ISOLATION"));
+            },
+        ),
         f(
             "firewall ADD then DEL",
             fw_conf(r#","backend":"iptables""#, FW_DUAL),
@@ -1616,6 +1659,11 @@ fn firewall_cases() -> Vec<Case> {
 }
 
 /// `isolated`: what goes from the bridge back to it is dropped, in both families.
+/// The bridge `sbs0` of [`fw_conf`]'s prevResult, in the node.
+fn fw_bridge(sb: &Sandbox) {
+    sb.node.ip(&["link", "add", "sbs0", "type", "bridge"]);
+}
+
 fn assert_bridge_to_itself_dropped(sb: &Sandbox, out: &[Outcome]) {
     assert!(out[0].ok, "{out:?}");
     let rules = sb.firewall();
