@@ -239,7 +239,8 @@ pub fn run(args: &[String]) -> Result<()> {
     sublink_rows(
         &sides, &pod, "macvlan", cycles, floor_ms, &mut rows, &mut rss,
     )?;
-    chained_rows(&sides, cycles, floor_ms, &mut rows, &mut rss)?;
+    let [add_source_ms, remove_source_ms] =
+        chained_rows(&sides, cycles, floor_ms, &mut rows, &mut rss)?;
 
     // The kernel's floor for DEL: deleting the pod's veth with iproute2, net of the exec floor.
     let mut veth_del = Vec::new();
@@ -323,6 +324,9 @@ pub fn run(args: &[String]) -> Result<()> {
     println!(
         "kernel floor for host-device: `ip link set hd0 netns <pod>` {move_ms:.2} ms median, {:.2} ms net of the exec floor",
         move_ms - floor_ms
+    );
+    println!(
+        "firewalld's floor: `addSource` {add_source_ms:.2} ms median, `removeSource` {remove_source_ms:.2} ms, called from this process"
     );
     let dhcp = crate::dhcp_bench::run(&bin, crate::dhcp_bench::DEFAULT_LEASES)?;
     crate::dhcp_bench::print(&dhcp, crate::dhcp_bench::DEFAULT_LEASES);
@@ -464,14 +468,15 @@ fn chained_pods(sides: &[Side; 2]) -> [Netns; 2] {
 }
 
 /// sbr, bandwidth, portmap and firewall (iptables, then firewalld) after [`chained_pods`], put
-/// back between cycles as the interface plugin's DEL and ADD would.
+/// back between cycles as the interface plugin's DEL and ADD would. Returns firewalld's own
+/// median time for `addSource` and for `removeSource`, in ms.
 fn chained_rows(
     sides: &[Side; 2],
     cycles: usize,
     floor_ms: f64,
     rows: &mut Vec<Row>,
     rss: &mut [i64; 2],
-) -> Result<()> {
+) -> Result<[f64; 2]> {
     let pods = chained_pods(sides);
     let reset_sbr = |s: usize| {
         let pod = &pods[s];
@@ -545,7 +550,23 @@ fn chained_rows(
         }),
     }
     .run_in(sides, [&pods[0], &pods[1]], |_| {}, rows, rss)?;
-    Ok(())
+    // firewalld's own time, which both sides' rows wait for: one `addSource` and one
+    // `removeSource`, from this process, over a connection already made.
+    let mut fw = netkit::firewall::firewalld::Firewalld::connect_to(firewalld[0].address())?;
+    let ip: std::net::IpAddr = "10.94.0.5".parse()?;
+    let (mut add, mut remove) = (Vec::new(), Vec::new());
+    for _ in 0..cycles.min(FIREWALLD_CYCLES) {
+        let start = Instant::now();
+        fw.add_source("trusted", ip)?;
+        add.push(start.elapsed());
+        let start = Instant::now();
+        fw.remove_source("trusted", ip)?;
+        remove.push(start.elapsed());
+    }
+    Ok([
+        measure::percentiles(&mut add).0,
+        measure::percentiles(&mut remove).0,
+    ])
 }
 
 /// eth0's address and default route, as the interface plugin leaves them.
