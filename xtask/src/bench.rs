@@ -247,16 +247,7 @@ pub fn run(args: &[String]) -> Result<()> {
     for i in 0..cycles {
         let id = format!("floor-{i}");
         sides[0].run("bridge", &sides[0].call("ADD", BRIDGE_V4, &id, &pod))?;
-        let start = Instant::now();
-        let out = Command::new("ip")
-            .args(["-n", pod.name(), "link", "del", "eth0"])
-            .output()?;
-        veth_del.push(start.elapsed());
-        ensure!(
-            out.status.success(),
-            "ip link del: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        veth_del.push(timed_ip(&["-n", pod.name(), "link", "del", "eth0"])?);
         sides[0].run("bridge", &sides[0].call("DEL", BRIDGE_V4, &id, &pod))?;
     }
     let (veth_del_ms, _) = measure::percentiles(&mut veth_del);
@@ -265,24 +256,16 @@ pub fn run(args: &[String]) -> Result<()> {
     // host-device's floor: moving `hd0` into the pod with iproute2 (timed), and back (not).
     let mut moves = Vec::new();
     for _ in 0..cycles {
-        let start = Instant::now();
-        let out = Command::new("ip")
-            .args([
-                "-n",
-                sides[0].node.name(),
-                "link",
-                "set",
-                "hd0",
-                "netns",
-                pod.name(),
-            ])
-            .output()?;
-        moves.push(start.elapsed());
-        ensure!(
-            out.status.success(),
-            "ip link set netns: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let node = sides[0].node.name();
+        moves.push(timed_ip(&[
+            "-n",
+            node,
+            "link",
+            "set",
+            "hd0",
+            "netns",
+            pod.name(),
+        ])?);
         pod.ip(&["link", "set", "hd0", "netns", sides[0].node.name()]);
     }
     let (move_ms, _) = measure::percentiles(&mut moves);
@@ -331,6 +314,20 @@ pub fn run(args: &[String]) -> Result<()> {
     let dhcp = crate::dhcp_bench::run(&bin, crate::dhcp_bench::DEFAULT_LEASES)?;
     crate::dhcp_bench::print(&dhcp, crate::dhcp_bench::DEFAULT_LEASES);
     Ok(())
+}
+
+/// How long one `ip args` takes, fork to exit: the kernel's floor for a plugin's step.
+fn timed_ip(args: &[&str]) -> Result<Duration> {
+    let start = Instant::now();
+    let out = Command::new("ip").args(args).output()?;
+    let elapsed = start.elapsed();
+    ensure!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(elapsed)
 }
 
 /// ADD and DEL of one config, `cycles` times, alternating the two sides.
@@ -448,18 +445,7 @@ fn sublink_rows(
 fn chained_pods(sides: &[Side; 2]) -> [Netns; 2] {
     let pods = [Netns::new("bench-ch-ours"), Netns::new("bench-ch-go")];
     for (side, pod) in sides.iter().zip(&pods) {
-        side.node.ip(&[
-            "link",
-            "add",
-            "vethch0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            pod.name(),
-        ]);
+        side.node.veth_to("vethch0", pod, "eth0");
         side.node.ip(&["link", "set", "vethch0", "up"]);
         pod.ip(&["link", "set", "eth0", "up"]);
         pod_routes(pod);

@@ -19,6 +19,37 @@ pub const NETNS_RUN_DIR: &str = "/run/netns";
 /// mounts such as `/run/netns/*`.
 const NSFS_MAGIC: i64 = 0x6e73_6673;
 
+/// Takes an exclusive flock on `file` (`what`, for the error), waiting at most `wait` for
+/// `holder` to let it go; past that, `EAGAIN`: the caller may be retried.
+pub(crate) fn lock_within(
+    file: &File,
+    wait: std::time::Duration,
+    what: &str,
+    holder: &str,
+) -> Result<()> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::io(
+                    format!(
+                        "locking {what}: {holder} still holds it after {} s",
+                        wait.as_secs()
+                    ),
+                    std::io::Error::from_raw_os_error(libc::EAGAIN),
+                ))
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(Error::io(format!("locking {what}"), e))
+            }
+        }
+    }
+}
+
 /// An open network namespace.
 #[derive(Debug)]
 pub struct NetNs {
@@ -31,31 +62,12 @@ impl NetNs {
     /// the namespace shares), waiting at most `wait`; it is held until this handle is dropped.
     /// Plugins hold it while they change the pod, so two calls on one pod never interleave.
     pub fn lock(&self, wait: std::time::Duration) -> Result<()> {
-        let deadline = std::time::Instant::now() + wait;
-        loop {
-            match self.file.try_lock() {
-                Ok(()) => return Ok(()),
-                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(Error::io(
-                        format!(
-                            "locking netns {}: another call on this pod still holds it after {} s",
-                            self.path.display(),
-                            wait.as_secs()
-                        ),
-                        std::io::Error::from(std::io::ErrorKind::WouldBlock),
-                    ))
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(Error::io(
-                        format!("locking netns {}", self.path.display()),
-                        e,
-                    ))
-                }
-            }
-        }
+        lock_within(
+            &self.file,
+            wait,
+            &format!("netns {}", self.path.display()),
+            "another call on this pod",
+        )
     }
 
     /// Opens a namespace file such as `/run/netns/x` or `/proc/<pid>/ns/net`. Anything that is

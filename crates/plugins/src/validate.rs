@@ -443,6 +443,26 @@ mod tests {
         }
     }
 
+    /// The reference's untagged fields that ours does not take (docs/compatibility.md, "host-local
+    /// and static") are named, not silently dropped.
+    #[test]
+    fn the_references_untagged_fields_we_do_not_take_are_named() {
+        let config = json!({"type": "static", "ipam": {"type": "static", "Name": "n",
+            "addresses": [{"Address": {"IP": "10.0.0.2", "Mask": "////AA=="}, "Version": "4",
+                "address": "10.0.0.2/24"}]}});
+        let got = warnings("static", config);
+        for key in [
+            "ipam.Name",
+            "ipam.addresses[0].Address",
+            "ipam.addresses[0].Version",
+        ] {
+            assert!(
+                got.iter().any(|w| w.contains(&format!("\"{key}\""))),
+                "{key}: {got:?}"
+            );
+        }
+    }
+
     #[test]
     fn unknown_keys_are_named_with_a_suggestion() {
         assert_eq!(

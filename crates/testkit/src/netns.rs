@@ -57,6 +57,23 @@ impl Netns {
         self.ip(&["link", "set", peer, "up"]);
     }
 
+    /// A veth pair: `name` in this namespace, `peer` in `other`, both down, as an interface
+    /// plugin's pair before it sets them up.
+    pub fn veth_to(&self, name: &str, other: &Netns, peer: &str) {
+        self.ip(&[
+            "link",
+            "add",
+            name,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            peer,
+            "netns",
+            &other.name,
+        ]);
+    }
+
     pub fn try_ip(&self, args: &[&str]) -> Output {
         Command::new("ip")
             .arg("-n")

@@ -23,7 +23,7 @@
 use std::fs::File;
 use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -60,22 +60,8 @@ fn lock() -> Result<File> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(LOCK_FILE)
         .map_err(|e| Error::io(op(), e))?;
-    let deadline = Instant::now() + LOCK_WAIT;
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(file),
-            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(Error::io(
-                    format!("{}: another call still holds it", op()),
-                    std::io::Error::from_raw_os_error(libc::EAGAIN),
-                ))
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(op(), e)),
-        }
-    }
+    crate::netns::lock_within(&file, LOCK_WAIT, LOCK_FILE, "another firewall call")?;
+    Ok(file)
 }
 
 /// The comment of the rules of `ip` in the attachment `container_id`, `ifname`.
@@ -157,14 +143,6 @@ fn admin_jumps(items: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// Whether the table has a chain named `name`.
-fn has_chain(items: &[Value], name: &str) -> bool {
-    items
-        .iter()
-        .filter_map(|item| item.get("chain"))
-        .any(|chain| chain["name"].as_str() == Some(name))
-}
-
 /// The handles of the `pods` rules whose comment is one of `comments`.
 fn handles(items: &[Value], comments: &[String]) -> Vec<u64> {
     rules(items, "pods")
@@ -204,16 +182,6 @@ fn skeleton(admins: &[String]) -> String {
     script
 }
 
-/// Runs `script` as one nft transaction, its failure told as `op`'s.
-fn apply(script: &str, op: impl Fn() -> String) -> Result<()> {
-    tool::run_installed("nft", &["-f", "-"], Some(script))
-        .map(drop)
-        .map_err(|e| match e {
-            Error::Command { msg, .. } => Error::Command { op: op(), msg },
-            other => other,
-        })
-}
-
 /// The comments of the rules of `ips` in the attachment `container_id`, `ifname`.
 fn pod_comments(container_id: &str, ifname: &str, ips: &[IpAddr]) -> Result<Vec<String>> {
     ips.iter()
@@ -230,9 +198,10 @@ pub fn allow(container_id: &str, ifname: &str, ips: &[IpAddr], admin: &str) -> R
     let comments = pod_comments(container_id, ifname, ips)?;
     let _lock = lock()?;
     let items = listing(op)?;
-    if admin != ADMIN_CHAIN && !has_chain(&items, admin) {
+    if admin != ADMIN_CHAIN && !nftables::has_chain(&items, admin) {
         return Err(Error::Invalid(format!(
-            "admin chain {admin:?} is not in table {TABLE}: the node's admin makes it first              (nft add chain {TABLE} {admin}); only {ADMIN_CHAIN} is made when missing"
+            "admin chain {admin:?} is not in table {TABLE}: the node's admin makes it first \
+             (nft add chain {TABLE} {admin}); only {ADMIN_CHAIN} is made when missing"
         )));
     }
     let mut admins = admin_jumps(&items);
@@ -250,7 +219,7 @@ pub fn allow(container_id: &str, ifname: &str, ips: &[IpAddr], admin: &str) -> R
             ));
         }
     }
-    apply(&script, op)
+    nftables::apply(&script, op)
 }
 
 /// Removes the rules of `ips` in the attachment `container_id`, `ifname`; the table stays,
@@ -274,7 +243,7 @@ pub fn revoke(container_id: &str, ifname: &str, ips: &[IpAddr]) -> Result<()> {
     if script.is_empty() {
         return Ok(());
     }
-    apply(&script, || {
+    nftables::apply(&script, || {
         format!("removing the rules of {ips:?} with nftables")
     })
 }
@@ -338,7 +307,7 @@ pub fn isolate_bridge(bridge: &str, policy: Isolation) -> Result<()> {
     for (set, elem) in sets {
         script.push_str(&format!("add element {TABLE} {set} {{ {elem} }}\n"));
     }
-    apply(&script, op)
+    nftables::apply(&script, op)
 }
 
 /// Whether [`isolate_bridge`]'s elements for `bridge` are there; the first missing as an error.

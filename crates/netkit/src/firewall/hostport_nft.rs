@@ -165,12 +165,7 @@ pub fn setup(f: &Forwarding) -> Result<()> {
     let stale =
         own_rules(v4, comment(f.container_id)?)?.ok_or_else(|| tool::not_installed(op(), "nft"))?;
     let script = f.nft_script(&stale)?;
-    tool::run_installed("nft", &["-f", "-"], Some(&script))
-        .map(drop)
-        .map_err(|e| match e {
-            Error::Command { msg, .. } => Error::Command { op: op(), msg },
-            other => other,
-        })
+    nftables::apply(&script, op)
 }
 
 /// Removes the attachment's rules from both families' tables. Idempotent; without the table,

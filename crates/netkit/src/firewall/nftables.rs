@@ -1,6 +1,7 @@
 //! nf_tables over netlink, as much as a DEL needs to skip `nft`: whether a table exists in the
 //! caller's namespace. One request and its ack; the rules themselves stay with the `nft` tool.
-//! Also what the backends share: comments from container IDs.
+//! Also what the backends share: comments from container IDs, running a script, finding a
+//! chain in a listing.
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
@@ -69,6 +70,24 @@ pub fn table_exists(family: u8, name: &str) -> Result<bool> {
             at += len.next_multiple_of(4);
         }
     }
+}
+
+/// Runs `script` (nft's own syntax) as one `nft -f` transaction; its failure is told as `op`'s.
+pub(crate) fn apply(script: &str, op: impl Fn() -> String) -> Result<()> {
+    crate::tool::run_installed("nft", &["-f", "-"], Some(script))
+        .map(drop)
+        .map_err(|e| match e {
+            Error::Command { msg, .. } => Error::Command { op: op(), msg },
+            other => other,
+        })
+}
+
+/// Whether the objects of an `nft -j list` hold a chain named `name`.
+pub(crate) fn has_chain(items: &[serde_json::Value], name: &str) -> bool {
+    items
+        .iter()
+        .filter_map(|item| item.get("chain"))
+        .any(|chain| chain["name"].as_str() == Some(name))
 }
 
 /// `container_id` as (part of) a rule's comment: runtimes give hex digits, and nothing else may

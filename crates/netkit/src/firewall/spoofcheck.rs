@@ -91,7 +91,7 @@ pub fn teardown(id: &str) -> Result<()> {
         .map(delete_base_rule)
         .collect();
     for chain in [iface_chain(id), mac_chain(id)] {
-        if has_chain(&table, &chain) {
+        if crate::firewall::nftables::has_chain(&table, &chain) {
             cmds.push(format!(r#"{{"delete":{{"chain":{}}}}}"#, chain_obj(&chain)));
         }
     }
@@ -131,13 +131,6 @@ fn base_rule_handles(table: &[Value], id: &str) -> Vec<u64> {
         .filter(|rule| rule["chain"] == BASE_CHAIN && rule["comment"] == tag.as_str())
         .filter_map(|rule| rule["handle"].as_u64())
         .collect()
-}
-
-fn has_chain(table: &[Value], name: &str) -> bool {
-    table
-        .iter()
-        .filter_map(|item| item.get("chain"))
-        .any(|chain| chain["name"] == name)
 }
 
 /// Applies JSON commands in one nft transaction.

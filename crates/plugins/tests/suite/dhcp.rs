@@ -292,18 +292,7 @@ fn a_del_during_an_add_waits_for_it_and_releases_its_lease() {
     // The pod's interface on the server's bridge, and the dhcp plugin called directly: the two
     // calls meet only in the daemon.
     let mut s = Setup::new(Server::Silent);
-    s.net.node.ip(&[
-        "link",
-        "add",
-        "dv0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        s.pod.name(),
-    ]);
+    s.net.node.veth_to("dv0", &s.pod, "eth0");
     s.net
         .node
         .ip(&["link", "set", "dv0", "master", "dbr0", "up"]);

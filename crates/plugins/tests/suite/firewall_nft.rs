@@ -316,3 +316,34 @@ fn the_nftables_backend_by_name_and_its_refusals() {
     assert_eq!(on("net2", "DEL"), 0);
     assert!(!pods_chain(&sb.node).contains("accept"));
 }
+
+/// A DEL whose iptables half fails (an `iptables-save` that cannot read the table) still
+/// removes the pod's nftables rules, and says what failed.
+#[test]
+fn del_clears_nftables_when_iptables_fails() {
+    let plugins = Plugins::new();
+    let sb = Sandbox::new(&plugins, Side::Ours);
+    let prev: Value = serde_json::from_str(
+        r#"{"cniVersion":"1.0.0","interfaces":[{"name":"vethfw0"},{"name":"eth0","sandbox":"/x"}],
+            "ips":[{"address":"10.74.0.5/24","interface":1}]}"#,
+    )
+    .expect("prevResult");
+    let pod = (common::CONTAINER_ID, &sb.pod);
+    let bin = NftOnly::new();
+    let save = std::path::Path::new(&bin.path()).join("iptables-save");
+    std::fs::write(&save, "#!/bin/sh\necho 'table incompatible' >&2\nexit 1\n").expect("stub");
+    std::fs::set_permissions(&save, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let conf = firewall(&prev, r#","backend":"nftables""#);
+    assert_eq!(call(&sb, "ADD", &conf, pod, Some(&bin.path())).code, 0);
+    assert!(pods_chain(&sb.node).contains("10.74.0.5"));
+    let out = call(&sb, "DEL", &conf, pod, Some(&bin.path()));
+    common::assert_error(
+        &out,
+        999,
+        "table incompatible",
+        "DEL past a failing iptables-save",
+    );
+    let pods = pods_chain(&sb.node);
+    assert!(!pods.contains("10.74.0.5"), "{pods}");
+}

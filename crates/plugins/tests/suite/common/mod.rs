@@ -552,18 +552,7 @@ pub fn kernel_has_dummy() -> bool {
 
 /// The pair a bridge or ptp leaves: `host` up in the node, `eth0` up in the pod.
 pub fn veth_to_pod(sb: &Sandbox, host: &str) {
-    sb.node.ip(&[
-        "link",
-        "add",
-        host,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        sb.pod.name(),
-    ]);
+    sb.node.veth_to(host, &sb.pod, "eth0");
     sb.node.ip(&["link", "set", host, "up"]);
     sb.pod.ip(&["link", "set", "eth0", "up"]);
 }
@@ -573,18 +562,7 @@ pub fn veth_to_pod(sb: &Sandbox, host: &str) {
 /// only masqueraded traffic gets an answer.
 pub fn peer_on_up0(sb: &Sandbox, tag: &str, route_back: bool) -> Netns {
     let peer = Netns::new(tag);
-    sb.node.ip(&[
-        "link",
-        "add",
-        "up0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        peer.name(),
-    ]);
+    sb.node.veth_to("up0", &peer, "eth0");
     sb.node.ip(&["addr", "add", "192.0.2.1/24", "dev", "up0"]);
     sb.node.ip(&["link", "set", "up0", "up"]);
     sb.node.ip(&["link", "set", "lo", "up"]);
