@@ -400,7 +400,7 @@ impl Node {
             .collect())
     }
 
-    /// What pods left in the node's /var/lib/cni: every file but host-local's lock and
+    /// What pods left in the node's /var/lib/cni, sorted: every file but host-local's lock and
     /// last-reserved markers, which outlive their pods by design.
     pub fn cni_state(&self) -> Result<Vec<String>> {
         let out = self.exec(&[
@@ -415,6 +415,10 @@ impl Node {
             "-name",
             "last_reserved_ip.*",
         ])?;
-        Ok(out.lines().map(str::to_owned).collect())
+        // Sorted: `find` lists in the directory's order, which a file made and removed again
+        // can change while the set stays the same.
+        let mut files: Vec<String> = out.lines().map(str::to_owned).collect();
+        files.sort_unstable();
+        Ok(files)
     }
 }

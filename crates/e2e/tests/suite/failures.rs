@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context as _, Result};
 use e2e::up;
 
 /// A pod naming a NAD that does not exist stays without a sandbox, and `kubectl describe`
@@ -138,9 +138,15 @@ fn containerd_restarted_during_a_burst_of_50_pods() -> Result<()> {
     );
 
     node.delete(&burst)?;
+    let mut left = String::new();
     node.eventually("nothing left", Duration::from_secs(120), || {
-        Ok(node.cni_state()? == state && node.veths()?.len() == veths)
-    })?;
+        let (now, veths_now) = (node.cni_state()?, node.veths()?.len());
+        let added: Vec<&String> = now.iter().filter(|f| !state.contains(f)).collect();
+        let gone: Vec<&String> = state.iter().filter(|f| !now.contains(f)).collect();
+        left = format!("files added {added:?}, gone {gone:?}; {veths_now} veths, {veths} before");
+        Ok(added.is_empty() && gone.is_empty() && veths_now == veths)
+    })
+    .with_context(|| left.clone())?;
     node.delete(nad)?;
     Ok(())
 }
