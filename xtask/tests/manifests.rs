@@ -53,7 +53,11 @@ fn check_cluster_objects(objects: &[Value], namespace: &str) -> Result<()> {
         let kind = o["kind"].as_str().unwrap_or_default();
         let cluster_scoped = matches!(
             kind,
-            "Namespace" | "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding"
+            "Namespace"
+                | "CustomResourceDefinition"
+                | "ClusterRole"
+                | "ClusterRoleBinding"
+                | "ValidatingWebhookConfiguration"
         );
         if !cluster_scoped {
             ensure!(
@@ -477,6 +481,94 @@ fn thick_tree_renders_and_validates() -> Result<()> {
     );
     let parsed: Value = serde_json::from_str(&config)?;
     ensure!(parsed["socketDir"] == "/host/run/multus/" && parsed["chrootDir"] == "/hostroot");
+    Ok(())
+}
+
+/// Every tree with deploy/admission: the webhook's Service is the tree's, system namespaces
+/// (the tree's own among them) are never sent to it, nothing a tenant sets opts out of it, its
+/// account may do exactly what docs/admission.md lists, and its command is one `multus webhook`
+/// takes.
+#[test]
+fn admission_trees_render_and_validate() -> Result<()> {
+    for (tree, namespace) in [
+        ("base", "multus"),
+        ("thick", "multus"),
+        ("whereabouts", "multus"),
+        ("microshift", "openshift-multus"),
+    ] {
+        let objects = rendered(&format!("admission/{tree}"))?;
+        check_cluster_objects(&objects, namespace)?;
+        let configuration = find(
+            &objects,
+            "ValidatingWebhookConfiguration",
+            "multus-admission",
+        )?;
+        let webhooks = configuration["webhooks"].as_array().context("webhooks")?;
+        ensure!(webhooks.len() == 2, "{tree}: two webhooks");
+        for webhook in webhooks {
+            let service = &webhook["clientConfig"]["service"];
+            ensure!(service["namespace"] == namespace && service["name"] == "multus-admission");
+            ensure!(service["path"] == "/validate" && webhook["failurePolicy"] == "Fail");
+            ensure!(webhook["sideEffects"] == "None" && webhook.get("objectSelector").is_none());
+            let skipped = strings(&webhook["namespaceSelector"]["matchExpressions"][0]["values"]);
+            for system in ["kube-system", "kube-node-lease", namespace] {
+                ensure!(
+                    skipped.contains(&system),
+                    "{tree}: {system} is sent to the webhook"
+                );
+            }
+        }
+        let granted = grants(find(&objects, "ClusterRole", "multus-admission")?)?;
+        ensure!(
+            granted
+                == [
+                    "/nodes:list",
+                    "admissionregistration.k8s.io/validatingwebhookconfigurations[multus-admission]:get",
+                    "admissionregistration.k8s.io/validatingwebhookconfigurations[multus-admission]:patch",
+                    "networking.k8s.io/servicecidrs:list",
+                ],
+            "{tree}: ClusterRole multus-admission grants {granted:?}"
+        );
+        let granted = grants(find(&objects, "Role", "multus-admission")?)?;
+        ensure!(
+            granted
+                == [
+                    "/secrets:create",
+                    "/secrets[multus-admission-tls]:get",
+                    "/secrets[multus-admission-tls]:update",
+                ],
+            "{tree}: Role multus-admission grants {granted:?}"
+        );
+        let deployment = find(&objects, "Deployment", "multus-admission")?;
+        ensure!(deployment["spec"]["replicas"] == 2);
+        let pod = &deployment["spec"]["template"]["spec"];
+        ensure!(pod["securityContext"]["runAsNonRoot"] == true);
+        ensure!(pod["serviceAccountName"] == "multus-admission");
+        ensure!(
+            find(&objects, "PodDisruptionBudget", "multus-admission")?["spec"]["minAvailable"] == 1
+        );
+        // The command is one the webhook takes: it gets past its flags and stops at the
+        // missing credentials, not at a usage error (2).
+        let command = strings(&pod["containers"][0]["command"]);
+        ensure!(
+            command[..2] == ["/usr/bin/multus", "webhook"],
+            "{command:?}"
+        );
+        let out = Command::new(testkit::workspace_binary("multus", "multus"))
+            .args(&command[1..])
+            .args([
+                "--namespace",
+                namespace,
+                "--kubeconfig",
+                "/nonexistent/kubeconfig",
+            ])
+            .output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            out.status.code() == Some(1) && stderr.contains("/nonexistent/kubeconfig"),
+            "{tree}: multus webhook rejects its command: {stderr}"
+        );
+    }
     Ok(())
 }
 

@@ -13,7 +13,7 @@ const FIRST_PAGE: usize = 250;
 /// not keep the caller listing for good.
 const MAX_PAGES: usize = 10_000;
 
-/// A namespaced API resource.
+/// An API resource; `group` is empty for the core group (`/api/v1`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Resource {
     pub group: &'static str,
@@ -70,11 +70,21 @@ fn check_name(what: &str, name: &str) -> Result<(), Cause> {
 }
 
 impl Resource {
+    fn root(&self) -> String {
+        if self.group.is_empty() {
+            format!("/api/{}", self.version)
+        } else {
+            format!("/apis/{}/{}", self.group, self.version)
+        }
+    }
+
     fn collection(&self, namespace: &str) -> String {
-        format!(
-            "/apis/{}/{}/namespaces/{namespace}/{}",
-            self.group, self.version, self.plural
-        )
+        format!("{}/namespaces/{namespace}/{}", self.root(), self.plural)
+    }
+
+    /// A cluster-scoped resource's objects, or a namespaced one's in every namespace.
+    fn everywhere(&self) -> String {
+        format!("{}/{}", self.root(), self.plural)
     }
 }
 
@@ -89,6 +99,19 @@ pub(crate) fn checked_call(
     let checked = check_name("namespace", namespace)
         .and_then(|()| name.map_or(Ok(()), |n| check_name("name", n)));
     match checked {
+        Ok(()) => Ok(call),
+        Err(cause) => Err(K8sError::Request {
+            call: Box::new(call),
+            attempts: 0,
+            cause,
+        }),
+    }
+}
+
+/// The call on a cluster-scoped object, once its name is known to stay one path segment.
+fn cluster_call(verb: &'static str, resource: Resource, name: &str) -> Result<Call, K8sError> {
+    let call = crate::call(verb, resource.plural, "(cluster)", Some(name));
+    match check_name("name", name) {
         Ok(()) => Ok(call),
         Err(cause) => Err(K8sError::Request {
             call: Box::new(call),
@@ -175,11 +198,44 @@ impl KubeClient {
     /// Every object of the resource in every namespace.
     pub fn list_objects_everywhere(&self, resource: Resource) -> Result<Vec<Value>, K8sError> {
         let call = crate::call("list", resource.plural, "(all namespaces)", None);
-        let path = format!(
-            "/apis/{}/{}/{}",
-            resource.group, resource.version, resource.plural
-        );
-        self.list_pages(call, &path, &mut Some)
+        self.list_pages(call, &resource.everywhere(), &mut Some)
+    }
+
+    /// A cluster-scoped object, or `None` when there is none.
+    pub fn get_cluster_object(
+        &self,
+        resource: Resource,
+        name: &str,
+    ) -> Result<Option<Value>, K8sError> {
+        let call = cluster_call("get", resource, name)?;
+        let path = format!("{}/{name}", resource.everywhere());
+        match self.send_json(call, Method::GET, path, "application/json", None) {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A JSON patch of a cluster-scoped object, conditional through its `test` ops.
+    pub fn json_patch_cluster_object(
+        &self,
+        resource: Resource,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Written, K8sError> {
+        let call = cluster_call("patch", resource, name)?;
+        let path = format!("{}/{name}", resource.everywhere());
+        match self.send_json(
+            call,
+            Method::PATCH,
+            path,
+            "application/json-patch+json",
+            Some(patch),
+        ) {
+            Ok(v) => Ok(Written::Done(v)),
+            Err(e) if is_stale(&e) => Ok(Written::Stale),
+            Err(e) => Err(e),
+        }
     }
 
     /// What `keep` makes of every pod of the cluster. It sees each page's pods as they come,

@@ -6,22 +6,25 @@
 mod network;
 mod plugins;
 mod pods;
+pub mod policy;
 mod report;
 
-use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::OnceLock;
 
 use clap::{Args, ValueEnum};
 use ipnet::IpNet;
 use serde_json::Value;
 
 use k8s::NetworkAttachmentDefinition;
-use network::{Context, Network, Reserved, Uplink};
+pub use network::Uplink;
+use network::{Context, Network, Reserved};
 use nodekit::documents::{self, Document};
 use plugins::Plugins;
 use pods::PodMeta;
+pub use policy::Policy;
 pub use report::{Finding, Place, Report, Severity};
 
 #[derive(Args, Debug, Clone)]
@@ -57,6 +60,11 @@ pub struct Options {
     /// The namespace of objects that name none.
     #[arg(long, value_name = "NS", default_value = "default")]
     pub namespace: String,
+    /// The admin's policy, as the admission webhook applies it: a policy file, or the
+    /// ConfigMap that holds it (docs/admission.md). Its podCIDRs and serviceCIDRs, when
+    /// given, replace --pod-cidr and --service-cidr.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +89,25 @@ pub fn run(opts: &Options) -> ExitCode {
 
 pub fn lint(opts: &Options) -> Report {
     let mut report = Report::default();
+    let policy = match &opts.policy {
+        Some(path) => match Policy::read(path) {
+            Ok(policy) => policy,
+            Err(e) => {
+                report.add(
+                    Severity::Error,
+                    "policy",
+                    Place {
+                        file: Some(path.clone()),
+                        ..Place::default()
+                    },
+                    e.to_string(),
+                    "correct the policy: docs/admission.md lists its keys and values",
+                );
+                return report;
+            }
+        },
+        None => Policy::none(),
+    };
     let read = documents::read(&opts.paths);
     for u in read.unreadable {
         let severity = if u.is_error {
@@ -95,58 +122,156 @@ pub fn lint(opts: &Options) -> Report {
         };
         report.add(severity, u.check, place, u.problem, u.fix);
     }
-    let docs = read.documents;
-    let plugins = Plugins::find(&opts.cni_bin_dir).unwrap_or_else(|e| {
-        report.add(
-            Severity::Note,
-            "not-checked",
-            Place::default(),
-            format!("{e}: no plugin's options were checked"),
-            "install cni-plugins beside multus, or name the directory it is in with --cni-bin-dir",
-        );
-        Plugins::without_builtin(&opts.cni_bin_dir)
-    });
-    let ctx = Context {
-        reserved: reserved(opts),
+    let linter = Linter::new(Setting {
+        pod_cidrs: opts.pod_cidrs.clone(),
+        service_cidrs: opts.service_cidrs.clone(),
         uplink: match &opts.default_route_interface {
             Some(name) => Uplink::Given(name.clone()),
-            None => Uplink::FromHost(OnceCell::new()),
+            None => Uplink::FromHost(OnceLock::new()),
         },
         dhcp_broadcast: opts.dhcp_broadcast,
-        plugins: &plugins,
-    };
-    let mut networks = BTreeMap::new();
-    let mut pods = Vec::new();
-    for doc in &docs {
-        match kind_of(doc, &mut report) {
-            Some("NetworkAttachmentDefinition") => {
-                report.nads += 1;
-                if let Some((key, network)) = check_nad(&ctx, doc, opts, &mut report) {
-                    networks.insert(key, network);
-                }
-            }
-            Some(kind) => match pod_meta(doc, kind, opts) {
-                Some(pod) => pods.push(pod),
-                None => report.add(
-                    Severity::Note,
-                    "input",
-                    Place::of(doc),
-                    format!("kind {kind} is neither a NetworkAttachmentDefinition nor a pod (or pod template): ignored"),
-                    "",
-                ),
-            },
-            None => {}
-        }
-    }
-    report.pods = pods.len();
-    for pod in &pods {
-        pods::check(pod, &networks, &mut report);
-    }
+        cni_bin_dir: opts.cni_bin_dir.clone(),
+        namespace: opts.namespace.clone(),
+        policy,
+    });
+    linter.check(&read.documents, &mut report);
     report
 }
 
-/// The CIDRs from the flags, and link-local space.
-fn reserved(opts: &Options) -> Vec<Reserved> {
+/// What the checks know beyond the objects: the cluster, the node and the admin's policy.
+pub struct Setting {
+    /// The cluster's pod networks, unless the policy names them.
+    pub pod_cidrs: Vec<IpNet>,
+    /// The cluster's service networks, unless the policy names them.
+    pub service_cidrs: Vec<IpNet>,
+    pub uplink: Uplink,
+    pub dhcp_broadcast: bool,
+    /// Where plugin binaries are, and `cni-plugins` when it is not beside this binary.
+    pub cni_bin_dir: PathBuf,
+    /// The namespace of objects that name none.
+    pub namespace: String,
+    pub policy: Policy,
+}
+
+/// The checks, set up once (the plugins found, the reserved space known) for any number of
+/// runs: lint's one, or one per admission request.
+pub struct Linter {
+    ctx: Context,
+    namespace: String,
+    /// Why the plugins' own checks cannot run.
+    plugins_missing: Option<String>,
+}
+
+impl Linter {
+    pub fn new(setting: Setting) -> Linter {
+        let (plugins, plugins_missing) = match Plugins::find(&setting.cni_bin_dir) {
+            Ok(plugins) => (plugins, None),
+            Err(e) => (Plugins::without_builtin(&setting.cni_bin_dir), Some(e)),
+        };
+        Linter {
+            ctx: Context {
+                reserved: reserved(&setting),
+                uplink: setting.uplink,
+                dhcp_broadcast: setting.dhcp_broadcast,
+                plugins,
+                policy: setting.policy,
+            },
+            namespace: setting.namespace,
+            plugins_missing,
+        }
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.ctx.policy
+    }
+
+    /// Checks NADs, and pods' networks annotations against the NADs among `docs`.
+    pub fn check(&self, docs: &[Document], report: &mut Report) {
+        if let Some(e) = &self.plugins_missing {
+            report.add(
+                Severity::Note,
+                "not-checked",
+                Place::default(),
+                format!("{e}: no plugin's options were checked"),
+                "install cni-plugins beside multus, or name the directory it is in with --cni-bin-dir",
+            );
+        }
+        let mut networks = BTreeMap::new();
+        let mut pods = Vec::new();
+        for doc in docs {
+            match kind_of(doc, report) {
+                Some("NetworkAttachmentDefinition") => {
+                    report.nads += 1;
+                    if let Some((key, network)) = self.check_nad(doc, report) {
+                        networks.insert(key, network);
+                    }
+                }
+                Some(kind) => match pod_meta(doc, kind, &self.namespace) {
+                    Some(pod) => pods.push(pod),
+                    None => report.add(
+                        Severity::Note,
+                        "input",
+                        Place::of(doc),
+                        format!("kind {kind} is neither a NetworkAttachmentDefinition nor a pod (or pod template): ignored"),
+                        "",
+                    ),
+                },
+                None => {}
+            }
+        }
+        report.pods += pods.len();
+        for pod in &pods {
+            pods::check(pod, &networks, &self.ctx.policy, report);
+        }
+    }
+
+    fn check_nad(
+        &self,
+        doc: &Document,
+        report: &mut Report,
+    ) -> Option<((String, String), Network)> {
+        let mut place = Place::of(doc);
+        place.kind = Some("NetworkAttachmentDefinition".into());
+        let nad: NetworkAttachmentDefinition = match serde_json::from_value(doc.value.clone()) {
+            Ok(nad) => nad,
+            Err(e) => {
+                report.add(
+                    Severity::Error,
+                    "nad",
+                    place,
+                    format!("not a valid NetworkAttachmentDefinition: {e}"),
+                    "spec.config must be a string holding the CNI config's JSON (in YAML, a `|` \
+                     block)",
+                );
+                return None;
+            }
+        };
+        let namespace = nad
+            .metadata
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| self.namespace.clone());
+        let Some(name) = nad.metadata.name.clone().filter(|n| !n.is_empty()) else {
+            report.add(
+                Severity::Error,
+                "nad",
+                place.at("metadata.name"),
+                "the NetworkAttachmentDefinition has no name: pods could not refer to it",
+                "set metadata.name",
+            );
+            return None;
+        };
+        place.object = Some(format!("{namespace}/{name}"));
+        let network = network::check(&self.ctx, &place, &name, &nad.spec.config, report)?;
+        Some(((namespace, name), network))
+    }
+}
+
+/// The cluster's networks (the policy's, else the setting's), the policy's denied subnets,
+/// and link-local space.
+fn reserved(setting: &Setting) -> Vec<Reserved> {
+    let policy = &setting.policy;
     let cluster = |nets: &[IpNet], what, flag| {
         nets.iter()
             .map(move |net| Reserved {
@@ -157,12 +282,31 @@ fn reserved(opts: &Options) -> Vec<Reserved> {
             })
             .collect::<Vec<_>>()
     };
-    let mut reserved = cluster(&opts.pod_cidrs, "the cluster's pod network", "--pod-cidr");
+    let pick = |from_policy: &'_ [IpNet], given: &'_ [IpNet]| {
+        if from_policy.is_empty() {
+            given.to_vec()
+        } else {
+            from_policy.to_vec()
+        }
+    };
+    let pods = pick(&policy.pod_cidrs, &setting.pod_cidrs);
+    let services = pick(&policy.service_cidrs, &setting.service_cidrs);
+    let mut reserved = cluster(
+        &pods,
+        "the cluster's pod network",
+        "--pod-cidr or the policy's podCIDRs",
+    );
     reserved.extend(cluster(
-        &opts.service_cidrs,
+        &services,
         "the cluster's service network",
-        "--service-cidr",
+        "--service-cidr or the policy's serviceCIDRs",
     ));
+    reserved.extend(policy.denied_subnets.iter().map(|net| Reserved {
+        net: net.trunc(),
+        what: "a subnet the policy denies (deniedSubnets)",
+        severity: Severity::Error,
+        flag: None,
+    }));
     for net in ["169.254.0.0/16", "fe80::/10"] {
         if let Ok(net) = net.parse() {
             reserved.push(Reserved {
@@ -194,59 +338,16 @@ fn kind_of<'a>(doc: &'a Document, report: &mut Report) -> Option<&'a str> {
     }
 }
 
-fn namespace_of(meta: Option<&Value>, opts: &Options) -> String {
+fn namespace_of(meta: Option<&Value>, default: &str) -> String {
     meta.and_then(|m| m.get("namespace"))
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
-        .unwrap_or(&opts.namespace)
+        .unwrap_or(default)
         .to_owned()
 }
 
-fn check_nad(
-    ctx: &Context,
-    doc: &Document,
-    opts: &Options,
-    report: &mut Report,
-) -> Option<((String, String), Network)> {
-    let mut place = Place::of(doc);
-    place.kind = Some("NetworkAttachmentDefinition".into());
-    let nad: NetworkAttachmentDefinition = match serde_json::from_value(doc.value.clone()) {
-        Ok(nad) => nad,
-        Err(e) => {
-            report.add(
-                Severity::Error,
-                "nad",
-                place,
-                format!("not a valid NetworkAttachmentDefinition: {e}"),
-                "spec.config must be a string holding the CNI config's JSON (in YAML, a `|` \
-                 block)",
-            );
-            return None;
-        }
-    };
-    let namespace = nad
-        .metadata
-        .namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| opts.namespace.clone());
-    let Some(name) = nad.metadata.name.clone().filter(|n| !n.is_empty()) else {
-        report.add(
-            Severity::Error,
-            "nad",
-            place.at("metadata.name"),
-            "the NetworkAttachmentDefinition has no name: pods could not refer to it",
-            "set metadata.name",
-        );
-        return None;
-    };
-    place.object = Some(format!("{namespace}/{name}"));
-    let network = network::check(ctx, &place, &name, &nad.spec.config, report)?;
-    Some(((namespace, name), network))
-}
-
 /// A pod's metadata, or a workload's pod template's.
-fn pod_meta<'a>(doc: &'a Document, kind: &str, opts: &Options) -> Option<PodMeta<'a>> {
+fn pod_meta<'a>(doc: &'a Document, kind: &str, default_namespace: &str) -> Option<PodMeta<'a>> {
     let meta = doc.value.get("metadata");
     let (meta_path, pod_meta) = if kind == "Pod" {
         ("metadata", meta?)
@@ -256,7 +357,7 @@ fn pod_meta<'a>(doc: &'a Document, kind: &str, opts: &Options) -> Option<PodMeta
             doc.value.get("spec")?.get("template")?.get("metadata")?,
         )
     };
-    let namespace = namespace_of(meta, opts);
+    let namespace = namespace_of(meta, default_namespace);
     let name = meta
         .and_then(|m| m.get("name"))
         .and_then(Value::as_str)

@@ -4,9 +4,9 @@
 //! with the cluster's, a default route that takes the pod away from the cluster network, a
 //! gateway outside its subnet, ipvlan with DHCP replies that cannot arrive.
 
-use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use cni::keys::UnknownKey;
 use cni::{NetConfList, Version};
@@ -14,6 +14,7 @@ use ipnet::IpNet;
 use serde_json::{json, Map, Value};
 
 use super::plugins::Plugins;
+use super::policy::Policy;
 use super::report::{Place, Report, Severity};
 
 /// Address space a NAD's ranges and routes must stay out of.
@@ -26,31 +27,45 @@ pub struct Reserved {
     pub flag: Option<&'static str>,
 }
 
-/// What the checks need to know about the node and the cluster.
-pub struct Context<'a> {
+/// What the checks need to know about the node, the cluster and the admin's policy.
+pub struct Context {
     pub reserved: Vec<Reserved>,
     /// The interface that carries the node's default route.
     pub uplink: Uplink,
     /// The dhcp daemon runs with `-broadcast`.
     pub dhcp_broadcast: bool,
-    pub plugins: &'a Plugins,
+    pub plugins: Plugins,
+    pub policy: Policy,
 }
 
-/// The node's uplink: given on the command line, or read from this host's routes (read-only)
-/// the first time a master is checked.
+/// The node's uplink: given on the command line, read from this host's routes (read-only)
+/// the first time a master is checked, or unknown (the admission webhook serves every node).
 pub enum Uplink {
     Given(String),
-    FromHost(OnceCell<Result<Option<String>, String>>),
+    FromHost(OnceLock<Result<Option<String>, String>>),
+    Unknown,
+}
+
+/// The uplink, when it can be known.
+enum UplinkIs<'a> {
+    Named(&'a str),
+    /// This host has no default route.
+    Absent,
+    Unreadable(&'a str),
+    /// Not this tool's to know.
+    Unknown,
 }
 
 impl Uplink {
-    fn get(&self) -> Result<Option<&str>, &str> {
+    fn get(&self) -> UplinkIs<'_> {
         match self {
-            Uplink::Given(name) => Ok(Some(name)),
+            Uplink::Given(name) => UplinkIs::Named(name),
             Uplink::FromHost(cell) => match cell.get_or_init(host_uplink) {
-                Ok(name) => Ok(name.as_deref()),
-                Err(e) => Err(e),
+                Ok(Some(name)) => UplinkIs::Named(name),
+                Ok(None) => UplinkIs::Absent,
+                Err(e) => UplinkIs::Unreadable(e),
             },
+            Uplink::Unknown => UplinkIs::Unknown,
         }
     }
 }
@@ -265,12 +280,25 @@ impl Plugin<'_> {
             return;
         };
         self.check_options(ctx, plugin_type, report);
+        self.check_policy(ctx, plugin_type, report);
         let ipam = self.conf.get("ipam").and_then(Value::as_object);
         let ipam_type = ipam
             .and_then(|i| i.get("type"))
             .and_then(Value::as_str)
             .filter(|t| !t.is_empty());
         if let Some(t) = ipam_type {
+            if !ctx.policy.allows_ipam_type(t) {
+                report.add(
+                    Severity::Error,
+                    "policy-ipam-type",
+                    self.key("ipam.type"),
+                    format!(
+                        "ipam type {t:?} is not on the policy's allowedIpamTypes ({})",
+                        ctx.policy.allowed_ipam_types.join(", ")
+                    ),
+                    "use an allowed IPAM type, or ask the cluster's admin to allow this one",
+                );
+            }
             if t == "whereabouts" {
                 self.check_whereabouts(report);
             } else if !ctx.plugins.is_builtin(t) {
@@ -341,7 +369,7 @@ impl Plugin<'_> {
     /// The plugin's own checks: `cni-plugins validate` for a built-in type, the VERSION answer
     /// for another binary in the bin dir.
     fn check_options(&self, ctx: &Context, plugin_type: &str, report: &mut Report) {
-        let plugins = ctx.plugins;
+        let plugins = &ctx.plugins;
         if plugins.is_builtin(plugin_type) {
             let config = Value::Object(self.conf.clone()).to_string();
             match plugins.validate(plugin_type, config.as_bytes()) {
@@ -408,6 +436,58 @@ impl Plugin<'_> {
         );
     }
 
+    /// The admin's policy on the plugin's type and the interface it takes from the node.
+    fn check_policy(&self, ctx: &Context, plugin_type: &str, report: &mut Report) {
+        let policy = &ctx.policy;
+        if !policy.allows_type(plugin_type) {
+            report.add(
+                Severity::Error,
+                "policy-type",
+                self.key("type"),
+                format!(
+                    "plugin type {plugin_type:?} is not on the policy's allowedTypes ({})",
+                    policy.allowed_types.join(", ")
+                ),
+                "use an allowed plugin type, or ask the cluster's admin to allow this one",
+            );
+        }
+        // host-device moves `device` into the pod; the others build on `master`.
+        let key = if plugin_type == "host-device" {
+            "device"
+        } else {
+            "master"
+        };
+        let Some(name) = self.str(key) else { return };
+        if let Some(why) = policy.refuses_master(name) {
+            report.add(
+                Severity::Error,
+                "policy-master",
+                self.key(key),
+                format!("{key} {name:?} is refused: {why}"),
+                format!(
+                    "name an interface the policy allows as {key}, or ask the cluster's admin to \
+                     allow this one"
+                ),
+            );
+        }
+        if key == "device" {
+            if let UplinkIs::Named(uplink) = ctx.uplink.get() {
+                if uplink == name {
+                    report.add(
+                        Severity::Error,
+                        "device-default-route",
+                        self.key(key),
+                        format!(
+                            "device {name:?} carries the node's default route: host-device \
+                             moves it into the pod, and the node loses its network"
+                        ),
+                        "name a device meant for pods (a second NIC, a VF)",
+                    );
+                }
+            }
+        }
+    }
+
     fn check_master(&self, ctx: &Context, plugin_type: &str, report: &mut Report) {
         if self.conf.get("linkInContainer").and_then(Value::as_bool) == Some(true) {
             return;
@@ -418,8 +498,8 @@ impl Plugin<'_> {
             return;
         }
         let uplink = match ctx.uplink.get() {
-            Ok(Some(uplink)) => uplink,
-            Ok(None) => {
+            UplinkIs::Named(uplink) => uplink,
+            UplinkIs::Absent => {
                 report.add(
                     Severity::Note,
                     "not-checked",
@@ -429,7 +509,7 @@ impl Plugin<'_> {
                 );
                 return;
             }
-            Err(e) => {
+            UplinkIs::Unreadable(e) => {
                 report.add(
                     Severity::Note,
                     "not-checked",
@@ -439,6 +519,8 @@ impl Plugin<'_> {
                 );
                 return;
             }
+            // The node checks it at ADD.
+            UplinkIs::Unknown => return,
         };
         let problem = match master {
             Some(m) if m == uplink => format!(
@@ -453,8 +535,17 @@ impl Plugin<'_> {
                  node's uplink network"
             ),
         };
+        let (severity, problem) = if ctx.policy.denies_uplink() {
+            let why = format!(
+                "{problem}; the policy's deniedMasters has \"{}\"",
+                super::policy::UPLINK
+            );
+            (Severity::Error, why)
+        } else {
+            (Severity::Warning, problem)
+        };
         report.add(
-            Severity::Warning,
+            severity,
             "master-default-route",
             self.key("master"),
             problem,
@@ -600,8 +691,14 @@ impl Ipam<'_> {
             };
             let key = format!("routes[{i}].dst");
             if dst.prefix_len() == 0 {
+                let severity = ctx.policy.default_route_severity();
+                let denied = if severity == Severity::Error {
+                    " The admin's policy denies it (defaultRoute: deny)."
+                } else {
+                    ""
+                };
                 report.add(
-                    Severity::Warning,
+                    severity,
                     "ipam-default-route",
                     self.at(&key),
                     format!(
@@ -609,7 +706,7 @@ impl Ipam<'_> {
                          cluster network's default route in the pod. This multus puts it \
                          behind the cluster network's (a higher metric, with a \
                          SecondaryDefaultRoute event); under the reference multus it takes \
-                         the pod's traffic to the internet and other nodes"
+                         the pod's traffic to the internet and other nodes.{denied}"
                     ),
                     "remove it, and list only the subnets this network reaches; if the pod \
                      really should use this network by default, ask for it in the pod's \

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::network::Network;
+use super::policy::Policy;
 use super::report::{Place, Report, Severity};
 use npwg::selection::{self, NETWORKS_ANNOTATION};
 
@@ -18,8 +19,14 @@ pub struct PodMeta<'a> {
 }
 
 /// A pod asking for `ips` or `mac` on a network none of whose plugins declares the capability
-/// is refused by multus: the request would be lost.
-pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, report: &mut Report) {
+/// is refused by multus: the request would be lost. A pod referencing another namespace's NAD
+/// needs the policy's leave.
+pub fn check(
+    pod: &PodMeta,
+    networks: &BTreeMap<(String, String), Network>,
+    policy: &Policy,
+    report: &mut Report,
+) {
     let Some(text) = pod
         .meta
         .get("annotations")
@@ -50,6 +57,27 @@ pub fn check(pod: &PodMeta, networks: &BTreeMap<(String, String), Network>, repo
             return;
         }
     };
+    if !policy.allows_cross_namespace_from(&pod.namespace) {
+        for (i, s) in selections.iter().enumerate() {
+            if s.namespace != pod.namespace {
+                report.add(
+                    Severity::Error,
+                    "policy-cross-namespace",
+                    pod.place.at(format!("{key}[{i}]")),
+                    format!(
+                        "the pod, in namespace {:?}, references {}/{}: the policy's \
+                         crossNamespaceFrom does not list {:?}",
+                        pod.namespace, s.namespace, s.name, pod.namespace
+                    ),
+                    format!(
+                        "reference a NetworkAttachmentDefinition in {:?}, or ask the cluster's \
+                         admin to add the namespace to crossNamespaceFrom",
+                        pod.namespace
+                    ),
+                );
+            }
+        }
+    }
     let requests = selections
         .iter()
         .enumerate()

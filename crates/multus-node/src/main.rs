@@ -40,6 +40,9 @@ enum Tool {
     /// Check NetworkAttachmentDefinition files before they are applied: exit 0 clean, 1
     /// warnings, 2 errors.
     Lint(lint::Options),
+    /// The admission webhook: multus lint's checks and the admin's policy applied to
+    /// NetworkAttachmentDefinitions and pods at the API server (docs/admission.md).
+    Webhook(admission::Options),
     /// The whereabouts IPAM plugin's tools (also reached through the `whereabouts` link).
     #[command(subcommand)]
     Whereabouts(whereabouts_tools::Tool),
@@ -74,6 +77,8 @@ enum ToolError {
     Whereabouts(#[from] whereabouts_tools::ToolError),
     #[error("multus-daemon: {0}")]
     Daemon(#[from] thick::daemon::StartError),
+    #[error("multus webhook: {0}")]
+    Webhook(#[from] admission::WebhookError),
 }
 
 impl ToolError {
@@ -133,6 +138,7 @@ fn run() -> Result<ExitCode, ToolError> {
             Tool::Install(opts) => Ok(install::run(opts)?),
             Tool::Try(opts) => Ok(tryout::run(opts)?),
             Tool::Lint(opts) => Ok(lint::run(opts)),
+            Tool::Webhook(opts) => Ok(admission::run(opts)?),
             Tool::Whereabouts(tool) => Ok(whereabouts_tools::run(tool)?),
             Tool::Daemon { args } => Ok(thick::daemon::run(args, VERSION)?),
         },

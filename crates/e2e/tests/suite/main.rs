@@ -3,6 +3,7 @@
 // A test's helpers fail it by panicking, with what they were doing.
 #![allow(clippy::expect_used)]
 
+mod admission;
 mod containerd_one;
 mod deploy_trees;
 mod failures;

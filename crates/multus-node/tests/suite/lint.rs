@@ -963,3 +963,89 @@ fn ips_reach_static_ipam_without_the_capability() {
         run.stdout
     );
 }
+
+/// `--policy`: the shipped policy (deploy/admission's ConfigMap) makes a master on the uplink
+/// an error; a policy of the admin's own denies types, masters, default routes, subnets and
+/// other namespaces' NADs, each named as a finding of its own.
+#[test]
+fn a_policy_turns_what_it_denies_into_errors() {
+    let shipped = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/admission/component/policy.yaml"
+    );
+    let on_uplink = macvlan("eth0", host_local("192.168.1.0/24"));
+    let run = lint_config(&on_uplink, &[]);
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    assert_eq!(run.only("master-default-route")["severity"], "warning");
+    let run = lint_config(&on_uplink, &["--policy", shipped]);
+    assert_eq!(run.status, 2, "{}", run.stdout);
+    let finding = run.only("master-default-route");
+    assert_eq!(finding["severity"], "error");
+    says(&finding, "the policy's deniedMasters has \"@uplink\"");
+
+    let files = Files::new();
+    let policy = files.write(
+        "policy.yaml",
+        "allowedTypes: [macvlan, bridge]\nallowedIpamTypes: [host-local]\n\
+         allowedMasters: [\"eth1.*\"]\ndeniedMasters: [eth1.13]\ndefaultRoute: deny\n\
+         deniedSubnets: [192.168.0.0/16]\ncrossNamespaceFrom: [infra]\n",
+    );
+    let config = json!({"cniVersion": "1.0.0", "type": "ipvlan", "master": "eth1.13",
+        "ipam": {"type": "static", "addresses": [{"address": "192.168.3.4/24"}],
+                 "routes": [{"dst": "0.0.0.0/0", "gw": "192.168.3.1"}]}});
+    let run = lint_config(&config, &["--policy", &policy]);
+    assert_eq!(run.status, 2, "{}", run.stdout);
+    says(
+        &run.only("policy-type"),
+        "\"ipvlan\" is not on the policy's allowedTypes",
+    );
+    says(
+        &run.only("policy-ipam-type"),
+        "\"static\" is not on the policy's allowedIpamTypes",
+    );
+    says(&run.only("policy-master"), "deniedMasters has \"eth1.13\"");
+    assert_eq!(run.only("ipam-default-route")["severity"], "error");
+    says(&run.only("reserved-overlap"), "a subnet the policy denies");
+    let other = macvlan("eth1.7", host_local("10.99.0.0/24"));
+    let run = lint_config(&other, &["--policy", &policy]);
+    assert_eq!(run.status, 0, "{}", run.stdout);
+    let run = lint_config(
+        &macvlan("eth2", host_local("10.99.0.0/24")),
+        &["--policy", &policy],
+    );
+    says(
+        &run.only("policy-master"),
+        "not on the policy's allowedMasters (eth1.*)",
+    );
+
+    let pod_file = files.write(
+        "pod.yaml",
+        &pod("p", &json!([{"name": "net", "namespace": "infra"}])),
+    );
+    let run = lint(&["--output", "json", "--policy", &policy, &pod_file]);
+    assert_eq!(run.status, 2, "{}", run.stdout);
+    says(&run.only("policy-cross-namespace"), "references infra/net");
+}
+
+/// A policy that cannot be read is the one finding: nothing is checked against half a policy.
+#[test]
+fn a_broken_policy_is_an_error_naming_it() {
+    let files = Files::new();
+    let policy = files.write("policy.yaml", "allowedType: [macvlan]\n");
+    let run = lint_config(
+        &macvlan("eth1", host_local("10.99.0.0/24")),
+        &["--policy", &policy],
+    );
+    assert_eq!(run.status, 2, "{}", run.stdout);
+    let finding = run.only("policy");
+    says(&finding, "allowedType");
+    assert_eq!(run.findings().len(), 1, "{}", run.stdout);
+    let run = lint_config(
+        &macvlan("eth1", host_local("10.99.0.0/24")),
+        &["--policy", "/nonexistent/p.yaml"],
+    );
+    says(
+        &run.only("policy"),
+        "cannot read the policy /nonexistent/p.yaml",
+    );
+}
