@@ -126,11 +126,13 @@ pub fn run(opts: &Options) -> Result<ExitCode, WebhookError> {
         .or_else(|| std::env::var("POD_NAMESPACE").ok())
         .filter(|n| !n.is_empty())
         .ok_or(WebhookError::NoNamespace)?;
-    // One client for the certificate's rounds, one for the checks' lists.
+    // One client for the certificate's rounds, one for the checks' lists. A round that
+    // fails is tried again at the next one, so a call is not retried within it.
     let client = || {
         KubeClient::new(&ClientOptions {
             kubeconfig: opts.kubeconfig.clone(),
             keep_alive: KeepAlive::Process,
+            retries: 0,
             ..ClientOptions::default()
         })
     };
@@ -323,6 +325,8 @@ struct Checks {
     cni_bin_dir: PathBuf,
     /// The policy and networks the current linter was built from.
     built: Option<(Policy, Vec<IpNet>, Vec<IpNet>)>,
+    /// The last failed list, said once until it changes.
+    list_failed: std::cell::RefCell<Option<String>>,
 }
 
 impl Checks {
@@ -333,6 +337,7 @@ impl Checks {
             flags: (opts.pod_cidrs.clone(), opts.service_cidrs.clone()),
             cni_bin_dir: opts.cni_bin_dir.clone(),
             built: None,
+            list_failed: std::cell::RefCell::new(None),
         }
     }
 
@@ -373,7 +378,12 @@ impl Checks {
                     nets
                 }
                 Err(e) => {
-                    eprintln!("multus webhook: {e}");
+                    let said = e.to_string();
+                    let mut last = self.list_failed.borrow_mut();
+                    if last.as_ref() != Some(&said) {
+                        eprintln!("multus webhook: {said}: the flags' networks stand in");
+                        *last = Some(said);
+                    }
                     Vec::new()
                 }
             }

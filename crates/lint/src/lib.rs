@@ -106,7 +106,7 @@ pub fn lint(opts: &Options) -> Report {
                 return report;
             }
         },
-        None => Policy::none(),
+        None => Policy::default(),
     };
     let read = documents::read(&opts.paths);
     for u in read.unreadable {
@@ -174,6 +174,7 @@ impl Linter {
                 uplink: setting.uplink,
                 dhcp_broadcast: setting.dhcp_broadcast,
                 plugins,
+                ask_plugins: true,
                 policy: setting.policy,
             },
             namespace: setting.namespace,
@@ -181,8 +182,44 @@ impl Linter {
         }
     }
 
+    /// The policy's checks as the node applies them at a pod's ADD: no plugin is run, the
+    /// uplink is this host's, and the cluster's networks are the policy's or `cluster_cidrs`.
+    pub fn policy_only(policy: Policy, cluster_cidrs: Vec<IpNet>) -> Linter {
+        let setting = Setting {
+            pod_cidrs: cluster_cidrs,
+            service_cidrs: Vec::new(),
+            uplink: Uplink::FromHost(OnceLock::new()),
+            dhcp_broadcast: false,
+            cni_bin_dir: PathBuf::new(),
+            namespace: String::new(),
+            policy,
+        };
+        Linter {
+            ctx: Context {
+                reserved: reserved(&setting),
+                uplink: setting.uplink,
+                dhcp_broadcast: setting.dhcp_broadcast,
+                plugins: Plugins::without_builtin(&setting.cni_bin_dir),
+                ask_plugins: false,
+                policy: setting.policy,
+            },
+            namespace: setting.namespace,
+            plugins_missing: None,
+        }
+    }
+
     pub fn policy(&self) -> &Policy {
         &self.ctx.policy
+    }
+
+    /// Checks one network's config, `network` naming it in the findings.
+    pub fn check_config(&self, network: &str, config: &str, report: &mut Report) {
+        let place = Place {
+            kind: Some("NetworkAttachmentDefinition".into()),
+            object: Some(network.to_owned()),
+            ..Place::default()
+        };
+        network::check(&self.ctx, &place, network, config, report);
     }
 
     /// Checks NADs, and pods' networks annotations against the NADs among `docs`.

@@ -35,6 +35,8 @@ pub struct Context {
     /// The dhcp daemon runs with `-broadcast`.
     pub dhcp_broadcast: bool,
     pub plugins: Plugins,
+    /// Whether the plugins are asked about their options (an exec each): not at a pod's ADD.
+    pub ask_plugins: bool,
     pub policy: Policy,
 }
 
@@ -279,7 +281,9 @@ impl Plugin<'_> {
             );
             return;
         };
-        self.check_options(ctx, plugin_type, report);
+        if ctx.ask_plugins {
+            self.check_options(ctx, plugin_type, report);
+        }
         self.check_policy(ctx, plugin_type, report);
         let ipam = self.conf.get("ipam").and_then(Value::as_object);
         let ipam_type = ipam
@@ -301,7 +305,7 @@ impl Plugin<'_> {
             }
             if t == "whereabouts" {
                 self.check_whereabouts(report);
-            } else if !ctx.plugins.is_builtin(t) {
+            } else if ctx.ask_plugins && !ctx.plugins.is_builtin(t) {
                 report.add(
                     Severity::Note,
                     "not-checked",

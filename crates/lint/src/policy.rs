@@ -32,8 +32,9 @@ pub struct Policy {
     #[serde(default)]
     pub allowed_masters: Vec<String>,
     /// Masters and parents never allowed, in the same form; `@uplink` is each node's uplink,
-    /// checked where the uplink is known.
-    #[serde(default = "uplink_only")]
+    /// checked where the uplink is known. None by default: pods on the node's own LAN
+    /// (macvlan on `eth0`) are what upstream's documentation shows.
+    #[serde(default)]
     pub denied_masters: Vec<String>,
     /// The cluster's pod networks, when they cannot be found from the cluster.
     #[serde(default, rename = "podCIDRs")]
@@ -63,10 +64,6 @@ pub enum DefaultRoute {
     Deny,
 }
 
-fn uplink_only() -> Vec<String> {
-    vec![UPLINK.to_owned()]
-}
-
 fn every_namespace() -> Vec<String> {
     vec!["*".to_owned()]
 }
@@ -77,7 +74,7 @@ impl Default for Policy {
             allowed_types: Vec::new(),
             allowed_ipam_types: Vec::new(),
             allowed_masters: Vec::new(),
-            denied_masters: uplink_only(),
+            denied_masters: Vec::new(),
             pod_cidrs: Vec::new(),
             service_cidrs: Vec::new(),
             denied_subnets: Vec::new(),
@@ -100,14 +97,6 @@ pub enum PolicyError {
 }
 
 impl Policy {
-    /// No policy: lint's own checks alone (`multus lint` without `--policy`).
-    pub fn none() -> Policy {
-        Policy {
-            denied_masters: Vec::new(),
-            ..Policy::default()
-        }
-    }
-
     /// A policy document, or a ConfigMap holding one under [`CONFIGMAP_KEY`]; `origin` names
     /// it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Policy, PolicyError> {

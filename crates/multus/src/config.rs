@@ -150,6 +150,9 @@ pub struct TenantPolicy {
     /// `allowClusterInterfaces`: let a secondary network attach to the cluster network's own
     /// bridge or host interfaces.
     pub allow_cluster_interfaces: bool,
+    /// `admissionPolicy`: the admission webhook's policy file, applied again at ADD to every
+    /// network from a NAD (one created before the webhook, or while it was down).
+    pub admission_policy: Option<PathBuf>,
 }
 
 /// The host ports a pod's annotation may map without a `hostPortRanges`: none of the
@@ -164,6 +167,7 @@ impl Default for TenantPolicy {
             allow_cluster_routes: false,
             allow_cluster_addresses: false,
             allow_cluster_interfaces: false,
+            admission_policy: None,
         }
     }
 }
@@ -347,6 +351,7 @@ struct Keys {
     allow_cluster_routes: Option<bool>,
     allow_cluster_addresses: Option<bool>,
     allow_cluster_interfaces: Option<bool>,
+    admission_policy: Option<String>,
 }
 
 /// A text key, as upstream reads it: empty is the same as absent.
@@ -448,8 +453,8 @@ impl Keys {
         })
     }
 
-    /// `hostPortRanges`, `clusterCIDRs` and the `allowCluster*` keys: what a tenant's NAD or
-    /// annotation may ask of the node.
+    /// `hostPortRanges`, `clusterCIDRs`, the `allowCluster*` keys and `admissionPolicy`: what a
+    /// tenant's NAD or annotation may ask of the node.
     fn policy(&self) -> Result<TenantPolicy> {
         let host_ports = match &self.host_port_ranges {
             None => vec![DEFAULT_HOST_PORTS],
@@ -483,6 +488,7 @@ impl Keys {
             allow_cluster_routes: self.allow_cluster_routes.unwrap_or(false),
             allow_cluster_addresses: self.allow_cluster_addresses.unwrap_or(false),
             allow_cluster_interfaces: self.allow_cluster_interfaces.unwrap_or(false),
+            admission_policy: path(self.admission_policy.clone()),
         })
     }
 }

@@ -48,6 +48,14 @@ pub enum Error {
         ifname: String,
         msg: String,
     },
+    /// A network the admission policy denies, refused on the node.
+    #[error("network {network} on interface {ifname}: refused by the admission policy {}: {msg}", policy.display())]
+    Refused {
+        network: String,
+        ifname: String,
+        policy: std::path::PathBuf,
+        msg: String,
+    },
     /// The kubelet's device checkpoint, read for a network whose NAD names a resource.
     #[error("network {network}: {source}")]
     Checkpoint {
@@ -135,6 +143,7 @@ impl Error {
             | Error::NetworkNotFound(_)
             | Error::Isolation { .. }
             | Error::Request { .. }
+            | Error::Refused { .. }
             | Error::NoDevice { .. } => Code::InvalidConfig as u32,
             Error::Network { source, .. } | Error::Delegate { source, .. } | Error::Cni(source) => {
                 source.code

@@ -67,11 +67,15 @@ pub fn write_status(inv: &Invocation, plan: &Plan, statuses: &[NetworkStatus]) -
     }
 }
 
-/// The event of a plan that named a NAD which does not exist: ADD fails with it, DEL deletes
-/// what it can know without it.
+/// The event of a plan that named a NAD which does not exist (ADD fails with it, DEL deletes
+/// what it can know without it), or that the admission policy refused.
 pub fn unresolved(inv: &Invocation, e: &Error) {
-    if let Error::NetworkNotFound(msg) = e {
-        inv.event(inv.pod_read(), Reason::NoNetworkFound, msg);
+    match e {
+        Error::NetworkNotFound(msg) => inv.event(inv.pod_read(), Reason::NoNetworkFound, msg),
+        Error::Refused { .. } => {
+            inv.event(inv.pod_read(), Reason::NetworkRefused, &e.to_string());
+        }
+        _ => {}
     }
 }
 

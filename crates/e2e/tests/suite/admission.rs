@@ -16,6 +16,11 @@ const TROUBLEMAKER: &str = r#"{"cniVersion": "0.3.1", "type": "macvlan", "master
   "ipam": {"type": "host-local", "subnet": "10.42.0.0/24",
            "routes": [{"dst": "0.0.0.0/0", "gw": "10.42.0.100"}]}}"#;
 
+/// A NAD with a default route, which the test's policy denies.
+const SNEAKY: &str = r#"{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-sneaky",
+  "ipam": {"type": "host-local", "subnet": "192.168.88.0/24",
+           "routes": [{"dst": "0.0.0.0/0", "gw": "192.168.88.1"}]}}"#;
+
 fn nad(name: &str, config: &str) -> Value {
     json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
            "metadata": {"name": name, "namespace": "default"},
@@ -29,7 +34,7 @@ fn clean_config(i: usize) -> String {
 }
 
 /// deploy/admission/base as a user applies it, with the webhook's rounds and certificate
-/// made short enough to see a renewal within the test.
+/// made short enough to see a renewal within the test, and a policy that denies default routes.
 fn admission_objects() -> Result<Vec<Value>> {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/admission/base");
     let out = Command::new("kubectl").args(["kustomize", dir]).output()?;
@@ -48,6 +53,9 @@ fn admission_objects() -> Result<Vec<Value>> {
             for arg in ["--certificate-lifetime", "150", "--interval", "3"] {
                 command.push(arg.into());
             }
+        }
+        if o["kind"] == "ConfigMap" && o["metadata"]["name"] == "multus-admission-policy" {
+            o["data"]["policy.yaml"] = "defaultRoute: deny\n".into();
         }
     }
     Ok(objects)
@@ -183,13 +191,18 @@ fn the_webhook_refuses_harm_and_warns_at_kubectl_apply() -> Result<()> {
 
     // Only warnings: admitted, and kubectl prints them.
     let warned = r#"{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-adm",
-      "ipam": {"type": "host-local", "subnet": "192.168.77.0/24",
-               "routes": [{"dst": "0.0.0.0/0", "gw": "192.168.77.1"}]}}"#;
+      "ipam": {"type": "host-local", "subnet": "192.168.77.0/24", "gateway": "192.168.78.1"}}"#;
     let (ok, text) = apply(&node, &[nad("warned", warned)], &[])?;
     ensure!(ok, "the NAD with warnings was refused: {text}");
     ensure!(
-        text.contains("Warning: spec.config.ipam.routes[0].dst [ipam-default-route]"),
+        text.contains("Warning: spec.config.ipam.gateway [gateway-outside-range]"),
         "no warning printed: {text}"
+    );
+    // This test's policy denies default routes.
+    let (ok, text) = apply(&node, &[nad("sneaky", SNEAKY)], &[])?;
+    ensure!(
+        !ok && text.contains("[ipam-default-route]") && text.contains("defaultRoute: deny"),
+        "{text}"
     );
     node.kubectl(&["delete", "net-attach-def", "warned"])?;
 

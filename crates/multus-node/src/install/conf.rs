@@ -237,6 +237,10 @@ impl<'a> Generator<'a> {
         if !o.host_port_ranges.is_empty() {
             multus.insert("hostPortRanges".into(), json!(o.host_port_ranges));
         }
+        if o.admission_policy.is_some() {
+            let path = super::admission::AdmissionPolicy::host_path(o);
+            multus.insert("admissionPolicy".into(), json!(path));
+        }
         multus.insert("kubeconfig".into(), json!(o.multus_kubeconfig_file_host));
         let mut delegate = delegate;
         if o.force_cni_version {

@@ -35,15 +35,8 @@ impl<'a> Kubeconfig<'a> {
         update(&dir, KUBECONFIG, self.render()?.as_bytes(), 0o600)
     }
 
-    /// `multus.d`, made when missing. It holds the node's credentials: a symlink in its place
-    /// is refused, not followed.
     fn dir(&self) -> Result<Dir, InstallError> {
-        let conf_dir = &self.opts.cni_conf_dir;
-        let path = conf_dir.join(DIR);
-        Dir::open(conf_dir)
-            .map_err(InstallError::io("open", conf_dir))?
-            .open_or_create_dir(DIR, 0o755)
-            .map_err(InstallError::io("open", &path))
+        multus_d(self.opts)
     }
 
     fn render(&self) -> Result<String, InstallError> {
@@ -102,12 +95,31 @@ current-context: multus-context
     }
 }
 
+/// `multus.d`, made when missing. It holds the node's credentials: a symlink in its place is
+/// refused, not followed.
+pub fn multus_d(opts: &Options) -> Result<Dir, InstallError> {
+    let conf_dir = &opts.cni_conf_dir;
+    let path = conf_dir.join(DIR);
+    Dir::open(conf_dir)
+        .map_err(InstallError::io("open", conf_dir))?
+        .open_or_create_dir(DIR, 0o755)
+        .map_err(InstallError::io("open", &path))
+}
+
+/// Where a file of `multus.d` is on the host, where multus reads it.
+pub fn host_path(opts: &Options, name: &str) -> std::path::PathBuf {
+    opts.multus_kubeconfig_file_host
+        .parent()
+        .unwrap_or(Path::new("/"))
+        .join(name)
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, InstallError> {
     std::fs::read(path).map_err(InstallError::io("read the service account's", path))
 }
 
 /// Replaces `name` in `dir` with `bytes` unless it is a file holding them already.
-fn update(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<(), InstallError> {
+pub fn update(dir: &Dir, name: &str, bytes: &[u8], mode: u32) -> Result<(), InstallError> {
     if super::holds(dir, name, bytes) {
         return Ok(());
     }

@@ -3,6 +3,7 @@
 //! multus uses and `00-multus.conf` around the node's primary network, and keeps them current
 //! until it is told to stop.
 
+mod admission;
 mod binaries;
 mod conf;
 mod kubeconfig;
@@ -131,6 +132,10 @@ pub struct Options {
     /// multus config).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     pub binaries_only: bool,
+    /// The admission webhook's policy (its ConfigMap, as mounted): copied to multus.d and
+    /// applied by multus at every ADD (`admissionPolicy`), followed as it changes.
+    #[arg(long, value_name = "FILE")]
+    pub admission_policy: Option<PathBuf>,
     /// How long to wait for the primary network's config and the readiness file, in seconds.
     #[arg(long, default_value_t = 300)]
     pub wait_timeout: u64,
@@ -225,6 +230,13 @@ pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
     if opts.whereabouts_flat_file {
         whereabouts::write_flat_file(opts)?;
     }
+    let mut admission = opts
+        .admission_policy
+        .as_deref()
+        .map(admission::AdmissionPolicy::new);
+    if let Some(policy) = admission.as_mut() {
+        policy.install(opts)?;
+    }
 
     let mut multus_conf = if opts.multus_conf_file == "auto" {
         let deadline = Instant::now() + Duration::from_secs(opts.wait_timeout);
@@ -253,6 +265,9 @@ pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
         // A failed pass is logged and retried: the DaemonSet must keep the node configured.
         if let Err(e) = kube.refresh() {
             nodelog::error!("multus install: kubeconfig: {e}");
+        }
+        if let Some(policy) = admission.as_mut() {
+            policy.refresh(opts);
         }
         if let Some(generator) = multus_conf.as_mut() {
             if let Err(e) = generator.refresh() {

@@ -945,3 +945,43 @@ fn the_tenant_policy_flags_go_into_the_multus_config() {
         assert!(!fresh.conf_dir().join("00-multus.conf").exists(), "{bad}");
     }
 }
+
+/// `--admission-policy`: the policy is copied to multus.d and named in the config; a change is
+/// followed; a policy that does not read leaves the copy in force (said once), and at the first
+/// pass, with no copy yet, stops the installer before any config names it.
+#[test]
+fn the_admission_policy_is_copied_followed_and_never_replaced_by_a_broken_one() {
+    let node = Node::new();
+    node.write_conf("10-bridge.conf", &bridge_conf());
+    let policy = node.root.path().join("policy.yaml");
+    std::fs::write(&policy, "allowedTypes: [bridge]\n").unwrap();
+
+    let broken = node.root.path().join("broken.yaml");
+    std::fs::write(&broken, "allowedType: [bridge]\n").unwrap();
+    let out = node.install(&[&format!("--admission-policy={}", broken.display())]);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && log.contains("allowedType"), "{log}");
+    assert!(node.multus_files().is_empty(), "a config was written: {log}");
+
+    let flag = format!("--admission-policy={}", policy.display());
+    let installer = node.spawn(&[&flag]);
+    let copy = node.file("multus.d/admission-policy.yaml");
+    wait_until("the policy is copied", || {
+        std::fs::read_to_string(&copy).is_ok_and(|t| t == "allowedTypes: [bridge]\n")
+    });
+    wait_until("00-multus.conf names it", || node.file("00-multus.conf").exists());
+    assert_eq!(
+        node.multus_conf()["admissionPolicy"],
+        "/etc/cni/net.d/multus.d/admission-policy.yaml"
+    );
+    std::fs::write(&policy, "allowedTypes: [bridge, macvlan]\n").unwrap();
+    wait_until("the change is copied", || {
+        std::fs::read_to_string(&copy).is_ok_and(|t| t.contains("macvlan"))
+    });
+    std::fs::write(&policy, "defaultRoute: sometimes\n").unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(std::fs::read_to_string(&copy).unwrap().contains("macvlan"));
+    let (ok, log) = installer.stop();
+    assert!(ok, "{log}");
+    assert_eq!(log.matches("sometimes").count(), 1, "said once: {log}");
+}

@@ -964,26 +964,23 @@ fn ips_reach_static_ipam_without_the_capability() {
     );
 }
 
-/// `--policy`: the shipped policy (deploy/admission's ConfigMap) makes a master on the uplink
-/// an error; a policy of the admin's own denies types, masters, default routes, subnets and
-/// other namespaces' NADs, each named as a finding of its own.
+/// `--policy`: `@uplink` makes a master on the uplink an error; a policy of the admin's own
+/// denies types, masters, default routes, subnets and other namespaces' NADs, each named as a
+/// finding of its own.
 #[test]
 fn a_policy_turns_what_it_denies_into_errors() {
-    let shipped = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../deploy/admission/component/policy.yaml"
-    );
+    let files = Files::new();
+    let uplink_policy = files.write("uplink.yaml", "deniedMasters: [\"@uplink\"]\n");
     let on_uplink = macvlan("eth0", host_local("192.168.1.0/24"));
     let run = lint_config(&on_uplink, &[]);
     assert_eq!(run.status, 1, "{}", run.stdout);
     assert_eq!(run.only("master-default-route")["severity"], "warning");
-    let run = lint_config(&on_uplink, &["--policy", shipped]);
+    let run = lint_config(&on_uplink, &["--policy", &uplink_policy]);
     assert_eq!(run.status, 2, "{}", run.stdout);
     let finding = run.only("master-default-route");
     assert_eq!(finding["severity"], "error");
     says(&finding, "the policy's deniedMasters has \"@uplink\"");
 
-    let files = Files::new();
     let policy = files.write(
         "policy.yaml",
         "allowedTypes: [macvlan, bridge]\nallowedIpamTypes: [host-local]\n\
@@ -1048,4 +1045,82 @@ fn a_broken_policy_is_an_error_naming_it() {
         &run.only("policy"),
         "cannot read the policy /nonexistent/p.yaml",
     );
+}
+
+/// NADs from documentation, as their guides give them: upstream Multus's quickstart, MicroShift's
+/// walkthrough, and upstream's e2e cases.
+const DOCUMENTED_NADS: &str = r#"
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: macvlan-conf
+spec:
+  config: '{"cniVersion": "0.3.0", "type": "macvlan", "master": "eth0", "mode": "bridge",
+    "ipam": {"type": "host-local", "subnet": "192.168.1.0/24", "rangeStart": "192.168.1.200",
+             "rangeEnd": "192.168.1.216", "routes": [{"dst": "0.0.0.0/0"}],
+             "gateway": "192.168.1.1"}}'
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: bridge-conf
+spec:
+  config: '{"cniVersion": "0.4.0", "type": "bridge", "bridge": "br-test", "mode": "bridge",
+    "ipam": {"type": "host-local",
+             "ranges": [[{"subnet": "10.10.0.0/16", "rangeStart": "10.10.1.20",
+                          "rangeEnd": "10.10.3.50", "gateway": "10.10.0.254"}]],
+             "dataDir": "/var/lib/cni/br-test"}}'
+---
+apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata:
+  name: macvlan1-config
+spec:
+  config: '{"cniVersion": "1.0.0", "plugins": [
+      {"type": "macvlan", "capabilities": {"ips": true}, "master": "eth1", "mode": "bridge",
+       "ipam": {"type": "static"}},
+      {"type": "tuning"}]}'
+"#;
+
+/// The shipped policy admits what users are shown: every bundled example and the documented
+/// NADs, on a node whose uplink is their master (eth0) and on one where it is not.
+#[test]
+fn the_shipped_policy_admits_the_examples_and_documented_nads() {
+    let shipped = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/admission/component/policy.yaml"
+    );
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let plugins = cni_plugins();
+    let bin_dir = plugins
+        .parent()
+        .expect("a directory")
+        .to_str()
+        .expect("UTF-8");
+    let files = Files::new();
+    let documented = files.write("documented.yaml", DOCUMENTED_NADS);
+    let run = |uplink: &str| {
+        output(
+            Command::new(MULTUS)
+                .args(["lint", "--output", "json", "--policy", shipped])
+                .args([
+                    "--default-route-interface",
+                    uplink,
+                    "--cni-bin-dir",
+                    bin_dir,
+                ])
+                .args([examples, documented.as_str()])
+                .output()
+                .expect("runs the command"),
+        )
+    };
+    for uplink in ["enp1s0", "eth0"] {
+        let admitted = run(uplink);
+        assert!(admitted.status < 2, "{uplink}: {}", admitted.stdout);
+        assert!(
+            admitted.json()["summary"]["nads"].as_u64() >= Some(9),
+            "{}",
+            admitted.stdout
+        );
+    }
 }

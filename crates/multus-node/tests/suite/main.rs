@@ -20,4 +20,5 @@ mod security;
 mod thick;
 mod thick_mixed;
 mod tryout;
+mod webhook;
 mod whereabouts;

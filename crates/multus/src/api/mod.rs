@@ -43,6 +43,8 @@ pub enum Reason {
     AddInterfaceFailed,
     /// The pod names a NAD that does not exist.
     NoNetworkFound,
+    /// The admission policy denies a network the pod names.
+    NetworkRefused,
     /// A device-info file cannot be used: the network-status entry goes without it.
     DeviceInfoUnusable,
     /// A secondary network's default route is kept behind the pod's.
@@ -57,6 +59,7 @@ impl Reason {
             Reason::AddedInterface => "AddedInterface",
             Reason::AddInterfaceFailed => "AddInterfaceFailed",
             Reason::NoNetworkFound => "NoNetworkFound",
+            Reason::NetworkRefused => "NetworkRefused",
             Reason::DeviceInfoUnusable => "DeviceInfoUnusable",
             Reason::SecondaryDefaultRoute => "SecondaryDefaultRoute",
             Reason::SecondaryRouteDropped => "SecondaryRouteDropped",

@@ -3,6 +3,7 @@
 //! device-info files. Nothing here changes the node: the only I/O is reading the API, the
 //! kubelet's device records, network config files and the delegate cache.
 
+mod admission;
 mod devices;
 mod networks;
 pub mod policy;
@@ -157,6 +158,7 @@ pub fn add(inv: &Invocation) -> Result<Plan> {
     delegates.extend(networks.auxiliary_chain()?);
     let attachments = attachments(inv, delegates, auxiliary);
     policy::check(&inv.conf.policy, &inv.node, &attachments)?;
+    admission::check(&inv.conf.policy, &inv.k8s.namespace, &attachments)?;
     for (index, a) in attachments.iter().enumerate() {
         a.delegate.refuse_this_binary(&inv.path)?;
         a.delegate.check_capabilities(&a.ifname)?;
