@@ -71,6 +71,9 @@ pub struct Options {
         default_value = "10.43.0.0/16"
     )]
     pub service_cidrs: Vec<IpNet>,
+    /// How many connections are served at once; more are closed as they come.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
     /// Where plugin binaries are, when cni-plugins is not beside this binary.
     #[arg(long, value_name = "DIR", default_value = "/opt/cni/bin")]
     pub cni_bin_dir: PathBuf,
@@ -174,7 +177,11 @@ pub fn run(opts: &Options) -> Result<ExitCode, WebhookError> {
         .with_cert_resolver(Arc::clone(&serving) as Arc<dyn rustls::server::ResolvesServerCert>);
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let mut checks = Checks::new(opts, client()?);
-    let shared = Arc::new(server::Shared::new(Arc::new(tls), checks.linter()));
+    let shared = Arc::new(server::Shared::new(
+        Arc::new(tls),
+        checks.linter(),
+        opts.max_connections.max(1),
+    ));
     let listener =
         TcpListener::bind(opts.listen).map_err(|e| WebhookError::Listen(opts.listen, e))?;
     eprintln!(

@@ -1,5 +1,5 @@
 //! HTTPS for the API server's admission calls: one thread per connection, at most
-//! [`MAX_CONNECTIONS`] at once, one request each, read whole within [`REQUEST_WAIT`].
+//! `max_connections` at once, one request each, read whole within [`REQUEST_WAIT`].
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -17,9 +17,10 @@ use super::verdict::judge;
 /// The API server gives a webhook 10 s by default; a request that takes longer to arrive is
 /// not one to answer.
 const REQUEST_WAIT: Duration = Duration::from_secs(10);
-/// Beyond this many open connections, new ones are closed at once: a flood costs threads,
-/// not the node's memory.
-const MAX_CONNECTIONS: usize = 128;
+/// A connection's thread: enough for a review's JSON (serde_json stops at 128 levels of
+/// nesting) and the checks, small enough that a flood of connections stays within the pod's
+/// memory limit.
+const STACK: usize = 256 << 10;
 /// AdmissionReviews carry the object twice (for UPDATE) within the API server's 3 MiB
 /// request limit.
 const MAX_BODY: usize = 8 << 20;
@@ -29,14 +30,18 @@ pub struct Shared {
     pub tls: Arc<rustls::ServerConfig>,
     /// Replaced when the policy or the cluster's networks change.
     pub linter: RwLock<Arc<Linter>>,
+    /// Beyond this many open connections, new ones are closed at once: a flood costs
+    /// threads up to a bound, not the pod's memory.
+    max_connections: usize,
     open: AtomicUsize,
 }
 
 impl Shared {
-    pub fn new(tls: Arc<rustls::ServerConfig>, linter: Linter) -> Shared {
+    pub fn new(tls: Arc<rustls::ServerConfig>, linter: Linter, max_connections: usize) -> Shared {
         Shared {
             tls,
             linter: RwLock::new(Arc::new(linter)),
+            max_connections,
             open: AtomicUsize::new(0),
         }
     }
@@ -50,13 +55,14 @@ impl Shared {
 pub fn serve(listener: &TcpListener, shared: &Arc<Shared>) -> io::Result<()> {
     loop {
         let (stream, _) = listener.accept()?;
-        if shared.open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+        if shared.open.fetch_add(1, Ordering::SeqCst) >= shared.max_connections {
             shared.open.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
         let shared = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name("admission".into())
+            .stack_size(STACK)
             .spawn(move || {
                 handle(stream, &shared);
                 shared.open.fetch_sub(1, Ordering::SeqCst);

@@ -4,6 +4,8 @@
 //! A test brings the node up in the mode it needs with [`up`]; the node stays up between tests
 //! (run one at a time, in name order), and the test command takes it down at the end.
 
+pub mod admission;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

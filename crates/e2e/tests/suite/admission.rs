@@ -3,11 +3,10 @@
 //! certificate renewed while NADs are applied; 200 NADs at once; and the webhook down under
 //! each failure policy.
 
-use std::collections::BTreeSet;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context as _, Result};
+use anyhow::{ensure, Result};
+use e2e::admission::list;
 use e2e::{up, Node};
 use serde_json::{json, Value};
 
@@ -33,53 +32,22 @@ fn clean_config(i: usize) -> String {
     .to_string()
 }
 
-/// deploy/admission/base as a user applies it, with the webhook's rounds and certificate
-/// made short enough to see a renewal within the test, and a policy that denies default routes.
-fn admission_objects() -> Result<Vec<Value>> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/admission/base");
-    let out = Command::new("kubectl").args(["kustomize", dir]).output()?;
-    ensure!(
-        out.status.success(),
-        "kubectl kustomize: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut objects = testkit::manifests::objects(&String::from_utf8(out.stdout)?)?;
-    for o in &mut objects {
-        if o["kind"] == "Deployment" && o["metadata"]["name"] == "multus-admission" {
-            let command = o
-                .pointer_mut("/spec/template/spec/containers/0/command")
-                .and_then(Value::as_array_mut)
-                .context("the webhook's command")?;
+/// The webhook's rounds and certificate made short enough to see a renewal within the test,
+/// and a policy that denies default routes.
+fn for_this_test(o: &mut Value) {
+    if o["kind"] == "Deployment" && o["metadata"]["name"] == "multus-admission" {
+        if let Some(command) = o
+            .pointer_mut("/spec/template/spec/containers/0/command")
+            .and_then(Value::as_array_mut)
+        {
             for arg in ["--certificate-lifetime", "150", "--interval", "3"] {
                 command.push(arg.into());
             }
         }
-        if o["kind"] == "ConfigMap" && o["metadata"]["name"] == "multus-admission-policy" {
-            o["data"]["policy.yaml"] = "defaultRoute: deny\n".into();
-        }
     }
-    Ok(objects)
-}
-
-/// The objects deploy/admission adds to deploy/base: what the test removes again.
-fn added_objects(all: &[Value]) -> Result<Vec<Value>> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/base");
-    let out = Command::new("kubectl").args(["kustomize", dir]).output()?;
-    ensure!(out.status.success(), "kubectl kustomize deploy/base");
-    let key = |o: &Value| format!("{}/{}", o["kind"], o["metadata"]["name"]);
-    let base: BTreeSet<String> = testkit::manifests::objects(&String::from_utf8(out.stdout)?)?
-        .iter()
-        .map(key)
-        .collect();
-    Ok(all
-        .iter()
-        .filter(|o| !base.contains(&key(o)))
-        .cloned()
-        .collect())
-}
-
-fn list(items: &[Value]) -> String {
-    json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+    if o["kind"] == "ConfigMap" && o["metadata"]["name"] == "multus-admission-policy" {
+        o["data"]["policy.yaml"] = "defaultRoute: deny\n".into();
+    }
 }
 
 /// `kubectl apply` of `objects`: whether it succeeded, and what it printed.
@@ -95,73 +63,10 @@ fn apply(node: &Node, objects: &[Value], extra: &[&str]) -> Result<(bool, String
     Ok((out.status.success(), text))
 }
 
-/// The certificate the webhook serves now, as the Secret says.
-fn served_certificate(node: &Node) -> Result<String> {
-    node.kubectl(&[
-        "get",
-        "secret",
-        "-n",
-        "multus",
-        "multus-admission-tls",
-        "-o",
-        "jsonpath={.data.tls\\.crt}",
-    ])
-}
-
-/// Removes the webhook's objects when the test ends, whatever happened: a configuration
-/// left behind with no webhook would refuse every later test's NADs.
-struct Installed<'a> {
-    node: &'a Node,
-    objects: Vec<Value>,
-}
-
-impl Drop for Installed<'_> {
-    fn drop(&mut self) {
-        let _ = self.node.kubectl(&[
-            "delete",
-            "validatingwebhookconfiguration",
-            "multus-admission",
-            "--ignore-not-found",
-        ]);
-        let _ = self.node.delete(&list(&self.objects));
-        let _ = self.node.kubectl(&[
-            "delete",
-            "secret",
-            "-n",
-            "multus",
-            "multus-admission-tls",
-            "--ignore-not-found",
-        ]);
-    }
-}
-
 #[test]
 fn the_webhook_refuses_harm_and_warns_at_kubectl_apply() -> Result<()> {
     let node = up("thin")?;
-    let objects = admission_objects()?;
-    let installed = Installed {
-        node: &node,
-        objects: added_objects(&objects)?,
-    };
-    let (ok, text) = apply(&node, &objects, &[])?;
-    ensure!(ok, "deploy/admission/base: {text}");
-    node.kubectl(&[
-        "rollout",
-        "status",
-        "-n",
-        "multus",
-        "deployment/multus-admission",
-        "--timeout=180s",
-    ])?;
-    // The webhook answers once its certificate is in the caBundle.
-    node.eventually("the webhook answering", Duration::from_secs(60), || {
-        Ok(apply(
-            &node,
-            &[nad("probe", &clean_config(0))],
-            &["--dry-run=server"],
-        )?
-        .0)
-    })?;
+    let admission = e2e::admission::install(&node, for_this_test)?;
 
     // The troublemaker: refused, saying what, where and how to fix it.
     let (ok, text) = apply(&node, &[nad("troublemaker", TROUBLEMAKER)], &[])?;
@@ -219,10 +124,10 @@ fn the_webhook_refuses_harm_and_warns_at_kubectl_apply() -> Result<()> {
 
     // The certificate is renewed while NADs are applied: every apply passes, and the Secret
     // serves a new certificate before the end.
-    let first = served_certificate(&node)?;
+    let first = admission.served_certificate()?;
     let started = Instant::now();
     let mut applied = 0;
-    while served_certificate(&node)? == first {
+    while admission.served_certificate()? == first {
         ensure!(
             started.elapsed() < Duration::from_secs(240),
             "no renewal after {applied} applies in {:?}",
@@ -312,6 +217,40 @@ fn the_webhook_refuses_harm_and_warns_at_kubectl_apply() -> Result<()> {
         &["--dry-run=server"],
     )?;
     ensure!(ok, "Ignore with the webhook down: {text}");
-    drop(installed);
+
+    // A NAD the webhook never saw is refused on the node, with an event saying why, and
+    // nothing is left of the pod's attempt.
+    let state = node.cni_state()?;
+    let veths = node.veths()?.len();
+    let (ok, text) = apply(&node, &[nad("sneaky", SNEAKY)], &[])?;
+    ensure!(ok, "the NAD while the webhook is down: {text}");
+    let pod = e2e::sleeping_pod("sneaky-pod", Some("sneaky"));
+    node.apply(&pod)?;
+    node.eventually("a NetworkRefused event", Duration::from_secs(60), || {
+        Ok(!node
+            .events("default", "sneaky-pod", "NetworkRefused")?
+            .is_empty())
+    })?;
+    let said = node.events("default", "sneaky-pod", "NetworkRefused")?;
+    let policy = "/etc/cni/net.d/multus.d/admission-policy.yaml";
+    ensure!(
+        said.iter().all(|m| m.contains(&format!(
+            "network default/sneaky on interface net1: refused by the admission policy {policy}"
+        )) && m.contains("[ipam-default-route]")),
+        "NetworkRefused: {said:?}"
+    );
+    let phase = node.kubectl(&["get", "pod", "sneaky-pod", "-o", "jsonpath={.status.phase}"])?;
+    ensure!(phase == "Pending", "the refused pod is {phase}");
+    node.delete(&pod)?;
+    node.kubectl(&["delete", "net-attach-def", "sneaky"])?;
+    node.eventually(
+        "nothing left of the refused pod",
+        Duration::from_secs(30),
+        || {
+            let now = node.cni_state()?;
+            Ok(now.iter().all(|f| state.contains(f)) && node.veths()?.len() <= veths)
+        },
+    )?;
+    drop(admission);
     Ok(())
 }

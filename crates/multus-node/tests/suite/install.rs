@@ -960,8 +960,14 @@ fn the_admission_policy_is_copied_followed_and_never_replaced_by_a_broken_one() 
     std::fs::write(&broken, "allowedType: [bridge]\n").unwrap();
     let out = node.install(&[&format!("--admission-policy={}", broken.display())]);
     let log = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && log.contains("allowedType"), "{log}");
-    assert!(node.multus_files().is_empty(), "a config was written: {log}");
+    assert!(
+        !out.status.success() && log.contains("allowedType"),
+        "{log}"
+    );
+    assert!(
+        node.multus_files().is_empty(),
+        "a config was written: {log}"
+    );
 
     let flag = format!("--admission-policy={}", policy.display());
     let installer = node.spawn(&[&flag]);
@@ -969,7 +975,9 @@ fn the_admission_policy_is_copied_followed_and_never_replaced_by_a_broken_one() 
     wait_until("the policy is copied", || {
         std::fs::read_to_string(&copy).is_ok_and(|t| t == "allowedTypes: [bridge]\n")
     });
-    wait_until("00-multus.conf names it", || node.file("00-multus.conf").exists());
+    wait_until("00-multus.conf names it", || {
+        node.file("00-multus.conf").exists()
+    });
     assert_eq!(
         node.multus_conf()["admissionPolicy"],
         "/etc/cni/net.d/multus.d/admission-policy.yaml"

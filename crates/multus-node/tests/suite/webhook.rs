@@ -116,6 +116,8 @@ fn serves_reviews_with_a_certificate_from_files_and_follows_their_replacement() 
             &format!("127.0.0.1:{port}"),
             "--interval",
             "1",
+            "--max-connections",
+            "16",
         ])
         .args(["--namespace", "multus", "--certificate-dir"])
         .arg(&certs)
@@ -180,6 +182,74 @@ fn serves_reviews_with_a_certificate_from_files_and_follows_their_replacement() 
     ] {
         let (status, text) = curl(&ns, port, &first_ca, method, path, body).expect("an answer");
         assert_eq!(status, want, "{method} {path} {body}: {text}");
+    }
+
+    // Bounds: a body over 8 MiB is refused unread; a peer that connects and says nothing is
+    // dropped after 10 s, and the others are served meanwhile; past the connection cap (16
+    // here) new connections are closed at once, and the webhook serves again once they go.
+    let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(9 << 20));
+    let big_file = dir.path().join("big.json");
+    std::fs::write(&big_file, big).expect("writes");
+    let (status, text) = curl(
+        &ns,
+        port,
+        &first_ca,
+        "POST",
+        "/validate",
+        &format!("@{}", big_file.display()),
+    )
+    .expect("an answer");
+    assert_eq!(status, 413, "{text}");
+    let probe = r#"
+import socket, sys, time
+def connect():
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+    s.setblocking(False)
+    return s
+def closed(s):
+    try:
+        return s.recv(1) == b""
+    except BlockingIOError:
+        return False
+idle = connect()
+t0 = time.time()
+idle.setblocking(True)
+idle.settimeout(20)
+while idle.recv(1) != b"":
+    pass
+print("idle dropped after %.1f" % (time.time() - t0))
+held = [connect() for _ in range(16)]
+time.sleep(0.5)
+extra = [connect() for _ in range(4)]
+time.sleep(0.5)
+print("held closed %d, extra closed %d" % (sum(map(closed, held)), sum(map(closed, extra))))
+"#;
+    let slow = ns
+        .command("python3")
+        .args(["-c", probe, &port.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("runs python3");
+    // Served while the idle peer waits.
+    std::thread::sleep(Duration::from_secs(2));
+    let (status, _) = curl(&ns, port, &first_ca, "GET", "/healthz", "").expect("served meanwhile");
+    assert_eq!(status, 200);
+    let out = slow.wait_with_output().expect("waits for python3");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let dropped: f64 = said
+        .split_whitespace()
+        .nth(3)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("python3 said {said:?}"));
+    assert!((9.0..=12.0).contains(&dropped), "{said}");
+    assert!(said.contains("held closed 0, extra closed 4"), "{said}");
+    let again = Instant::now();
+    while curl(&ns, port, &first_ca, "GET", "/healthz", "").is_none() {
+        assert!(
+            again.elapsed() < Duration::from_secs(5),
+            "not served after the flood"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 
     // cert-manager renews: the new certificate is served within a round, the old one no more.

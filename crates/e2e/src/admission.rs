@@ -1,0 +1,117 @@
+//! deploy/admission/base on the real node, for the tests and the benchmark: installed with the
+//! changes the caller makes to its objects, and taken away again whatever happens, since a
+//! webhook configuration left without its webhook refuses every later NAD.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use anyhow::{ensure, Context as _, Result};
+use serde_json::{json, Value};
+
+use super::Node;
+
+/// The objects of deploy/`tree` as `kubectl kustomize` renders them.
+pub fn rendered(tree: &str) -> Result<Vec<Value>> {
+    let dir = format!("{}/../../deploy/{tree}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("kubectl").args(["kustomize", &dir]).output()?;
+    ensure!(
+        out.status.success(),
+        "kubectl kustomize deploy/{tree}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    testkit::manifests::objects(&String::from_utf8(out.stdout)?)
+}
+
+/// A `kind: List` of `items`, for `kubectl apply -f -`.
+pub fn list(items: &[Value]) -> String {
+    json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
+}
+
+/// The webhook on the node; dropped, it is gone and deploy/base is back.
+pub struct Admission<'a> {
+    node: &'a Node,
+    added: Vec<Value>,
+    base: Vec<Value>,
+}
+
+/// Installs deploy/admission/base with `change` applied to each object, and waits until the
+/// webhook answers.
+pub fn install<'a>(node: &'a Node, change: impl Fn(&mut Value)) -> Result<Admission<'a>> {
+    let mut objects = rendered("admission/base")?;
+    objects.iter_mut().for_each(change);
+    let base = rendered("base")?;
+    let key = |o: &Value| format!("{}/{}", o["kind"], o["metadata"]["name"]);
+    let in_base: BTreeSet<String> = base.iter().map(key).collect();
+    let added = objects
+        .iter()
+        .filter(|o| !in_base.contains(&key(o)))
+        .cloned()
+        .collect();
+    let admission = Admission { node, added, base };
+    node.apply(&list(&objects))?;
+    for what in ["deployment/multus-admission", "daemonset/multus"] {
+        node.kubectl(&["rollout", "status", "-n", "multus", what, "--timeout=180s"])?;
+    }
+    let probe = json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "probe", "namespace": "default"},
+        "spec": {"config": r#"{"cniVersion": "1.0.0", "type": "bridge", "bridge": "br-probe"}"#}});
+    node.eventually(
+        "the webhook answering",
+        std::time::Duration::from_secs(60),
+        || {
+            let out = node.kubectl_output(
+                &["apply", "--dry-run=server", "-f", "-"],
+                Some(&list(std::slice::from_ref(&probe))),
+            )?;
+            Ok(out.status.success())
+        },
+    )?;
+    Ok(admission)
+}
+
+impl Admission<'_> {
+    /// The certificate the webhook serves now, as its Secret says.
+    pub fn served_certificate(&self) -> Result<String> {
+        self.node
+            .kubectl(&[
+                "get",
+                "secret",
+                "-n",
+                "multus",
+                "multus-admission-tls",
+                "-o",
+                "jsonpath={.data.tls\\.crt}",
+            ])
+            .context("the webhook's Secret")
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        let node = self.node;
+        let _ = node.kubectl(&[
+            "delete",
+            "validatingwebhookconfiguration",
+            "multus-admission",
+            "--ignore-not-found",
+        ]);
+        let _ = node.apply(&list(&self.base));
+        let _ = node.kubectl(&[
+            "rollout",
+            "status",
+            "-n",
+            "multus",
+            "daemonset/multus",
+            "--timeout=120s",
+        ]);
+        let _ = node.delete(&list(&self.added));
+        let _ = node.kubectl(&[
+            "delete",
+            "secret",
+            "-n",
+            "multus",
+            "multus-admission-tls",
+            "--ignore-not-found",
+        ]);
+    }
+}
