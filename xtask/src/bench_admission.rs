@@ -41,7 +41,7 @@ pub fn run(args: &[String]) -> Result<()> {
         eprintln!("bench-admission: round {round}, without the webhook");
         without.extend(creates(&node, nads, &format!("r{round}a"))?);
         eprintln!("bench-admission: round {round}, with the webhook");
-        let admission = e2e::admission::install(&node, |_| {})?;
+        let admission = e2e::admission::install(&node, "base", |_| {})?;
         with.extend(creates(&node, nads, &format!("r{round}b"))?);
         drop(admission);
     }

@@ -533,12 +533,14 @@ fn admission_trees_render_and_validate() -> Result<()> {
         ensure!(
             granted
                 == [
-                    "/secrets:create",
                     "/secrets[multus-admission-tls]:get",
                     "/secrets[multus-admission-tls]:update",
                 ],
             "{tree}: Role multus-admission grants {granted:?}"
         );
+        // Shipped empty: the webhook fills it, and needs no right to create secrets.
+        let secret = find(&objects, "Secret", "multus-admission-tls")?;
+        ensure!(secret.get("data").is_none() && secret["type"] == "Opaque");
         let deployment = find(&objects, "Deployment", "multus-admission")?;
         ensure!(deployment["spec"]["replicas"] == 2);
         let pod = &deployment["spec"]["template"]["spec"];
@@ -547,6 +549,42 @@ fn admission_trees_render_and_validate() -> Result<()> {
         ensure!(
             find(&objects, "PodDisruptionBudget", "multus-admission")?["spec"]["minAvailable"] == 1
         );
+        // The nodes apply the policy: the thin installer copies it, the thick daemon reads it,
+        // and thick's config is deploy/thick's with only `admissionPolicy` added.
+        let daemonset = &find(&objects, "DaemonSet", "multus")?["spec"]["template"]["spec"];
+        let mounts = daemonset["containers"][0]["volumeMounts"]
+            .as_array()
+            .context("mounts")?;
+        ensure!(
+            mounts
+                .iter()
+                .any(|m| m["mountPath"] == "/etc/multus-admission" && m["readOnly"] == true),
+            "{tree}: the policy is not mounted"
+        );
+        let policy_file = "/etc/multus-admission/policy.yaml";
+        if tree == "thick" {
+            let config = |objects: &[Value]| -> Result<Value> {
+                let text = find(objects, "ConfigMap", "multus-daemon-config")?["data"]
+                    ["daemon-config.json"]
+                    .as_str()
+                    .context("daemon-config.json")?
+                    .to_owned();
+                Ok(serde_json::from_str(&text)?)
+            };
+            let mut with = config(&objects)?;
+            ensure!(with["admissionPolicy"] == policy_file, "{with}");
+            with.as_object_mut()
+                .context("an object")?
+                .remove("admissionPolicy");
+            ensure!(
+                with == config(&rendered("thick")?)?,
+                "deploy/admission/thick's daemon config drifted from deploy/thick's"
+            );
+        } else {
+            let args = multus_args(&objects)?;
+            let flag = format!("--admission-policy={policy_file}");
+            ensure!(args.contains(&flag), "{tree}: {args:?}");
+        }
         // The command is one the webhook takes: it gets past its flags and stops at the
         // missing credentials, not at a usage error (2).
         let command = strings(&pod["containers"][0]["command"]);

@@ -153,7 +153,13 @@ impl Keeper {
             None if at >= renew_at => {
                 want.next = Some((certificate::make(&self.dns_names, self.lifetime)?, at));
             }
-            Some((next, since)) if trusted_next && at >= since + 2 * self.interval.as_secs() => {
+            // Served once every replica has seen it trusted, or at once when the current one
+            // has expired (a round that could not run in time).
+            Some((next, since))
+                if trusted_next
+                    && (at >= since + 2 * self.interval.as_secs()
+                        || at >= stored.current.expires) =>
+            {
                 want.previous = Some((stored.current.cert.clone(), stored.current.expires));
                 want.current = next.clone();
                 want.next = None;
@@ -181,7 +187,8 @@ impl Keeper {
         })
     }
 
-    /// The Secret's pairs and version; a missing or unreadable Secret gets a fresh pair.
+    /// The Secret's pairs and version; a missing, empty (as the manifests ship it) or
+    /// unusable Secret gets a fresh pair.
     fn read_or_create(&self) -> Result<(Stored, Option<String>), KeepError> {
         let secret = self
             .client
@@ -191,7 +198,12 @@ impl Keeper {
             .and_then(|s| s.pointer("/metadata/resourceVersion"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        if let Some(stored) = secret.as_ref().and_then(Stored::from_secret) {
+        // A pair that does not load (a key of another certificate, an edit by hand) is as
+        // good as none: its certificate never goes into the caBundle.
+        let usable = secret.as_ref().and_then(Stored::from_secret).filter(|s| {
+            certificate::certified_key(s.current.cert.as_bytes(), s.current.key.as_bytes()).is_ok()
+        });
+        if let Some(stored) = usable {
             return Ok((stored, version));
         }
         let fresh = Stored {
@@ -200,7 +212,7 @@ impl Keeper {
             previous: None,
         };
         match version {
-            // There, but not ours to read: written over, still conditionally.
+            // There, but empty or unusable: written over, still conditionally.
             Some(v) => self.write(&fresh, Some(&v))?,
             None => {
                 let object = self.secret_object(&fresh, None);

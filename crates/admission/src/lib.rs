@@ -32,7 +32,7 @@ pub struct Options {
     #[arg(long, default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
     /// The admin's policy: a file with the policy, or its ConfigMap (as mounted from the
-    /// ConfigMap). A file that is not there is the default policy. Read again when it changes.
+    /// ConfigMap). A file that was never there is the default policy. Read every round.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
     /// Serve the certificate in this directory (`tls.crt`, `tls.key`, as cert-manager
@@ -348,14 +348,19 @@ impl Checks {
         }
     }
 
-    /// The policy in the file, the default one when there is no file, or the last one read
-    /// when the file is there but wrong (said in the log).
+    /// The policy in the file, the default one when there never was a file, or the last one
+    /// read when the file is gone or wrong (said in the log).
     fn policy(&self) -> Policy {
         let Some(path) = &self.policy_file else {
             return Policy::default();
         };
+        // A file that goes away (its ConfigMap key removed) keeps the policy in force, as
+        // the nodes keep their copy; only a webhook that never had one uses the default.
         if !path.exists() {
-            return Policy::default();
+            return self
+                .built
+                .as_ref()
+                .map_or_else(Policy::default, |(p, _, _)| p.clone());
         }
         match Policy::read(path) {
             Ok(policy) => policy,

@@ -21,9 +21,12 @@ const REQUEST_WAIT: Duration = Duration::from_secs(10);
 /// nesting) and the checks, small enough that a flood of connections stays within the pod's
 /// memory limit.
 const STACK: usize = 256 << 10;
-/// AdmissionReviews carry the object twice (for UPDATE) within the API server's 3 MiB
-/// request limit.
-const MAX_BODY: usize = 8 << 20;
+/// An AdmissionReview carries the object twice (for UPDATE), each within the API server's
+/// 3 MiB request limit.
+const MAX_BODY: usize = 7 << 20;
+/// A log line quotes this much of a denial at most: requests need no credentials, so what
+/// they make the webhook log must stay small.
+const MAX_LOGGED: usize = 512;
 
 /// What the connections share.
 pub struct Shared {
@@ -136,14 +139,20 @@ fn route(request: &http1::Request, shared: &Shared) -> (u16, Vec<u8>) {
     };
     let verdict = judge(&linter, &review);
     if let Some(why) = &verdict.denied {
-        eprintln!(
-            "multus webhook: {} {} {}/{} denied{}: {why}",
+        let line = format!(
+            "{} {} {}/{} denied{}: {why}",
             review.operation,
             review.kind.kind,
             review.namespace,
             review.name,
             if review.dry_run { " (dry run)" } else { "" }
         );
+        let mut end = line.len().min(MAX_LOGGED);
+        while !line.is_char_boundary(end) {
+            end -= 1;
+        }
+        let cut = if end < line.len() { "..." } else { "" };
+        eprintln!("multus webhook: {}{cut}", &line[..end]);
     }
     let answer = review::answer(&review.uid, &verdict);
     (200, answer.to_string().into_bytes())

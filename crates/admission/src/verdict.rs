@@ -11,6 +11,10 @@ use super::review::{Request, Verdict};
 
 const NAD_GROUP: &str = "k8s.cni.cncf.io";
 
+/// The largest `spec.config` checked. Real networks are a few hundred bytes; checking costs
+/// memory in proportion, so a larger one is refused before it is parsed.
+pub const MAX_CONFIG: usize = 64 << 10;
+
 /// The verdict on `request`. Anything this webhook does not check is admitted.
 pub fn judge(linter: &Linter, request: &Request) -> Verdict {
     let checked = match (request.kind.group.as_str(), request.kind.kind.as_str()) {
@@ -22,6 +26,22 @@ pub fn judge(linter: &Linter, request: &Request) -> Verdict {
     };
     if !checked || !request.object.is_object() {
         return Verdict::default();
+    }
+    let config_len = request
+        .object
+        .pointer("/spec/config")
+        .and_then(Value::as_str)
+        .map_or(0, str::len);
+    if config_len > MAX_CONFIG {
+        return Verdict {
+            denied: Some(format!(
+                "multus-rs admission: {} {}/{} is refused: spec.config [config]: {config_len} \
+                 bytes, at most {MAX_CONFIG} (fix: a network's config is a few hundred bytes; \
+                 remove what the plugins do not read)",
+                request.kind.kind, request.namespace, request.name
+            )),
+            warnings: Vec::new(),
+        };
     }
     let mut object = request.object.clone();
     // The object's namespace is the request's, whether or not the object says it yet.
@@ -175,6 +195,19 @@ mod tests {
             assert!(denied.contains(check), "{check}: {denied}");
         }
         assert!(denied.contains("(3 errors"), "{denied}");
+    }
+
+    #[test]
+    fn a_config_too_large_to_check_is_refused_unread() {
+        let config = format!("{{\"pad\": \"{}\"}}", "x".repeat(MAX_CONFIG));
+        let object = json!({"apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+                            "metadata": {"name": "n"}, "spec": {"config": config}});
+        let verdict = judge(&linter(Policy::default()), &request(NAD, "CREATE", object));
+        let denied = verdict.denied.expect("denied");
+        assert!(
+            denied.contains("spec.config [config]") && denied.contains("at most 65536"),
+            "{denied}"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! deploy/admission/base on the real node, for the tests and the benchmark: installed with the
-//! changes the caller makes to its objects, and taken away again whatever happens, since a
+//! deploy/admission/<tree> on the real node, for the tests and the benchmark: installed with
+//! the changes the caller makes to its objects, and taken away again whatever happens, since a
 //! webhook configuration left without its webhook refuses every later NAD.
 
 use std::collections::BTreeSet;
@@ -27,19 +27,23 @@ pub fn list(items: &[Value]) -> String {
     json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
 }
 
-/// The webhook on the node; dropped, it is gone and deploy/base is back.
+/// The webhook on the node; dropped, it is gone and the tree without it is back.
 pub struct Admission<'a> {
     node: &'a Node,
     added: Vec<Value>,
     base: Vec<Value>,
 }
 
-/// Installs deploy/admission/base with `change` applied to each object, and waits until the
-/// webhook answers.
-pub fn install<'a>(node: &'a Node, change: impl Fn(&mut Value)) -> Result<Admission<'a>> {
-    let mut objects = rendered("admission/base")?;
+/// Installs deploy/admission/`tree` (base or thick, whose namespace is `multus`) with
+/// `change` applied to each object, and waits until the webhook answers.
+pub fn install<'a>(
+    node: &'a Node,
+    tree: &str,
+    change: impl Fn(&mut Value),
+) -> Result<Admission<'a>> {
+    let mut objects = rendered(&format!("admission/{tree}"))?;
     objects.iter_mut().for_each(change);
-    let base = rendered("base")?;
+    let base = rendered(tree)?;
     let key = |o: &Value| format!("{}/{}", o["kind"], o["metadata"]["name"]);
     let in_base: BTreeSet<String> = base.iter().map(key).collect();
     let added = objects

@@ -17,6 +17,10 @@ use super::plugins::Plugins;
 use super::policy::Policy;
 use super::report::{Place, Report, Severity};
 
+/// The most plugins a list may chain: each is run (and, by lint, asked about its config) once
+/// per pod; a longer list is no network anyone means, and would cost a check per plugin.
+pub const MAX_PLUGINS: usize = 32;
+
 /// Address space a NAD's ranges and routes must stay out of.
 pub struct Reserved {
     pub net: IpNet,
@@ -164,6 +168,19 @@ pub fn check(
                 return None;
             }
         };
+        if list.plugins.len() > MAX_PLUGINS {
+            report.add(
+                Severity::Error,
+                "config",
+                place.at(format!("{root}.plugins")),
+                format!(
+                    "the list chains {} plugins: at most {MAX_PLUGINS}",
+                    list.plugins.len()
+                ),
+                "split the network, or drop plugins it does not need",
+            );
+            return None;
+        }
         let version = match list.effective_version() {
             Ok(v) => v,
             Err(e) => {
@@ -320,6 +337,25 @@ impl Plugin<'_> {
         if matches!(plugin_type, "macvlan" | "ipvlan") {
             self.check_master(ctx, plugin_type, report);
         }
+        if plugin_type == "bridge"
+            && self.conf.get("isDefaultGateway").and_then(Value::as_bool) == Some(true)
+        {
+            let severity = ctx.policy.default_route_severity();
+            report.add(
+                severity,
+                "ipam-default-route",
+                self.key("isDefaultGateway"),
+                "isDefaultGateway: the bridge gives the pod a default route through it, which \
+                 competes with the cluster network's"
+                    .to_owned()
+                    + if severity == Severity::Error {
+                        ". The admin's policy denies it (defaultRoute: deny)."
+                    } else {
+                        ""
+                    },
+                "remove it, unless the pod really should use this network by default",
+            );
+        }
         if let (Some(ipam), Some(ipam_type)) = (ipam, ipam_type) {
             let ipam = Ipam {
                 plugin: self,
@@ -461,7 +497,26 @@ impl Plugin<'_> {
         } else {
             "master"
         };
-        let Some(name) = self.str(key) else { return };
+        // A missing master is the node's uplink (macvlan, ipvlan) or a device chosen another
+        // way (host-device's hwaddr, pciBusID, kernelpath): neither is on a list of names.
+        let takes_master = matches!(plugin_type, "macvlan" | "ipvlan" | "vlan" | "host-device");
+        let chained = self.index > 0 && plugin_type == "ipvlan";
+        let Some(name) = self.str(key) else {
+            if takes_master && !chained && !policy.allowed_masters.is_empty() {
+                report.add(
+                    Severity::Error,
+                    "policy-master",
+                    self.key(key),
+                    format!(
+                        "no {key:?}: the policy's allowedMasters ({}) names the interfaces a NAD \
+                         may take, so {plugin_type} must name one",
+                        policy.allowed_masters.join(", ")
+                    ),
+                    format!("set {key:?} to an interface the policy allows"),
+                );
+            }
+            return;
+        };
         if let Some(why) = policy.refuses_master(name) {
             report.add(
                 Severity::Error,
@@ -582,6 +637,7 @@ impl Ipam<'_> {
         match ipam_type {
             "host-local" => self.check_host_local(ctx, report),
             "static" => self.check_static(ctx, network, report),
+            "whereabouts" => self.check_whereabouts_ranges(ctx, report),
             "dhcp" => {
                 if plugin_type == "ipvlan" {
                     self.check_ipvlan_dhcp(ctx, report);
@@ -592,6 +648,29 @@ impl Ipam<'_> {
             _ => {}
         }
         self.check_routes(ctx, report);
+    }
+
+    /// whereabouts' `range` and each `ipRanges[].range`, against the reserved space.
+    fn check_whereabouts_ranges(&self, ctx: &Context, report: &mut Report) {
+        let mut ranges = vec![("range".to_owned(), self.conf.get("range"))];
+        if let Some(Value::Array(list)) = self.conf.get("ipRanges") {
+            ranges.extend(
+                list.iter()
+                    .enumerate()
+                    .map(|(i, r)| (format!("ipRanges[{i}].range"), r.get("range"))),
+            );
+        }
+        for (key, value) in ranges {
+            // `range` may carry a start: `10.0.0.10-10.0.0.20/24` is read by its subnet.
+            let text = value.and_then(Value::as_str).unwrap_or_default();
+            let subnet = match (text.split_once('-'), text.rsplit_once('/')) {
+                (Some((start, _)), Some((_, len))) => format!("{start}/{len}"),
+                _ => text.to_owned(),
+            };
+            if let Ok(net) = subnet.parse::<IpNet>() {
+                self.check_reserved(ctx, &key, "range", net.trunc(), report);
+            }
+        }
     }
 
     fn check_dhcp_routes(&self, report: &mut Report) {
@@ -694,7 +773,8 @@ impl Ipam<'_> {
                 continue;
             };
             let key = format!("routes[{i}].dst");
-            if dst.prefix_len() == 0 {
+            // Two halves (`0.0.0.0/1` and `128.0.0.0/1`) take the traffic a default route does.
+            if dst.prefix_len() <= 1 {
                 let severity = ctx.policy.default_route_severity();
                 let denied = if severity == Severity::Error {
                     " The admin's policy denies it (defaultRoute: deny)."

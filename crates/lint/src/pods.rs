@@ -7,7 +7,7 @@ use serde_json::Value;
 use super::network::Network;
 use super::policy::Policy;
 use super::report::{Place, Report, Severity};
-use npwg::selection::{self, NETWORKS_ANNOTATION};
+use npwg::selection::{self, DEFAULT_NETWORK_ANNOTATION, NETWORKS_ANNOTATION};
 
 /// A pod's or a pod template's metadata, and the YAML key it sits under.
 pub struct PodMeta<'a> {
@@ -18,15 +18,20 @@ pub struct PodMeta<'a> {
     pub namespace: String,
 }
 
+/// Where multus looks for a default-network NAD named without a namespace: upstream's default
+/// `multusNamespace`.
+const MULTUS_NAMESPACE: &str = "kube-system";
+
 /// A pod asking for `ips` or `mac` on a network none of whose plugins declares the capability
-/// is refused by multus: the request would be lost. A pod referencing another namespace's NAD
-/// needs the policy's leave.
+/// is refused by multus: the request would be lost. A pod referencing another namespace's NAD,
+/// in either annotation, needs the policy's leave.
 pub fn check(
     pod: &PodMeta,
     networks: &BTreeMap<(String, String), Network>,
     policy: &Policy,
     report: &mut Report,
 ) {
+    check_default_network(pod, policy, report);
     let Some(text) = pod
         .meta
         .get("annotations")
@@ -117,5 +122,51 @@ pub fn check(
                 );
             }
         }
+    }
+}
+
+/// The default-network annotation, which replaces the pod's cluster network: it parses as
+/// multus reads it, and another namespace's NAD needs the policy's leave.
+fn check_default_network(pod: &PodMeta, policy: &Policy, report: &mut Report) {
+    let Some(text) = pod
+        .meta
+        .get("annotations")
+        .and_then(|a| a.get(DEFAULT_NETWORK_ANNOTATION))
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+    else {
+        return;
+    };
+    let key = format!(
+        "{}.annotations[\"{DEFAULT_NETWORK_ANNOTATION}\"]",
+        pod.meta_path
+    );
+    match selection::parse_default_network(text, MULTUS_NAMESPACE) {
+        Err(e) => report.add(
+            Severity::Error,
+            "annotation",
+            pod.place.at(key),
+            format!("multus refuses the default-network annotation: {}", e.msg),
+            "name exactly one NetworkAttachmentDefinition: \"ns/name\" or \"name\" (in \
+             multus's namespace)",
+        ),
+        Ok(s)
+            if s.namespace != pod.namespace
+                && !policy.allows_cross_namespace_from(&pod.namespace) =>
+        {
+            report.add(
+                Severity::Error,
+                "policy-cross-namespace",
+                pod.place.at(key),
+                format!(
+                    "the pod, in namespace {:?}, takes {}/{} as its cluster network: the \
+                     policy's crossNamespaceFrom does not list {:?}",
+                    pod.namespace, s.namespace, s.name, pod.namespace
+                ),
+                "remove the annotation, or ask the cluster's admin to add the namespace to \
+                 crossNamespaceFrom",
+            );
+        }
+        Ok(_) => {}
     }
 }

@@ -66,7 +66,7 @@ fn apply(node: &Node, objects: &[Value], extra: &[&str]) -> Result<(bool, String
 #[test]
 fn the_webhook_refuses_harm_and_warns_at_kubectl_apply() -> Result<()> {
     let node = up("thin")?;
-    let admission = e2e::admission::install(&node, for_this_test)?;
+    let admission = e2e::admission::install(&node, "base", for_this_test)?;
 
     // The troublemaker: refused, saying what, where and how to fix it.
     let (ok, text) = apply(&node, &[nad("troublemaker", TROUBLEMAKER)], &[])?;
@@ -243,6 +243,49 @@ fn the_webhook_refuses_harm_and_warns_at_kubectl_apply() -> Result<()> {
     ensure!(phase == "Pending", "the refused pod is {phase}");
     node.delete(&pod)?;
     node.kubectl(&["delete", "net-attach-def", "sneaky"])?;
+    node.eventually(
+        "nothing left of the refused pod",
+        Duration::from_secs(30),
+        || {
+            let now = node.cni_state()?;
+            Ok(now.iter().all(|f| state.contains(f)) && node.veths()?.len() <= veths)
+        },
+    )?;
+    drop(admission);
+    Ok(())
+}
+
+/// Thick mode: a NAD created before the webhook existed is refused by the daemon at the pod's
+/// ADD, under the policy the daemon reads from its config (`admissionPolicy`).
+#[test]
+fn the_thick_daemon_refuses_a_nad_the_policy_denies() -> Result<()> {
+    let node = up("thick")?;
+    let (ok, text) = apply(&node, &[nad("older", SNEAKY)], &[])?;
+    ensure!(ok, "the NAD before the webhook: {text}");
+    let admission = e2e::admission::install(&node, "thick", |o| {
+        if o["kind"] == "ConfigMap" && o["metadata"]["name"] == "multus-admission-policy" {
+            o["data"]["policy.yaml"] = "defaultRoute: deny\n".into();
+        }
+    })?;
+    // What the node holds with the webhook's own pods running.
+    let state = node.cni_state()?;
+    let veths = node.veths()?.len();
+    let pod = e2e::sleeping_pod("older-pod", Some("older"));
+    node.apply(&pod)?;
+    node.eventually("a NetworkRefused event", Duration::from_secs(90), || {
+        Ok(!node
+            .events("default", "older-pod", "NetworkRefused")?
+            .is_empty())
+    })?;
+    let said = node.events("default", "older-pod", "NetworkRefused")?;
+    ensure!(
+        said.iter().all(|m| m.contains(
+            "network default/older on interface net1: refused by the admission policy /etc/multus-admission/policy.yaml"
+        ) && m.contains("[ipam-default-route]")),
+        "NetworkRefused: {said:?}"
+    );
+    node.delete(&pod)?;
+    node.kubectl(&["delete", "net-attach-def", "older"])?;
     node.eventually(
         "nothing left of the refused pod",
         Duration::from_secs(30),

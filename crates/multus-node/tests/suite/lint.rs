@@ -1124,3 +1124,74 @@ fn the_shipped_policy_admits_the_examples_and_documented_nads() {
         );
     }
 }
+
+/// What an attacker's review found getting past the policy: a whereabouts range in the pod
+/// network, a master left out under `allowedMasters`, a default route in two halves or as a
+/// bridge's `isDefaultGateway`, a list of a thousand plugins, and another namespace's NAD as a
+/// pod's default network.
+#[test]
+fn the_policy_is_not_sidestepped() {
+    let files = Files::new();
+    let policy = files.write(
+        "policy.yaml",
+        "allowedMasters: [eth1]\ndefaultRoute: deny\ncrossNamespaceFrom: [infra]\n",
+    );
+    let with = |config: &Value| lint_config(config, &["--policy", &policy]);
+    let wb = json!({"cniVersion": "1.0.0", "type": "macvlan", "master": "eth1",
+        "ipam": {"type": "whereabouts", "range": "10.42.5.0/24"}});
+    says(
+        &with(&wb).only("reserved-overlap"),
+        "range 10.42.5.0/24 overlaps the cluster's pod network",
+    );
+    let wb = json!({"cniVersion": "1.0.0", "type": "macvlan", "master": "eth1",
+        "ipam": {"type": "whereabouts", "ipRanges": [{"range": "10.43.0.10-10.43.0.20/24"}]}});
+    let run = with(&wb);
+    let found = run.only("reserved-overlap");
+    assert_eq!(found["path"], "spec.config.ipam.ipRanges[0].range");
+    says(&found, "the cluster's service network");
+
+    let no_master = json!({"cniVersion": "1.0.0", "type": "macvlan",
+        "ipam": {"type": "host-local", "subnet": "192.168.9.0/24"}});
+    says(&with(&no_master).only("policy-master"), "no \"master\"");
+    let by_pci = json!({"cniVersion": "1.0.0", "type": "host-device", "pciBusID": "0000:00:1f.6"});
+    says(&with(&by_pci).only("policy-master"), "no \"device\"");
+
+    let halves = macvlan(
+        "eth1",
+        json!({"type": "host-local", "subnet": "192.168.9.0/24",
+        "routes": [{"dst": "0.0.0.0/1"}, {"dst": "128.0.0.0/1"}]}),
+    );
+    let run = with(&halves);
+    assert_eq!(run.status, 2, "{}", run.stdout);
+    assert_eq!(
+        run.checks()
+            .iter()
+            .filter(|c| *c == "ipam-default-route")
+            .count(),
+        2
+    );
+    let gateway = json!({"cniVersion": "1.0.0", "type": "bridge", "bridge": "br1",
+        "isDefaultGateway": true, "ipam": {"type": "host-local", "subnet": "192.168.9.0/24"}});
+    assert_eq!(
+        with(&gateway).only("ipam-default-route")["severity"],
+        "error"
+    );
+
+    let many: Vec<Value> = (0..1000).map(|_| json!({"type": "tuning"})).collect();
+    let run = lint_config(&json!({"cniVersion": "1.0.0", "plugins": many}), &[]);
+    says(
+        &run.only("config"),
+        "the list chains 1000 plugins: at most 32",
+    );
+
+    let pod_file = files.write(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: lab\n  annotations:\n    \
+         v1.multus-cni.io/default-network: other/primary\nspec:\n  containers: []\n",
+    );
+    let run = lint(&["--output", "json", "--policy", &policy, &pod_file]);
+    says(
+        &run.only("policy-cross-namespace"),
+        "takes other/primary as its cluster network",
+    );
+}
