@@ -28,13 +28,7 @@ pub fn run(args: &[String]) -> Result<()> {
             _ => bail!("usage: cargo xtask bench-admission [--nads N] [--rounds N]"),
         }
     }
-    crate::image::run()?;
-    let bins = crate::build_release()?;
-    let archive = bins
-        .parent()
-        .context("release dir")?
-        .join(crate::image::ARCHIVE);
-    std::env::set_var("MULTUS_RS_CLUSTER_IMAGE", &archive);
+    crate::bench_cluster::this_image_on_the_node()?;
     let node = e2e::up("thin")?;
     let (mut without, mut with) = (Vec::new(), Vec::new());
     for round in 1..=rounds {

@@ -95,14 +95,7 @@ pub fn run(args: &[String]) -> Result<()> {
             _ => bail!("usage: cargo xtask bench-cluster [--pods N] [--rounds N]"),
         }
     }
-    // Our image once, for every `up` of the run.
-    crate::image::run()?;
-    let bins = crate::build_release()?;
-    let archive = bins
-        .parent()
-        .context("release dir")?
-        .join(crate::image::ARCHIVE);
-    std::env::set_var("MULTUS_RS_CLUSTER_IMAGE", &archive);
+    this_image_on_the_node()?;
     let upstream_archive = upstream_image()?;
 
     let mut results: HashMap<String, Vec<Figures>> = HashMap::new();
@@ -114,6 +107,18 @@ pub fn run(args: &[String]) -> Result<()> {
         }
     }
     report(&results, pods, rounds)
+}
+
+/// Builds our image once, for every `up` of the run to import.
+pub fn this_image_on_the_node() -> Result<()> {
+    crate::image::run()?;
+    let bins = crate::build_release()?;
+    let archive = bins
+        .parent()
+        .context("release dir")?
+        .join(crate::image::ARCHIVE);
+    std::env::set_var("MULTUS_RS_CLUSTER_IMAGE", &archive);
+    Ok(())
 }
 
 /// Installs `setup` on the node, runs `f`, and takes an upstream install away again.

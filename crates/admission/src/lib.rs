@@ -59,18 +59,10 @@ pub struct Options {
     /// How often the certificate, the policy and the cluster's networks are looked at.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub interval: u64,
-    /// The cluster's pod network, when neither the policy nor the nodes' podCIDRs say it
-    /// (repeat for more than one); the default is MicroShift's, as lint's.
-    #[arg(long = "pod-cidr", value_name = "CIDR", default_value = "10.42.0.0/16")]
-    pub pod_cidrs: Vec<IpNet>,
-    /// The cluster's service network, when neither the policy nor the cluster's ServiceCIDRs
-    /// say it (repeat for more than one).
-    #[arg(
-        long = "service-cidr",
-        value_name = "CIDR",
-        default_value = "10.43.0.0/16"
-    )]
-    pub service_cidrs: Vec<IpNet>,
+    /// The cluster's networks when neither the policy nor the cluster (the nodes' podCIDRs,
+    /// the ServiceCIDRs) says them.
+    #[command(flatten)]
+    pub networks: lint::ClusterNetworks,
     /// How many connections are served at once; more are closed as they come.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
@@ -341,7 +333,10 @@ impl Checks {
         Checks {
             policy_file: opts.policy.clone(),
             client,
-            flags: (opts.pod_cidrs.clone(), opts.service_cidrs.clone()),
+            flags: (
+                opts.networks.pod_cidrs.clone(),
+                opts.networks.service_cidrs.clone(),
+            ),
             cni_bin_dir: opts.cni_bin_dir.clone(),
             built: None,
             list_failed: std::cell::RefCell::new(None),

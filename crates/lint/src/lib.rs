@@ -36,16 +36,8 @@ pub struct Options {
     /// How to print the findings.
     #[arg(long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
-    /// The cluster's pod network (repeat for more than one).
-    #[arg(long = "pod-cidr", value_name = "CIDR", default_value = "10.42.0.0/16")]
-    pub pod_cidrs: Vec<IpNet>,
-    /// The cluster's service network (repeat for more than one).
-    #[arg(
-        long = "service-cidr",
-        value_name = "CIDR",
-        default_value = "10.43.0.0/16"
-    )]
-    pub service_cidrs: Vec<IpNet>,
+    #[command(flatten)]
+    pub networks: ClusterNetworks,
     /// The node's uplink (the interface of its default route) [default: read from this host's
     /// routes].
     #[arg(long, value_name = "IFNAME")]
@@ -65,6 +57,21 @@ pub struct Options {
     /// given, replace --pod-cidr and --service-cidr.
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
+}
+
+/// The cluster's networks as flags, for lint and the webhook: MicroShift's by default.
+#[derive(Args, Debug, Clone)]
+pub struct ClusterNetworks {
+    /// The cluster's pod network (repeat for more than one).
+    #[arg(long = "pod-cidr", value_name = "CIDR", default_value = "10.42.0.0/16")]
+    pub pod_cidrs: Vec<IpNet>,
+    /// The cluster's service network (repeat for more than one).
+    #[arg(
+        long = "service-cidr",
+        value_name = "CIDR",
+        default_value = "10.43.0.0/16"
+    )]
+    pub service_cidrs: Vec<IpNet>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,8 +130,8 @@ pub fn lint(opts: &Options) -> Report {
         report.add(severity, u.check, place, u.problem, u.fix);
     }
     let linter = Linter::new(Setting {
-        pod_cidrs: opts.pod_cidrs.clone(),
-        service_cidrs: opts.service_cidrs.clone(),
+        pod_cidrs: opts.networks.pod_cidrs.clone(),
+        service_cidrs: opts.networks.service_cidrs.clone(),
         uplink: match &opts.default_route_interface {
             Some(name) => Uplink::Given(name.clone()),
             None => Uplink::FromHost(OnceLock::new()),

@@ -220,36 +220,12 @@ fn the_webhook_refuses_harm_and_warns_at_kubectl_apply() -> Result<()> {
 
     // A NAD the webhook never saw is refused on the node, with an event saying why, and
     // nothing is left of the pod's attempt.
-    let state = node.cni_state()?;
-    let veths = node.veths()?.len();
     let (ok, text) = apply(&node, &[nad("sneaky", SNEAKY)], &[])?;
     ensure!(ok, "the NAD while the webhook is down: {text}");
-    let pod = e2e::sleeping_pod("sneaky-pod", Some("sneaky"));
-    node.apply(&pod)?;
-    node.eventually("a NetworkRefused event", Duration::from_secs(60), || {
-        Ok(!node
-            .events("default", "sneaky-pod", "NetworkRefused")?
-            .is_empty())
-    })?;
-    let said = node.events("default", "sneaky-pod", "NetworkRefused")?;
-    let policy = "/etc/cni/net.d/multus.d/admission-policy.yaml";
-    ensure!(
-        said.iter().all(|m| m.contains(&format!(
-            "network default/sneaky on interface net1: refused by the admission policy {policy}"
-        )) && m.contains("[ipam-default-route]")),
-        "NetworkRefused: {said:?}"
-    );
-    let phase = node.kubectl(&["get", "pod", "sneaky-pod", "-o", "jsonpath={.status.phase}"])?;
-    ensure!(phase == "Pending", "the refused pod is {phase}");
-    node.delete(&pod)?;
-    node.kubectl(&["delete", "net-attach-def", "sneaky"])?;
-    node.eventually(
-        "nothing left of the refused pod",
-        Duration::from_secs(30),
-        || {
-            let now = node.cni_state()?;
-            Ok(now.iter().all(|f| state.contains(f)) && node.veths()?.len() <= veths)
-        },
+    refused_at_add(
+        &node,
+        "sneaky",
+        "/etc/cni/net.d/multus.d/admission-policy.yaml",
     )?;
     drop(admission);
     Ok(())
@@ -267,25 +243,36 @@ fn the_thick_daemon_refuses_a_nad_the_policy_denies() -> Result<()> {
             o["data"]["policy.yaml"] = "defaultRoute: deny\n".into();
         }
     })?;
-    // What the node holds with the webhook's own pods running.
+    refused_at_add(&node, "older", "/etc/multus-admission/policy.yaml")?;
+    drop(admission);
+    Ok(())
+}
+
+/// A pod on NAD `nad`, which the policy at `policy` (as the node reads it) denies for its
+/// default route: it stays Pending with a NetworkRefused event naming the network, the policy
+/// and the check, and once it and the NAD are deleted nothing of it is left on the node.
+fn refused_at_add(node: &Node, nad: &str, policy: &str) -> Result<()> {
     let state = node.cni_state()?;
     let veths = node.veths()?.len();
-    let pod = e2e::sleeping_pod("older-pod", Some("older"));
+    let name = format!("{nad}-pod");
+    let pod = e2e::sleeping_pod(&name, Some(nad));
     node.apply(&pod)?;
     node.eventually("a NetworkRefused event", Duration::from_secs(90), || {
-        Ok(!node
-            .events("default", "older-pod", "NetworkRefused")?
-            .is_empty())
+        Ok(!node.events("default", &name, "NetworkRefused")?.is_empty())
     })?;
-    let said = node.events("default", "older-pod", "NetworkRefused")?;
+    let said = node.events("default", &name, "NetworkRefused")?;
+    let wanted = format!(
+        "network default/{nad} on interface net1: refused by the admission policy {policy}"
+    );
     ensure!(
-        said.iter().all(|m| m.contains(
-            "network default/older on interface net1: refused by the admission policy /etc/multus-admission/policy.yaml"
-        ) && m.contains("[ipam-default-route]")),
+        said.iter()
+            .all(|m| m.contains(&wanted) && m.contains("[ipam-default-route]")),
         "NetworkRefused: {said:?}"
     );
+    let phase = node.kubectl(&["get", "pod", &name, "-o", "jsonpath={.status.phase}"])?;
+    ensure!(phase == "Pending", "the refused pod is {phase}");
     node.delete(&pod)?;
-    node.kubectl(&["delete", "net-attach-def", "older"])?;
+    node.kubectl(&["delete", "net-attach-def", nad])?;
     node.eventually(
         "nothing left of the refused pod",
         Duration::from_secs(30),
@@ -293,7 +280,5 @@ fn the_thick_daemon_refuses_a_nad_the_policy_denies() -> Result<()> {
             let now = node.cni_state()?;
             Ok(now.iter().all(|f| state.contains(f)) && node.veths()?.len() <= veths)
         },
-    )?;
-    drop(admission);
-    Ok(())
+    )
 }

@@ -584,3 +584,61 @@ fn a_pods_mac_is_neither_multicast_nor_the_nodes() {
     c.cmd("DEL").ok();
     c.sb.assert_clean("after DEL");
 }
+
+/// `admissionPolicy`: the admission webhook's policy, applied at ADD to what the pod's
+/// annotations bring, the default-network annotation's NAD included; refused with code 7, a
+/// NetworkRefused event, and nothing left. An unreadable policy refuses too.
+#[test]
+fn the_admission_policy_is_applied_at_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "deniedSubnets: [10.77.0.0/16]\ncrossNamespaceFrom: []\n",
+    )
+    .unwrap();
+    let c = Cluster::new(json!({}), json!({"admissionPolicy": policy}));
+    c.bridge_nad("default", "denied", "10.77.1.0/24");
+    c.bridge_nad("default", "fine", "10.78.1.0/24");
+    c.bridge_nad("other", "elsewhere", "10.79.1.0/24");
+    for (annotations, network, ifname, why) in [
+        (
+            json!({NETWORKS: "denied"}),
+            "default/denied",
+            "net1",
+            "[reserved-overlap]",
+        ),
+        (
+            json!({NETWORKS: "other/elsewhere"}),
+            "other/elsewhere",
+            "net1",
+            "[policy-cross-namespace]",
+        ),
+        (
+            json!({"v1.multus-cni.io/default-network": "default/denied"}),
+            "default/denied",
+            "eth0",
+            "[reserved-overlap]",
+        ),
+    ] {
+        c.set_pod(annotations);
+        let (code, msg) = c.add_err();
+        assert_eq!(code, 7, "{msg}");
+        let said = format!(
+            "network {network} on interface {ifname}: refused by the admission policy {}",
+            policy.display()
+        );
+        assert!(msg.contains(&said) && msg.contains(why), "{msg}");
+        assert!(c.events("NetworkRefused").iter().any(|e| e.contains(&said)));
+        c.assert_add_left_nothing(network);
+        c.cmd("DEL").ok();
+    }
+    c.set_pod(json!({NETWORKS: "fine"}));
+    c.cmd("ADD").ok();
+    c.cmd("DEL").ok();
+    std::fs::write(&policy, "allowedType: []\n").unwrap();
+    let (code, msg) = c.add_err();
+    assert_eq!(code, 7, "{msg}");
+    assert!(msg.contains("allowedType"), "{msg}");
+    c.cmd("DEL").ok();
+}

@@ -10,20 +10,32 @@ use super::{Attachment, Role};
 use crate::config::TenantPolicy;
 use crate::error::{Error, Result};
 
-/// Refuses the first secondary network the policy at `policy.admission_policy` denies (none
-/// without a policy file). An unreadable policy refuses too: the node never runs a network
-/// unchecked because the admin's policy is broken.
-pub fn check(policy: &TenantPolicy, pod_namespace: &str, attachments: &[Attachment]) -> Result<()> {
+/// Refuses the first network a NAD brings that the policy at `policy.admission_policy` denies
+/// (none without a policy file): the secondary ones, and the cluster network when the pod
+/// chose it (the default-network annotation). An unreadable policy refuses too: the node never
+/// runs a network unchecked because the admin's policy is broken.
+pub fn check(
+    policy: &TenantPolicy,
+    pod_namespace: &str,
+    attachments: &[Attachment],
+    pod_chose_cluster: bool,
+) -> Result<()> {
     let Some(path) = &policy.admission_policy else {
         return Ok(());
     };
-    let secondary = || attachments.iter().filter(|a| a.role == Role::Secondary);
-    let Some(first) = secondary().next() else {
+    let tenants = || {
+        attachments.iter().filter(|a| match a.role {
+            Role::Secondary => true,
+            Role::Cluster => pod_chose_cluster,
+            Role::Auxiliary => false,
+        })
+    };
+    let Some(first) = tenants().next() else {
         return Ok(());
     };
     let admission = read(path).map_err(|msg| refused(first, path, msg))?;
     let linter = Linter::policy_only(admission, policy.cluster_cidrs.clone());
-    for a in secondary() {
+    for a in tenants() {
         let namespace = a.delegate.name.split_once('/').map(|(ns, _)| ns);
         if let Some(ns) = namespace.filter(|ns| *ns != pod_namespace) {
             if !linter.policy().allows_cross_namespace_from(pod_namespace) {

@@ -158,7 +158,17 @@ pub fn add(inv: &Invocation) -> Result<Plan> {
     delegates.extend(networks.auxiliary_chain()?);
     let attachments = attachments(inv, delegates, auxiliary);
     policy::check(&inv.conf.policy, &inv.node, &attachments)?;
-    admission::check(&inv.conf.policy, &inv.k8s.namespace, &attachments)?;
+    let pod_chose_cluster = pod.as_ref().is_some_and(|p| {
+        p.annotations
+            .get(npwg::selection::DEFAULT_NETWORK_ANNOTATION)
+            .is_some_and(|a| !a.is_empty())
+    });
+    admission::check(
+        &inv.conf.policy,
+        &inv.k8s.namespace,
+        &attachments,
+        pod_chose_cluster,
+    )?;
     for (index, a) in attachments.iter().enumerate() {
         a.delegate.refuse_this_binary(&inv.path)?;
         a.delegate.check_capabilities(&a.ifname)?;
