@@ -21,9 +21,10 @@ const REQUEST_WAIT: Duration = Duration::from_secs(10);
 /// nesting) and the checks, small enough that a flood of connections stays within the pod's
 /// memory limit.
 const STACK: usize = 256 << 10;
-/// An AdmissionReview carries the object twice (for UPDATE), each within the API server's
-/// 3 MiB request limit.
-const MAX_BODY: usize = 7 << 20;
+/// A review carries the object (and for UPDATE the old one too). NADs and pods are a few KiB;
+/// the cap keeps what one request can make the webhook hold (its JSON parsed, several times
+/// its size) within the pod's memory limit, as anyone who reaches the Service may send one.
+const MAX_BODY: usize = 3 << 20;
 /// A log line quotes this much of a denial at most: requests need no credentials, so what
 /// they make the webhook log must stay small.
 const MAX_LOGGED: usize = 512;

@@ -184,7 +184,7 @@ fn serves_reviews_with_a_certificate_from_files_and_follows_their_replacement() 
         assert_eq!(status, want, "{method} {path} {body}: {text}");
     }
 
-    // Bounds: a body over 7 MiB is refused unread; a peer that connects and says nothing is
+    // Bounds: a body over 3 MiB is refused unread; a peer that connects and says nothing is
     // dropped after 10 s, and the others are served meanwhile; past the connection cap (16
     // here) new connections are closed at once, and the webhook serves again once they go.
     let big = format!("{{\"pad\": \"{}\"}}", "x".repeat(9 << 20));
