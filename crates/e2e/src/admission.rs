@@ -3,24 +3,12 @@
 //! webhook configuration left without its webhook refuses every later NAD.
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
-use anyhow::{ensure, Context as _, Result};
+use anyhow::{Context as _, Result};
 use serde_json::{json, Value};
+use testkit::manifests::deploy_objects;
 
 use super::Node;
-
-/// The objects of deploy/`tree` as `kubectl kustomize` renders them.
-pub fn rendered(tree: &str) -> Result<Vec<Value>> {
-    let dir = format!("{}/../../deploy/{tree}", env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("kubectl").args(["kustomize", &dir]).output()?;
-    ensure!(
-        out.status.success(),
-        "kubectl kustomize deploy/{tree}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    testkit::manifests::objects(&String::from_utf8(out.stdout)?)
-}
 
 /// A `kind: List` of `items`, for `kubectl apply -f -`.
 pub fn list(items: &[Value]) -> String {
@@ -41,9 +29,9 @@ pub fn install<'a>(
     tree: &str,
     change: impl Fn(&mut Value),
 ) -> Result<Admission<'a>> {
-    let mut objects = rendered(&format!("admission/{tree}"))?;
+    let mut objects = deploy_objects(&format!("admission/{tree}"))?;
     objects.iter_mut().for_each(change);
-    let base = rendered(tree)?;
+    let base = deploy_objects(tree)?;
     let key = |o: &Value| format!("{}/{}", o["kind"], o["metadata"]["name"]);
     let in_base: BTreeSet<String> = base.iter().map(key).collect();
     let added = objects

@@ -171,26 +171,12 @@ pub struct Linter {
 
 impl Linter {
     pub fn new(setting: Setting) -> Linter {
-        let (plugins, plugins_missing) = match Plugins::find(&setting.cni_bin_dir) {
-            Ok(plugins) => (plugins, None),
-            Err(e) => (Plugins::without_builtin(&setting.cni_bin_dir), Some(e)),
-        };
-        Linter {
-            ctx: Context {
-                reserved: reserved(&setting),
-                uplink: setting.uplink,
-                dhcp_broadcast: setting.dhcp_broadcast,
-                plugins,
-                ask_plugins: true,
-                policy: setting.policy,
-            },
-            namespace: setting.namespace,
-            plugins_missing,
-        }
+        Linter::with_plugins(setting, true)
     }
 
-    /// The policy's checks as the node applies them at a pod's ADD: no plugin is run, the
-    /// uplink is this host's, and the cluster's networks are the policy's or `cluster_cidrs`.
+    /// The policy's checks as the node applies them at a pod's ADD: no plugin is run or asked
+    /// about its config, the uplink is this host's, and the cluster's networks are the
+    /// policy's or `cluster_cidrs`.
     pub fn policy_only(policy: Policy, cluster_cidrs: Vec<IpNet>) -> Linter {
         let setting = Setting {
             pod_cidrs: cluster_cidrs,
@@ -201,17 +187,29 @@ impl Linter {
             namespace: String::new(),
             policy,
         };
+        Linter::with_plugins(setting, false)
+    }
+
+    fn with_plugins(setting: Setting, ask_plugins: bool) -> Linter {
+        let (plugins, plugins_missing) = if ask_plugins {
+            match Plugins::find(&setting.cni_bin_dir) {
+                Ok(plugins) => (plugins, None),
+                Err(e) => (Plugins::without_builtin(&setting.cni_bin_dir), Some(e)),
+            }
+        } else {
+            (Plugins::without_builtin(&setting.cni_bin_dir), None)
+        };
         Linter {
             ctx: Context {
                 reserved: reserved(&setting),
                 uplink: setting.uplink,
                 dhcp_broadcast: setting.dhcp_broadcast,
-                plugins: Plugins::without_builtin(&setting.cni_bin_dir),
-                ask_plugins: false,
+                plugins,
+                ask_plugins,
                 policy: setting.policy,
             },
             namespace: setting.namespace,
-            plugins_missing: None,
+            plugins_missing,
         }
     }
 
@@ -415,4 +413,30 @@ fn pod_meta<'a>(doc: &'a Document, kind: &str, default_namespace: &str) -> Optio
         meta: pod_meta,
         namespace,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// At a pod's ADD no plugin's own checks run (an exec each, or whereabouts' in-process
+    /// ones): a config only whereabouts would refuse passes, what the policy denies does not.
+    #[test]
+    fn the_node_applies_the_policy_without_the_plugins_checks() {
+        let policy = Policy::parse("deniedSubnets: [10.77.0.0/16]", "p").unwrap();
+        let linter = Linter::policy_only(policy, Vec::new());
+        let mut report = Report::default();
+        let refused_by_whereabouts = r#"{"cniVersion": "1.0.0", "type": "macvlan", "master": "eth1",
+            "ipam": {"type": "whereabouts", "range": "10.88.0.0/24", "range_start": "not an address"}}"#;
+        linter.check_config("default/wb", refused_by_whereabouts, &mut report);
+        // Notes (this host's uplink) aside.
+        report.findings.retain(|f| f.severity != Severity::Note);
+        assert!(report.findings.is_empty(), "{:?}", report.findings);
+        let denied = r#"{"cniVersion": "1.0.0", "type": "macvlan", "master": "eth1",
+            "ipam": {"type": "whereabouts", "range": "10.77.1.0/24"}}"#;
+        linter.check_config("default/wb", denied, &mut report);
+        report.findings.retain(|f| f.severity != Severity::Note);
+        let checks: Vec<&str> = report.findings.iter().map(|f| f.check).collect();
+        assert_eq!(checks, ["reserved-overlap"]);
+    }
 }

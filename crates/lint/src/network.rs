@@ -320,7 +320,8 @@ impl Plugin<'_> {
                     "use an allowed IPAM type, or ask the cluster's admin to allow this one",
                 );
             }
-            if t == "whereabouts" {
+            // whereabouts' own checks, like every plugin's, are not run at a pod's ADD.
+            if t == "whereabouts" && ctx.ask_plugins {
                 self.check_whereabouts(report);
             } else if ctx.ask_plugins && !ctx.plugins.is_builtin(t) {
                 report.add(
@@ -340,19 +341,15 @@ impl Plugin<'_> {
         if plugin_type == "bridge"
             && self.conf.get("isDefaultGateway").and_then(Value::as_bool) == Some(true)
         {
-            let severity = ctx.policy.default_route_severity();
+            let (severity, denied) = ctx.policy.default_route();
             report.add(
                 severity,
                 "ipam-default-route",
                 self.key("isDefaultGateway"),
-                "isDefaultGateway: the bridge gives the pod a default route through it, which \
-                 competes with the cluster network's"
-                    .to_owned()
-                    + if severity == Severity::Error {
-                        ". The admin's policy denies it (defaultRoute: deny)."
-                    } else {
-                        ""
-                    },
+                format!(
+                    "isDefaultGateway: the bridge gives the pod a default route through it, \
+                     which competes with the cluster network's.{denied}"
+                ),
                 "remove it, unless the pod really should use this network by default",
             );
         }
@@ -775,12 +772,7 @@ impl Ipam<'_> {
             let key = format!("routes[{i}].dst");
             // Two halves (`0.0.0.0/1` and `128.0.0.0/1`) take the traffic a default route does.
             if dst.prefix_len() <= 1 {
-                let severity = ctx.policy.default_route_severity();
-                let denied = if severity == Severity::Error {
-                    " The admin's policy denies it (defaultRoute: deny)."
-                } else {
-                    ""
-                };
+                let (severity, denied) = ctx.policy.default_route();
                 report.add(
                     severity,
                     "ipam-default-route",

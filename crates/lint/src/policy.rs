@@ -188,11 +188,14 @@ impl Policy {
         self.denied_masters.iter().any(|p| p == UPLINK)
     }
 
-    /// The severity of an IPAM default route.
-    pub fn default_route_severity(&self) -> Severity {
+    /// What a default route a NAD sets gets: its severity, and what the finding adds.
+    pub fn default_route(&self) -> (Severity, &'static str) {
         match self.default_route {
-            DefaultRoute::Allow => Severity::Warning,
-            DefaultRoute::Deny => Severity::Error,
+            DefaultRoute::Allow => (Severity::Warning, ""),
+            DefaultRoute::Deny => (
+                Severity::Error,
+                " The admin's policy denies it (defaultRoute: deny).",
+            ),
         }
     }
 
@@ -238,7 +241,7 @@ mod tests {
         assert_eq!(p.allowed_types, ["macvlan"]);
         assert_eq!(p.default_route, DefaultRoute::Deny);
         assert!(p.allows_type("macvlan") && !p.allows_type("bridge"));
-        assert_eq!(p.default_route_severity(), Severity::Error);
+        assert_eq!(p.default_route().0, Severity::Error);
     }
 
     #[test]
