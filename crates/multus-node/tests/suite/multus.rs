@@ -276,6 +276,21 @@ fn status_reports_the_readiness_file_and_the_cluster_network() {
     let out = sb.cmd("STATUS", &bad);
     assert_eq!(out.err_code(), 50);
     assert!(out.stdout.contains("not available"), "{out:?}");
+    // The cluster network's config not there yet (its pod still starting): not ready, not a
+    // broken config.
+    let absent = sb.dir.path().join("10-cluster.conflist");
+    let waiting = sb.multus(
+        "1.1.0",
+        vec![],
+        json!({"readinessindicatorfile": ready, "clusterNetwork": absent}),
+    );
+    let out = sb.cmd("STATUS", &waiting);
+    assert_eq!(out.err_code(), 50, "{out:?}");
+    assert!(
+        out.stdout
+            .contains(&format!("cannot read {}", absent.display())),
+        "{out:?}"
+    );
 }
 
 #[test]

@@ -475,6 +475,13 @@ fi"#,
     assert_eq!(code, 50, "{msg}");
     assert!(msg.contains("the uplink is down"), "{msg}");
 
+    // The cluster network's config gone (its pod restarting): not ready, naming it.
+    let cluster = t.c.sb.conf_dir().join("10-cluster.conf");
+    std::fs::remove_file(&cluster).expect("remove the cluster network's config");
+    let (code, msg) = cni_error(&t.network_wide("STATUS", json!({})));
+    assert_eq!(code, 50, "{msg}");
+    assert!(msg.contains("the cluster network cannot be read"), "{msg}");
+
     t.signal(libc::SIGKILL);
     let (code, msg) = cni_error(&t.network_wide("STATUS", json!({})));
     assert_eq!(code, 50, "{msg}");
