@@ -8,7 +8,7 @@ use http::HeaderValue;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::Deserialize;
 
-use crate::Cause;
+use crate::{Cause, K8sError};
 
 /// A bearer token read from a file before every attempt.
 pub(crate) struct TokenFile {
@@ -121,4 +121,78 @@ fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, Box<dyn std::error::Error 
         });
     }
     Ok(merged.unwrap_or_default())
+}
+
+/// How a kubeconfig's current user proves who it is, as the file says (`multus doctor`
+/// reads the files it names itself, under the node's root).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UserCredential {
+    /// A bearer token in the file, or in the named file.
+    Token {
+        inline: Option<String>,
+        file: Option<PathBuf>,
+    },
+    /// A client certificate: PEM in the file (`client-certificate-data`, base64 decoded), or
+    /// in the named file.
+    Certificate {
+        inline: Option<String>,
+        file: Option<PathBuf>,
+    },
+    /// A command that prints a credential.
+    Exec { command: String },
+    /// Something else (`auth-provider`, a user name and password), or nothing.
+    Other(&'static str),
+}
+
+/// The current context's server and user credential of a kubeconfig file.
+pub fn kubeconfig_user(path: &Path) -> Result<(Option<String>, UserCredential), K8sError> {
+    let from = format!("kubeconfig {}", path.display());
+    let config = read_kubeconfig(path).map_err(|e| K8sError::setup(&from, &*e))?;
+    let current = config.current_context.as_deref().unwrap_or_default();
+    let context = config
+        .contexts
+        .iter()
+        .find(|c| c.name == current)
+        .and_then(|c| c.context.as_ref());
+    let server = context
+        .and_then(|c| config.clusters.iter().find(|n| n.name == c.cluster))
+        .and_then(|n| n.cluster.as_ref())
+        .and_then(|c| c.server.clone());
+    let user = context
+        .and_then(|c| c.user.as_deref())
+        .and_then(|name| config.auth_infos.iter().find(|a| a.name == name))
+        .and_then(|a| a.auth_info.as_ref());
+    let Some(user) = user else {
+        return Ok((server, UserCredential::Other("no user")));
+    };
+    // The token is a secret in kube's type: its serialised form is the one way to it.
+    let inline = serde_json::to_value(user)
+        .ok()
+        .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_owned));
+    let credential = if inline.is_some() || user.token_file.is_some() {
+        UserCredential::Token {
+            inline,
+            file: user.token_file.as_ref().map(PathBuf::from),
+        }
+    } else if user.client_certificate.is_some() || user.client_certificate_data.is_some() {
+        use base64::Engine as _;
+        UserCredential::Certificate {
+            inline: user.client_certificate_data.as_ref().and_then(|d| {
+                let bytes = base64::engine::general_purpose::STANDARD.decode(d).ok()?;
+                String::from_utf8(bytes).ok()
+            }),
+            file: user.client_certificate.as_ref().map(PathBuf::from),
+        }
+    } else if let Some(exec) = &user.exec {
+        UserCredential::Exec {
+            command: exec.command.clone().unwrap_or_default(),
+        }
+    } else if user.auth_provider.is_some() {
+        UserCredential::Other("an auth-provider")
+    } else if user.username.is_some() {
+        UserCredential::Other("a user name and password")
+    } else {
+        UserCredential::Other("no credential")
+    };
+    Ok((server, credential))
 }

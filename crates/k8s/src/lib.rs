@@ -33,7 +33,7 @@ use kube::core::{ApiResource, DynamicObject};
 use credentials::{load_config, TokenFile};
 use nad::NAD_RESOURCE_NAME;
 
-pub use credentials::in_cluster_available;
+pub use credentials::{in_cluster_available, kubeconfig_user, UserCredential};
 pub use error::{Call, Cause, K8sError};
 pub use events::{EventType, PodEvent, EVENTS_IN_FLIGHT};
 /// The pod identity an event names.

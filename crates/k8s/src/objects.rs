@@ -248,6 +248,41 @@ impl KubeClient {
         self.list_pages(call, "/api/v1/pods", keep)
     }
 
+    /// What `keep` makes of every pod bound to `node`.
+    pub fn list_node_pods<T>(
+        &self,
+        node: &str,
+        keep: &mut dyn FnMut(Value) -> Option<T>,
+    ) -> Result<Vec<T>, K8sError> {
+        let call = crate::call("list", "pods", "(all namespaces)", None);
+        let selector = format!("spec.nodeName={node}");
+        self.runtime
+            .block_on(self.list_pages_async(
+                call,
+                "/api/v1/pods",
+                &[("fieldSelector", &selector)],
+                keep,
+            ))
+            .map(|(items, _)| items)
+    }
+
+    /// A cluster-scoped object created and its reply, for the requests that are objects (a
+    /// SelfSubjectRulesReview).
+    pub fn create_cluster_object(
+        &self,
+        resource: Resource,
+        object: &Value,
+    ) -> Result<Value, K8sError> {
+        let call = crate::call("create", resource.plural, "(cluster)", None);
+        self.send_json(
+            call,
+            Method::POST,
+            resource.everywhere(),
+            "application/json",
+            Some(object),
+        )
+    }
+
     /// The names of the cluster's nodes.
     pub fn list_node_names(&self) -> Result<Vec<String>, K8sError> {
         let call = crate::call("list", "nodes", "(cluster)", None);

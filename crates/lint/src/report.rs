@@ -10,6 +10,9 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Severity {
+    /// What was found, and is as it should be (`multus doctor` says what it saw).
+    #[serde(rename = "ok")]
+    Info,
     /// Something lint could not check (it says why); not a pass.
     Note,
     /// Works, but very likely not what was meant, or works only with node settings lint
@@ -22,6 +25,7 @@ pub enum Severity {
 impl Severity {
     fn as_str(self) -> &'static str {
         match self {
+            Severity::Info => "ok",
             Severity::Note => "note",
             Severity::Warning => "warning",
             Severity::Error => "error",
@@ -109,7 +113,7 @@ impl Report {
         });
     }
 
-    fn count(&self, severity: Severity) -> usize {
+    pub fn count(&self, severity: Severity) -> usize {
         self.findings
             .iter()
             .filter(|f| f.severity == severity)
@@ -142,6 +146,22 @@ impl Report {
 
     /// One block per finding, then a summary line.
     pub fn to_text(&self) -> String {
+        let mut out = self.findings_text();
+        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+        let _ = writeln!(
+            out,
+            "{}, {}, {} in {} and {}",
+            plural(self.count(Severity::Error), "error"),
+            plural(self.count(Severity::Warning), "warning"),
+            plural(self.count(Severity::Note), "note"),
+            plural(self.nads, "NetworkAttachmentDefinition"),
+            plural(self.pods, "pod"),
+        );
+        out
+    }
+
+    /// One block per finding: where, how bad, the check, the problem, and the fix.
+    pub fn findings_text(&self) -> String {
         let mut out = String::new();
         for f in &self.findings {
             let mut head = Vec::new();
@@ -173,16 +193,6 @@ impl Report {
                 let _ = writeln!(out, "    fix: {}", f.fix);
             }
         }
-        let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
-        let _ = writeln!(
-            out,
-            "{}, {}, {} in {} and {}",
-            plural(self.count(Severity::Error), "error"),
-            plural(self.count(Severity::Warning), "warning"),
-            plural(self.count(Severity::Note), "note"),
-            plural(self.nads, "NetworkAttachmentDefinition"),
-            plural(self.pods, "pod"),
-        );
         out
     }
 }

@@ -43,6 +43,10 @@ enum Tool {
     /// The admission webhook: multus lint's checks and the admin's policy applied to
     /// NetworkAttachmentDefinitions and pods at the API server (docs/admission.md).
     Webhook(admission::Options),
+    /// Check this node's multus where it runs: the config the runtime picks, the cluster
+    /// network, the plugins, readiness, the credential, the API and its RBAC, the caches, and
+    /// the node's pods missing networks: exit 0 clean, 1 warnings, 2 errors.
+    Doctor(doctor::Options),
     /// The whereabouts IPAM plugin's tools (also reached through the `whereabouts` link).
     #[command(subcommand)]
     Whereabouts(whereabouts_tools::Tool),
@@ -139,6 +143,7 @@ fn run() -> Result<ExitCode, ToolError> {
             Tool::Try(opts) => Ok(tryout::run(opts)?),
             Tool::Lint(opts) => Ok(lint::run(opts)),
             Tool::Webhook(opts) => Ok(admission::run(opts)?),
+            Tool::Doctor(opts) => Ok(doctor::run(opts)),
             Tool::Whereabouts(tool) => Ok(whereabouts_tools::run(tool)?),
             Tool::Daemon { args } => Ok(thick::daemon::run(args, VERSION)?),
         },

@@ -6,6 +6,8 @@ use cni::{CniResult, Dns};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::selection::Selection;
+
 pub const NETWORK_STATUS_ANNOTATION: &str = "k8s.v1.cni.cncf.io/network-status";
 
 /// One entry (the NPWG `NetworkStatus` shape).
@@ -147,6 +149,33 @@ pub fn annotation(statuses: &[NetworkStatus]) -> String {
     format!("[{}]", entries.join(","))
 }
 
+/// The selections a network-status annotation does not show: each selection is matched to an
+/// entry of its `namespace/name` (and its interface, when it names one), each entry used once.
+/// An annotation that is absent or does not read shows none.
+pub fn missing<'a>(selections: &'a [Selection], annotation: Option<&str>) -> Vec<&'a Selection> {
+    let entries: Vec<Value> = annotation
+        .and_then(|a| serde_json::from_str(a).ok())
+        .unwrap_or_default();
+    let mut used = vec![false; entries.len()];
+    let mut missing = Vec::new();
+    for selection in selections {
+        let name = format!("{}/{}", selection.namespace, selection.name);
+        let found = entries.iter().enumerate().position(|(i, e)| {
+            !used[i]
+                && e.get("name").and_then(Value::as_str) == Some(name.as_str())
+                && selection
+                    .interface
+                    .as_deref()
+                    .is_none_or(|want| e.get("interface").and_then(Value::as_str) == Some(want))
+        });
+        match found {
+            Some(i) => used[i] = true,
+            None => missing.push(selection),
+        }
+    }
+    missing
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +226,32 @@ mod tests {
         let want: Vec<IpAddr> = vec!["10.77.0.5".parse().unwrap(), "fd77::5".parse().unwrap()];
         assert_eq!(secondary_ips(text), want);
         assert!(secondary_ips("not json").is_empty());
+    }
+
+    #[test]
+    fn missing_networks_are_those_no_entry_shows() {
+        let asked = crate::selection::parse(
+            crate::selection::NETWORKS_ANNOTATION,
+            "a, a, b@data, other/c",
+            "default",
+        )
+        .unwrap();
+        let status = r#"[{"name": "cluster", "interface": "eth0", "default": true},
+            {"name": "default/a", "interface": "net1"},
+            {"name": "default/b", "interface": "net3"},
+            {"name": "other/c", "interface": "net4"}]"#;
+        let names = |m: Vec<&Selection>| {
+            m.iter()
+                .map(|s| format!("{}/{}", s.namespace, s.name))
+                .collect::<Vec<_>>()
+        };
+        // `a` twice with one entry; `b` on another interface than it asked for.
+        assert_eq!(
+            names(missing(&asked, Some(status))),
+            ["default/a", "default/b"]
+        );
+        assert_eq!(missing(&asked, None).len(), 4);
+        assert_eq!(missing(&asked, Some("not json")).len(), 4);
+        assert!(missing(&asked[3..], Some(status)).is_empty());
     }
 }

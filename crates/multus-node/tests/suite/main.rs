@@ -9,6 +9,7 @@ mod bad_config;
 mod common;
 mod crash;
 mod device_info;
+mod doctor;
 mod in_cluster;
 mod install;
 mod interrupted;

@@ -1,0 +1,207 @@
+//! The API as multus's credential sees it: reachable, the rights multus needs
+//! (SelfSubjectRulesReview), and the node's pods that run without networks they asked for.
+
+use k8s::{KubeClient, Resource};
+use lint::{Place, Report, Severity};
+use serde_json::{json, Value};
+
+use crate::configs::Mode;
+use crate::credential::Credential;
+
+const RULES_REVIEW: Resource = Resource {
+    group: "authorization.k8s.io",
+    version: "v1",
+    plural: "selfsubjectrulesreviews",
+};
+
+/// What multus does with the API: (API group, resource, verb). Thick mode's daemon also lists
+/// and watches pods and NADs, for its caches.
+fn needed(mode: Option<Mode>) -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut rights = vec![
+        ("", "pods", "get"),
+        ("", "pods/status", "patch"),
+        ("k8s.cni.cncf.io", "network-attachment-definitions", "get"),
+        ("", "events", "create"),
+    ];
+    if mode == Some(Mode::Thick) {
+        rights.extend([
+            ("", "pods", "list"),
+            ("", "pods", "watch"),
+            ("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
+            ("k8s.cni.cncf.io", "network-attachment-definitions", "watch"),
+        ]);
+    }
+    rights
+}
+
+pub fn connect(credential: &Credential, report: &mut Report) -> Option<KubeClient> {
+    let options = credential.client.as_ref()?;
+    match KubeClient::new(options) {
+        Ok(client) => Some(client),
+        Err(e) => {
+            report.add(
+                Severity::Error,
+                "api",
+                Place::default(),
+                format!("the API client cannot be set up: {e}"),
+                "check the kubeconfig",
+            );
+            None
+        }
+    }
+}
+
+/// Whether a rule of the review allows `verb` on `resource` of `group`.
+fn allows(rule: &Value, group: &str, resource: &str, verb: &str) -> bool {
+    let has = |key: &str, want: &str| {
+        rule.get(key)
+            .and_then(Value::as_array)
+            .is_some_and(|l| l.iter().any(|v| v == want || v == "*"))
+    };
+    has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+}
+
+pub fn check_rules(client: &KubeClient, mode: Option<Mode>, report: &mut Report) {
+    let review = json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectRulesReview",
+        "spec": {"namespace": "default"},
+    });
+    let answer = match client.create_cluster_object(RULES_REVIEW, &review) {
+        Ok(answer) => answer,
+        Err(e) => {
+            report.add(
+                Severity::Error,
+                "api",
+                Place::default(),
+                format!("the API server cannot be reached as multus: {e}"),
+                "check the kubeconfig's server and credential; `kubectl --kubeconfig` with the same file shows the same",
+            );
+            return;
+        }
+    };
+    report.add(
+        Severity::Info,
+        "api",
+        Place::default(),
+        "the API server answers multus's credential",
+        "",
+    );
+    let rules: Vec<Value> = answer
+        .pointer("/status/resourceRules")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let missing: Vec<String> = needed(mode)
+        .into_iter()
+        .filter(|(g, r, v)| !rules.iter().any(|rule| allows(rule, g, r, v)))
+        .map(|(g, r, v)| {
+            if g.is_empty() {
+                format!("{v} {r}")
+            } else {
+                format!("{v} {r}.{g}")
+            }
+        })
+        .collect();
+    if missing.is_empty() {
+        report.add(
+            Severity::Info,
+            "rbac",
+            Place::default(),
+            "multus may do all it needs",
+            "",
+        );
+    } else {
+        report.add(
+            Severity::Error,
+            "rbac",
+            Place::default(),
+            format!("multus may not: {}", missing.join(", ")),
+            "apply the ClusterRole and ClusterRoleBinding of deploy/ (`multus`), bound to the account multus uses",
+        );
+    }
+}
+
+pub fn check_pods(client: &KubeClient, node: &str, report: &mut Report) {
+    let pods = match client.list_node_pods(node, &mut |pod: Value| Some(pod)) {
+        Ok(pods) => pods,
+        Err(e) => {
+            report.add(
+                Severity::Note,
+                "missing-networks",
+                Place::default(),
+                format!("the node's pods cannot be listed: {e}"),
+                "thin mode's account may only get pods: run the doctor with --kubeconfig of an account that may list them",
+            );
+            return;
+        }
+    };
+    let mut asking = 0usize;
+    let mut lacking = 0usize;
+    for pod in &pods {
+        let Some(missing) = missing_networks(pod) else {
+            continue;
+        };
+        asking += 1;
+        if missing.is_empty() {
+            continue;
+        }
+        lacking += 1;
+        let text = |p: &str| pod.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        report.add(
+            Severity::Error,
+            "missing-networks",
+            Place {
+                kind: Some("Pod".into()),
+                object: Some(format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"))),
+                ..Place::default()
+            },
+            format!("runs without {}: it started without multus", missing.join(", ")),
+            "delete the pod, so that its controller makes it again with its networks; then find why multus was not called (the checks above)",
+        );
+    }
+    if lacking == 0 {
+        report.add(
+            Severity::Info,
+            "missing-networks",
+            Place::default(),
+            format!("{asking} running pod(s) of node {node} ask for networks, and each has them"),
+            "",
+        );
+    }
+}
+
+/// The networks a running pod asked for and network-status does not show, `None` for a pod
+/// that asks for none or is not running in a sandbox of its own.
+pub fn missing_networks(pod: &Value) -> Option<Vec<String>> {
+    let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
+    let host_network = pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true);
+    let annotations = pod.pointer("/metadata/annotations")?;
+    let asked = annotations
+        .get(npwg::selection::NETWORKS_ANNOTATION)
+        .and_then(Value::as_str)
+        .filter(|a| !a.trim().is_empty())?;
+    if !running || host_network {
+        return None;
+    }
+    let namespace = pod
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let status = annotations
+        .get(npwg::status::NETWORK_STATUS_ANNOTATION)
+        .and_then(Value::as_str);
+    Some(
+        match npwg::selection::parse(npwg::selection::NETWORKS_ANNOTATION, asked, namespace) {
+            Ok(selections) => npwg::status::missing(&selections, status)
+                .into_iter()
+                .map(|s| match &s.interface {
+                    Some(ifname) => format!("{}/{}@{ifname}", s.namespace, s.name),
+                    None => format!("{}/{}", s.namespace, s.name),
+                })
+                .collect(),
+            // multus refuses such a pod: running, it never met multus.
+            Err(e) => vec![format!("every network it asks for ({e})")],
+        },
+    )
+}
