@@ -5,10 +5,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use lint::{Place, Report, Severity};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::configs::Multus;
-use crate::{exec, Node};
+use crate::Node;
 
 pub fn check(
     node: &Node,
@@ -45,37 +45,26 @@ fn check_one(node: &Node, bin_dir: &Path, plugin: &str, version: &str, report: &
         return;
     }
     let config = json!({"cniVersion": version}).to_string();
-    let reply = match exec::cni(&seen, "VERSION", config.as_bytes(), &node.path(bin_dir)) {
-        Ok(r) => r,
-        Err(e) => {
-            report.add(
-                Severity::Error,
-                "binary",
-                place,
-                e,
-                "replace it with a working build",
-            );
-            return;
-        }
-    };
-    let supported: Vec<String> = serde_json::from_str::<Value>(&reply.stdout)
-        .ok()
-        .and_then(|v| v.get("supportedVersions").cloned())
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default();
-    if !reply.ok || supported.is_empty() {
-        report.add(
-            Severity::Warning,
-            "binary",
-            place,
-            format!(
-                "{plugin} did not answer VERSION as a CNI plugin does: {}",
-                cni::quote::shorten(reply.stdout.trim())
-            ),
-            "check that it is a CNI plugin",
-        );
-        return;
-    }
+    let supported: Vec<String> =
+        match node.ask(bin_dir, plugin, cni::Command::Version, config.as_bytes()) {
+            Ok(reply) => reply
+                .and_then(|v| v.get("supportedVersions").cloned())
+                .and_then(|v| serde_json::from_value(v).ok())
+                .unwrap_or_default(),
+            Err(e) => {
+                report.add(
+                    Severity::Warning,
+                    "binary",
+                    place,
+                    format!(
+                        "{plugin} did not answer VERSION as a CNI plugin does: {}",
+                        e.msg
+                    ),
+                    "check that it is a CNI plugin, and that it runs on this machine",
+                );
+                return;
+            }
+        };
     if supported.iter().any(|v| v == version) {
         report.add(
             Severity::Info,

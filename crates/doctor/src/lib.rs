@@ -13,7 +13,6 @@ mod caches;
 mod certificate;
 mod configs;
 mod credential;
-mod exec;
 mod readiness;
 
 use std::path::{Path, PathBuf};
@@ -72,6 +71,26 @@ impl Node {
             Ok(rel) if self.root != Path::new("/") => self.root.join(rel),
             _ => on_node.to_owned(),
         }
+    }
+
+    /// A plugin run as the runtime runs it, for a command that needs no container (VERSION,
+    /// STATUS), with `bin_dir` (a path on the node) as its `CNI_PATH`.
+    fn ask(
+        &self,
+        bin_dir: &Path,
+        plugin: &str,
+        command: cni::Command,
+        config: &[u8],
+    ) -> Result<Option<serde_json::Value>, cni::CniError> {
+        let path = [self.path(bin_dir)];
+        let env = cni::invoke::DelegateEnv {
+            container_id: "",
+            netns: "",
+            ifname: "",
+            args: "",
+            path: &path,
+        };
+        cni::invoke::exec_plugin(&path[0].join(plugin), command, &env, config)
     }
 
     /// Whether the doctor runs on the node itself, where the node's paths are its own.

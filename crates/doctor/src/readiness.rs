@@ -8,7 +8,7 @@ use lint::{Place, Report, Severity};
 use serde_json::Value;
 
 use crate::configs::{Mode, Multus};
-use crate::{exec, Node};
+use crate::Node;
 
 pub fn check(node: &Node, bin_dir: &Path, multus: &Multus, report: &mut Report) {
     if let Some(file) = &multus.conf.readiness_indicator_file {
@@ -124,38 +124,25 @@ fn status(node: &Node, bin_dir: &Path, multus: &Multus, report: &mut Report) {
         );
         return;
     }
-    let plugin = bin_dir.join(&multus.plugin);
-    match exec::cni(&plugin, "STATUS", &multus.bytes, bin_dir) {
-        Ok(reply) if reply.ok => report.add(
+    match node.ask(bin_dir, &multus.plugin, cni::Command::Status, &multus.bytes) {
+        Ok(_) => report.add(
             Severity::Info,
             "status",
             place,
             format!("{} answers STATUS: ready", multus.plugin),
             "",
         ),
-        Ok(reply) => {
-            let error: Value = serde_json::from_str(&reply.stdout).unwrap_or_default();
-            report.add(
-                Severity::Error,
-                "status",
-                place,
-                format!(
-                    "{} answers STATUS: not ready (code {}): {}; the runtime reports its network not ready and starts no pod",
-                    multus.plugin,
-                    error.get("code").and_then(Value::as_u64).unwrap_or_default(),
-                    cni::quote::shorten(
-                        error.get("msg").and_then(Value::as_str).unwrap_or(reply.stdout.trim())
-                    )
-                ),
-                "the message says what is missing; the checks above say more",
-            );
-        }
         Err(e) => report.add(
             Severity::Error,
             "status",
             place,
-            e,
-            "check the plugin's binary",
+            format!(
+                "{} answers STATUS: not ready (code {}): {}; the runtime reports its network not ready and starts no pod",
+                multus.plugin,
+                e.code,
+                cni::quote::shorten(&e.msg)
+            ),
+            "the message says what is missing; the checks above say more",
         ),
     }
 }
