@@ -139,7 +139,7 @@ pub fn check_pods(client: &KubeClient, node: &str, report: &mut Report) {
     let mut asking = 0usize;
     let mut lacking = 0usize;
     for pod in &pods {
-        let Some(missing) = missing_networks(pod) else {
+        let Some(missing) = npwg::status::pod_missing(pod) else {
             continue;
         };
         asking += 1;
@@ -156,7 +156,10 @@ pub fn check_pods(client: &KubeClient, node: &str, report: &mut Report) {
                 object: Some(format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"))),
                 ..Place::default()
             },
-            format!("runs without {}: it started without multus", missing.join(", ")),
+            format!(
+                "runs without {}: its network-status does not show it; it started without multus, or multus could not write the status",
+                missing.join(", ")
+            ),
             "delete the pod, so that its controller makes it again with its networks; then find why multus was not called (the checks above)",
         );
     }
@@ -169,39 +172,4 @@ pub fn check_pods(client: &KubeClient, node: &str, report: &mut Report) {
             "",
         );
     }
-}
-
-/// The networks a running pod asked for and network-status does not show, `None` for a pod
-/// that asks for none or is not running in a sandbox of its own.
-pub fn missing_networks(pod: &Value) -> Option<Vec<String>> {
-    let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
-    let host_network = pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true);
-    let annotations = pod.pointer("/metadata/annotations")?;
-    let asked = annotations
-        .get(npwg::selection::NETWORKS_ANNOTATION)
-        .and_then(Value::as_str)
-        .filter(|a| !a.trim().is_empty())?;
-    if !running || host_network {
-        return None;
-    }
-    let namespace = pod
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("default");
-    let status = annotations
-        .get(npwg::status::NETWORK_STATUS_ANNOTATION)
-        .and_then(Value::as_str);
-    Some(
-        match npwg::selection::parse(npwg::selection::NETWORKS_ANNOTATION, asked, namespace) {
-            Ok(selections) => npwg::status::missing(&selections, status)
-                .into_iter()
-                .map(|s| match &s.interface {
-                    Some(ifname) => format!("{}/{}@{ifname}", s.namespace, s.name),
-                    None => format!("{}/{}", s.namespace, s.name),
-                })
-                .collect(),
-            // multus refuses such a pod: running, it never met multus.
-            Err(e) => vec![format!("every network it asks for ({e})")],
-        },
-    )
 }

@@ -167,7 +167,7 @@ pub fn status(inv: &Invocation) -> Result<()> {
     // A cluster network whose config is not there yet (its pod still starting) is a node not
     // ready, not a broken config: the runtime holds pods until it is.
     let cluster = plan::cluster_networks(inv)
-        .map_err(|e| Error::NotReady(format!("the cluster network cannot be read: {e}")))?;
+        .map_err(|e| Error::NotReady(format!("its config cannot be read: {e}")))?;
     let d = cluster
         .first()
         .ok_or_else(|| Error::config("delegates", "no cluster network"))?;

@@ -176,6 +176,41 @@ pub fn missing<'a>(selections: &'a [Selection], annotation: Option<&str>) -> Vec
     missing
 }
 
+/// The networks a running pod asked for and network-status does not show, `None` for a pod
+/// that asks for none or is not running in a sandbox of its own.
+pub fn pod_missing(pod: &Value) -> Option<Vec<String>> {
+    let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
+    let host_network = pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true);
+    let annotations = pod.pointer("/metadata/annotations")?;
+    let asked = annotations
+        .get(crate::selection::NETWORKS_ANNOTATION)
+        .and_then(Value::as_str)
+        .filter(|a| !a.trim().is_empty())?;
+    if !running || host_network {
+        return None;
+    }
+    let namespace = pod
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let status = annotations
+        .get(NETWORK_STATUS_ANNOTATION)
+        .and_then(Value::as_str);
+    Some(
+        match crate::selection::parse(crate::selection::NETWORKS_ANNOTATION, asked, namespace) {
+            Ok(selections) => missing(&selections, status)
+                .into_iter()
+                .map(|s| match &s.interface {
+                    Some(ifname) => format!("{}/{}@{ifname}", s.namespace, s.name),
+                    None => format!("{}/{}", s.namespace, s.name),
+                })
+                .collect(),
+            // multus refuses such a pod: running, it never met multus.
+            Err(e) => vec![format!("every network it asks for ({e})")],
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +288,40 @@ mod tests {
         assert_eq!(missing(&asked, None).len(), 4);
         assert_eq!(missing(&asked, Some("not json")).len(), 4);
         assert!(missing(&asked[3..], Some(status)).is_empty());
+    }
+
+    #[test]
+    fn a_running_pod_misses_what_its_status_does_not_show() {
+        let pod = |phase: &str, host_network: bool, status: Option<&str>| {
+            let mut annotations = serde_json::json!({"k8s.v1.cni.cncf.io/networks": "a"});
+            if let Some(status) = status {
+                annotations[NETWORK_STATUS_ANNOTATION] = status.into();
+            }
+            serde_json::json!({
+                "metadata": {"namespace": "ns", "name": "p", "annotations": annotations},
+                "spec": {"hostNetwork": host_network},
+                "status": {"phase": phase},
+            })
+        };
+        assert_eq!(
+            pod_missing(&pod("Running", false, None)),
+            Some(vec!["ns/a".to_owned()])
+        );
+        let shown = r#"[{"name": "ns/a", "interface": "net1"}]"#;
+        assert_eq!(
+            pod_missing(&pod("Running", false, Some(shown))),
+            Some(vec![])
+        );
+        // Not in a sandbox of its own yet, or never: nothing to say.
+        assert_eq!(pod_missing(&pod("Pending", false, None)), None);
+        assert_eq!(pod_missing(&pod("Running", true, None)), None);
+        assert_eq!(
+            pod_missing(&serde_json::json!({"status": {"phase": "Running"}})),
+            None
+        );
+        let mut broken = pod("Running", false, None);
+        broken["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = "[not json".into();
+        let said = pod_missing(&broken).unwrap();
+        assert!(said[0].starts_with("every network it asks for"), "{said:?}");
     }
 }

@@ -6,6 +6,7 @@
 mod admission;
 mod containerd_one;
 mod deploy_trees;
+mod doctor;
 mod failures;
 mod reboot;
 mod teardown;

@@ -245,7 +245,7 @@ fn the_doctor_asks_status_and_names_what_is_not_ready() {
         &report,
         "status",
         "error",
-        "the cluster network cannot be read",
+        "the cluster network is not ready: its config cannot be read",
     );
 
     // A CNI 1.0.0 config has no STATUS: said, not asked.

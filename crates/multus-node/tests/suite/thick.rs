@@ -55,6 +55,13 @@ impl Thick {
     /// A daemon for the cluster's node, `extra` keys in its config, serving once ready.
     fn new(annotations: Value, extra: Value) -> Thick {
         let t = Thick::prepared(annotations, None);
+        let config = t.config(extra);
+        t.started(&config)
+    }
+
+    /// The daemon's config for the sandbox, with `extra` keys.
+    fn config(&self, extra: Value) -> Value {
+        let t = self;
         let sb = &t.c.sb;
         let mut config = json!({
             "cniVersion": "1.0.0",
@@ -72,7 +79,7 @@ impl Thick {
         if let (Value::Object(base), Value::Object(more)) = (&mut config, extra) {
             base.extend(more);
         }
-        t.started(&config)
+        config
     }
 
     /// A daemon as deploy/thick runs it, in a root of its own ([`DAEMONSET_ROOT`]) with
@@ -480,7 +487,10 @@ fi"#,
     std::fs::remove_file(&cluster).expect("remove the cluster network's config");
     let (code, msg) = cni_error(&t.network_wide("STATUS", json!({})));
     assert_eq!(code, 50, "{msg}");
-    assert!(msg.contains("the cluster network cannot be read"), "{msg}");
+    assert!(
+        msg.contains("the cluster network is not ready: its config cannot be read"),
+        "{msg}"
+    );
 
     t.signal(libc::SIGKILL);
     let (code, msg) = cni_error(&t.network_wide("STATUS", json!({})));
@@ -1360,4 +1370,61 @@ fn metrics_are_served_on_the_metrics_port_too() {
         "{reply}"
     );
     assert!(get("/other").starts_with("HTTP/1.1 404"));
+}
+
+/// Pods of the node that run without networks they ask for (started while multus's config was
+/// not in place) are found once the daemon is ready: a Warning event `MissingNetworks` naming
+/// what is missing, a log line, and the gauge. A pod with its networks, one not running yet and
+/// one on another node are not.
+#[test]
+fn pods_running_without_their_networks_are_reported_once() {
+    let t = Thick::prepared(json!({}), None);
+    let running = |name: &str, node: &str, annotations: Value| {
+        let mut pod = testkit::kube_api::pod_manifest("default", name);
+        pod["metadata"]["uid"] = json!(format!("uid-{name}"));
+        pod["metadata"]["annotations"] = annotations;
+        pod["spec"]["nodeName"] = json!(node);
+        pod["status"]["phase"] = json!("Running");
+        t.c.server.add_pod(pod);
+    };
+    running("stray", "node-1", json!({NETWORKS: "a, b@data"}));
+    running(
+        "fine",
+        "node-1",
+        json!({NETWORKS: "a", "k8s.v1.cni.cncf.io/network-status":
+               r#"[{"name": "default/a", "interface": "net1"}]"#}),
+    );
+    running("elsewhere", "node-2", json!({NETWORKS: "a"}));
+    let mut pending = testkit::kube_api::pod_manifest("default", "starting");
+    pending["metadata"]["annotations"] = json!({NETWORKS: "a"});
+    t.c.server.add_pod(pending);
+    let config = t.config(json!({}));
+    let t = t.started(&config);
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while t.c.events("MissingNetworks").is_empty() {
+        assert!(Instant::now() < deadline, "no event: {}", t.daemon_log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let events = t.c.server.events();
+    let said: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "MissingNetworks")
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert_eq!(said[0]["type"], "Warning");
+    assert_eq!(said[0]["involvedObject"]["name"], "stray");
+    let message = said[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with(
+            "the pod runs without default/a, default/b@data: its network-status does not show it"
+        ),
+        "{message}"
+    );
+    assert_eq!(t.metric("multus_pods_missing_networks "), 1);
+    assert!(
+        t.daemon_log().contains("pod=default/stray") && t.daemon_log().contains("runs without"),
+        "{}",
+        t.daemon_log()
+    );
 }

@@ -51,6 +51,8 @@ pub enum Reason {
     SecondaryDefaultRoute,
     /// A secondary network's route into the cluster's networks is removed.
     SecondaryRouteDropped,
+    /// A running pod's network-status lacks networks it asks for (thick mode's daemon looks).
+    MissingNetworks,
 }
 
 impl Reason {
@@ -63,6 +65,7 @@ impl Reason {
             Reason::DeviceInfoUnusable => "DeviceInfoUnusable",
             Reason::SecondaryDefaultRoute => "SecondaryDefaultRoute",
             Reason::SecondaryRouteDropped => "SecondaryRouteDropped",
+            Reason::MissingNetworks => "MissingNetworks",
         }
     }
 

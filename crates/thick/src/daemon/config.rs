@@ -60,6 +60,9 @@ pub struct DaemonConfig {
     pub kubeconfig: Option<PathBuf>,
     /// `delegateTimeoutSeconds` (ours): how long one delegate may run before it is killed.
     pub delegate_timeout: Duration,
+    /// `deletePodsMissingNetworks` (ours): a pod of the node found running without networks
+    /// it asked for is deleted, when a controller owns it (docs/thick.md).
+    pub delete_pods_missing_networks: bool,
     /// What the daemon logs once its log is set up: keys it reads and ignores.
     pub warnings: Vec<String>,
 }
@@ -109,6 +112,7 @@ struct Keys {
     readiness_indicator_file: Option<String>,
     kubeconfig: Option<String>,
     delegate_timeout_seconds: Option<u64>,
+    delete_pods_missing_networks: Option<bool>,
     enable_pprof: Option<Value>,
 }
 
@@ -219,6 +223,7 @@ impl DaemonConfig {
                 .map_or(DEFAULT_DELEGATE_TIMEOUT, |s| {
                     Duration::from_secs(s.clamp(1, 600))
                 }),
+            delete_pods_missing_networks: read.delete_pods_missing_networks.unwrap_or(false),
             warnings,
             keys,
         })

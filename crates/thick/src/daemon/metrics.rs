@@ -11,6 +11,8 @@
 //! - `multus_cache_objects{kind}`: pods and NADs the daemon's caches hold, and
 //!   `multus_cache_resource_version{kind}`, the last version each has seen;
 //! - `multus_events_queued`, `multus_events_failed_total`;
+//! - `multus_pods_missing_networks`: the node's pods found, at the last look, running without
+//!   networks they asked for (`missing`);
 //! - `multus_server_request_total{handler,code,method}`: upstream's one family, for dashboards
 //!   made for it.
 
@@ -53,6 +55,7 @@ pub struct Metrics {
     /// The last resourceVersion each cache has seen (when the server's are numbers).
     pub pods_version: AtomicI64,
     pub nads_version: AtomicI64,
+    pub pods_missing_networks: AtomicI64,
 }
 
 /// A label value, escaped as the text format asks.
@@ -191,6 +194,12 @@ impl Metrics {
             "multus_events_queued",
             "Events waiting to be sent to the API.",
             load(&self.events_queued),
+        );
+        gauge(
+            &mut out,
+            "multus_pods_missing_networks",
+            "The node's pods running without networks they asked for, at the last look.",
+            load(&self.pods_missing_networks),
         );
         let _ = writeln!(
             out,

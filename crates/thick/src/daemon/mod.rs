@@ -13,6 +13,7 @@ mod config;
 mod error;
 mod handler;
 mod metrics;
+mod missing;
 mod server;
 mod shim_conf;
 
@@ -158,7 +159,7 @@ impl Daemon {
         }
         let caches = cache::Caches::start(
             config.kubeconfig.clone(),
-            node,
+            node.clone(),
             Arc::clone(&metrics),
             Arc::clone(&stop_watches),
         )?;
@@ -191,10 +192,24 @@ impl Daemon {
             })
             .map_err(StartError::thread("log rotation"))?;
         let state = Arc::new(server::State {
-            metrics,
+            metrics: Arc::clone(&metrics),
             ready: false.into(),
             stopping: false.into(),
         });
+        if let Some(node) = node {
+            let watchman = missing::Watchman {
+                client: Arc::clone(&shared.client),
+                node,
+                delete: config.delete_pods_missing_networks,
+                metrics,
+                state: Arc::clone(&state),
+                stop: Arc::clone(&stop_watches),
+            };
+            std::thread::Builder::new()
+                .name("missing-networks".into())
+                .spawn(move || watchman.run())
+                .map_err(StartError::thread("missing networks"))?;
+        }
         let handler = Arc::new(handler::Handler {
             config: Arc::clone(&config),
             shared,
