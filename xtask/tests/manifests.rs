@@ -91,6 +91,10 @@ fn check_cluster_objects(objects: &[Value], namespace: &str) -> Result<()> {
     ensure!(
         strings(&policy["matchConstraints"]["resourceRules"][0]["resources"]) == ["pods/status"]
     );
+    // ... and deletes only its own node's pods (`deletePodsMissingNetworks`).
+    let deletes = &policy["matchConstraints"]["resourceRules"][1];
+    ensure!(strings(&deletes["resources"]) == ["pods"]);
+    ensure!(strings(&deletes["operations"]) == ["DELETE"]);
     let binding = find(
         objects,
         "ValidatingAdmissionPolicyBinding",

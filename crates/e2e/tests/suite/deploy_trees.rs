@@ -216,16 +216,22 @@ fn every_tree_installs_attaches_and_leaves_nothing() -> Result<()> {
 /// token and CA, as `multus install` copied them), as multus writes network-status: the
 /// reply's status code, and its message when refused.
 fn patch_status_as_multus(node: &Node, namespace: &str, pod: &str) -> Result<(u16, String)> {
+    as_multus(node, "PATCH", &format!("{namespace}/pods/{pod}/status"))
+}
+
+/// A request as multus's credential on the node (its token and CA) on
+/// `/api/v1/namespaces/<path>`: the status code and the reply's message.
+fn as_multus(node: &Node, method: &str, path: &str) -> Result<(u16, String)> {
     let out = node.exec(&[
         "sh",
         "-c",
         r#"curl -sS --cacert /etc/cni/net.d/multus.d/ca.crt \
              -H "Authorization: Bearer $(cat /etc/cni/net.d/multus.d/token)" \
-             -H 'Content-Type: application/merge-patch+json' -X PATCH \
+             -H 'Content-Type: application/merge-patch+json' -X "$0" \
              -d '{"metadata":{"annotations":{"multus-rs.test/probe":"x"}}}' \
-             -w '\n%{http_code}' "https://10.43.0.1:443/api/v1/namespaces/$0/pods/$1/status""#,
-        namespace,
-        pod,
+             -w '\n%{http_code}' "https://10.43.0.1:443/api/v1/namespaces/$1""#,
+        method,
+        path,
     ])?;
     let (body, code) = out.trim_end().rsplit_once('\n').context("no status code")?;
     let reply: Value = serde_json::from_str(body)?;
@@ -250,6 +256,25 @@ fn a_nodes_multus_writes_only_its_own_nodes_pods() -> Result<()> {
     node.wait_ready("default", "here", Duration::from_secs(120))?;
     let on_this_node = patch_status_as_multus(&node, "default", "here")?;
     let on_another = patch_status_as_multus(&node, "default", "elsewhere")?;
+    // Granted `delete` on pods (thick mode's deletePodsMissingNetworks), it may delete the
+    // other node's pod no more than write its status.
+    let grant = r#"[{"op": "add", "path": "/rules/-", "value":
+                     {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}}]"#;
+    node.kubectl(&["patch", "clusterrole", "multus", "--type=json", "-p", grant])?;
+    let mut delete_another = (0, String::new());
+    node.eventually("the grant in force", Duration::from_secs(30), || {
+        delete_another = as_multus(&node, "DELETE", "default/pods/elsewhere")?;
+        Ok(delete_another.0 != 403 || delete_another.1.contains("ValidatingAdmissionPolicy"))
+    })?;
+    let revoke = r#"[{"op": "remove", "path": "/rules/4"}]"#;
+    node.kubectl(&[
+        "patch",
+        "clusterrole",
+        "multus",
+        "--type=json",
+        "-p",
+        revoke,
+    ])?;
     // No kubelet runs the other node's pod: only a forced delete removes it.
     node.kubectl(&["delete", "pod", "elsewhere", "--force", "--grace-period=0"])?;
     node.kubectl(&["delete", "node", "multus-rs-other"])?;
@@ -264,6 +289,13 @@ fn a_nodes_multus_writes_only_its_own_nodes_pods() -> Result<()> {
                 .1
                 .contains("ValidatingAdmissionPolicy 'multus-own-node-pods'"),
         "another node's pod: {on_another:?}"
+    );
+    ensure!(
+        delete_another.0 == 403
+            && delete_another
+                .1
+                .contains("ValidatingAdmissionPolicy 'multus-own-node-pods'"),
+        "another node's pod deleted: {delete_another:?}"
     );
     Ok(())
 }

@@ -8,6 +8,7 @@ mod containerd_one;
 mod deploy_trees;
 mod doctor;
 mod failures;
+mod missing_networks;
 mod reboot;
 mod teardown;
 mod thick_watch;

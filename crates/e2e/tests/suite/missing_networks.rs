@@ -1,0 +1,140 @@
+//! A pod that runs without a network it asks for, on the real node in thick mode: the daemon
+//! reports it within a minute (a Warning event on the pod, a line in its log), and with
+//! `deletePodsMissingNetworks` (and `delete` on pods granted) deletes it, so that its
+//! Deployment makes it again.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use e2e::{up, Node};
+use serde_json::{json, Value};
+
+const APP: &str = "strays";
+
+fn nad() -> String {
+    e2e::bridge_nad(
+        "wanted",
+        "br-wanted",
+        r#"{"type": "host-local", "subnet": "10.37.0.0/24", "dataDir": "/var/lib/cni/e2e-wanted"}"#,
+    )
+}
+
+/// The Deployment's one pod, once it is Ready: its name and UID.
+fn the_pod(node: &Node) -> Result<(String, String)> {
+    let mut found = None;
+    node.eventually("the Deployment's pod", Duration::from_secs(120), || {
+        let pods = node.pods_labelled(APP)?;
+        found = pods
+            .iter()
+            .find(|p| p.ready && !p.deleting)
+            .map(|p| p.name.clone());
+        Ok(found.is_some())
+    })?;
+    let name = found.context("no pod")?;
+    let pod = node.get("default", &format!("pod/{name}"))?;
+    let uid = pod["metadata"]["uid"].as_str().context("uid")?.to_owned();
+    Ok((name, uid))
+}
+
+/// The daemon config's keys changed by `change`, and the daemon restarted with it.
+fn reconfigure(node: &Node, change: impl FnOnce(&mut Value)) -> Result<()> {
+    let map = node.get("multus", "configmap/multus-daemon-config")?;
+    let text = map["data"]["daemon-config.json"]
+        .as_str()
+        .context("daemon-config.json")?;
+    let mut config: Value = serde_json::from_str(text)?;
+    change(&mut config);
+    let patch = json!({"data": {"daemon-config.json": config.to_string()}}).to_string();
+    node.kubectl(&[
+        "-n",
+        "multus",
+        "patch",
+        "configmap",
+        "multus-daemon-config",
+        "--type=merge",
+        "-p",
+        &patch,
+    ])?;
+    node.kubectl(&["-n", "multus", "rollout", "restart", "ds/multus"])?;
+    node.kubectl(&[
+        "-n",
+        "multus",
+        "rollout",
+        "status",
+        "ds/multus",
+        "--timeout=180s",
+    ])?;
+    Ok(())
+}
+
+#[test]
+fn thick_mode_reports_a_pod_without_its_networks_and_deletes_it_when_asked() -> Result<()> {
+    let node = up("thick")?;
+    let deployment = e2e::sleeping_deployment(APP, 1, None);
+    node.apply(&nad())?;
+    node.apply(&deployment)?;
+    let (pod, uid) = the_pod(&node)?;
+    // As a pod whose sandbox came up while multus's config was not in place: it asks for a
+    // network that nothing attached.
+    node.kubectl(&[
+        "annotate",
+        "pod",
+        &pod,
+        "k8s.v1.cni.cncf.io/networks=wanted",
+    ])?;
+    let mut said = Vec::new();
+    node.eventually("a MissingNetworks event", Duration::from_secs(60), || {
+        said = node.events("default", &pod, "MissingNetworks")?;
+        Ok(!said.is_empty())
+    })?;
+    ensure!(
+        said.len() == 1 && said[0].starts_with("the pod runs without default/wanted"),
+        "{said:?}"
+    );
+    let log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+    ensure!(
+        log.lines()
+            .any(|l| l.contains(&format!("pod=default/{pod}")) && l.contains("runs without")),
+        "{log}"
+    );
+    ensure!(
+        node.get("default", &format!("pod/{pod}"))?["metadata"]["uid"] == uid.as_str(),
+        "the pod was deleted without being asked to"
+    );
+
+    // Asked to, the daemon deletes it, and the Deployment makes another.
+    let grant = r#"[{"op": "add", "path": "/rules/-", "value":
+                     {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}}]"#;
+    node.kubectl(&["patch", "clusterrole", "multus", "--type=json", "-p", grant])?;
+    reconfigure(&node, |c| c["deletePodsMissingNetworks"] = json!(true))?;
+    node.eventually("the pod deleted", Duration::from_secs(120), || {
+        Ok(node
+            .kubectl_output(&["get", "pod", &pod], None)?
+            .status
+            .code()
+            == Some(1))
+    })?;
+    let (_, again) = the_pod(&node)?;
+    ensure!(again != uid, "the Deployment's pod is still {uid}");
+
+    reconfigure(&node, |c| {
+        if let Some(c) = c.as_object_mut() {
+            c.remove("deletePodsMissingNetworks");
+        }
+    })?;
+    let role: Value =
+        serde_json::from_str(&node.kubectl(&["get", "clusterrole", "multus", "-o", "json"])?)?;
+    let rules = role["rules"].as_array().map_or(0, Vec::len);
+    let revoke = json!([{"op": "remove", "path": format!("/rules/{}", rules - 1)}]).to_string();
+    node.kubectl(&[
+        "patch",
+        "clusterrole",
+        "multus",
+        "--type=json",
+        "-p",
+        &revoke,
+    ])?;
+    node.delete(&deployment)?;
+    node.delete(&nad())?;
+    Ok(())
+}
