@@ -10,6 +10,7 @@ mod doctor;
 mod failures;
 mod missing_networks;
 mod reboot;
+mod status;
 mod teardown;
 mod thick_watch;
 mod upstream_cases;
