@@ -158,6 +158,12 @@ impl Network {
             .unwrap_or_default()
     }
 
+    /// The stdin a runtime gives plugin `index` for a command on no container (STATUS, GC):
+    /// its config with the list's name and version.
+    pub fn plugin_stdin(&self, index: usize) -> Result<Vec<u8>, CniError> {
+        self.plugin_config(index, &Map::new(), None)
+    }
+
     /// The stdin of plugin `index`: the list's name and version, the capability args it
     /// declared, and `prevResult`.
     fn plugin_config(

@@ -22,6 +22,9 @@ pub enum Mode {
 pub struct Multus {
     /// Where it is, on the node.
     pub file: PathBuf,
+    /// The file as a network (a config, or a list whose first plugin is multus).
+    pub network: cni::network::Network,
+    /// multus's own config, as the runtime hands it to multus.
     pub bytes: Vec<u8>,
     pub mode: Mode,
     /// The plugin the runtime runs: `multus` or `multus-shim`.
@@ -42,14 +45,6 @@ fn candidates(dir: &Path) -> std::io::Result<Vec<String>> {
         .collect();
     names.sort();
     Ok(names)
-}
-
-/// The plugin a config file runs first: its `type`, or its first plugin's.
-fn first_type(config: &Value) -> Option<&str> {
-    config
-        .get("type")
-        .or_else(|| config.get("plugins")?.get(0)?.get("type"))
-        .and_then(Value::as_str)
 }
 
 /// Which config the runtime will pick, and multus's config when that is the one.
@@ -101,20 +96,29 @@ pub fn check(node: &Node, conf_dir: &Path, report: &mut Report) -> Option<Multus
             return None;
         }
     };
-    let json: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
+    let network = match cni::network::Network::parse(&bytes) {
+        Ok(n) => n,
         Err(e) => {
             report.add(
                 Severity::Error,
                 "runtime-config",
                 place,
-                format!("the config the runtime picks first is not JSON ({e}): the runtime fails or skips it"),
+                format!(
+                    "the config the runtime picks first does not read ({}): the runtime fails or skips it",
+                    e.msg
+                ),
                 "fix or remove it",
             );
             return None;
         }
     };
-    let plugin = first_type(&json).unwrap_or_default().to_owned();
+    let plugin = network
+        .plugins()
+        .first()
+        .and_then(|p| p.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
     let mode = match plugin.as_str() {
         "multus" => Mode::Thin,
         "multus-shim" => Mode::Thick,
@@ -139,6 +143,22 @@ pub fn check(node: &Node, conf_dir: &Path, report: &mut Report) -> Option<Multus
             return None;
         }
     };
+    // multus's own config, as the runtime hands it over: a list's first plugin, with the
+    // list's name and version.
+    let bytes = match network.plugin_stdin(0) {
+        Ok(b) => b,
+        Err(e) => {
+            report.add(
+                Severity::Error,
+                "runtime-config",
+                place,
+                e.msg,
+                "fix or remove it",
+            );
+            return None;
+        }
+    };
+    let json: Value = serde_json::from_slice(&bytes).unwrap_or_default();
     let conf = match MultusConf::parse(&bytes) {
         Ok(mut conf) => {
             conf.node_root = node.multus_root();
@@ -173,6 +193,7 @@ pub fn check(node: &Node, conf_dir: &Path, report: &mut Report) -> Option<Multus
     );
     Some(Multus {
         file,
+        network,
         bytes,
         mode,
         plugin,

@@ -124,7 +124,7 @@ fn status(node: &Node, bin_dir: &Path, multus: &Multus, report: &mut Report) {
         );
         return;
     }
-    match node.ask(bin_dir, &multus.plugin, cni::Command::Status, &multus.bytes) {
+    match multus.network.status(&[node.path(bin_dir)]) {
         Ok(_) => report.add(
             Severity::Info,
             "status",

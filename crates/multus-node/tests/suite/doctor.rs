@@ -146,6 +146,28 @@ fn the_doctor_says_which_config_the_runtime_picks_and_why() {
     assert_eq!(status, 0, "{report:#}");
     assert_eq!(report["summary"]["exitStatus"], 0);
 
+    // The same config as a list, as `multus install` writes it around a conflist: multus is
+    // its first plugin, handed the list's name and version.
+    let conf: Value =
+        serde_json::from_slice(&std::fs::read(node.path("net.d/00-multus.conf")).expect("read"))
+            .expect("json");
+    std::fs::remove_file(node.path("net.d/00-multus.conf")).expect("rm");
+    node.write(
+        "net.d/00-multus.conflist",
+        &json!({"cniVersion": "1.1.0", "name": "multus-cni-network", "plugins": [conf]}),
+    );
+    let (status, report) = node.doctor();
+    assert_finding(
+        &report,
+        "runtime-config",
+        "ok",
+        "the runtime picks 00-multus.conflist: multus (thin mode), CNI 1.1.0",
+    );
+    assert_finding(&report, "status", "ok", "multus answers STATUS: ready");
+    assert_eq!(status, 0, "{report:#}");
+    std::fs::remove_file(node.path("net.d/00-multus.conflist")).expect("rm");
+    node.multus("multus", json!({}));
+
     // A config that sorts before multus's wins.
     node.write(
         "net.d/0-primary.conf",
