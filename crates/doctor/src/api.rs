@@ -143,7 +143,7 @@ pub fn check_pods(client: &KubeClient, node: &str, report: &mut Report) {
             continue;
         };
         asking += 1;
-        if missing.is_empty() {
+        if missing.networks.is_empty() {
             continue;
         }
         lacking += 1;
@@ -157,8 +157,13 @@ pub fn check_pods(client: &KubeClient, node: &str, report: &mut Report) {
                 ..Place::default()
             },
             format!(
-                "runs without {}: its network-status does not show it; it started without multus, or multus could not write the status",
-                missing.join(", ")
+                "runs without {}: {}",
+                missing.networks.join(", "),
+                if missing.stale {
+                    "its network-status is from an earlier sandbox (its addresses are not the pod's): the sandbox was made again without multus"
+                } else {
+                    "its network-status does not show it; it started without multus, or multus could not write the status"
+                }
             ),
             "delete the pod, so that its controller makes it again with its networks; then find why multus was not called (the checks above)",
         );

@@ -176,9 +176,20 @@ pub fn missing<'a>(selections: &'a [Selection], annotation: Option<&str>) -> Vec
     missing
 }
 
-/// The networks a running pod asked for and network-status does not show, `None` for a pod
-/// that asks for none or is not running in a sandbox of its own.
-pub fn pod_missing(pod: &Value) -> Option<Vec<String>> {
+/// What a running pod lacks of the networks it asked for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Missing {
+    /// `namespace/name[@interface]` of each network it lacks.
+    pub networks: Vec<String>,
+    /// Its network-status is from an earlier sandbox: the pod's addresses are not those its
+    /// cluster network's entry shows, so its sandbox was made again (a node's reboot) without
+    /// multus, which would have written the annotation anew. Every network is then lacking.
+    pub stale: bool,
+}
+
+/// What a running pod lacks of the networks it asked for, `None` for a pod that asks for none
+/// or is not running in a sandbox of its own.
+pub fn pod_missing(pod: &Value) -> Option<Missing> {
     let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
     let host_network = pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true);
     let annotations = pod.pointer("/metadata/annotations")?;
@@ -196,19 +207,59 @@ pub fn pod_missing(pod: &Value) -> Option<Vec<String>> {
     let status = annotations
         .get(NETWORK_STATUS_ANNOTATION)
         .and_then(Value::as_str);
-    Some(
+    let stale = from_earlier_sandbox(pod, status);
+    let selections =
         match crate::selection::parse(crate::selection::NETWORKS_ANNOTATION, asked, namespace) {
-            Ok(selections) => missing(&selections, status)
-                .into_iter()
-                .map(|s| match &s.interface {
-                    Some(ifname) => format!("{}/{}@{ifname}", s.namespace, s.name),
-                    None => format!("{}/{}", s.namespace, s.name),
-                })
-                .collect(),
+            Ok(selections) => selections,
             // multus refuses such a pod: running, it never met multus.
-            Err(e) => vec![format!("every network it asks for ({e})")],
-        },
-    )
+            Err(e) => {
+                return Some(Missing {
+                    networks: vec![format!("every network it asks for ({e})")],
+                    stale,
+                })
+            }
+        };
+    let lacking = if stale {
+        selections.iter().collect()
+    } else {
+        missing(&selections, status)
+    };
+    Some(Missing {
+        networks: lacking
+            .into_iter()
+            .map(|s| match &s.interface {
+                Some(ifname) => format!("{}/{}@{ifname}", s.namespace, s.name),
+                None => format!("{}/{}", s.namespace, s.name),
+            })
+            .collect(),
+        stale,
+    })
+}
+
+/// Whether the annotation's cluster network entry (`default`) shows addresses and the pod's
+/// own (`status.podIPs`, the runtime's answer for its current sandbox) are not among them.
+fn from_earlier_sandbox(pod: &Value, annotation: Option<&str>) -> bool {
+    let address = |text: &str| text.split('/').next()?.parse::<IpAddr>().ok();
+    let Some(Value::Array(entries)) = annotation.and_then(|a| serde_json::from_str(a).ok()) else {
+        return false;
+    };
+    let shown: Vec<IpAddr> = entries
+        .iter()
+        .filter(|e| e.get("default").and_then(Value::as_bool) == Some(true))
+        .filter_map(|e| e.get("ips").and_then(Value::as_array))
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter_map(address)
+        .collect();
+    let own: Vec<IpAddr> = pod
+        .pointer("/status/podIPs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("ip").and_then(Value::as_str))
+        .filter_map(address)
+        .collect();
+    !shown.is_empty() && !own.is_empty() && own.iter().any(|ip| !shown.contains(ip))
 }
 
 #[cfg(test)]
@@ -303,15 +354,29 @@ mod tests {
                 "status": {"phase": phase},
             })
         };
+        let lacking = |networks: &[&str], stale: bool| {
+            Some(Missing {
+                networks: networks.iter().map(|n| n.to_string()).collect(),
+                stale,
+            })
+        };
         assert_eq!(
             pod_missing(&pod("Running", false, None)),
-            Some(vec!["ns/a".to_owned()])
+            lacking(&["ns/a"], false)
         );
-        let shown = r#"[{"name": "ns/a", "interface": "net1"}]"#;
+        let shown = r#"[{"name": "cluster", "ips": ["10.42.0.7"], "default": true},
+                        {"name": "ns/a", "interface": "net1"}]"#;
         assert_eq!(
             pod_missing(&pod("Running", false, Some(shown))),
-            Some(vec![])
+            lacking(&[], false)
         );
+        // The same annotation, and the pod at another address: a sandbox made again without
+        // multus, the annotation left from the one before.
+        let mut again = pod("Running", false, Some(shown));
+        again["status"]["podIPs"] = serde_json::json!([{"ip": "10.42.0.9"}]);
+        assert_eq!(pod_missing(&again), lacking(&["ns/a"], true));
+        again["status"]["podIPs"] = serde_json::json!([{"ip": "10.42.0.7"}]);
+        assert_eq!(pod_missing(&again), lacking(&[], false));
         // Not in a sandbox of its own yet, or never: nothing to say.
         assert_eq!(pod_missing(&pod("Pending", false, None)), None);
         assert_eq!(pod_missing(&pod("Running", true, None)), None);
@@ -322,6 +387,9 @@ mod tests {
         let mut broken = pod("Running", false, None);
         broken["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = "[not json".into();
         let said = pod_missing(&broken).unwrap();
-        assert!(said[0].starts_with("every network it asks for"), "{said:?}");
+        assert!(
+            said.networks[0].starts_with("every network it asks for"),
+            "{said:?}"
+        );
     }
 }

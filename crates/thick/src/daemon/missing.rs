@@ -32,14 +32,14 @@ const PODS: Resource = Resource {
 /// One pod found without networks it asked for.
 struct Found {
     meta: ObjectMeta,
-    missing: Vec<String>,
+    missing: npwg::status::Missing,
     /// Owned by a controller, which makes it again once deleted.
     controlled: bool,
 }
 
 impl Found {
     fn of(pod: Value) -> Option<Found> {
-        let missing = npwg::status::pod_missing(&pod).filter(|m| !m.is_empty())?;
+        let missing = npwg::status::pod_missing(&pod).filter(|m| !m.networks.is_empty())?;
         let controlled = pod
             .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
@@ -109,10 +109,16 @@ impl Watchman {
             .iter()
             .map(|f| {
                 let message = format!(
-                    "the pod runs without {}: its network-status does not show it, so it started \
-                     without multus (its config was not in place) or multus could not write the \
-                     status; {}",
-                    f.missing.join(", "),
+                    "the pod runs without {}: {}; {}",
+                    f.missing.networks.join(", "),
+                    if f.missing.stale {
+                        "its network-status is from an earlier sandbox (its addresses are not \
+                         the pod's), so the sandbox was made again without multus (its config \
+                         was not in place)"
+                    } else {
+                        "its network-status does not show it, so it started without multus (its \
+                         config was not in place) or multus could not write the status"
+                    },
                     if self.delete && f.controlled {
                         "it is deleted, so that its controller makes it again with its networks"
                     } else {
