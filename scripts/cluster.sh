@@ -10,8 +10,12 @@
 #                                        with kubectl on PATH and the admin's KUBECONFIG
 #   scripts/cluster.sh stop|start PART   for the tests: apiserver, etcd, containerd or kubelet
 #                                        stopped by its PID, or started as `up` starts it
-#   scripts/cluster.sh reboot            for the tests: the node's runtime side loses power and
-#                                        boots again (the control plane runs on)
+#   scripts/cluster.sh reboot [--without-multus-config]
+#                                        for the tests: the node's runtime side loses power and
+#                                        boots again (the control plane runs on); with the flag,
+#                                        it boots without multus's config (as after upstream's
+#                                        thick daemon removed it at shutdown), the cluster
+#                                        network's in place
 #   scripts/cluster.sh down              stops everything and removes what `up` made
 #
 # The node is a network namespace and a mount namespace of its own. Nothing changes in the
@@ -694,7 +698,7 @@ down() {
 # containerd, the shims and every container die; /run (a tmpfs) starts empty, so the pods'
 # netns and the runtime's state are gone; the links go. What is on disk stays: /etc/cni,
 # /var/lib. The control plane runs on as if on another machine.
-reboot_node() {
+reboot_node() { # [--without-multus-config]
   local keep p pids l
   [ -f "$state/containerd-version" ] || die "no node is up"
   containerd_major=$(cat "$state/containerd-version")
@@ -719,6 +723,11 @@ reboot_node() {
   for l in $(on_node ip -o link show | awk -F': ' '{ print $2 }' | cut -d@ -f1); do
     [ "$l" = lo ] || on_node ip link del "$l" 2>/dev/null || true
   done
+  case ${1:-} in
+    --without-multus-config) rm -f "$state"/node/etc/cni/net.d/00-multus.conf "$state"/node/etc/cni/net.d/00-multus.conflist ;;
+    "") ;;
+    *) die "reboot takes --without-multus-config" ;;
+  esac
   cluster_plugins
   start_containerd
   start_kubelet
@@ -760,7 +769,8 @@ case ${1:-} in
     ;;
   reboot)
     is_up || die "no node is up"
-    reboot_node
+    shift
+    reboot_node "$@"
     ;;
-  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2] | exec -- CMD... | stop|start PART | reboot | down" ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2] | exec -- CMD... | stop|start PART | reboot [--without-multus-config] | down" ;;
 esac
