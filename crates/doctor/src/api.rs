@@ -61,32 +61,55 @@ fn allows(rule: &Value, group: &str, resource: &str, verb: &str) -> bool {
     has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
 }
 
-pub fn check_rules(client: &KubeClient, mode: Option<Mode>, report: &mut Report) {
+/// Whether the API server answers, when the credential is not multus's (`--kubeconfig`): its
+/// rights say nothing of multus's.
+pub fn check_reachable(client: &KubeClient, report: &mut Report) {
+    if review(client, report).is_some() {
+        report.add(
+            Severity::Note,
+            "rbac",
+            Place::default(),
+            "multus's rights are not checked: the API is reached with the --kubeconfig given, not multus's credential",
+            "run the doctor without --kubeconfig to check multus's own",
+        );
+    }
+}
+
+/// A SelfSubjectRulesReview of the client's credential; `None`, said, when it cannot be had.
+fn review(client: &KubeClient, report: &mut Report) -> Option<Value> {
     let review = json!({
         "apiVersion": "authorization.k8s.io/v1",
         "kind": "SelfSubjectRulesReview",
         "spec": {"namespace": "default"},
     });
-    let answer = match client.create_cluster_object(RULES_REVIEW, &review) {
-        Ok(answer) => answer,
+    match client.create_cluster_object(RULES_REVIEW, &review) {
+        Ok(answer) => {
+            report.add(
+                Severity::Info,
+                "api",
+                Place::default(),
+                "the API server answers the credential",
+                "",
+            );
+            Some(answer)
+        }
         Err(e) => {
             report.add(
                 Severity::Error,
                 "api",
                 Place::default(),
-                format!("the API server cannot be reached as multus: {e}"),
+                format!("the API server cannot be reached with the credential: {e}"),
                 "check the kubeconfig's server and credential; `kubectl --kubeconfig` with the same file shows the same",
             );
-            return;
+            None
         }
+    }
+}
+
+pub fn check_rules(client: &KubeClient, mode: Option<Mode>, report: &mut Report) {
+    let Some(answer) = review(client, report) else {
+        return;
     };
-    report.add(
-        Severity::Info,
-        "api",
-        Place::default(),
-        "the API server answers multus's credential",
-        "",
-    );
     let rules: Vec<Value> = answer
         .pointer("/status/resourceRules")
         .and_then(Value::as_array)
@@ -122,8 +145,20 @@ pub fn check_rules(client: &KubeClient, mode: Option<Mode>, report: &mut Report)
     }
 }
 
-pub fn check_pods(client: &KubeClient, node: &str, report: &mut Report) {
-    let pods = match client.list_node_pods(node, &mut |pod: Value| Some(pod)) {
+pub fn check_pods(
+    client: &KubeClient,
+    node: &str,
+    system_namespaces: &[String],
+    report: &mut Report,
+) {
+    // Only what is said of each pod is kept.
+    let keep = &mut |pod: Value| {
+        let missing = npwg::status::pod_missing(&pod, system_namespaces)?;
+        let text = |p: &str| pod.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        let name = format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"));
+        Some((name, missing))
+    };
+    let pods = match client.list_node_pods(node, keep) {
         Ok(pods) => pods,
         Err(e) => {
             report.add(
@@ -138,22 +173,18 @@ pub fn check_pods(client: &KubeClient, node: &str, report: &mut Report) {
     };
     let mut asking = 0usize;
     let mut lacking = 0usize;
-    for pod in &pods {
-        let Some(missing) = npwg::status::pod_missing(pod) else {
-            continue;
-        };
+    for (name, missing) in &pods {
         asking += 1;
         if missing.networks.is_empty() {
             continue;
         }
         lacking += 1;
-        let text = |p: &str| pod.pointer(p).and_then(Value::as_str).unwrap_or_default();
         report.add(
             Severity::Error,
             "missing-networks",
             Place {
                 kind: Some("Pod".into()),
-                object: Some(format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"))),
+                object: Some(name.clone()),
                 ..Place::default()
             },
             format!(

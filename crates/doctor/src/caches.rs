@@ -16,6 +16,16 @@ pub fn check(node: &Node, cni_dir: &Path, report: &mut Report) {
         file: Some(cni_dir.to_owned()),
         ..Place::default()
     };
+    if !node.path(cni_dir).is_dir() {
+        report.add(
+            Severity::Note,
+            "stale-cache",
+            place,
+            "the cache directory is not there as seen from here (thin mode's pod does not mount it)",
+            "run the doctor on the node, or in thick mode's pod",
+        );
+        return;
+    }
     let entries = match cni::cache::list(&node.path(cni_dir)) {
         Ok(entries) => entries,
         Err(e) => {

@@ -18,10 +18,12 @@ const POD_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 /// never gets this close.
 const SOON: Duration = Duration::from_secs(5 * 60);
 
-/// What the doctor learnt: how to reach the API, and the node a bound token names.
+/// What the doctor learnt: how to reach the API, whether that is as multus, and the node
+/// multus's bound token names.
 #[derive(Default)]
 pub struct Credential {
     pub client: Option<ClientOptions>,
+    pub multus_own: bool,
     pub node_name: Option<String>,
 }
 
@@ -32,12 +34,6 @@ pub fn check(
     report: &mut Report,
 ) -> Credential {
     let mut found = Credential::default();
-    if let Some(kubeconfig) = &opts.kubeconfig {
-        // The doctor's own: its paths are this machine's.
-        inspect_kubeconfig(&Node::new(Path::new("/")), kubeconfig, report, &mut found);
-        found.client = Some(options(Some(kubeconfig.clone())));
-        return found;
-    }
     let own = multus
         .filter(|m| m.mode == Mode::Thin)
         .and_then(|m| m.conf.kubeconfig.clone().map(|k| (m, k)));
@@ -62,6 +58,7 @@ pub fn check(
             inspect_kubeconfig(node, &kubeconfig, report, &mut found);
             if node.is_local() {
                 found.client = Some(options(Some(kubeconfig)));
+                found.multus_own = true;
             }
         }
     } else if !k8s::in_cluster_available() {
@@ -85,6 +82,13 @@ pub fn check(
             &mut found,
         );
         found.client = Some(options(None));
+        found.multus_own = true;
+    }
+    // The API reached with the kubeconfig given (an admin's, to list the node's pods); what is
+    // said above is still of multus's own credential.
+    if let Some(kubeconfig) = &opts.kubeconfig {
+        found.client = Some(options(Some(kubeconfig.clone())));
+        found.multus_own = false;
     }
     found
 }

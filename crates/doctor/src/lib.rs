@@ -90,7 +90,8 @@ impl Node {
             args: "",
             path: &path,
         };
-        cni::invoke::exec_plugin(&path[0].join(plugin), command, &env, config)
+        let bin = cni::invoke::find_in_path(plugin, &path)?;
+        cni::invoke::exec_plugin(&bin, command, &env, config)
     }
 
     /// Whether the doctor runs on the node itself, where the node's paths are its own.
@@ -105,6 +106,8 @@ impl Node {
 }
 
 pub fn run(opts: &Options) -> ExitCode {
+    // A plugin that hangs must not hang the doctor.
+    let _ = cni::invoke::limit_delegates_to(std::time::Duration::from_secs(10));
     let report = examine(opts);
     match opts.output {
         Output::Text => print!("{}", to_text(&report)),
@@ -132,7 +135,11 @@ pub fn examine(opts: &Options) -> Report {
     }
     let credential = credential::check(&node, opts, multus.as_ref(), &mut report);
     if let Some(client) = api::connect(&credential, &mut report) {
-        api::check_rules(&client, multus.as_ref().map(|m| m.mode), &mut report);
+        if credential.multus_own {
+            api::check_rules(&client, multus.as_ref().map(|m| m.mode), &mut report);
+        } else {
+            api::check_reachable(&client, &mut report);
+        }
         let node_name = opts
             .node
             .clone()
@@ -142,7 +149,17 @@ pub fn examine(opts: &Options) -> Report {
             .or(credential.node_name.clone())
             .or_else(host_name);
         match node_name {
-            Some(name) => api::check_pods(&client, &name, &mut report),
+            Some(name) => {
+                let system = multus.as_ref().map_or_else(
+                    || {
+                        multus::config::DEFAULT_SYSTEM_NAMESPACES
+                            .map(str::to_owned)
+                            .to_vec()
+                    },
+                    |m| m.conf.system_namespaces.clone(),
+                );
+                api::check_pods(&client, &name, &system, &mut report)
+            }
             None => report.add(
                 Severity::Note,
                 "missing-networks",

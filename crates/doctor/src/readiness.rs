@@ -26,7 +26,21 @@ fn readiness_file(node: &Node, multus: &Multus, file: &Path, report: &mut Report
         path: "readinessindicatorfile".into(),
         ..Place::default()
     };
-    if node.path(file).exists() {
+    let seen = node.path(file);
+    if !node.is_local() && !seen.parent().is_some_and(Path::is_dir) {
+        report.add(
+            Severity::Note,
+            "readiness",
+            place,
+            format!(
+                "the readiness indicator file {} is in a directory not seen from here",
+                file.display()
+            ),
+            "run the doctor on the node",
+        );
+        return;
+    }
+    if seen.exists() {
         report.add(
             Severity::Info,
             "readiness",

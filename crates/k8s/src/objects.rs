@@ -248,7 +248,8 @@ impl KubeClient {
         self.list_pages(call, "/api/v1/pods", keep)
     }
 
-    /// What `keep` makes of every pod bound to `node`.
+    /// What `keep` makes of every pod bound to `node`, as the API server's cache has them
+    /// (`resourceVersion=0`: a node asking every few seconds reads no etcd).
     pub fn list_node_pods<T>(
         &self,
         node: &str,
@@ -260,7 +261,7 @@ impl KubeClient {
             .block_on(self.list_pages_async(
                 call,
                 "/api/v1/pods",
-                &[("fieldSelector", &selector)],
+                &[("fieldSelector", &selector), ("resourceVersion", "0")],
                 keep,
             ))
             .map(|(items, _)| items)

@@ -17,6 +17,8 @@ pub const DEFAULT_CONF_DIR: &str = "/etc/cni/multus/net.d";
 pub const DEFAULT_CNI_DIR: &str = "/var/lib/cni/multus";
 pub const DEFAULT_BIN_DIR: &str = "/opt/cni/bin";
 pub const DEFAULT_MULTUS_NAMESPACE: &str = "kube-system";
+/// `systemNamespaces` when not set: their pods get their networks, and no network-status.
+pub const DEFAULT_SYSTEM_NAMESPACES: [&str; 1] = ["kube-system"];
 
 /// Refuses a config that is not multus's own, before any other key of it is read: multus
 /// acts only on a config whose `type` is the name it was run under (`multus`, `multus-shim`)
@@ -436,9 +438,10 @@ impl Keys {
             readiness_indicator_file: path(self.readiness_indicator_file),
             namespace_isolation: self.namespace_isolation.unwrap_or(false),
             global_namespaces,
-            system_namespaces: self
-                .system_namespaces
-                .map_or_else(|| vec!["kube-system".to_owned()], |l| l.0),
+            system_namespaces: self.system_namespaces.map_or_else(
+                || DEFAULT_SYSTEM_NAMESPACES.map(str::to_owned).to_vec(),
+                |l| l.0,
+            ),
             multus_namespace: self
                 .multus_namespace
                 .filter(|s| !s.is_empty())
@@ -495,7 +498,8 @@ impl Keys {
 
 /// A list of non-empty strings (`defaultNetworks`, `systemNamespaces`, ...).
 #[derive(Default)]
-struct StringList(Vec<String>);
+/// A list of strings, as upstream's `[]string` keys take it.
+pub struct StringList(pub Vec<String>);
 
 impl<'de> Deserialize<'de> for StringList {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<StringList, D::Error> {

@@ -163,10 +163,13 @@ pub fn missing<'a>(selections: &'a [Selection], annotation: Option<&str>) -> Vec
         let found = entries.iter().enumerate().position(|(i, e)| {
             !used[i]
                 && e.get("name").and_then(Value::as_str) == Some(name.as_str())
-                && selection
-                    .interface
-                    .as_deref()
-                    .is_none_or(|want| e.get("interface").and_then(Value::as_str) == Some(want))
+                && selection.interface.as_deref().is_none_or(|want| {
+                    // An entry naming no interface (as other writers leave it) matches any.
+                    match e.get("interface").and_then(Value::as_str) {
+                        None | Some("") => true,
+                        Some(have) => have == want,
+                    }
+                })
         });
         match found {
             Some(i) => used[i] = true,
@@ -187,23 +190,27 @@ pub struct Missing {
     pub stale: bool,
 }
 
-/// What a running pod lacks of the networks it asked for, `None` for a pod that asks for none
-/// or is not running in a sandbox of its own.
-pub fn pod_missing(pod: &Value) -> Option<Missing> {
+/// What a running pod lacks of the networks it asked for, `None` for a pod that asks for none,
+/// is not running in a sandbox of its own, is going away, or is in one of
+/// `system_namespaces` (whose network-status multus does not write).
+pub fn pod_missing(pod: &Value, system_namespaces: &[String]) -> Option<Missing> {
     let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
     let host_network = pod.pointer("/spec/hostNetwork").and_then(Value::as_bool) == Some(true);
+    let going = pod
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null());
     let annotations = pod.pointer("/metadata/annotations")?;
     let asked = annotations
         .get(crate::selection::NETWORKS_ANNOTATION)
         .and_then(Value::as_str)
         .filter(|a| !a.trim().is_empty())?;
-    if !running || host_network {
-        return None;
-    }
     let namespace = pod
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or("default");
+    if !running || host_network || going || system_namespaces.iter().any(|s| s == namespace) {
+        return None;
+    }
     let status = annotations
         .get(NETWORK_STATUS_ANNOTATION)
         .and_then(Value::as_str);
@@ -361,35 +368,69 @@ mod tests {
             })
         };
         assert_eq!(
-            pod_missing(&pod("Running", false, None)),
+            pod_missing_here(&pod("Running", false, None)),
             lacking(&["ns/a"], false)
         );
         let shown = r#"[{"name": "cluster", "ips": ["10.42.0.7"], "default": true},
                         {"name": "ns/a", "interface": "net1"}]"#;
         assert_eq!(
-            pod_missing(&pod("Running", false, Some(shown))),
+            pod_missing_here(&pod("Running", false, Some(shown))),
             lacking(&[], false)
         );
         // The same annotation, and the pod at another address: a sandbox made again without
         // multus, the annotation left from the one before.
         let mut again = pod("Running", false, Some(shown));
         again["status"]["podIPs"] = serde_json::json!([{"ip": "10.42.0.9"}]);
-        assert_eq!(pod_missing(&again), lacking(&["ns/a"], true));
+        assert_eq!(pod_missing_here(&again), lacking(&["ns/a"], true));
         again["status"]["podIPs"] = serde_json::json!([{"ip": "10.42.0.7"}]);
-        assert_eq!(pod_missing(&again), lacking(&[], false));
+        assert_eq!(pod_missing_here(&again), lacking(&[], false));
         // Not in a sandbox of its own yet, or never: nothing to say.
-        assert_eq!(pod_missing(&pod("Pending", false, None)), None);
-        assert_eq!(pod_missing(&pod("Running", true, None)), None);
+        assert_eq!(pod_missing_here(&pod("Pending", false, None)), None);
+        assert_eq!(pod_missing_here(&pod("Running", true, None)), None);
         assert_eq!(
-            pod_missing(&serde_json::json!({"status": {"phase": "Running"}})),
+            pod_missing_here(&serde_json::json!({"status": {"phase": "Running"}})),
             None
         );
         let mut broken = pod("Running", false, None);
         broken["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] = "[not json".into();
-        let said = pod_missing(&broken).unwrap();
+        let said = pod_missing_here(&broken).unwrap();
         assert!(
             said.networks[0].starts_with("every network it asks for"),
             "{said:?}"
+        );
+    }
+
+    fn pod_missing_here(pod: &Value) -> Option<Missing> {
+        pod_missing(pod, &["kube-system".to_owned()])
+    }
+
+    #[test]
+    fn pods_multus_writes_no_status_for_or_that_are_going_are_not_missing_anything() {
+        let mut pod = serde_json::json!({
+            "metadata": {"namespace": "kube-system", "name": "p",
+                         "annotations": {"k8s.v1.cni.cncf.io/networks": "a"}},
+            "status": {"phase": "Running"},
+        });
+        assert_eq!(pod_missing_here(&pod), None);
+        pod["metadata"]["namespace"] = "ns".into();
+        assert!(pod_missing_here(&pod).is_some());
+        pod["metadata"]["deletionTimestamp"] = "2026-12-04T08:00:00Z".into();
+        assert_eq!(pod_missing_here(&pod), None);
+    }
+
+    #[test]
+    fn an_entry_naming_no_interface_shows_the_selection_whatever_it_asked_for() {
+        let asked =
+            crate::selection::parse(crate::selection::NETWORKS_ANNOTATION, "a@data", "ns").unwrap();
+        for status in [
+            r#"[{"name": "ns/a"}]"#,
+            r#"[{"name": "ns/a", "interface": ""}]"#,
+        ] {
+            assert!(missing(&asked, Some(status)).is_empty(), "{status}");
+        }
+        assert_eq!(
+            missing(&asked, Some(r#"[{"name": "ns/a", "interface": "net1"}]"#)).len(),
+            1
         );
     }
 }

@@ -272,6 +272,8 @@ fn a_nodes_multus_writes_only_its_own_nodes_pods() -> Result<()> {
         delete_another = as_multus(&node, "DELETE", "default/pods/elsewhere")?;
         Ok(delete_another.0 != 403 || delete_another.1.contains("ValidatingAdmissionPolicy"))
     })?;
+    // ... and its own node's pod it may (a dry run: the pod stays).
+    let delete_here = as_multus(&node, "DELETE", "default/pods/here?dryRun=All")?;
     let revoke = r#"[{"op": "remove", "path": "/rules/4"}]"#;
     node.kubectl(&[
         "patch",
@@ -302,6 +304,10 @@ fn a_nodes_multus_writes_only_its_own_nodes_pods() -> Result<()> {
                 .1
                 .contains("ValidatingAdmissionPolicy 'multus-own-node-pods'"),
         "another node's pod deleted: {delete_another:?}"
+    );
+    ensure!(
+        delete_here.0 == 200,
+        "this node's pod deleted: {delete_here:?}"
     );
     Ok(())
 }

@@ -71,19 +71,21 @@ fn reconfigure(node: &Node, change: impl FnOnce(&mut Value)) -> Result<()> {
 fn thick_mode_reports_a_pod_without_its_networks_and_deletes_it_when_asked() -> Result<()> {
     let node = up("thick")?;
     let deployment = e2e::sleeping_deployment(APP, 1, None);
+    // A pod no controller would make again: reported, never deleted.
+    let bare = e2e::sleeping_pod("stray-bare", None);
     node.apply(&nad())?;
     node.apply(&deployment)?;
+    node.apply(&bare)?;
+    node.wait_ready("default", "stray-bare", Duration::from_secs(120))?;
     let (pod, uid) = the_pod(&node)?;
     // As a pod whose sandbox came up while multus's config was not in place: it asks for a
     // network that nothing attached.
-    node.kubectl(&[
-        "annotate",
-        "pod",
-        &pod,
-        "k8s.v1.cni.cncf.io/networks=wanted",
-    ])?;
+    for p in [pod.as_str(), "stray-bare"] {
+        node.kubectl(&["annotate", "pod", p, "k8s.v1.cni.cncf.io/networks=wanted"])?;
+    }
+    // Found at two looks in a row, 30 s apart.
     let mut said = Vec::new();
-    node.eventually("a MissingNetworks event", Duration::from_secs(60), || {
+    node.eventually("a MissingNetworks event", Duration::from_secs(90), || {
         said = node.events("default", &pod, "MissingNetworks")?;
         Ok(!said.is_empty())
     })?;
@@ -116,6 +118,19 @@ fn thick_mode_reports_a_pod_without_its_networks_and_deletes_it_when_asked() -> 
     })?;
     let (_, again) = the_pod(&node)?;
     ensure!(again != uid, "the Deployment's pod is still {uid}");
+    let mut bare_said = Vec::new();
+    node.eventually(
+        "the bare pod reported again",
+        Duration::from_secs(60),
+        || {
+            bare_said = node.events("default", "stray-bare", "MissingNetworks")?;
+            Ok(bare_said
+                .iter()
+                .any(|m| m.ends_with("not deleted: no workload controller would make it again")))
+        },
+    )?;
+    node.get("default", "pod/stray-bare")
+        .context("the pod no controller owns was deleted")?;
 
     reconfigure(&node, |c| {
         if let Some(c) = c.as_object_mut() {
@@ -135,6 +150,7 @@ fn thick_mode_reports_a_pod_without_its_networks_and_deletes_it_when_asked() -> 
         &revoke,
     ])?;
     node.delete(&deployment)?;
+    node.delete(&bare)?;
     node.delete(&nad())?;
     Ok(())
 }

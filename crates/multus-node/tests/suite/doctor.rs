@@ -393,6 +393,6 @@ fn the_doctor_reads_the_credentials_kind_and_expiry() {
         &report,
         "api",
         "error",
-        "the API server cannot be reached as multus",
+        "the API server cannot be reached with the credential",
     );
 }

@@ -61,8 +61,13 @@ pub struct DaemonConfig {
     /// `delegateTimeoutSeconds` (ours): how long one delegate may run before it is killed.
     pub delegate_timeout: Duration,
     /// `deletePodsMissingNetworks` (ours): a pod of the node found running without networks
-    /// it asked for is deleted, when a controller owns it (docs/thick.md).
+    /// it asked for is deleted, when a workload controller owns it (docs/thick.md).
     pub delete_pods_missing_networks: bool,
+    /// `missingNetworksCheckSeconds` (ours): how often the node's pods are looked at for
+    /// networks they lack.
+    pub missing_networks_check: Duration,
+    /// `systemNamespaces`: multus writes no network-status for their pods.
+    pub system_namespaces: Vec<String>,
     /// What the daemon logs once its log is set up: keys it reads and ignores.
     pub warnings: Vec<String>,
 }
@@ -113,6 +118,8 @@ struct Keys {
     kubeconfig: Option<String>,
     delegate_timeout_seconds: Option<u64>,
     delete_pods_missing_networks: Option<bool>,
+    missing_networks_check_seconds: Option<u64>,
+    system_namespaces: Option<multus::config::StringList>,
     enable_pprof: Option<Value>,
 }
 
@@ -224,6 +231,19 @@ impl DaemonConfig {
                     Duration::from_secs(s.clamp(1, 600))
                 }),
             delete_pods_missing_networks: read.delete_pods_missing_networks.unwrap_or(false),
+            missing_networks_check: Duration::from_secs(
+                read.missing_networks_check_seconds
+                    .unwrap_or(30)
+                    .clamp(1, 3600),
+            ),
+            system_namespaces: read.system_namespaces.map_or_else(
+                || {
+                    multus::config::DEFAULT_SYSTEM_NAMESPACES
+                        .map(str::to_owned)
+                        .to_vec()
+                },
+                |l| l.0,
+            ),
             warnings,
             keys,
         })

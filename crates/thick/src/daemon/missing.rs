@@ -1,12 +1,16 @@
 //! Pods of this node that run without networks they asked for: started while multus's config
 //! was not in place (a reboot's race, a primary network's config picked first), so nothing
 //! attached their networks and nothing said so. The node's pods are listed once the daemon is
-//! ready and every [`EVERY`] after. Each such pod is said once, until it is fixed or gone: a
-//! line in the log, a Warning event `MissingNetworks` on the pod, and the
-//! `multus_pods_missing_networks` gauge. With `deletePodsMissingNetworks`, a pod that a
-//! controller owns is deleted, so that the controller makes it again, with its networks.
+//! ready and every `missingNetworksCheckSeconds` (30) after. A pod found so at two looks in a
+//! row, unchanged between them, is said once, until it is fixed or gone: a line in the log, a
+//! Warning event `MissingNetworks` on the pod, and the `multus_pods_missing_networks` gauge.
+//! (One look is not enough: just after a sandbox is made again, the kubelet may not have
+//! reported the pod's new address yet.) With `deletePodsMissingNetworks`, a pod a workload
+//! controller owns is deleted, so that the controller makes it again with its networks; once
+//! per controller, so that a node whose runtime still does not run multus does not delete its
+//! pods over and over.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,11 +21,17 @@ use serde_json::Value;
 use super::metrics::Metrics;
 use super::server::State;
 
-/// How often the node's pods are looked at: a pod that started without its networks is
-/// reported within this and one list.
-pub const EVERY: Duration = Duration::from_secs(30);
 /// How long recording the events of one look may take.
 const EVENTS_DEADLINE: Duration = Duration::from_secs(10);
+/// The controllers that make a deleted pod again as it was: a pod another owner holds (a
+/// KubeVirt VM's, a mirror pod's node) is reported, never deleted.
+const WORKLOAD_CONTROLLERS: [&str; 5] = [
+    "ReplicaSet",
+    "StatefulSet",
+    "DaemonSet",
+    "Job",
+    "ReplicationController",
+];
 
 const PODS: Resource = Resource {
     group: "",
@@ -33,26 +43,39 @@ const PODS: Resource = Resource {
 struct Found {
     meta: ObjectMeta,
     missing: npwg::status::Missing,
-    /// Owned by a controller, which makes it again once deleted.
-    controlled: bool,
+    /// The UID of the workload controller that owns it, if one does.
+    controller: Option<String>,
 }
 
 impl Found {
-    fn of(pod: Value) -> Option<Found> {
-        let missing = npwg::status::pod_missing(&pod).filter(|m| !m.networks.is_empty())?;
-        let controlled = pod
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)
-            .is_some_and(|o| {
-                o.iter()
-                    .any(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-            });
+    fn of(pod: &Value, system_namespaces: &[String]) -> Option<Found> {
+        let missing =
+            npwg::status::pod_missing(pod, system_namespaces).filter(|m| !m.networks.is_empty())?;
         let meta: ObjectMeta = serde_json::from_value(pod.get("metadata")?.clone()).ok()?;
+        let mirror = meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+        let controller = meta
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .filter(|o| !mirror && WORKLOAD_CONTROLLERS.contains(&o.kind.as_str()))
+            .map(|o| o.uid.clone());
         Some(Found {
             meta,
             missing,
-            controlled,
+            controller,
         })
+    }
+
+    fn uid(&self) -> String {
+        self.meta.uid.clone().unwrap_or_default()
+    }
+
+    fn version(&self) -> String {
+        self.meta.resource_version.clone().unwrap_or_default()
     }
 
     fn name(&self) -> String {
@@ -67,29 +90,45 @@ impl Found {
 pub struct Watchman {
     pub client: Arc<KubeClient>,
     pub node: String,
+    pub system_namespaces: Vec<String>,
+    pub every: Duration,
     pub delete: bool,
     pub metrics: Arc<Metrics>,
     pub state: Arc<State>,
     pub stop: Arc<AtomicBool>,
 }
 
+/// What the looks remember.
+#[derive(Default)]
+struct Memory {
+    /// The pods found at the last look, by UID, with their resourceVersion.
+    last: HashMap<String, String>,
+    /// The pods already said, by UID.
+    said: HashSet<String>,
+    /// The controllers one of whose pods was deleted.
+    deleted_for: HashSet<String>,
+}
+
 impl Watchman {
-    /// Looks every [`EVERY`] while the daemon is ready, until told to stop.
+    /// Looks every `every` while the daemon is ready, until told to stop.
     pub fn run(self) {
-        // The pods already said, by UID.
-        let mut said = HashSet::new();
+        let mut memory = Memory::default();
         let mut next = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
             if Instant::now() >= next && self.state.ready.load(Ordering::SeqCst) {
-                self.look(&mut said);
-                next = Instant::now() + EVERY;
+                self.look(&mut memory);
+                next = Instant::now() + self.every;
             }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
 
-    fn look(&self, said: &mut HashSet<String>) {
-        let found = match self.client.list_node_pods(&self.node, &mut Found::of) {
+    fn look(&self, memory: &mut Memory) {
+        let namespaces = &self.system_namespaces;
+        let found = match self
+            .client
+            .list_node_pods(&self.node, &mut |pod| Found::of(&pod, namespaces))
+        {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!("looking for pods without their networks: {e}");
@@ -97,19 +136,27 @@ impl Watchman {
                 return;
             }
         };
+        // Found at the look before too, unchanged since.
+        let settled: Vec<&Found> = found
+            .iter()
+            .filter(|f| memory.last.get(&f.uid()) == Some(&f.version()))
+            .collect();
         self.metrics.pods_missing_networks.store(
-            i64::try_from(found.len()).unwrap_or(i64::MAX),
+            i64::try_from(settled.len()).unwrap_or(i64::MAX),
             Ordering::Relaxed,
         );
-        let uid = |f: &Found| f.meta.uid.clone().unwrap_or_default();
-        // A pod fixed or gone is forgotten; one made again under its name is a new UID.
-        said.retain(|u| found.iter().any(|f| uid(f) == *u));
-        let new: Vec<&Found> = found.iter().filter(|f| said.insert(uid(f))).collect();
+        memory.last = found.iter().map(|f| (f.uid(), f.version())).collect();
+        // A pod fixed or gone is forgotten; one made again under its name has a new UID.
+        memory.said.retain(|u| memory.last.contains_key(u));
+        let new: Vec<&Found> = settled
+            .into_iter()
+            .filter(|f| memory.said.insert(f.uid()))
+            .collect();
         let messages: Vec<String> = new
             .iter()
             .map(|f| {
-                let message = format!(
-                    "the pod runs without {}: {}; {}",
+                let what = format!(
+                    "the pod runs without {}: {}",
                     f.missing.networks.join(", "),
                     if f.missing.stale {
                         "its network-status is from an earlier sandbox (its addresses are not \
@@ -118,13 +165,10 @@ impl Watchman {
                     } else {
                         "its network-status does not show it, so it started without multus (its \
                          config was not in place) or multus could not write the status"
-                    },
-                    if self.delete && f.controlled {
-                        "it is deleted, so that its controller makes it again with its networks"
-                    } else {
-                        "delete it, so that its controller makes it again with its networks"
                     }
                 );
+                let outcome = self.settle(f, memory);
+                let message = format!("{what}; {outcome}");
                 tracing::warn!(pod = %f.name(), "{message}");
                 message
             })
@@ -147,28 +191,42 @@ impl Watchman {
                 self.metrics.event_failed();
             }
         }
-        if self.delete {
-            for f in new.iter().filter(|f| f.controlled) {
-                self.delete(f);
-            }
-        }
     }
 
-    /// Deletes the pod as it was found: one made again under its name meanwhile is left alone.
-    fn delete(&self, f: &Found) {
+    /// Deletes the pod when asked to and it may be, and says what became of it.
+    fn settle(&self, f: &Found, memory: &mut Memory) -> String {
+        const ASK: &str = "delete it, so that its controller makes it again with its networks";
+        if !self.delete {
+            return ASK.to_owned();
+        }
+        let Some(controller) = &f.controller else {
+            return "not deleted: no workload controller would make it again".to_owned();
+        };
+        if memory.deleted_for.contains(controller) {
+            return "not deleted: a pod of its controller was deleted for this already, and \
+                    came back without its networks too: check which CNI config the runtime \
+                    uses (multus doctor)"
+                .to_owned();
+        }
         let (Some(namespace), Some(name)) = (f.meta.namespace.as_deref(), f.meta.name.as_deref())
         else {
-            return;
+            return ASK.to_owned();
         };
-        let version = f.meta.resource_version.as_deref();
-        match self.client.delete_object(PODS, namespace, name, version) {
+        // The pod as it was seen: one made again under its name meanwhile is left alone.
+        match self
+            .client
+            .delete_object(PODS, namespace, name, Some(&f.version()))
+        {
             Ok(Deleted::Deleted) => {
-                tracing::info!(pod = %f.name(), "deleted: it ran without its networks")
+                memory.deleted_for.insert(controller.clone());
+                "deleted, so that its controller makes it again with its networks".to_owned()
             }
-            Ok(Deleted::Absent | Deleted::Stale) => {}
+            Ok(Deleted::Absent | Deleted::Stale) => {
+                "not deleted: it changed or went away meanwhile".to_owned()
+            }
             Err(e) => {
-                tracing::warn!(pod = %f.name(), "could not delete the pod: {e}");
                 self.metrics.api_error("delete pods");
+                format!("could not delete it: {e}")
             }
         }
     }

@@ -200,6 +200,8 @@ impl Daemon {
             let watchman = missing::Watchman {
                 client: Arc::clone(&shared.client),
                 node,
+                system_namespaces: config.system_namespaces.clone(),
+                every: config.missing_networks_check,
                 delete: config.delete_pods_missing_networks,
                 metrics,
                 state: Arc::clone(&state),
