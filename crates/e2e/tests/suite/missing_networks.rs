@@ -116,8 +116,28 @@ fn thick_mode_reports_a_pod_without_its_networks_and_deletes_it_when_asked() -> 
             .code()
             == Some(1))
     })?;
-    let (_, again) = the_pod(&node)?;
+    let (again_name, again) = the_pod(&node)?;
     ensure!(again != uid, "the Deployment's pod is still {uid}");
+    // Its replacement without the network too (as when the runtime still does not run multus):
+    // reported, not deleted again.
+    node.kubectl(&[
+        "annotate",
+        "pod",
+        &again_name,
+        "k8s.v1.cni.cncf.io/networks=wanted",
+    ])?;
+    node.eventually("the replacement reported", Duration::from_secs(90), || {
+        Ok(node
+            .events("default", &again_name, "MissingNetworks")?
+            .iter()
+            .any(|m| {
+                m.contains("not deleted: a pod of its controller was deleted for this already")
+            }))
+    })?;
+    ensure!(
+        node.get("default", &format!("pod/{again_name}"))?["metadata"]["uid"] == again.as_str(),
+        "the replacement was deleted too"
+    );
     let mut bare_said = Vec::new();
     node.eventually(
         "the bare pod reported again",
