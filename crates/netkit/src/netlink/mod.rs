@@ -78,10 +78,12 @@ impl Family {
 
 /// Biggest datagram the kernel sends on a dump is 32 KiB; twice that leaves room.
 const RECV_BUF: usize = 64 * 1024;
-/// A dump that raced with a change is retried this many times before giving up, waiting a
-/// millisecond more each time: on a node starting a burst of pods, links change faster than a
-/// long dump under a busy CPU completes, and a short wait lets the burst move on.
-const DUMP_ATTEMPTS: u32 = 30;
+/// A dump that raced with a change is taken again for up to this long, waiting a millisecond
+/// more each time (at most [`DUMP_WAIT_MAX`]): on a node starting a burst of pods, links change
+/// faster than a long dump under a busy CPU completes, and a short wait lets the burst move
+/// on. A budget in time rather than in attempts holds however loaded the node is.
+const DUMP_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+const DUMP_WAIT_MAX: u64 = 20;
 /// `NLMSGERR_ATTR_MSG`: the extended-ack text attribute.
 const NLMSGERR_ATTR_MSG: u16 = 1;
 
@@ -157,12 +159,13 @@ impl Netlink {
         msg: RouteNetlinkMessage,
         what: impl Fn() -> String,
     ) -> Result<Vec<RouteNetlinkMessage>> {
-        let mut attempt = 1;
+        let started = std::time::Instant::now();
+        let mut wait = 1;
         loop {
             match self.exchange(msg.clone(), NLM_F_DUMP, &what) {
-                Err(e) if e.errno() == Some(libc::EINTR) && attempt < DUMP_ATTEMPTS => {
-                    std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));
-                    attempt += 1;
+                Err(e) if e.errno() == Some(libc::EINTR) && started.elapsed() < DUMP_BUDGET => {
+                    std::thread::sleep(std::time::Duration::from_millis(wait));
+                    wait = (wait + 1).min(DUMP_WAIT_MAX);
                 }
                 other => return other,
             }
