@@ -124,6 +124,20 @@ pub struct Node {
     pub exports: Vec<String>,
     /// The node is one: the tests take it one at a time.
     _turn: MutexGuard<'static, ()>,
+    /// When the test took the node: the time it held it goes to the log, for CI's budget.
+    taken: Instant,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let test = std::thread::current().name().unwrap_or("a test").to_owned();
+        // Past libtest's capture, as cluster.sh's own lines are.
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "e2e: {test} held the node for {} s",
+            self.taken.elapsed().as_secs()
+        );
+    }
 }
 
 static TURN: Mutex<()> = Mutex::new(());
@@ -145,6 +159,7 @@ pub fn up(mode: &str) -> Result<Node> {
 pub fn up_with(mode: &str, args: &[&str]) -> Result<Node> {
     // A test that failed while it held the node leaves it usable for the next.
     let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let taken = Instant::now();
     let out = Command::new(cluster_sh())
         .args(["up", mode])
         .args(args)
@@ -167,6 +182,7 @@ pub fn up_with(mode: &str, args: &[&str]) -> Result<Node> {
     Ok(Node {
         exports,
         _turn: turn,
+        taken,
     })
 }
 
@@ -363,6 +379,73 @@ impl Node {
     }
 
     /// Polls `check` every 200 ms until it returns Ok(true), for at most `timeout`.
+    /// Waits until every pod of multus's DaemonSet runs its current template.
+    pub fn multus_rolled_out(&self) -> Result<()> {
+        self.kubectl(&[
+            "-n",
+            "multus",
+            "rollout",
+            "status",
+            "ds/multus",
+            "--timeout=180s",
+        ])?;
+        Ok(())
+    }
+
+    /// Takes multus's DaemonSet off the node (a nodeSelector no node matches), as when its pod
+    /// is evicted or its image cannot be pulled; the files it installed stay.
+    pub fn send_multus_away(&self) -> Result<()> {
+        self.patch_multus_node_selector(serde_json::json!("x"))
+    }
+
+    /// Undoes [`Node::send_multus_away`].
+    pub fn bring_multus_back(&self) -> Result<()> {
+        self.patch_multus_node_selector(Value::Null)
+    }
+
+    fn patch_multus_node_selector(&self, value: Value) -> Result<()> {
+        let patch = serde_json::json!({"spec": {"template": {"spec": {"nodeSelector":
+            {"multus-rs.test/nowhere": value}}}}})
+        .to_string();
+        self.kubectl(&[
+            "-n",
+            "multus",
+            "patch",
+            "ds",
+            "multus",
+            "--type=merge",
+            "-p",
+            &patch,
+        ])?;
+        Ok(())
+    }
+
+    /// Thick mode's daemon config, as the ConfigMap holds it.
+    pub fn daemon_config(&self) -> Result<String> {
+        let map = self.get("multus", "configmap/multus-daemon-config")?;
+        map["data"]["daemon-config.json"]
+            .as_str()
+            .map(str::to_owned)
+            .context("the ConfigMap has no daemon-config.json")
+    }
+
+    /// Replaces thick mode's daemon config and restarts the daemon on it.
+    pub fn set_daemon_config(&self, json: &str) -> Result<()> {
+        let patch = serde_json::json!({"data": {"daemon-config.json": json}}).to_string();
+        self.kubectl(&[
+            "-n",
+            "multus",
+            "patch",
+            "configmap",
+            "multus-daemon-config",
+            "--type=merge",
+            "-p",
+            &patch,
+        ])?;
+        self.kubectl(&["-n", "multus", "rollout", "restart", "ds/multus"])?;
+        self.multus_rolled_out()
+    }
+
     pub fn eventually(
         &self,
         what: &str,

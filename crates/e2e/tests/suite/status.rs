@@ -10,11 +10,6 @@ use e2e::{up, Node};
 use serde_json::Value;
 
 const CLUSTER_CONF: &str = "/etc/cni/net.d/10-cluster.conflist";
-/// The DaemonSet's pods kept off every node, and let back.
-const AWAY: &str =
-    r#"{"spec": {"template": {"spec": {"nodeSelector": {"multus-rs.test/nowhere": "x"}}}}}"#;
-const BACK: &str =
-    r#"{"spec": {"template": {"spec": {"nodeSelector": {"multus-rs.test/nowhere": null}}}}}"#;
 
 /// The node's Ready condition: its status and message.
 fn ready(node: &Node) -> Result<(String, String)> {
@@ -49,25 +44,9 @@ fn containerd_holds_pods_while_thick_modes_daemon_is_away() -> Result<()> {
     cluster_version(&node, "1.1.0")?;
     let result = held(&node);
     // The node as it was, whatever happened.
-    let _ = node.kubectl(&[
-        "-n",
-        "multus",
-        "patch",
-        "ds",
-        "multus",
-        "--type=merge",
-        "-p",
-        BACK,
-    ]);
+    let _ = node.bring_multus_back();
     cluster_version(&node, "1.0.0")?;
-    node.kubectl(&[
-        "-n",
-        "multus",
-        "rollout",
-        "status",
-        "ds/multus",
-        "--timeout=180s",
-    ])?;
+    node.multus_rolled_out()?;
     node.eventually(
         "00-multus.conf back at 1.0.0",
         Duration::from_secs(60),
@@ -91,16 +70,7 @@ fn held(node: &Node) -> Result<()> {
     })?;
 
     // The daemon away: its pod gone from the node, 00-multus.conf left in place.
-    node.kubectl(&[
-        "-n",
-        "multus",
-        "patch",
-        "ds",
-        "multus",
-        "--type=merge",
-        "-p",
-        AWAY,
-    ])?;
+    node.send_multus_away()?;
     let mut said = String::new();
     node.eventually(
         "the node's network not ready",
@@ -121,16 +91,7 @@ fn held(node: &Node) -> Result<()> {
     );
 
     // Back, and the node is ready again.
-    node.kubectl(&[
-        "-n",
-        "multus",
-        "patch",
-        "ds",
-        "multus",
-        "--type=merge",
-        "-p",
-        BACK,
-    ])?;
+    node.bring_multus_back()?;
     node.eventually("the node Ready again", Duration::from_secs(120), || {
         Ok(ready(node)?.0 == "True")
     })?;

@@ -265,15 +265,12 @@ fn many_pods_in_thick_mode() -> Result<()> {
 #[test]
 fn many_pods_with_a_connection_limit_of_one() -> Result<()> {
     let node = up("thick")?;
-    let shipped = daemon_config(&node)?;
+    let shipped = node.daemon_config()?;
     ensure!(
         shipped.contains("\"connectionLimit\": 16"),
         "the shipped daemon config: {shipped}"
     );
-    set_daemon_config(
-        &node,
-        &shipped.replace("\"connectionLimit\": 16", "\"connectionLimit\": 1"),
-    )?;
+    node.set_daemon_config(&shipped.replace("\"connectionLimit\": 16", "\"connectionLimit\": 1"))?;
     let result = (|| {
         let log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
         ensure!(
@@ -282,41 +279,8 @@ fn many_pods_with_a_connection_limit_of_one() -> Result<()> {
         );
         six_pods_at_once(&node)
     })();
-    set_daemon_config(&node, &shipped)?;
+    node.set_daemon_config(&shipped)?;
     result
-}
-
-fn daemon_config(node: &Node) -> Result<String> {
-    let cm = node.get("multus", "configmap/multus-daemon-config")?;
-    cm["data"]["daemon-config.json"]
-        .as_str()
-        .map(str::to_owned)
-        .context("the ConfigMap has no daemon-config.json")
-}
-
-/// Replaces the daemon's config and restarts the daemon on it.
-fn set_daemon_config(node: &Node, json: &str) -> Result<()> {
-    let patch = serde_json::json!({"data": {"daemon-config.json": json}}).to_string();
-    node.kubectl(&[
-        "-n",
-        "multus",
-        "patch",
-        "configmap",
-        "multus-daemon-config",
-        "--type=merge",
-        "-p",
-        &patch,
-    ])?;
-    node.kubectl(&["-n", "multus", "rollout", "restart", "ds/multus"])?;
-    node.kubectl(&[
-        "-n",
-        "multus",
-        "rollout",
-        "status",
-        "ds/multus",
-        "--timeout=180s",
-    ])?;
-    Ok(())
 }
 
 fn six_pods_at_once(node: &Node) -> Result<()> {
