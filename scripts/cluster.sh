@@ -4,8 +4,12 @@
 # modules by scripts/peers.sh, with multus-rs installed from deploy/.
 #
 #   scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2]
+#                         [--own-conf-dir]
 #                                        bare: the cluster network alone, no multus (a baseline,
-#                                        or a node to install another build on by hand)
+#                                        or a node to install another build on by hand);
+#                                        --own-conf-dir: the runtime reads /run/multus/cni/net.d
+#                                        alone, and multus is installed from deploy/own-conf-dir
+#                                        (thin and thick)
 #   scripts/cluster.sh exec -- CMD...    CMD as on the node: its network and mount namespaces,
 #                                        with kubectl on PATH and the admin's KUBECONFIG
 #   scripts/cluster.sh stop|start PART   for the tests: apiserver, etcd, containerd or kubelet
@@ -385,6 +389,9 @@ start_kube_proxy() {
   wait_for "kube-proxy" 60 on_node curl -fs http://127.0.0.1:10256/healthz
 }
 
+# The directory the runtime reads its network config from: the node's, or multus's own.
+runtime_conf_dir() { cat "$state/conf-dir" 2>/dev/null || echo /etc/cni/net.d; }
+
 containerd_config() {
   local bin_dirs="'/opt/cni/bin', '/run/cni/bin'" restrict_oom=false
   # CAP_SYS_RESOURCE is bit 24 of the capability sets.
@@ -406,7 +413,7 @@ state = '/run/containerd'
   restrict_oom_score_adj = $restrict_oom
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = [$bin_dirs]
-  conf_dir = '/etc/cni/net.d'
+  conf_dir = '$(runtime_conf_dir)'
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
   SystemdCgroup = false
 EOF
@@ -422,7 +429,7 @@ state = '/run/containerd'
   restrict_oom_score_adj = $restrict_oom
 [plugins.'io.containerd.grpc.v1.cri'.cni]
   bin_dir = '/opt/cni/bin'
-  conf_dir = '/etc/cni/net.d'
+  conf_dir = '$(runtime_conf_dir)'
 [plugins.'io.containerd.grpc.v1.cri'.containerd]
   default_runtime_name = 'runc'
 [plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.runc]
@@ -512,9 +519,12 @@ cluster_network() {
 # multus-rs from deploy/
 
 tree_of() {
+  local in=
+  [ "$(runtime_conf_dir)" = /etc/cni/net.d ] || in=own-conf-dir/
   case $1 in
-    thin) echo base ;;
-    thick | microshift | whereabouts) echo "$1" ;;
+    thin) echo "${in}base" ;;
+    thick) echo "$in$1" ;;
+    microshift | whereabouts) echo "$1" ;;
     *) die "unknown mode $1 (thin, thick, microshift, whereabouts)" ;;
   esac
 }
@@ -536,7 +546,7 @@ install_multus() {
   wait_for "multus's DaemonSet" 180 ds_available "$(namespace_of "$mode")" multus
   # Available is not installed: until 00-multus.conf is in place the runtime gives new pods the
   # cluster network alone (no readiness probe says otherwise yet).
-  wait_for "00-multus.conf" 120 on_node sh -c 'ls /etc/cni/net.d/00-multus.conf*' 
+  wait_for "00-multus.conf" 120 on_node sh -c "ls $(runtime_conf_dir)/00-multus.conf*"
   wait_for "the node's Ready condition" 120 node_ready
 }
 
@@ -565,17 +575,22 @@ exports() {
 up() {
   mode=thin
   containerd_major=2
+  local conf_dir=/etc/cni/net.d
   while [ $# -gt 0 ]; do
     case $1 in
       --containerd)
         containerd_major=${2:-}
         shift 2
         ;;
+      --own-conf-dir)
+        conf_dir=/run/multus/cni/net.d
+        shift
+        ;;
       thin | thick | microshift | whereabouts | bare)
         mode=$1
         shift
         ;;
-      *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2]" ;;
+      *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir]" ;;
     esac
   done
   case $containerd_major in 1 | 2) ;; *) die "--containerd takes 1 or 2" ;; esac
@@ -584,10 +599,18 @@ up() {
   if [ "$containerd_major" = 1 ] && [ "$mode" = microshift ]; then
     die "microshift runs with --containerd 2: containerd 1.x has a single bin_dir, /opt/cni/bin"
   fi
+  case $conf_dir:$mode in
+    /etc/cni/net.d:* | *:thin | *:thick) ;;
+    *) die "--own-conf-dir is for thin and thick: deploy/own-conf-dir has no $mode" ;;
+  esac
   [ "$(id -u)" = 0 ] || die "runs as root: the node is made of namespaces and cgroups"
   command -v socat >/dev/null || die "socat is missing (scripts/deps.sh installs it)"
   if is_up && [ "$(cat "$state/containerd-version" 2>/dev/null)" != "$containerd_major" ]; then
     log "containerd $(cat "$state/containerd-version") is running; starting again with $containerd_major"
+    down
+  fi
+  if is_up && [ "$(runtime_conf_dir)" != "$conf_dir" ]; then
+    log "the runtime reads $(runtime_conf_dir); starting again with $conf_dir"
     down
   fi
   peer_dirs
@@ -607,7 +630,7 @@ up() {
     # The cluster network stays as it is under the same mode: rewriting it would make the
     # installer rewrite 00-multus.conf, and pods made meanwhile would miss their networks.
     if [ "$previous" != "$mode" ]; then
-      rm -f "$state"/node/etc/cni/net.d/00-multus.conf*
+      on_node sh -c "rm -f $conf_dir/00-multus.conf*"
       cluster_network
     fi
   else
@@ -615,6 +638,7 @@ up() {
     pki
     namespaces
     echo "$containerd_major" >"$state/containerd-version"
+    echo "$conf_dir" >"$state/conf-dir"
     cgroups_make
     cluster_network
     start_etcd
@@ -627,7 +651,7 @@ up() {
     start_kube_proxy
   fi
   install_multus
-  log "up: $mode, containerd $containerd_major, node $node"
+  log "up: $mode, containerd $containerd_major, $conf_dir, node $node"
   exports
 }
 
@@ -725,6 +749,7 @@ reboot_node() { # [--without-multus-config]
   done
   case ${1:-} in
     --without-multus-config) rm -f "$state"/node/etc/cni/net.d/00-multus.conf "$state"/node/etc/cni/net.d/00-multus.conflist ;;
+    # In a config directory of multus's own, under /run, 00-multus.conf is gone already.
     "") ;;
     *) die "reboot takes --without-multus-config" ;;
   esac
@@ -772,5 +797,5 @@ case ${1:-} in
     shift
     reboot_node "$@"
     ;;
-  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2] | exec -- CMD... | stop|start PART | reboot [--without-multus-config] | down" ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir] | exec -- CMD... | stop|start PART | reboot [--without-multus-config] | down" ;;
 esac

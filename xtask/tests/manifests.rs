@@ -229,6 +229,65 @@ fn host_path_of(objects: &[Value], mount_path: &str) -> Result<String> {
         .to_string())
 }
 
+/// Thick mode's daemon config, parsed.
+fn daemon_config(objects: &[Value]) -> Result<Value> {
+    let text = find(objects, "ConfigMap", "multus-daemon-config")?["data"]["daemon-config.json"]
+        .as_str()
+        .context("daemon-config.json")?;
+    Ok(serde_json::from_str(text)?)
+}
+
+/// deploy/own-conf-dir: 00-multus.conf and multus.d in /run/multus/cni/net.d, the cluster
+/// network still read from /etc/cni/net.d, and nothing else changed from the tree it is made of.
+#[test]
+fn own_conf_dir_trees_move_only_multus_config() -> Result<()> {
+    let objects = rendered("own-conf-dir/base")?;
+    check_common(&objects, "multus")?;
+    let moved = multus_args(&objects)?;
+    let shipped = multus_args(&rendered("base")?)?;
+    let changed: Vec<(&String, &String)> =
+        shipped.iter().zip(&moved).filter(|(a, b)| a != b).collect();
+    ensure!(
+        moved.len() == shipped.len()
+            && changed
+                == [
+                    (
+                        &"--cni-conf-dir=/host/etc/cni/net.d".to_owned(),
+                        &"--cni-conf-dir=/host/run/multus/cni/net.d".to_owned()
+                    ),
+                    (
+                        &"--multus-kubeconfig-file-host=/etc/cni/net.d/multus.d/multus.kubeconfig"
+                            .to_owned(),
+                        &"--multus-kubeconfig-file-host=/run/multus/cni/net.d/multus.d/multus.kubeconfig"
+                            .to_owned()
+                    ),
+                ],
+        "deploy/own-conf-dir/base changes {changed:?}"
+    );
+    ensure!(moved.contains(&"--multus-autoconfig-dir=/host/etc/cni/net.d".to_owned()));
+    ensure!(host_path_of(&objects, "/host/run/multus/cni/net.d")? == "/run/multus/cni/net.d");
+    ensure!(host_path_of(&objects, "/host/etc/cni/net.d")? == "/etc/cni/net.d");
+
+    let objects = rendered("own-conf-dir/thick")?;
+    check_cluster_objects(&objects, "multus")?;
+    let mut moved = daemon_config(&objects)?;
+    ensure!(
+        moved["cniConfigDir"] == "/host/run/multus/cni/net.d",
+        "{moved}"
+    );
+    let mut shipped = daemon_config(&rendered("thick")?)?;
+    ensure!(moved["multusAutoconfigDir"] == shipped["multusAutoconfigDir"]);
+    moved["cniConfigDir"] = Value::Null;
+    shipped["cniConfigDir"] = Value::Null;
+    ensure!(
+        moved == shipped,
+        "deploy/own-conf-dir/thick's daemon config drifted from deploy/thick's"
+    );
+    // The daemon sees the node's /run, where it writes the file.
+    ensure!(host_path_of(&objects, "/host/run")? == "/run");
+    Ok(())
+}
+
 #[test]
 fn kubernetes_tree_renders_and_validates() -> Result<()> {
     let objects = rendered("base")?;
@@ -567,21 +626,13 @@ fn admission_trees_render_and_validate() -> Result<()> {
         );
         let policy_file = "/etc/multus-admission/policy.yaml";
         if tree == "thick" {
-            let config = |objects: &[Value]| -> Result<Value> {
-                let text = find(objects, "ConfigMap", "multus-daemon-config")?["data"]
-                    ["daemon-config.json"]
-                    .as_str()
-                    .context("daemon-config.json")?
-                    .to_owned();
-                Ok(serde_json::from_str(&text)?)
-            };
-            let mut with = config(&objects)?;
+            let mut with = daemon_config(&objects)?;
             ensure!(with["admissionPolicy"] == policy_file, "{with}");
             with.as_object_mut()
                 .context("an object")?
                 .remove("admissionPolicy");
             ensure!(
-                with == config(&rendered("thick")?)?,
+                with == daemon_config(&rendered("thick")?)?,
                 "deploy/admission/thick's daemon config drifted from deploy/thick's"
             );
         } else {

@@ -9,6 +9,9 @@ use serde_json::Value;
 
 use crate::Node;
 
+/// deploy/own-conf-dir's directory for multus's config, the one the runtime reads alone.
+const OWN_CONF_DIR: &str = "/run/multus/cni/net.d";
+
 /// How multus runs on the node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -123,12 +126,28 @@ pub fn check(node: &Node, conf_dir: &Path, report: &mut Report) -> Option<Multus
         "multus" => Mode::Thin,
         "multus-shim" => Mode::Thick,
         other => {
+            const FIX: &str = "start multus (its DaemonSet writes 00-multus.conf), or rename the config that sorts first; pods started meanwhile need a restart (docs/troubleshooting.md)";
+            let own = Path::new(OWN_CONF_DIR);
             let multus_file = names.iter().find(|n| n.starts_with("00-multus"));
-            let why = match multus_file {
-                Some(m) => format!(
-                    "{first} sorts before multus's {m}, and the runtime takes the first by name"
+            let (why, fix) = match multus_file {
+                Some(m) => (
+                    format!(
+                        "{first} sorts before multus's {m}, and the runtime takes the first by name"
+                    ),
+                    FIX.to_owned(),
                 ),
-                None => "multus's config (00-multus.conf) is not there".to_owned(),
+                None if conf_dir != own && node.path(&own.join("00-multus.conf")).is_file() => (
+                    format!(
+                        "multus's config is in {OWN_CONF_DIR} (deploy/own-conf-dir), not here"
+                    ),
+                    format!(
+                        "set the runtime to read {OWN_CONF_DIR} (docs/install.md, \"A config directory of multus's own\"); if it does already, run the doctor with --cni-conf-dir {OWN_CONF_DIR}"
+                    ),
+                ),
+                None => (
+                    "multus's config (00-multus.conf) is not there".to_owned(),
+                    FIX.to_owned(),
+                ),
             };
             report.add(
                 Severity::Error,
@@ -138,7 +157,7 @@ pub fn check(node: &Node, conf_dir: &Path, report: &mut Report) -> Option<Multus
                     "the runtime picks {first} (type {}), not multus: {why}; pods started now get only that network, without the networks they ask for",
                     cni::quote::quote(other)
                 ),
-                "start multus (its DaemonSet writes 00-multus.conf), or rename the config that sorts first; pods started meanwhile need a restart (docs/troubleshooting.md)",
+                fix,
             );
             return None;
         }

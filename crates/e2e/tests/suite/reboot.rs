@@ -1,8 +1,9 @@
 //! The most-reported problem upstream: after a node reboots, pods come back without their
 //! secondary networks. Here the node's runtime side loses power and boots again
 //! (`scripts/cluster.sh reboot`): every pod comes back with all of its networks. Booted without
-//! multus's config, in thick mode under containerd 2 and 1.6, every pod comes back with its
-//! networks or is reported.
+//! multus's config, in thick mode under containerd 2 and 1.x, every pod comes back with its
+//! networks or is reported; with multus's config in a directory of its own, every pod comes back
+//! with its networks.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -53,6 +54,27 @@ fn status_interfaces(node: &Node, pod: &str) -> Result<Vec<String>> {
         .collect())
 }
 
+/// Waits until `pod` is Ready in a sandbox made after the reboot (its restart count past
+/// `before`).
+fn back_in_a_new_sandbox(node: &Node, pod: &str, before: i64) -> Result<()> {
+    node.eventually(
+        &format!("{pod} running again in a new sandbox"),
+        Duration::from_secs(240),
+        || {
+            let ready = node.kubectl_output(
+                &[
+                    "wait",
+                    "--for=condition=Ready",
+                    &format!("pod/{pod}"),
+                    "--timeout=1s",
+                ],
+                None,
+            )?;
+            Ok(ready.status.success() && interfaces(node, pod)?.1 > before)
+        },
+    )
+}
+
 #[test]
 fn every_pod_comes_back_with_all_its_networks() -> Result<()> {
     let node = up("thin")?;
@@ -69,22 +91,7 @@ fn every_pod_comes_back_with_all_its_networks() -> Result<()> {
 
     for (pod, (links, restarts)) in &before {
         ensure!(links.contains(&"net1".to_owned()), "{pod} had {links:?}");
-        node.eventually(
-            &format!("{pod} running again in a new sandbox"),
-            Duration::from_secs(180),
-            || {
-                let ready = node.kubectl_output(
-                    &[
-                        "wait",
-                        "--for=condition=Ready",
-                        &format!("pod/{pod}"),
-                        "--timeout=1s",
-                    ],
-                    None,
-                )?;
-                Ok(ready.status.success() && interfaces(&node, pod)?.1 > *restarts)
-            },
-        )?;
+        back_in_a_new_sandbox(&node, pod, *restarts)?;
         let (after, _) = interfaces(&node, pod)?;
         ensure!(
             &after == links,
@@ -104,10 +111,11 @@ fn every_pod_comes_back_with_all_its_networks() -> Result<()> {
 /// The reboot upstream's users report: the node boots with the cluster network's config in
 /// place and multus's gone (as upstream's thick daemon removes it when it stops), so the
 /// runtime may make sandboxes with the cluster network alone before multus's daemon is back.
-/// Thick mode: no pod runs without its networks, or each one that does is reported within a
-/// minute of the daemon's return (a `MissingNetworks` event), under the runtime given.
-fn primary_first(containerd: &str) -> Result<()> {
-    let node = e2e::up_with("thick", &["--containerd", containerd])?;
+/// Thick mode, on the node `up_args` makes: no pod runs without its networks, or each one that
+/// does is reported within a minute of the daemon's return (a `MissingNetworks` event). How
+/// many pods came back with their networks.
+fn primary_first(up_args: &[&str]) -> Result<usize> {
+    let node = e2e::up_with("thick", up_args)?;
     node.apply(&nad())?;
     node.apply(&pods())?;
     let mut restarts = BTreeMap::new();
@@ -127,31 +135,9 @@ fn primary_first(containerd: &str) -> Result<()> {
     e2e::cluster(&["reboot", "--without-multus-config"])?;
 
     for (pod, before) in &restarts {
-        node.eventually(
-            &format!("{pod} running again in a new sandbox"),
-            Duration::from_secs(240),
-            || {
-                let ready = node.kubectl_output(
-                    &[
-                        "wait",
-                        "--for=condition=Ready",
-                        &format!("pod/{pod}"),
-                        "--timeout=1s",
-                    ],
-                    None,
-                )?;
-                Ok(ready.status.success() && interfaces(&node, pod)?.1 > *before)
-            },
-        )?;
+        back_in_a_new_sandbox(&node, pod, *before)?;
     }
-    node.kubectl(&[
-        "-n",
-        "multus",
-        "rollout",
-        "status",
-        "ds/multus",
-        "--timeout=180s",
-    ])?;
+    node.multus_rolled_out()?;
     let (mut whole, mut reported) = (0, 0);
     for pod in restarts.keys() {
         let mut outcome = None;
@@ -181,8 +167,11 @@ fn primary_first(containerd: &str) -> Result<()> {
         }
     }
     // Two more looks of the daemon: a pod that came back with its networks is never reported
-    // (the kubelet may report its new address after multus wrote its network-status).
-    std::thread::sleep(Duration::from_secs(65));
+    // (the kubelet may report its new address after multus wrote its network-status). With no
+    // such pod, there is nothing to wait for.
+    if whole > 0 {
+        std::thread::sleep(Duration::from_secs(65));
+    }
     for pod in restarts.keys() {
         let (links, _) = interfaces(&node, pod)?;
         let said = node.events("default", pod, "MissingNetworks")?;
@@ -193,21 +182,35 @@ fn primary_first(containerd: &str) -> Result<()> {
     }
     // The closing note quotes this line.
     eprintln!(
-        "reboot without multus's config, containerd {containerd}: {whole} of {PODS} pods came back with their networks, {reported} without them and reported"
+        "reboot without multus's config, up {}: {whole} of {PODS} pods came back with their networks, {reported} without them and reported",
+        up_args.join(" ")
     );
     node.delete(&pods())?;
     node.delete(&nad())?;
-    Ok(())
+    Ok(whole)
 }
 
 #[test]
 fn a_reboot_with_the_cluster_networks_config_first_leaves_no_pod_unreported_containerd_2(
 ) -> Result<()> {
-    primary_first("2")
+    primary_first(&["--containerd", "2"]).map(drop)
 }
 
 #[test]
 fn a_reboot_with_the_cluster_networks_config_first_leaves_no_pod_unreported_containerd_1(
 ) -> Result<()> {
-    primary_first("1")
+    primary_first(&["--containerd", "1"]).map(drop)
+}
+
+/// The same reboot with multus's config in a directory of its own, the one the runtime reads
+/// (deploy/own-conf-dir): the runtime never sees the cluster network's config, so it makes no
+/// sandbox until multus's config is back, and every pod comes back with its networks.
+#[test]
+fn a_reboot_in_a_conf_dir_of_multus_own_brings_every_pod_back_whole_containerd_2() -> Result<()> {
+    let whole = primary_first(&["--containerd", "2", "--own-conf-dir"])?;
+    ensure!(
+        whole == PODS,
+        "{whole} of {PODS} pods came back with their networks"
+    );
+    Ok(())
 }

@@ -195,6 +195,83 @@ fn the_doctor_says_which_config_the_runtime_picks_and_why() {
     );
 }
 
+/// deploy/own-conf-dir's layout, under --host-root: looking in /etc/cni/net.d, the doctor says
+/// where multus's config is and how to go on; looking where it is, it finds it.
+#[test]
+fn the_doctor_points_to_a_config_directory_of_multus_own() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let (etc, own) = (
+        root.path().join("etc/cni/net.d"),
+        root.path().join("run/multus/cni/net.d"),
+    );
+    for dir in [&etc, &own] {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    let cluster = json!({"cniVersion": "1.1.0", "name": "cluster", "type": "bridge"});
+    std::fs::write(etc.join("10-cluster.conf"), cluster.to_string()).expect("write");
+    let multus = json!({"cniVersion": "1.1.0", "name": "multus-cni-network", "type": "multus",
+                        "clusterNetwork": "/etc/cni/net.d/10-cluster.conf"});
+    std::fs::write(own.join("00-multus.conf"), multus.to_string()).expect("write");
+    let doctor = |args: &[&str]| -> (i32, Value) {
+        let out = Command::new(multus_bin())
+            .args([
+                "doctor",
+                "--output",
+                "json",
+                "--node",
+                "edge-1",
+                "--host-root",
+            ])
+            .arg(root.path())
+            .args(args)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env_remove("KUBERNETES_SERVICE_PORT")
+            .output()
+            .expect("run multus doctor");
+        let report = serde_json::from_slice(&out.stdout).expect("a JSON report");
+        (out.status.code().expect("an exit status"), report)
+    };
+
+    let (status, report) = doctor(&[]);
+    assert_eq!(status, 2, "{report:#}");
+    assert_finding(
+        &report,
+        "runtime-config",
+        "error",
+        "the runtime picks 10-cluster.conf (type \"bridge\"), not multus: multus's config is in /run/multus/cni/net.d (deploy/own-conf-dir), not here",
+    );
+    let fixes: Vec<&str> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["check"] == "runtime-config")
+        .filter_map(|f| f["fix"].as_str())
+        .collect();
+    assert!(
+        fixes
+            .iter()
+            .any(|f| f.ends_with("run the doctor with --cni-conf-dir /run/multus/cni/net.d")),
+        "{fixes:?}"
+    );
+
+    let (_, report) = doctor(&["--cni-conf-dir", "/run/multus/cni/net.d"]);
+    assert_finding(
+        &report,
+        "runtime-config",
+        "ok",
+        "the runtime picks 00-multus.conf: multus (thin mode), CNI 1.1.0",
+    );
+    // Without multus's config anywhere: the plain reason.
+    std::fs::remove_file(own.join("00-multus.conf")).expect("rm");
+    let (_, report) = doctor(&[]);
+    assert_finding(
+        &report,
+        "runtime-config",
+        "error",
+        "multus's config (00-multus.conf) is not there",
+    );
+}
+
 #[test]
 fn the_doctor_finds_a_plugin_missing_and_one_that_does_not_speak_the_version() {
     let node = Node::new();

@@ -171,6 +171,10 @@ impl<'a> ShimConf<'a> {
         if self.written.as_deref() == Some(&bytes[..]) && on_disk.as_deref() == Some(&bytes[..]) {
             return Ok(false);
         }
+        // A runtime's own config directory under /run is gone after a reboot until this makes
+        // it again (docs/install.md, "A config directory of multus's own").
+        std::fs::create_dir_all(&self.config.cni_config_dir)
+            .map_err(|e| format!("making {}: {e}", self.config.cni_config_dir.display()))?;
         cni::atomic_file::write(&path, &bytes, 0o600)
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         for dir in unmapped {
@@ -230,6 +234,35 @@ mod tests {
         let config = DaemonConfig::parse(text.as_bytes()).unwrap();
         let e = ShimConf::new(&config).render().unwrap_err();
         assert!(e.starts_with("a CNI config in"), "{e}");
+    }
+
+    #[test]
+    fn a_config_directory_that_is_gone_is_made_again() {
+        // The runtime's own directory on a tmpfs, the cluster network's in /etc: after a
+        // reboot only the second is there.
+        let node = tempfile::tempdir().unwrap();
+        let (etc, run) = (
+            node.path().join("etc"),
+            node.path().join("run/multus/cni/net.d"),
+        );
+        std::fs::create_dir(&etc).unwrap();
+        std::fs::write(
+            etc.join("10-flannel.conf"),
+            r#"{"cniVersion": "0.3.1", "name": "cbr0", "type": "flannel"}"#,
+        )
+        .unwrap();
+        let config = DaemonConfig::parse(
+            json!({"cniConfigDir": run, "multusAutoconfigDir": etc})
+                .to_string()
+                .as_bytes(),
+        )
+        .unwrap();
+        let mut conf = ShimConf::new(&config);
+        assert!(conf.refresh().unwrap());
+        assert_eq!(conf.path(), run.join(FILE_NAME));
+        std::fs::remove_dir_all(node.path().join("run")).unwrap();
+        assert!(conf.refresh().unwrap());
+        assert!(conf.path().is_file());
     }
 
     #[test]
