@@ -143,6 +143,7 @@ fn check_common(objects: &[Value], namespace: &str) -> Result<()> {
                 "/events:create",
                 "/pods/status:patch",
                 "/pods:get",
+                "/pods:list",
                 "events.k8s.io/events:create",
                 "k8s.cni.cncf.io/network-attachment-definitions:get",
                 "k8s.cni.cncf.io/network-attachment-definitions:list",

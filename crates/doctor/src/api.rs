@@ -14,18 +14,19 @@ const RULES_REVIEW: Resource = Resource {
     plural: "selfsubjectrulesreviews",
 };
 
-/// What multus does with the API: (API group, resource, verb). Thick mode's daemon also lists
-/// and watches pods and NADs, for its caches.
+/// What multus does with the API: (API group, resource, verb). The node's pods are listed to
+/// find those without their networks (thin mode's installer, thick mode's daemon); thick mode's
+/// daemon also lists and watches pods and NADs, for its caches.
 fn needed(mode: Option<Mode>) -> Vec<(&'static str, &'static str, &'static str)> {
     let mut rights = vec![
         ("", "pods", "get"),
+        ("", "pods", "list"),
         ("", "pods/status", "patch"),
         ("k8s.cni.cncf.io", "network-attachment-definitions", "get"),
         ("", "events", "create"),
     ];
     if mode == Some(Mode::Thick) {
         rights.extend([
-            ("", "pods", "list"),
             ("", "pods", "watch"),
             ("k8s.cni.cncf.io", "network-attachment-definitions", "list"),
             ("k8s.cni.cncf.io", "network-attachment-definitions", "watch"),
@@ -166,7 +167,7 @@ pub fn check_pods(
                 "missing-networks",
                 Place::default(),
                 format!("the node's pods cannot be listed: {e}"),
-                "thin mode's account may only get pods: run the doctor with --kubeconfig of an account that may list them",
+                "grant multus's account `list` on pods (deploy/base's ClusterRole has it), or run the doctor with --kubeconfig of an account that may",
             );
             return;
         }

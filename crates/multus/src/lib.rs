@@ -19,6 +19,7 @@ pub mod error;
 pub mod invocation;
 pub mod k8s_args;
 pub mod log;
+pub mod missing;
 pub mod plan;
 pub mod report;
 

@@ -69,6 +69,8 @@ macro_rules! ensure_finding {
     };
 }
 
+/// Thin mode: the doctor, and the installer on its own, find a running pod that asks for a
+/// network it never got.
 #[test]
 fn the_doctor_on_a_thin_node_finds_a_pod_missing_its_network() -> Result<()> {
     let node = up("thin")?;
@@ -106,14 +108,13 @@ fn the_doctor_on_a_thin_node_finds_a_pod_missing_its_network() -> Result<()> {
     );
     ensure_finding!(own, "api", "ok", "the API server answers the credential");
     ensure_finding!(own, "rbac", "ok", "multus may do all it needs");
-    // Thin mode's account may get pods, not list them.
     ensure_finding!(
         own,
         "missing-networks",
-        "note",
-        "the node's pods cannot be listed"
+        "error",
+        "runs without default/checked"
     );
-    ensure!(status <= 1, "multus's own view has errors: {own:#}");
+    ensure!(status == 2, "exit {status}: {own:#}");
 
     let admin = e2e::state_dir().join("admin.kubeconfig");
     let admin = admin.to_string_lossy();
@@ -140,6 +141,26 @@ fn the_doctor_on_a_thin_node_finds_a_pod_missing_its_network() -> Result<()> {
                 .as_str()
                 .is_some_and(|p| p.contains("runs without default/checked")),
         "{missing:?}"
+    );
+
+    // The installer found it too, at two looks 30 s apart: one event, one line in its log.
+    let mut said = Vec::new();
+    node.eventually(
+        "the installer's MissingNetworks event",
+        Duration::from_secs(90),
+        || {
+            said = node.events("default", "doctor-without", "MissingNetworks")?;
+            Ok(!said.is_empty())
+        },
+    )?;
+    ensure!(
+        said.len() == 1 && said[0].starts_with("the pod runs without default/checked"),
+        "{said:?}"
+    );
+    let log = node.kubectl(&["-n", "multus", "logs", "ds/multus"])?;
+    ensure!(
+        log.contains("pod default/doctor-without: the pod runs without default/checked"),
+        "{log}"
     );
 
     // Made again, the pod has its network, and the doctor finds nothing.

@@ -7,11 +7,14 @@ mod admission;
 mod binaries;
 mod conf;
 mod kubeconfig;
+mod missing;
 mod relay;
 mod whereabouts;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{ArgAction, Args};
@@ -136,6 +139,18 @@ pub struct Options {
     /// applied by multus at every ADD (`admissionPolicy`), followed as it changes.
     #[arg(long, value_name = "FILE")]
     pub admission_policy: Option<PathBuf>,
+    /// This node's name (the DaemonSet passes spec.nodeName): with it, the node's running pods
+    /// whose network-status lacks networks they ask for are reported, as pods that started
+    /// without multus (a MissingNetworks event and a log line).
+    #[arg(long, value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// With --node-name: how often the node's pods are looked at, in seconds (1 to 3600).
+    #[arg(long, default_value_t = 30)]
+    pub missing_networks_check_seconds: u64,
+    /// With --node-name: delete such a pod when a workload controller owns it, so that the
+    /// controller makes it again with its networks (the account needs `delete` on pods).
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
+    pub delete_pods_missing_networks: bool,
     /// How long to wait for the primary network's config and the readiness file, in seconds.
     #[arg(long, default_value_t = 300)]
     pub wait_timeout: u64,
@@ -249,6 +264,10 @@ pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
     };
 
     let watch = !opts.skip_config_watch;
+    let stop_looking = Arc::new(AtomicBool::new(false));
+    if watch {
+        missing::spawn(opts, Arc::clone(&stop_looking));
+    }
     if !watch && !opts.cleanup_config_on_exit {
         log("installed; not watching (--skip-config-watch)");
         return Ok(ExitCode::SUCCESS);
@@ -275,6 +294,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
             }
         }
     }
+    stop_looking.store(true, Ordering::SeqCst);
     if opts.cleanup_config_on_exit {
         conf::remove(opts);
     }

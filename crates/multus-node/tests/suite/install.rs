@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 const MULTUS: &str = env!("CARGO_BIN_EXE_multus");
+const NETWORKS: &str = "k8s.v1.cni.cncf.io/networks";
 
 /// A node as the installer's container sees it: the host's root at `host/`, the service
 /// account, and the binaries the image carries.
@@ -58,7 +59,12 @@ impl Node {
     }
 
     fn command(&self, extra: &[&str]) -> Command {
-        let mut cmd = Command::new(self.image_dir().join("multus"));
+        self.command_in(Command::new(self.image_dir().join("multus")), extra)
+    }
+
+    /// `multus install` with this node's flags and `extra`, run by `cmd` (the image's multus,
+    /// or a wrapper that runs it as a pod would).
+    fn command_in(&self, mut cmd: Command, extra: &[&str]) -> Command {
         cmd.arg("install")
             .arg(format!("--cni-bin-dir={}", self.bin_dir().display()))
             .arg(format!("--cni-conf-dir={}", self.conf_dir().display()))
@@ -96,13 +102,7 @@ impl Node {
 
     /// Runs the installer as the DaemonSet does: watching until stopped.
     fn spawn(&self, extra: &[&str]) -> Installer {
-        let child = self
-            .command(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starts the command");
-        Installer { child }
+        Installer::start(self.command(extra))
     }
 
     fn multus_conf(&self) -> Value {
@@ -126,6 +126,15 @@ struct Installer {
 }
 
 impl Installer {
+    fn start(mut cmd: Command) -> Installer {
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts the command");
+        Installer { child }
+    }
+
     fn stop(mut self) -> (bool, String) {
         // SAFETY: kill(2) on our own child's PID, which has not been reaped yet.
         unsafe {
@@ -992,4 +1001,82 @@ fn the_admission_policy_is_copied_followed_and_never_replaced_by_a_broken_one() 
     let (ok, log) = installer.stop();
     assert!(ok, "{log}");
     assert_eq!(log.matches("sometimes").count(), 1, "said once: {log}");
+}
+
+/// With --node-name, the installer looks at its node's pods as a pod of the node, with its
+/// service account: a running pod whose network-status lacks a network it asks for gets one
+/// MissingNetworks event and a line in the log; a pod with its networks, another node's and a
+/// pod still starting get nothing.
+#[test]
+fn reports_the_nodes_pods_running_without_their_networks() {
+    use testkit::kube_api::{pod_manifest, InCluster, KubeApiServer, Scheme};
+    let node = Node::new();
+    node.write_conf("10-bridge.conf", &bridge_conf());
+    let netns = testkit::Netns::new("inst-missing");
+    let server = KubeApiServer::start_in(Scheme::Https, &netns).expect("starts the test server");
+    let status = r#"[{"name": "cluster", "interface": "eth0", "ips": ["10.88.0.7"], "default": true},
+                     {"name": "default/a", "interface": "net1"}]"#;
+    for (name, node_name, annotations, phase) in [
+        ("stray", "node-1", json!({NETWORKS: "a"}), "Running"),
+        (
+            "fine",
+            "node-1",
+            json!({NETWORKS: "a", "k8s.v1.cni.cncf.io/network-status": status}),
+            "Running",
+        ),
+        ("elsewhere", "node-2", json!({NETWORKS: "a"}), "Running"),
+        ("starting", "node-1", json!({NETWORKS: "a"}), "Pending"),
+    ] {
+        let mut pod = pod_manifest("default", name);
+        pod["metadata"]["uid"] = json!(format!("uid-{name}"));
+        pod["metadata"]["annotations"] = annotations;
+        pod["spec"]["nodeName"] = json!(node_name);
+        pod["status"]["phase"] = json!(phase);
+        pod["status"]["podIPs"] = json!([{"ip": "10.88.0.7"}]);
+        server.add_pod(pod);
+    }
+    let in_cluster = InCluster::new(&server, "multus").expect("in-cluster credentials");
+    let multus = in_cluster
+        .wrap(&node.image_dir().join("multus"))
+        .expect("a wrapper");
+    let installer = Installer::start(node.command_in(
+        netns.command(multus),
+        &["--node-name=node-1", "--missing-networks-check-seconds=1"],
+    ));
+    let said = |server: &KubeApiServer| -> Vec<(String, String)> {
+        server
+            .events()
+            .iter()
+            .filter(|e| e["reason"] == "MissingNetworks")
+            .map(|e| {
+                assert_eq!(e["type"], "Warning");
+                (
+                    e["involvedObject"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    e["message"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    wait_until("a MissingNetworks event", || !said(&server).is_empty());
+    // More looks find the same pod, and say nothing more.
+    std::thread::sleep(Duration::from_secs(3));
+    let (ok, log) = installer.stop();
+    assert!(ok, "{log}");
+    let events = said(&server);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, "stray");
+    assert!(
+        events[0]
+            .1
+            .starts_with("the pod runs without default/a: its network-status does not show it"),
+        "{events:?}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("pod default/stray: the pod runs without default/a")),
+        "{log}"
+    );
 }

@@ -13,7 +13,6 @@ mod config;
 mod error;
 mod handler;
 mod metrics;
-mod missing;
 mod server;
 mod shim_conf;
 
@@ -197,14 +196,13 @@ impl Daemon {
             stopping: false.into(),
         });
         if let Some(node) = node {
-            let watchman = missing::Watchman {
+            let watchman = multus::missing::Watchman {
                 client: Arc::clone(&shared.client),
                 node,
                 system_namespaces: config.system_namespaces.clone(),
                 every: config.missing_networks_check,
                 delete: config.delete_pods_missing_networks,
-                metrics,
-                state: Arc::clone(&state),
+                witness: Witness(Arc::clone(&state)),
                 stop: Arc::clone(&stop_watches),
             };
             std::thread::Builder::new()
@@ -293,6 +291,37 @@ impl Daemon {
         let done = wait_for(&self.events, deadline);
         if !(finished && done) {
             tracing::warn!("stopped with calls or events unfinished after {STOP_BUDGET:?}");
+        }
+    }
+}
+
+/// The daemon to the pods' [`multus::missing::Watchman`]: its readiness, its metrics, its log.
+struct Witness(Arc<server::State>);
+
+impl multus::missing::Witness for Witness {
+    fn ready(&self) -> bool {
+        self.0.ready.load(Ordering::SeqCst)
+    }
+
+    fn found(&self, pods: usize) {
+        self.0
+            .metrics
+            .pods_missing_networks
+            .store(i64::try_from(pods).unwrap_or(i64::MAX), Ordering::Relaxed);
+    }
+
+    fn api_error(&self, call: &str) {
+        self.0.metrics.api_error(call);
+    }
+
+    fn event_failed(&self) {
+        self.0.metrics.event_failed();
+    }
+
+    fn warn(&self, pod: Option<&str>, message: &str) {
+        match pod {
+            Some(pod) => tracing::warn!(pod = %pod, "{message}"),
+            None => tracing::warn!("{message}"),
         }
     }
 }

@@ -1,14 +1,14 @@
-//! Pods of this node that run without networks they asked for: started while multus's config
-//! was not in place (a reboot's race, a primary network's config picked first), so nothing
-//! attached their networks and nothing said so. The node's pods are listed once the daemon is
-//! ready and every `missingNetworksCheckSeconds` (30) after. A pod found so at two looks in a
-//! row, unchanged between them, is said once, until it is fixed or gone: a line in the log, a
-//! Warning event `MissingNetworks` on the pod, and the `multus_pods_missing_networks` gauge.
-//! (One look is not enough: just after a sandbox is made again, the kubelet may not have
-//! reported the pod's new address yet.) With `deletePodsMissingNetworks`, a pod a workload
-//! controller owns is deleted, so that the controller makes it again with its networks; once
-//! per controller, so that a node whose runtime still does not run multus does not delete its
-//! pods over and over.
+//! Pods of a node that run without networks they asked for: started while multus's config was
+//! not in place (a reboot's race, a primary network's config picked first), so nothing
+//! attached their networks and nothing said so. Thick mode's daemon and thin mode's installer
+//! each run a [`Watchman`]: the node's pods are listed once multus is ready on the node and
+//! every `every` (30 s by default) after. A pod found so at two looks in a row, unchanged
+//! between them, is said once, until it is fixed or gone: a line in the log, a Warning event
+//! `MissingNetworks` on the pod, and, where the process has metrics, a gauge. (One look is not
+//! enough: just after a sandbox is made again, the kubelet may not have reported the pod's new
+//! address yet.) With `delete`, a pod a workload controller owns is deleted, so that the
+//! controller makes it again with its networks; once per controller, so that a node whose
+//! runtime still does not run multus does not delete its pods over and over.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,9 +17,6 @@ use std::time::{Duration, Instant};
 
 use k8s::{Deleted, EventType, KubeClient, ObjectMeta, PodEvent, Resource};
 use serde_json::Value;
-
-use super::metrics::Metrics;
-use super::server::State;
 
 /// How long recording the events of one look may take.
 const EVENTS_DEADLINE: Duration = Duration::from_secs(10);
@@ -87,14 +84,29 @@ impl Found {
     }
 }
 
-pub struct Watchman {
+/// The process a [`Watchman`] runs in: whether multus is ready on the node, and where its
+/// findings go besides the pods' events.
+pub trait Witness {
+    /// Nothing is looked at before multus is ready: until then every pod would miss its
+    /// networks.
+    fn ready(&self) -> bool;
+    /// How many pods the last look found (a gauge, where the process has metrics).
+    fn found(&self, pods: usize);
+    /// An API call that failed, by what it did ("list pods").
+    fn api_error(&self, call: &str);
+    /// An event that could not be recorded.
+    fn event_failed(&self);
+    /// A line for the log, about `pod` (namespace/name) when there is one.
+    fn warn(&self, pod: Option<&str>, message: &str);
+}
+
+pub struct Watchman<W: Witness> {
     pub client: Arc<KubeClient>,
     pub node: String,
     pub system_namespaces: Vec<String>,
     pub every: Duration,
     pub delete: bool,
-    pub metrics: Arc<Metrics>,
-    pub state: Arc<State>,
+    pub witness: W,
     pub stop: Arc<AtomicBool>,
 }
 
@@ -109,13 +121,13 @@ struct Memory {
     deleted_for: HashSet<String>,
 }
 
-impl Watchman {
-    /// Looks every `every` while the daemon is ready, until told to stop.
+impl<W: Witness> Watchman<W> {
+    /// Looks every `every` while multus is ready, until told to stop.
     pub fn run(self) {
         let mut memory = Memory::default();
         let mut next = Instant::now();
         while !self.stop.load(Ordering::SeqCst) {
-            if Instant::now() >= next && self.state.ready.load(Ordering::SeqCst) {
+            if Instant::now() >= next && self.witness.ready() {
                 self.look(&mut memory);
                 next = Instant::now() + self.every;
             }
@@ -131,8 +143,11 @@ impl Watchman {
         {
             Ok(found) => found,
             Err(e) => {
-                tracing::warn!("looking for pods without their networks: {e}");
-                self.metrics.api_error("list pods");
+                self.witness.warn(
+                    None,
+                    &format!("looking for pods without their networks: {e}"),
+                );
+                self.witness.api_error("list pods");
                 return;
             }
         };
@@ -141,10 +156,7 @@ impl Watchman {
             .iter()
             .filter(|f| memory.last.get(&f.uid()) == Some(&f.version()))
             .collect();
-        self.metrics.pods_missing_networks.store(
-            i64::try_from(settled.len()).unwrap_or(i64::MAX),
-            Ordering::Relaxed,
-        );
+        self.witness.found(settled.len());
         memory.last = found.iter().map(|f| (f.uid(), f.version())).collect();
         // A pod fixed or gone is forgotten; one made again under its name has a new UID.
         memory.said.retain(|u| memory.last.contains_key(u));
@@ -169,7 +181,7 @@ impl Watchman {
                 );
                 let outcome = self.settle(f, memory);
                 let message = format!("{what}; {outcome}");
-                tracing::warn!(pod = %f.name(), "{message}");
+                self.witness.warn(Some(&f.name()), &message);
                 message
             })
             .collect();
@@ -180,15 +192,15 @@ impl Watchman {
             .map(|(seq, (f, message))| PodEvent {
                 pod: &f.meta,
                 event_type: EventType::Warning,
-                reason: multus::api::Reason::MissingNetworks.as_str(),
+                reason: crate::api::Reason::MissingNetworks.as_str(),
                 message,
                 seq,
             })
             .collect();
         for result in self.client.record_events(&events, EVENTS_DEADLINE) {
             if let Err(e) = result {
-                tracing::warn!("{e}");
-                self.metrics.event_failed();
+                self.witness.warn(None, &e.to_string());
+                self.witness.event_failed();
             }
         }
     }
@@ -225,7 +237,7 @@ impl Watchman {
                 "not deleted: it changed or went away meanwhile".to_owned()
             }
             Err(e) => {
-                self.metrics.api_error("delete pods");
+                self.witness.api_error("delete pods");
                 format!("could not delete it: {e}")
             }
         }
