@@ -1005,10 +1005,11 @@ fn the_admission_policy_is_copied_followed_and_never_replaced_by_a_broken_one() 
 
 /// With --node-name, the installer looks at its node's pods as a pod of the node, with its
 /// service account: a running pod whose network-status lacks a network it asks for gets one
-/// MissingNetworks event and a line in the log; a pod with its networks, another node's and a
-/// pod still starting get nothing.
+/// MissingNetworks event and a line in the log, and with --delete-pods-missing-networks is
+/// deleted when a ReplicaSet owns it; a pod with its networks, another node's and a pod still
+/// starting get nothing.
 #[test]
-fn reports_the_nodes_pods_running_without_their_networks() {
+fn reports_the_nodes_pods_running_without_their_networks_and_deletes_when_asked() {
     use testkit::kube_api::{pod_manifest, InCluster, KubeApiServer, Scheme};
     let node = Node::new();
     node.write_conf("10-bridge.conf", &bridge_conf());
@@ -1018,6 +1019,7 @@ fn reports_the_nodes_pods_running_without_their_networks() {
                      {"name": "default/a", "interface": "net1"}]"#;
     for (name, node_name, annotations, phase) in [
         ("stray", "node-1", json!({NETWORKS: "a"}), "Running"),
+        ("owned", "node-1", json!({NETWORKS: "a"}), "Running"),
         (
             "fine",
             "node-1",
@@ -1033,6 +1035,10 @@ fn reports_the_nodes_pods_running_without_their_networks() {
         pod["spec"]["nodeName"] = json!(node_name);
         pod["status"]["phase"] = json!(phase);
         pod["status"]["podIPs"] = json!([{"ip": "10.88.0.7"}]);
+        if name == "owned" {
+            pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1",
+                "kind": "ReplicaSet", "name": "web-1", "uid": "uid-web-1", "controller": true}]);
+        }
         server.add_pod(pod);
     }
     let in_cluster = InCluster::new(&server, "multus").expect("in-cluster credentials");
@@ -1041,7 +1047,11 @@ fn reports_the_nodes_pods_running_without_their_networks() {
         .expect("a wrapper");
     let installer = Installer::start(node.command_in(
         netns.command(multus),
-        &["--node-name=node-1", "--missing-networks-check-seconds=1"],
+        &[
+            "--node-name=node-1",
+            "--missing-networks-check-seconds=1",
+            "--delete-pods-missing-networks",
+        ],
     ));
     let said = |server: &KubeApiServer| -> Vec<(String, String)> {
         server
@@ -1060,20 +1070,46 @@ fn reports_the_nodes_pods_running_without_their_networks() {
             })
             .collect()
     };
-    wait_until("a MissingNetworks event", || !said(&server).is_empty());
-    // More looks find the same pod, and say nothing more.
+    wait_until("two MissingNetworks events", || said(&server).len() >= 2);
+    // More looks find the pod left, and say nothing more.
     std::thread::sleep(Duration::from_secs(3));
     let (ok, log) = installer.stop();
     assert!(ok, "{log}");
-    let events = said(&server);
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(events[0].0, "stray");
+    let mut events = said(&server);
+    events.sort();
+    let [(owned, owned_said), (stray, stray_said)] = &events[..] else {
+        panic!("{events:?}");
+    };
+    assert_eq!((owned.as_str(), stray.as_str()), ("owned", "stray"));
+    for message in [owned_said, stray_said] {
+        assert!(
+            message
+                .starts_with("the pod runs without default/a: its network-status does not show it"),
+            "{message}"
+        );
+    }
     assert!(
-        events[0]
-            .1
-            .starts_with("the pod runs without default/a: its network-status does not show it"),
-        "{events:?}"
+        owned_said.ends_with("; deleted, so that its controller makes it again with its networks"),
+        "{owned_said}"
     );
+    assert!(
+        stray_said.ends_with("; not deleted: no workload controller would make it again"),
+        "{stray_said}"
+    );
+    assert!(
+        server.pod("default", "owned").is_none(),
+        "the owned pod is still there"
+    );
+    assert!(
+        server.pod("default", "stray").is_some(),
+        "the bare pod was deleted"
+    );
+    let deletes = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "DELETE")
+        .count();
+    assert_eq!(deletes, 1);
     assert!(
         log.lines()
             .any(|l| l.contains("pod default/stray: the pod runs without default/a")),

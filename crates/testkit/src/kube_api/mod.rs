@@ -5,7 +5,7 @@
 //!
 //! It serves:
 //! - pods: get, list (in a namespace or in all); merge and strategic merge PATCH of the object
-//!   and of `pods/status`;
+//!   and of `pods/status`; delete with preconditions (gone at once: there is no kubelet);
 //! - network-attachment-definitions: get, list;
 //! - events: create, list;
 //! - generically, the namespaced [`Resource`]s whereabouts uses (its `ippools`,

@@ -375,33 +375,11 @@ fn replace(
 /// DELETE, with the DeleteOptions body's preconditions (UID, resourceVersion) if it has any;
 /// answers the object as deleted, at the deletion's resourceVersion.
 fn delete(state: &mut State, req: &Request, r: Resource, key: &Key) -> (u16, Value) {
-    let options = if req.body.iter().all(u8::is_ascii_whitespace) {
-        json!({})
-    } else {
-        match serde_json::from_slice(&req.body) {
-            Ok(o @ Value::Object(_)) => o,
-            Ok(_) => return bad_request("the DeleteOptions are not a JSON object"),
-            Err(e) => return bad_request(&format!("error decoding DeleteOptions: {e}")),
-        }
-    };
     let Some(mut obj) = stored(state, r, key).cloned() else {
         return not_found(r.group, r.plural, &key.1);
     };
-    for (field, what) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
-        if let Some(wanted) = options["preconditions"][field].as_str() {
-            let actual = obj["metadata"][field].as_str().unwrap_or_default();
-            if wanted != actual {
-                return precondition_failed(
-                    r.group,
-                    r.plural,
-                    &key.1,
-                    &r.storage_key(key),
-                    what,
-                    wanted,
-                    actual,
-                );
-            }
-        }
+    if let Err(refused) = delete_preconditions(req, &obj, r.group, r.plural, &r.storage_key(key)) {
+        return refused;
     }
     let rv = state.next_resource_version();
     metadata_mut(&mut obj).insert("resourceVersion".into(), json!(rv));
@@ -409,6 +387,44 @@ fn delete(state: &mut State, req: &Request, r: Resource, key: &Key) -> (u16, Val
         objects.remove(key);
     }
     (200, obj)
+}
+
+/// A DELETE's DeleteOptions body checked against `obj`, the object it deletes: its
+/// preconditions (UID, resourceVersion) must hold, as the API server checks them.
+pub(super) fn delete_preconditions(
+    req: &Request,
+    obj: &Value,
+    group: &str,
+    plural: &str,
+    storage_key: &str,
+) -> Result<(), (u16, Value)> {
+    let options = if req.body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        match serde_json::from_slice(&req.body) {
+            Ok(o @ Value::Object(_)) => o,
+            Ok(_) => return Err(bad_request("the DeleteOptions are not a JSON object")),
+            Err(e) => return Err(bad_request(&format!("error decoding DeleteOptions: {e}"))),
+        }
+    };
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    for (field, what) in [("uid", "UID"), ("resourceVersion", "ResourceVersion")] {
+        if let Some(wanted) = options["preconditions"][field].as_str() {
+            let actual = obj["metadata"][field].as_str().unwrap_or_default();
+            if wanted != actual {
+                return Err(precondition_failed(
+                    group,
+                    plural,
+                    name,
+                    storage_key,
+                    what,
+                    wanted,
+                    actual,
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The request body as an object of `r`.

@@ -547,8 +547,32 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
                 .record(super::watch::Watched::Pods, "MODIFIED", &updated);
             (200, updated)
         }
+        "DELETE" if !status_sub => delete_pod(state, req, key),
         _ => method_not_allowed(),
     }
+}
+
+/// DELETE of a pod, with the DeleteOptions' preconditions (UID, resourceVersion), as the API
+/// server answers it: 409 when one does not hold, else the pod, gone at once (no kubelet here
+/// to hold it in Terminating), at the deletion's resourceVersion.
+fn delete_pod(state: &mut State, req: &Request, key: Key) -> (u16, Value) {
+    let Some(current) = state.pods.get(&key) else {
+        return not_found("", "pods", &key.1);
+    };
+    let storage_key = format!("/registry/pods/{}/{}", key.0, key.1);
+    if let Err(refused) =
+        super::objects::delete_preconditions(req, current, "", "pods", &storage_key)
+    {
+        return refused;
+    }
+    let Some(mut gone) = state.pods.remove(&key) else {
+        return not_found("", "pods", &key.1);
+    };
+    gone["metadata"]["resourceVersion"] = json!(state.next_resource_version());
+    state
+        .history
+        .record(super::watch::Watched::Pods, "DELETED", &gone);
+    (200, gone)
 }
 
 /// The name a create gives `obj` in namespace `ns`, as the API server picks it: its
@@ -692,7 +716,7 @@ fn core_resources() -> Value {
         "kind": "APIResourceList",
         "groupVersion": "v1",
         "resources": [
-            resource("pods", "Pod", &["get", "list", "watch", "patch"], &["po"]),
+            resource("pods", "Pod", &["get", "list", "watch", "patch", "delete"], &["po"]),
             resource("pods/status", "Pod", &["get", "patch"], &[]),
             resource("nodes", "Node", &["get", "list"], &["no"]),
             resource("events", "Event", &["create", "list"], &["ev"]),

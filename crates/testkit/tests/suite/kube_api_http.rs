@@ -29,6 +29,51 @@ fn patch(server: &KubeApiServer, path: &str, content_type: &str, body: &str) -> 
 
 const POD: &str = "/api/v1/namespaces/ns1/pods/web";
 
+fn delete(server: &KubeApiServer, path: &str, body: &str) -> String {
+    format!(
+        "DELETE {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        server.addr(),
+        server.token(),
+        body.len()
+    )
+}
+
+/// A pod deleted as the API server deletes it: refused (409) when a precondition does not hold,
+/// else gone at once, at a new resourceVersion.
+#[test]
+fn a_pod_is_deleted_with_its_preconditions() -> Result<()> {
+    let server = KubeApiServer::http()?;
+    let mut pod = pod_manifest("ns1", "web");
+    pod["metadata"]["uid"] = json!("uid-web");
+    server.add_pod(pod);
+    let stored = server.pod("ns1", "web").expect("the pod");
+    let mut c = Conn::open(&server)?;
+    let stale = r#"{"preconditions": {"resourceVersion": "0"}}"#;
+    let (code, body) = c.send(&delete(&server, POD, stale))?;
+    assert_eq!((code, body["reason"].clone()), (409, json!("Conflict")));
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Precondition failed: ResourceVersion in precondition: 0")),
+        "{body}"
+    );
+    assert!(server.pod("ns1", "web").is_some());
+
+    let options = json!({"preconditions": {"uid": "uid-web",
+                                           "resourceVersion": stored["metadata"]["resourceVersion"]}});
+    let (code, body) = c.send(&delete(&server, POD, &options.to_string()))?;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["metadata"]["uid"], "uid-web");
+    assert_ne!(
+        body["metadata"]["resourceVersion"],
+        stored["metadata"]["resourceVersion"]
+    );
+    assert!(server.pod("ns1", "web").is_none());
+    let (code, _) = c.send(&delete(&server, POD, ""))?;
+    assert_eq!(code, 404);
+    Ok(())
+}
+
 #[test]
 fn status_objects_for_failures() -> Result<()> {
     let server = KubeApiServer::http()?;
@@ -63,8 +108,9 @@ fn status_objects_for_failures() -> Result<()> {
     let (code, body) = c.send(&patch(&server, POD, "application/merge-patch+json", "[1]"))?;
     assert_eq!((code, body["reason"].clone()), (400, json!("BadRequest")));
 
+    // A pod may be deleted, its status may not.
     let delete = format!(
-        "DELETE {POD} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+        "DELETE {POD}/status HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
         server.token()
     );
     let (code, body) = c.send(&delete)?;
