@@ -53,7 +53,7 @@ pub fn spawn(opts: &Options, stop: Arc<AtomicBool>) {
             return;
         }
     };
-    let every = opts.missing_networks_check_seconds.clamp(1, 3600);
+    let every = opts.missing_networks_check_seconds;
     let watchman = Watchman {
         client,
         node,

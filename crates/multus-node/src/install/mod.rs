@@ -170,6 +170,20 @@ impl Options {
         if let Some(node) = &self.whereabouts_node_name {
             whereabouts::check_node_name(node)?;
         }
+        // The pods are found by the node's name: without it nothing would be deleted, and
+        // the admin who asked for it would never know.
+        if !(1..=3600).contains(&self.missing_networks_check_seconds) {
+            return Err(InstallError::Invalid(format!(
+                "--missing-networks-check-seconds={}: use 1 to 3600",
+                self.missing_networks_check_seconds
+            )));
+        }
+        if self.delete_pods_missing_networks && self.node_name.is_none() {
+            return Err(InstallError::Invalid(
+                "--delete-pods-missing-networks needs --node-name: the node's pods are found by it"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 

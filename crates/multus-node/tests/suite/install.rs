@@ -614,6 +614,23 @@ fn bad_inputs_fail_clearly_and_write_no_config() {
             message: "--multus-log-level=loud: use one of debug, verbose, error, panic",
         },
         Case {
+            name: "deleting pods without the node's name",
+            primary: Some(bridge_conf()),
+            flags: vec!["--delete-pods-missing-networks".into()],
+            setup: no_setup,
+            message: "--delete-pods-missing-networks needs --node-name",
+        },
+        Case {
+            name: "a check period out of range",
+            primary: Some(bridge_conf()),
+            flags: vec![
+                "--node-name=n".into(),
+                "--missing-networks-check-seconds=0".into(),
+            ],
+            setup: no_setup,
+            message: "--missing-networks-check-seconds=0: use 1 to 3600",
+        },
+        Case {
             name: "missing service account token",
             primary: Some(bridge_conf()),
             flags: vec![],

@@ -202,12 +202,20 @@ impl DaemonConfig {
             ));
         }
         let cni_config_dir = path(read.cni_config_dir).unwrap_or_else(|| "/etc/cni/net.d".into());
-        let warnings = read
+        let mut warnings: Vec<String> = read
             .enable_pprof
             .is_some_and(|v| v != Value::Bool(false))
             .then(|| "enablePprof is not supported by this daemon: it is ignored".to_owned())
             .into_iter()
             .collect();
+        let missing_check = read.missing_networks_check_seconds.unwrap_or(30);
+        let missing_networks_check = missing_check.clamp(1, 3600);
+        if missing_networks_check != missing_check {
+            warnings.push(format!(
+                "missingNetworksCheckSeconds {missing_check} is outside 1 to 3600: \
+                 {missing_networks_check} is used"
+            ));
+        }
         Ok(DaemonConfig {
             socket_dir: path(read.socket_dir).unwrap_or_else(|| wire::DEFAULT_SOCKET_DIR.into()),
             chroot_dir: path(read.chroot_dir),
@@ -231,11 +239,7 @@ impl DaemonConfig {
                     Duration::from_secs(s.clamp(1, 600))
                 }),
             delete_pods_missing_networks: read.delete_pods_missing_networks.unwrap_or(false),
-            missing_networks_check: Duration::from_secs(
-                read.missing_networks_check_seconds
-                    .unwrap_or(30)
-                    .clamp(1, 3600),
-            ),
+            missing_networks_check: Duration::from_secs(missing_networks_check),
             system_namespaces: read.system_namespaces.map_or_else(
                 || {
                     multus::config::DEFAULT_SYSTEM_NAMESPACES
@@ -287,6 +291,15 @@ mod tests {
         DaemonConfig::parse(br#"{"perNodeCertificate": {"enabled": false}}"#).unwrap();
         let d = DaemonConfig::parse(b"{}").unwrap();
         assert_eq!(d.socket_dir, Path::new("/run/multus/"));
+        assert_eq!(d.missing_networks_check, Duration::from_secs(30));
+        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+        // Out of range is served at the nearest bound, and the log says so.
+        let far = DaemonConfig::parse(br#"{"missingNetworksCheckSeconds": 86400}"#).unwrap();
+        assert_eq!(far.missing_networks_check, Duration::from_secs(3600));
+        assert_eq!(
+            far.warnings,
+            ["missingNetworksCheckSeconds 86400 is outside 1 to 3600: 3600 is used"]
+        );
         assert_eq!(d.cni_config_dir, Path::new("/etc/cni/net.d"));
         assert_eq!(d.autoconfig_dir, Path::new("/etc/cni/net.d"));
         for (text, want) in [
