@@ -10,7 +10,7 @@ use lint::{Place, Report, Severity};
 use serde_json::Value;
 
 use crate::configs::{Mode, Multus};
-use crate::{certificate, Node, Options};
+use crate::{Node, Options};
 
 /// A pod's service-account token, where Kubernetes mounts it.
 const POD_TOKEN: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
@@ -272,7 +272,7 @@ fn describe_token(
 }
 
 fn describe_certificate(pem: Option<&str>, place: Place, report: &mut Report) {
-    let Some(expires) = pem.and_then(certificate::not_after) else {
+    let Some(expires) = pem.and_then(|pem| k8s::x509::validity(pem).map(|v| v.not_after)) else {
         report.add(
             Severity::Warning,
             "credential",

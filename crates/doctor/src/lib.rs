@@ -10,7 +10,6 @@
 mod api;
 mod binaries;
 mod caches;
-mod certificate;
 mod configs;
 mod credential;
 mod readiness;

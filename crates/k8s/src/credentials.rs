@@ -77,7 +77,9 @@ fn context_namespace(config: &Kubeconfig) -> Option<String> {
 /// paths taken relative to its directory, as client-go does. (Parsed here with the YAML
 /// library multus already carries, rather than kube's own, which would double the YAML code
 /// in the binary.)
-fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, Box<dyn std::error::Error + Send + Sync>> {
+pub(crate) fn read_kubeconfig(
+    path: &Path,
+) -> Result<Kubeconfig, Box<dyn std::error::Error + Send + Sync>> {
     let text = cni::input::read_file_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let dir = path.parent().unwrap_or(Path::new("."));

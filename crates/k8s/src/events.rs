@@ -120,7 +120,7 @@ impl KubeClient {
             count: Some(1),
             ..Event::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let api: Api<Event> = Api::namespaced(self.client(), &namespace);
         let params = PostParams::default();
         self.attempts(event_call(e), false, || async {
             match api.create(&params, &event).await {

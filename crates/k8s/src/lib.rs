@@ -11,6 +11,7 @@
 //! token is used at once. Calls share one HTTP/2 connection where the server offers it (see
 //! `transport`), and [`KubeClient::get_nads`] sends its reads side by side.
 
+pub mod client_certificate;
 mod credentials;
 mod error;
 mod events;
@@ -19,10 +20,11 @@ mod nad;
 mod objects;
 mod transport;
 mod watch;
+pub mod x509;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -106,7 +108,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// from inside another tokio runtime's async code (use `spawn_blocking` there).
 pub struct KubeClient {
     runtime: tokio::runtime::Runtime,
-    client: kube::Client,
+    client: Mutex<kube::Client>,
+    renewed: Option<Renewed>,
     context_namespace: Option<String>,
     token_file: Option<TokenFile>,
     timeout: Duration,
@@ -138,44 +141,69 @@ impl KubeClient {
         if token_file.is_some() {
             config.auth_info.token = None;
         }
-        let _entered = runtime.enter();
-        let service = transport::service(&config, opts.keep_alive)
-            .map_err(|e| K8sError::setup(&from, &*e))?;
-        // A reply is read whole: past the cap it is an error, not memory taken.
-        let builder = kube::client::ClientBuilder::new(service, config.default_namespace.clone())
-            .with_layer(&tower::util::MapResponseLayer::new(
-                |reply: http::Response<_>| {
-                    reply.map(|body| http_body_util::Limited::new(body, MAX_REPLY_BYTES))
-                },
-            ));
-        let client = match &token_file {
-            Some(token) => {
-                let header = Arc::clone(&token.header);
-                builder
-                    .with_layer(&tower::util::MapRequestLayer::new(
-                        move |mut req: http::Request<kube::client::Body>| {
-                            let value = header
-                                .lock()
-                                .unwrap_or_else(PoisonError::into_inner)
-                                .clone();
-                            if let Some(value) = value {
-                                req.headers_mut().insert(http::header::AUTHORIZATION, value);
-                            }
-                            req
-                        },
-                    ))
-                    .build()
-            }
-            None => builder.build(),
+        let token_header = token_file.as_ref().map(|t| Arc::clone(&t.header));
+        let client = {
+            let _entered = runtime.enter();
+            build_client(&config, opts.keep_alive, token_header.clone())
+                .map_err(|e| K8sError::setup(&from, &*e))?
         };
+        // A client certificate in a file may be renewed under the process (a per-node
+        // certificate, a kubelet's rotated one): a change makes a new client, and so new
+        // connections, since a connection keeps the certificate it was opened with.
+        let renewed = config
+            .auth_info
+            .client_certificate
+            .as_ref()
+            .map(|path| Renewed {
+                stamp: Mutex::new(FileStamp::of(Path::new(path))),
+                certificate: PathBuf::from(path),
+                config: config.clone(),
+                keep_alive: opts.keep_alive,
+                token_header,
+            });
         Ok(KubeClient {
             runtime,
-            client,
+            client: Mutex::new(client),
+            renewed,
             context_namespace,
             token_file,
             timeout: opts.timeout,
             retries: opts.retries,
         })
+    }
+
+    /// The client for the next call: made again first when the certificate file changed.
+    fn client(&self) -> kube::Client {
+        if let Some(renewed) = &self.renewed {
+            let now = FileStamp::of(&renewed.certificate);
+            let mut seen = renewed.stamp.lock().unwrap_or_else(PoisonError::into_inner);
+            if now.is_some() && *seen != now {
+                let _entered = self.runtime.enter();
+                match build_client(
+                    &renewed.config,
+                    renewed.keep_alive,
+                    renewed.token_header.clone(),
+                ) {
+                    Ok(client) => {
+                        *self.client.lock().unwrap_or_else(PoisonError::into_inner) = client;
+                        *seen = now;
+                        tracing::info!(
+                            "client certificate {} renewed: new connections use it",
+                            renewed.certificate.display()
+                        );
+                    }
+                    // Half written, or not yet matching its key: the next call looks again.
+                    Err(e) => tracing::warn!(
+                        "client certificate {} changed but cannot be used yet: {e}",
+                        renewed.certificate.display()
+                    ),
+                }
+            }
+        }
+        self.client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The namespace the kubeconfig's current context names, if any.
@@ -193,11 +221,7 @@ impl KubeClient {
     /// Pods untyped: multus reads their metadata only, and typed pods would carry a decoder
     /// for every field of a pod's spec and status into the binary.
     fn pods(&self, namespace: &str) -> Api<DynamicObject> {
-        Api::namespaced_with(
-            self.client.clone(),
-            namespace,
-            &ApiResource::erase::<Pod>(&()),
-        )
+        Api::namespaced_with(self.client(), namespace, &ApiResource::erase::<Pod>(&()))
     }
 
     pub fn get_nad(
@@ -227,14 +251,14 @@ impl KubeClient {
         name: &str,
     ) -> Result<NetworkAttachmentDefinition, K8sError> {
         let api: Api<NetworkAttachmentDefinition> =
-            Api::namespaced_with(self.client.clone(), namespace, &nad_resource());
+            Api::namespaced_with(self.client(), namespace, &nad_resource());
         let call = call("get", NAD_RESOURCE_NAME, namespace, Some(name));
         self.attempts(call, false, || api.get(name)).await
     }
 
     pub fn list_nads(&self, namespace: &str) -> Result<Vec<NetworkAttachmentDefinition>, K8sError> {
         let api: Api<NetworkAttachmentDefinition> =
-            Api::namespaced_with(self.client.clone(), namespace, &nad_resource());
+            Api::namespaced_with(self.client(), namespace, &nad_resource());
         let params = ListParams::default();
         self.run(
             call("list", NAD_RESOURCE_NAME, namespace, None),
@@ -336,6 +360,70 @@ impl KubeClient {
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
+}
+
+/// What makes the client again when its certificate file changes.
+struct Renewed {
+    certificate: PathBuf,
+    stamp: Mutex<Option<FileStamp>>,
+    config: kube::Config,
+    keep_alive: KeepAlive,
+    token_header: Option<Arc<Mutex<Option<http::HeaderValue>>>>,
+}
+
+/// Which file a path leads to, and when it was written: a link moved to a new file, or a file
+/// written again, changes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileStamp {
+    device: u64,
+    inode: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            device: meta.dev(),
+            inode: meta.ino(),
+            modified: meta.modified().ok(),
+        })
+    }
+}
+
+/// kube's client over our HTTP stack, with the reply cap, and the token file's header when
+/// there is one. Must be called inside the tokio runtime the client will run on.
+fn build_client(
+    config: &kube::Config,
+    keep_alive: KeepAlive,
+    token_header: Option<Arc<Mutex<Option<http::HeaderValue>>>>,
+) -> Result<kube::Client, Box<dyn std::error::Error + Send + Sync>> {
+    let service = transport::service(config, keep_alive)?;
+    // A reply is read whole: past the cap it is an error, not memory taken.
+    let builder = kube::client::ClientBuilder::new(service, config.default_namespace.clone())
+        .with_layer(&tower::util::MapResponseLayer::new(
+            |reply: http::Response<_>| {
+                reply.map(|body| http_body_util::Limited::new(body, MAX_REPLY_BYTES))
+            },
+        ));
+    Ok(match token_header {
+        Some(header) => builder
+            .with_layer(&tower::util::MapRequestLayer::new(
+                move |mut req: http::Request<kube::client::Body>| {
+                    let value = header
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone();
+                    if let Some(value) = value {
+                        req.headers_mut().insert(http::header::AUTHORIZATION, value);
+                    }
+                    req
+                },
+            ))
+            .build(),
+        None => builder.build(),
+    })
 }
 
 fn call(verb: &'static str, resource: &'static str, namespace: &str, name: Option<&str>) -> Call {

@@ -109,7 +109,11 @@ pub(crate) fn checked_call(
 }
 
 /// The call on a cluster-scoped object, once its name is known to stay one path segment.
-fn cluster_call(verb: &'static str, resource: Resource, name: &str) -> Result<Call, K8sError> {
+pub(crate) fn cluster_call(
+    verb: &'static str,
+    resource: Resource,
+    name: &str,
+) -> Result<Call, K8sError> {
     let call = crate::call(verb, resource.plural, "(cluster)", Some(name));
     match check_name("name", name) {
         Ok(()) => Ok(call),
@@ -132,7 +136,7 @@ impl KubeClient {
         checked_call(verb, resource.plural, namespace, name)
     }
 
-    fn send_json(
+    pub(crate) fn send_json(
         &self,
         call: Call,
         method: Method,
@@ -160,7 +164,7 @@ impl KubeClient {
                 .header(header::CONTENT_TYPE, content_type)
                 .header(header::ACCEPT, "application/json")
                 .body(body.clone());
-            let client = self.client.clone();
+            let client = self.client();
             async move {
                 let request = request.map_err(kube::Error::HttpError)?;
                 client.request::<Value>(request).await

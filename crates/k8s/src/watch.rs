@@ -183,7 +183,7 @@ impl KubeClient {
             .header(header::ACCEPT, "application/json")
             .body(kube::client::Body::empty())
             .map_err(|e| fail(Cause::transport(e)))?;
-        let reply = tokio::time::timeout(self.timeout, self.client.send(request))
+        let reply = tokio::time::timeout(self.timeout, self.client().send(request))
             .await
             .map_err(|_| fail(Cause::Timeout(self.timeout)))?
             .map_err(|e| fail(Cause::from_kube(e)))?;

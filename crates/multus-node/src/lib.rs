@@ -2,6 +2,7 @@
 //! `multus try` and the whereabouts tools. `multus lint`'s checks are the `lint` crate's, and
 //! thick mode's daemon and shim the `thick` crate's.
 
+pub mod approver;
 pub mod install;
 pub mod tryout;
 pub mod whereabouts_tools;

@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use multus_node::{install, tryout, whereabouts_tools};
+use multus_node::{approver, install, tryout, whereabouts_tools};
 
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
@@ -50,6 +50,9 @@ enum Tool {
     /// The whereabouts IPAM plugin's tools (also reached through the `whereabouts` link).
     #[command(subcommand)]
     Whereabouts(whereabouts_tools::Tool),
+    /// Approve the certificate signing requests of multus's per-node certificates: a node
+    /// asking for its own `system:multus:<node>` client certificate (deploy/per-node-certificate).
+    ApproveCertificates(approver::Options),
     /// Thick mode's node daemon (also run as `multus-daemon`): serves the `multus-shim` CNI
     /// plugin's calls on a unix socket. Takes upstream's flags: `-config PATH`.
     Daemon {
@@ -83,6 +86,8 @@ enum ToolError {
     Daemon(#[from] thick::daemon::StartError),
     #[error("multus webhook: {0}")]
     Webhook(#[from] admission::WebhookError),
+    #[error("multus approve-certificates: {0}")]
+    Approver(#[from] approver::ApproverError),
 }
 
 impl ToolError {
@@ -144,6 +149,7 @@ fn run() -> Result<ExitCode, ToolError> {
             Tool::Lint(opts) => Ok(lint::run(opts)),
             Tool::Webhook(opts) => Ok(admission::run(opts)?),
             Tool::Doctor(opts) => Ok(doctor::run(opts)),
+            Tool::ApproveCertificates(opts) => Ok(approver::run(opts)?),
             Tool::Whereabouts(tool) => Ok(whereabouts_tools::run(tool)?),
             Tool::Daemon { args } => Ok(thick::daemon::run(args, VERSION)?),
         },

@@ -58,6 +58,8 @@ pub struct DaemonConfig {
     pub readiness_file: Option<PathBuf>,
     /// `kubeconfig` (ours): the API's credentials; in-cluster ones without it.
     pub kubeconfig: Option<PathBuf>,
+    /// `perNodeCertificate`, when enabled.
+    pub per_node_certificate: Option<PerNodeCertificateKeys>,
     /// `delegateTimeoutSeconds` (ours): how long one delegate may run before it is killed.
     pub delegate_timeout: Duration,
     /// `deletePodsMissingNetworks` (ours): a pod of the node found running without networks
@@ -123,14 +125,29 @@ struct Keys {
     enable_pprof: Option<Value>,
 }
 
-/// Upstream's `perNodeCertificate`, when `enabled`, has the daemon make its own client
-/// certificate from a bootstrap kubeconfig (a CertificateSigningRequest per node, approved by
-/// a cert-approver, rotated before it expires). This daemon does not: started with it, it
-/// would talk to the API with other credentials than those configured, so it refuses to start.
+/// Upstream's `perNodeCertificate`: the daemon talks to the API server with a client
+/// certificate of its node's own, asked for with the bootstrap kubeconfig's credential and
+/// renewed before it expires (`k8s::client_certificate`).
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct PerNodeCertificate {
     enabled: Option<bool>,
+    bootstrap_kubeconfig: Option<String>,
+    cert_dir: Option<String>,
+    cert_duration: Option<String>,
 }
+
+/// `perNodeCertificate`, enabled: everything but the node's name, which the daemon's
+/// environment gives (`MULTUS_NODE_NAME`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PerNodeCertificateKeys {
+    pub bootstrap_kubeconfig: PathBuf,
+    pub cert_dir: PathBuf,
+    pub lifetime: Duration,
+}
+
+/// Upstream's default `certDuration`.
+const DEFAULT_CERT_DURATION: Duration = Duration::from_secs(600);
 
 impl DaemonConfig {
     pub fn read(path: &Path) -> Result<DaemonConfig, ConfigError> {
@@ -192,15 +209,46 @@ impl DaemonConfig {
                 ),
             ));
         }
-        if read.per_node_certificate.and_then(|c| c.enabled) == Some(true) {
-            return Err(refused(
-                "perNodeCertificate",
-                "per-node client certificates (a bootstrap kubeconfig and a certificate signing \
-                 request per node) are not supported by this daemon: remove the key, and give \
-                 the daemon its credentials through its pod's service account (the default) or \
-                 `kubeconfig`",
-            ));
-        }
+        let per_node_certificate = match read.per_node_certificate {
+            Some(c) if c.enabled == Some(true) => {
+                let (Some(bootstrap_kubeconfig), Some(cert_dir)) =
+                    (path(c.bootstrap_kubeconfig), path(c.cert_dir))
+                else {
+                    return Err(refused(
+                        "perNodeCertificate",
+                        "enabled needs bootstrapKubeconfig (a credential that may ask for \
+                         certificates, such as the kubelet's kubeconfig) and certDir",
+                    ));
+                };
+                let lifetime = match text(c.cert_duration) {
+                    None => DEFAULT_CERT_DURATION,
+                    Some(d) => k8s::client_certificate::parse_go_duration(&d)
+                        .filter(|d| *d >= k8s::client_certificate::SHORTEST_LIFETIME)
+                        .ok_or_else(|| {
+                            refused(
+                                "perNodeCertificate.certDuration",
+                                format!(
+                                    "{}: use a duration of 10m or more, such as \"10m\" or \"24h\"",
+                                    quote(&d)
+                                ),
+                            )
+                        })?,
+                };
+                if read.kubeconfig.is_some() {
+                    return Err(refused(
+                        "perNodeCertificate",
+                        "kubeconfig is set too: the daemon has one credential, so remove one \
+                         of the two",
+                    ));
+                }
+                Some(PerNodeCertificateKeys {
+                    bootstrap_kubeconfig,
+                    cert_dir,
+                    lifetime,
+                })
+            }
+            _ => None,
+        };
         let cni_config_dir = path(read.cni_config_dir).unwrap_or_else(|| "/etc/cni/net.d".into());
         let mut warnings: Vec<String> = read
             .enable_pprof
@@ -233,6 +281,7 @@ impl DaemonConfig {
             force_cni_version: read.force_cni_version.unwrap_or(false),
             readiness_file: path(read.readiness_indicator_file),
             kubeconfig: path(read.kubeconfig),
+            per_node_certificate,
             delegate_timeout: read
                 .delegate_timeout_seconds
                 .map_or(DEFAULT_DELEGATE_TIMEOUT, |s| {
@@ -288,7 +337,21 @@ mod tests {
         assert_eq!(c.in_flight, DEFAULT_IN_FLIGHT);
         assert_eq!(c.cni_version.as_deref(), Some("0.3.1"));
         // Present but not enabled, as upstream reads it: nothing to do.
-        DaemonConfig::parse(br#"{"perNodeCertificate": {"enabled": false}}"#).unwrap();
+        let off = DaemonConfig::parse(br#"{"perNodeCertificate": {"enabled": false}}"#).unwrap();
+        assert_eq!(off.per_node_certificate, None);
+        let on = DaemonConfig::parse(
+            br#"{"perNodeCertificate": {"enabled": true, "bootstrapKubeconfig": "/var/lib/kubelet/kubeconfig",
+                 "certDir": "/var/lib/multus/certs", "certDuration": "1h"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            on.per_node_certificate,
+            Some(PerNodeCertificateKeys {
+                bootstrap_kubeconfig: "/var/lib/kubelet/kubeconfig".into(),
+                cert_dir: "/var/lib/multus/certs".into(),
+                lifetime: Duration::from_secs(3600),
+            })
+        );
         let d = DaemonConfig::parse(b"{}").unwrap();
         assert_eq!(d.socket_dir, Path::new("/run/multus/"));
         assert_eq!(d.missing_networks_check, Duration::from_secs(30));
@@ -325,8 +388,16 @@ mod tests {
             ),
             (r#"{"socketDir": 5}"#, "socketDir: 5 is not a string"),
             (
-                r#"{"perNodeCertificate": {"enabled": true, "bootstrapKubeconfig": "/b", "certDir": "/c"}}"#,
-                "perNodeCertificate: per-node client certificates",
+                r#"{"perNodeCertificate": {"enabled": true, "certDir": "/c"}}"#,
+                "perNodeCertificate: enabled needs bootstrapKubeconfig",
+            ),
+            (
+                r#"{"perNodeCertificate": {"enabled": true, "bootstrapKubeconfig": "/b", "certDir": "/c", "certDuration": "5m"}}"#,
+                "perNodeCertificate.certDuration: \"5m\": use a duration of 10m or more",
+            ),
+            (
+                r#"{"perNodeCertificate": {"enabled": true, "bootstrapKubeconfig": "/b", "certDir": "/c"}, "kubeconfig": "/k"}"#,
+                "perNodeCertificate: kubeconfig is set too",
             ),
             (
                 r#"{"perNodeCertificate": true}"#,

@@ -21,6 +21,10 @@ pub enum StartError {
     Delegates(cni::CniError),
     #[error(transparent)]
     Kube(#[from] k8s::K8sError),
+    #[error("perNodeCertificate: MULTUS_NODE_NAME is not set: the certificate is the node's, so its pod must pass spec.nodeName")]
+    NoNodeName,
+    #[error("perNodeCertificate: {0}")]
+    Certificate(#[from] k8s::client_certificate::CertificateError),
     #[error("cannot start the {what} thread: {source}")]
     Thread {
         what: &'static str,

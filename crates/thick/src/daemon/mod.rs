@@ -21,9 +21,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use k8s::{ClientOptions, KeepAlive, KubeClient};
+use k8s::{client_certificate, ClientOptions, KeepAlive, KubeClient};
 use nodekit::signals::Stop;
 
 pub use config::DaemonConfig;
@@ -111,6 +111,55 @@ fn probe(dir: &Path) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// `perNodeCertificate`: the node's certificate, asked for before anything else talks to the
+/// API server, then renewed on a thread of its own; the clients read it through the kubeconfig
+/// returned, and move to each renewed certificate by themselves.
+fn keep_certificate(
+    keys: &config::PerNodeCertificateKeys,
+    stop: Arc<AtomicBool>,
+) -> Result<PathBuf, StartError> {
+    let node = std::env::var("MULTUS_NODE_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .ok_or(StartError::NoNodeName)?;
+    let per_node = client_certificate::PerNode {
+        node,
+        bootstrap: keys.bootstrap_kubeconfig.clone(),
+        dir: keys.cert_dir.clone(),
+        lifetime: keys.lifetime,
+    };
+    let jitter = client_certificate::jitter();
+    let mut due = per_node.keep(jitter)?;
+    let kubeconfig = per_node.kubeconfig();
+    tracing::info!(
+        "talking to the API server as {} through {}",
+        client_certificate::user_name(&per_node.node),
+        kubeconfig.display()
+    );
+    std::thread::Builder::new()
+        .name("certificate".into())
+        .spawn(move || loop {
+            while SystemTime::now() < due {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            due = match per_node.keep(jitter) {
+                Ok(next) => {
+                    tracing::info!("per-node certificate renewed in {}", per_node.dir.display());
+                    next
+                }
+                Err(e) => {
+                    tracing::warn!("perNodeCertificate: {e}; trying again in 10 s");
+                    SystemTime::now() + Duration::from_secs(10)
+                }
+            };
+        })
+        .map_err(StartError::thread("certificate"))?;
+    Ok(kubeconfig)
+}
+
 /// A daemon that serves: what its loop looks after, and what stopping waits for.
 struct Daemon {
     config: Arc<DaemonConfig>,
@@ -141,13 +190,17 @@ impl Daemon {
             cni::invoke::run_delegates_in(root).map_err(StartError::Delegates)?;
         }
         cni::invoke::limit_delegates_to(config.delegate_timeout).map_err(StartError::Delegates)?;
+        let stop_watches = Arc::new(AtomicBool::new(false));
+        let kubeconfig = match &config.per_node_certificate {
+            Some(keys) => Some(keep_certificate(keys, Arc::clone(&stop_watches))?),
+            None => config.kubeconfig.clone(),
+        };
         let client = KubeClient::new(&ClientOptions {
-            kubeconfig: config.kubeconfig.clone(),
+            kubeconfig: kubeconfig.clone(),
             keep_alive: KeepAlive::Process,
             ..ClientOptions::default()
         })?;
         let metrics = Arc::new(metrics::Metrics::default());
-        let stop_watches = Arc::new(AtomicBool::new(false));
         let node = std::env::var("MULTUS_NODE_NAME")
             .ok()
             .filter(|n| !n.is_empty());
@@ -157,7 +210,7 @@ impl Daemon {
             );
         }
         let caches = cache::Caches::start(
-            config.kubeconfig.clone(),
+            kubeconfig,
             node.clone(),
             Arc::clone(&metrics),
             Arc::clone(&stop_watches),
