@@ -289,6 +289,62 @@ fn own_conf_dir_trees_move_only_multus_config() -> Result<()> {
     Ok(())
 }
 
+/// deploy/per-node-certificate/thick: deploy/thick's daemon config with perNodeCertificate
+/// added and nothing else changed, the certificate's group bound to multus's rights, and an
+/// approver that may approve for the API server's client signer alone.
+#[test]
+fn per_node_certificate_tree_adds_only_the_certificate() -> Result<()> {
+    let objects = rendered("per-node-certificate/thick")?;
+    check_cluster_objects(&objects, "multus")?;
+    let mut config = daemon_config(&objects)?;
+    ensure!(
+        config["perNodeCertificate"]
+            == serde_json::json!({
+                "enabled": true,
+                "bootstrapKubeconfig": "/hostroot/etc/kubernetes/kubelet.conf",
+                "certDir": "/hostroot/var/lib/multus/certs",
+                "certDuration": "10m",
+            }),
+        "{config}"
+    );
+    config
+        .as_object_mut()
+        .context("an object")?
+        .remove("perNodeCertificate");
+    ensure!(
+        config == daemon_config(&rendered("thick")?)?,
+        "deploy/per-node-certificate/thick's daemon config drifted from deploy/thick's"
+    );
+    let binding = find(
+        &objects,
+        "ClusterRoleBinding",
+        "multus-per-node-certificates",
+    )?;
+    ensure!(binding["roleRef"]["name"] == "multus");
+    ensure!(binding["subjects"][0]["name"] == "system:multus");
+    let approver = grants(find(
+        &objects,
+        "ClusterRole",
+        "multus-certificate-approver",
+    )?)?;
+    ensure!(
+        approver
+            == [
+                "certificates.k8s.io/certificatesigningrequests/approval:update",
+                "certificates.k8s.io/certificatesigningrequests:get",
+                "certificates.k8s.io/certificatesigningrequests:list",
+                "certificates.k8s.io/certificatesigningrequests:watch",
+                "certificates.k8s.io/signers[kubernetes.io/kube-apiserver-client]:approve",
+            ],
+        "the approver is granted {approver:?}"
+    );
+    let pod =
+        &find(&objects, "Deployment", "multus-certificate-approver")?["spec"]["template"]["spec"];
+    ensure!(pod["securityContext"]["runAsNonRoot"] == true);
+    ensure!(pod["containers"][0]["command"][1] == "approve-certificates");
+    Ok(())
+}
+
 #[test]
 fn kubernetes_tree_renders_and_validates() -> Result<()> {
     let objects = rendered("base")?;
