@@ -3,10 +3,13 @@
 # kube-controller-manager, kube-scheduler, kube-proxy, containerd and a kubelet, built from their
 # modules by scripts/peers.sh, with multus-rs installed from deploy/.
 #
-#   scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2]
-#                         [--own-conf-dir]
+#   scripts/cluster.sh up [thin|thick|per-node-certificate|microshift|whereabouts|bare]
+#                         [--containerd 1|2] [--own-conf-dir]
 #                                        bare: the cluster network alone, no multus (a baseline,
 #                                        or a node to install another build on by hand);
+#                                        per-node-certificate: thick mode, talking to the API
+#                                        server with per-node certificates, which the controller
+#                                        manager signs for 1 minute;
 #                                        --own-conf-dir: the runtime reads /run/multus/cni/net.d
 #                                        alone, and multus is installed from deploy/own-conf-dir
 #                                        (thin and thick)
@@ -25,7 +28,7 @@
 # The node is a network namespace and a mount namespace of its own. Nothing changes in the
 # machine's root network namespace: the node's address (10.0.0.1) is on the node's loopback,
 # the cluster network is a bridge inside the node, and the node's /run, /var/log, /etc/cni,
-# /opt/cni, /var/lib/{kubelet,cni,containerd} and /etc/kubernetes are its own. The kubelet's
+# /opt/cni, /var/lib/{kubelet,cni,containerd,multus} and /etc/kubernetes are its own. The kubelet's
 # cgroups live under /multus-rs-cluster in every hierarchy.
 #
 # `up` prints, as its last two lines, the exports that point kubectl at the cluster.
@@ -196,6 +199,30 @@ pki() {
   touch "$p/done"
 }
 
+# The kubelet's credential where kubeadm keeps it on a node, /etc/kubernetes/kubelet.conf, with
+# everything inline: per-node certificates are asked for with it.
+node_kubelet_conf() {
+  local p=$state/pki
+  cat <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: multus-rs-cluster
+    cluster:
+      server: https://$node_ip:6443
+      certificate-authority-data: $(base64 -w0 "$p/ca.crt")
+users:
+  - name: kubelet
+    user:
+      client-certificate-data: $(base64 -w0 "$p/kubelet.crt")
+      client-key-data: $(base64 -w0 "$p/kubelet.key")
+contexts:
+  - name: kubelet
+    context: {cluster: multus-rs-cluster, user: kubelet}
+current-context: kubelet
+EOF
+}
+
 kubeconfig() { # component server
   cat <<EOF
 apiVersion: v1
@@ -234,7 +261,7 @@ namespaces() {
   touch "$run/mnt"
   unshare --mount="$run/mnt" --propagation private true
   local n=$state/node d
-  for d in run var/log etc/cni etc/kubernetes opt/cni var/lib/kubelet var/lib/cni var/lib/containerd; do
+  for d in run var/log etc/cni etc/kubernetes opt/cni var/lib/kubelet var/lib/cni var/lib/containerd var/lib/multus; do
     mkdir -p "$n/$d"
   done
   # The node's own directories over the machine's, then shared inside the node, as on a host
@@ -242,7 +269,7 @@ namespaces() {
   on_node sh -euc "
     mount -t tmpfs -o mode=755 tmpfs /run
     mkdir -p /run/netns /run/cni
-    for d in var/log etc/cni etc/kubernetes opt/cni var/lib/kubelet var/lib/cni var/lib/containerd; do
+    for d in var/log etc/cni etc/kubernetes opt/cni var/lib/kubelet var/lib/cni var/lib/containerd var/lib/multus; do
       mkdir -p /\$d
       mount --bind '$n'/\$d /\$d
     done
@@ -374,7 +401,9 @@ start_controllers() {
     --kubeconfig "$state/controller-manager.kubeconfig" --leader-elect=false \
     --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
     --use-service-account-credentials --cluster-cidr "$pod_cidr" --allocate-node-cidrs=false \
-    --controllers '*,-nodeipam' --profiling=false
+    --controllers '*,-nodeipam' --profiling=false \
+    --cluster-signing-cert-file "$p/ca.crt" --cluster-signing-key-file "$p/ca.key" \
+    --cluster-signing-duration 1m
   start scheduler "$kube/kube-scheduler" --kubeconfig "$state/scheduler.kubeconfig" \
     --leader-elect=false --profiling=false
   wait_for "the controller manager" 60 on_node curl -fsk https://127.0.0.1:10257/healthz
@@ -474,6 +503,8 @@ serializeImagePulls: false
 localStorageCapacityIsolation: false
 EOF
   mkdir -p "$state/node/etc/kubernetes/manifests"
+  node_kubelet_conf >"$state/node/etc/kubernetes/.kubelet.conf"
+  mv "$state/node/etc/kubernetes/.kubelet.conf" "$state/node/etc/kubernetes/kubelet.conf"
   start kubelet "$kube/kubelet" --config "$state/kubelet.yaml" \
     --kubeconfig "$state/kubelet.kubeconfig" --hostname-override "$node" --node-ip "$node_ip"
   wait_for "the node object" 60 kc get node "$node"
@@ -524,8 +555,9 @@ tree_of() {
   case $1 in
     thin) echo "${in}base" ;;
     thick) echo "$in$1" ;;
+    per-node-certificate) echo "$1/thick" ;;
     microshift | whereabouts) echo "$1" ;;
-    *) die "unknown mode $1 (thin, thick, microshift, whereabouts)" ;;
+    *) die "unknown mode $1 (thin, thick, per-node-certificate, microshift, whereabouts)" ;;
   esac
 }
 
@@ -586,11 +618,11 @@ up() {
         conf_dir=/run/multus/cni/net.d
         shift
         ;;
-      thin | thick | microshift | whereabouts | bare)
+      thin | thick | per-node-certificate | microshift | whereabouts | bare)
         mode=$1
         shift
         ;;
-      *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir]" ;;
+      *) die "usage: scripts/cluster.sh up [thin|thick|per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir]" ;;
     esac
   done
   case $containerd_major in 1 | 2) ;; *) die "--containerd takes 1 or 2" ;; esac
@@ -797,5 +829,5 @@ case ${1:-} in
     shift
     reboot_node "$@"
     ;;
-  *) die "usage: scripts/cluster.sh up [thin|thick|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir] | exec -- CMD... | stop|start PART | reboot [--without-multus-config] | down" ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir] | exec -- CMD... | stop|start PART | reboot [--without-multus-config] | down" ;;
 esac

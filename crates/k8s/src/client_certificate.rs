@@ -196,9 +196,9 @@ pub enum Review {
     },
 }
 
-/// Reviews a request for multus's signer and subjects: approved only when a node, or that
-/// node's multus, asks for `system:multus:<that node>` in group `system:multus` alone, for a
-/// client certificate and nothing more, for at most a year.
+/// Reviews a request for multus's signer and subjects: approved only when a node asks for
+/// `system:multus:<that node>` in group `system:multus` alone, for a client certificate and
+/// nothing more, for at most a year.
 pub fn review(csr: &Value) -> Review {
     let text = |p: &str| csr.pointer(p).and_then(Value::as_str).unwrap_or_default();
     let decided = csr
@@ -237,18 +237,15 @@ pub fn review(csr: &Value) -> Review {
         .and_then(Value::as_array)
         .map(|g| g.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    // The requester is a node (its kubelet's credential) or that node's multus renewing.
-    let node = [("system:node:", "system:nodes"), (prefix.as_str(), GROUP)]
-        .iter()
-        .find_map(|(user, group)| {
-            requester
-                .strip_prefix(user)
-                .filter(|_| groups.contains(group))
-        });
-    let Some(node) = node.filter(|n| is_node_name(n)) else {
+    // The requester is the node itself (its kubelet's credential). A node's multus
+    // certificate never asks for its successor: one taken from a node ends with its lifetime.
+    let node = requester
+        .strip_prefix("system:node:")
+        .filter(|n| groups.contains(&"system:nodes") && is_node_name(n));
+    let Some(node) = node else {
         return deny(
             "NotANode",
-            format!("requested by {requester:?} in groups {groups:?}: only a node, or its multus, may ask"),
+            format!("requested by {requester:?} in groups {groups:?}: only the node may ask"),
         );
     };
     if common_name != user_name(node) {
@@ -378,6 +375,19 @@ pub fn renewal_due(validity: Validity, jitter: f64) -> SystemTime {
     UNIX_EPOCH + Duration::try_from_secs_f64(at).unwrap_or_default()
 }
 
+/// A validity whose lifetime counts from `issued`, when that is later than its `notBefore`:
+/// kube's signer backdates `notBefore` by 5 minutes, which a short certificate would spend
+/// most of its lifetime on, and be due for renewal as soon as it is issued.
+pub fn issued_at(validity: Validity, issued: SystemTime) -> Validity {
+    let issued = issued
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    Validity {
+        not_before: validity.not_before.max(issued.min(validity.not_after)),
+        ..validity
+    }
+}
+
 /// Keeps `issued` in `dir`: a new file (mode 0600) of certificate and key, then the current
 /// link moved to it in one rename, then the older files removed (client-go keeps them all;
 /// a node renewing every few minutes would fill the directory).
@@ -489,40 +499,97 @@ impl PerNode {
         self.dir.join(KUBECONFIG_FILE)
     }
 
-    /// Makes sure the kubeconfig is written and a certificate is current: asks for one when
-    /// there is none still valid, or when its renewal is due (`jitter` as in
-    /// [`renewal_due`]). Returns when the next renewal is due.
-    pub fn keep(&self, jitter: f64) -> Result<SystemTime, CertificateError> {
+    /// Writes `certDir/multus.kubeconfig` (the bootstrap kubeconfig's cluster, with the
+    /// certificate as its user), for a process that reads the certificate through it.
+    pub fn write_kubeconfig(&self) -> Result<PathBuf, CertificateError> {
         let text = kubeconfig(&self.bootstrap, &self.dir)?;
         let path = self.kubeconfig();
         if cni::input::read_file_to_string(&path).ok().as_deref() != Some(text.as_str()) {
             write_new(&self.dir, &path, text.as_bytes())?;
         }
+        Ok(path)
+    }
+
+    /// The current certificate, if one is valid now, with its lifetime counted from when it
+    /// was kept here when that is later than its notBefore (see [`issued_at`]).
+    fn valid(&self, now: SystemTime) -> Option<Validity> {
+        let validity = current(&self.dir).filter(|v| now < UNIX_EPOCH + secs(v.not_after))?;
+        let kept = std::fs::metadata(self.dir.join(CURRENT_FILE))
+            .and_then(|m| m.modified())
+            .unwrap_or(UNIX_EPOCH);
+        Some(issued_at(validity, kept))
+    }
+
+    /// Makes sure a certificate is current: asks for one when there is none still valid, or
+    /// when its renewal is due (`jitter` as in [`renewal_due`]). Returns when the next renewal
+    /// is due.
+    pub fn keep(&self, jitter: f64) -> Result<SystemTime, CertificateError> {
+        let _lock = self.lock()?;
         let now = SystemTime::now();
-        let current = current(&self.dir).filter(|v| now < UNIX_EPOCH + secs(v.not_after));
-        if let Some(validity) = current {
+        if let Some(validity) = self.valid(now) {
             let due = renewal_due(validity, jitter);
             if now < due {
                 return Ok(due);
             }
         }
-        // A valid certificate of its own renews itself, as client-go's manager does; the
-        // bootstrap credential serves when there is none, or when it cannot.
-        let own = current.and_then(|_| self.request(&path).ok());
-        let issued = match own {
-            Some(issued) => issued,
-            None => self.request(&self.bootstrap)?,
-        };
+        let issued = self.request(SIGNING_WAIT)?;
         store(&self.dir, &issued)?;
-        Ok(renewal_due(issued.validity, jitter))
+        Ok(renewal_due(issued_at(issued.validity, now), jitter))
     }
 
-    fn request(&self, kubeconfig: &Path) -> Result<Issued, CertificateError> {
+    /// For a process that cannot wait for another's renewals (thin multus, while the
+    /// DaemonSet's pod is down): asks for a certificate now when there is none valid, or when
+    /// less than a tenth of its lifetime is left. One process at a time asks, holding
+    /// `certDir/.lock`; the others then find its certificate. True when one was asked for.
+    pub fn renew_if_ending(&self, wait: Duration) -> Result<bool, CertificateError> {
+        let ending = |now: SystemTime| {
+            self.valid(now).is_none_or(|v| {
+                let tenth = (v.not_after - v.not_before) / 10;
+                now >= UNIX_EPOCH + secs(v.not_after - tenth)
+            })
+        };
+        if !ending(SystemTime::now()) {
+            return Ok(false);
+        }
+        let _lock = self.lock()?;
+        // Another process may have renewed it while this one waited for the lock.
+        if !ending(SystemTime::now()) {
+            return Ok(false);
+        }
+        let issued = self.request(wait)?;
+        store(&self.dir, &issued)?;
+        Ok(true)
+    }
+
+    /// `certDir/.lock`, held while a certificate is asked for and kept: two processes
+    /// storing at once could each remove the other's new file.
+    fn lock(&self) -> Result<std::fs::File, CertificateError> {
+        let fail = |what: &'static str, path: &Path| {
+            let path = path.to_owned();
+            move |source| CertificateError::Store { what, path, source }
+        };
+        std::fs::create_dir_all(&self.dir).map_err(fail("make", &self.dir))?;
+        let path = self.dir.join(".lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(fail("open", &path))?;
+        lock.lock().map_err(fail("lock", &path))?;
+        Ok(lock)
+    }
+
+    /// Always with the bootstrap credential, which its owner (the kubelet) keeps valid: the
+    /// node's certificate never asks for its successor, so one taken from a node lasts no
+    /// longer than `certDuration`.
+    fn request(&self, wait: Duration) -> Result<Issued, CertificateError> {
         let client = KubeClient::new(&crate::ClientOptions {
-            kubeconfig: Some(kubeconfig.to_owned()),
+            kubeconfig: Some(self.bootstrap.clone()),
             ..crate::ClientOptions::default()
         })?;
-        client.request_client_certificate(&self.node, self.lifetime, SIGNING_WAIT)
+        client.request_client_certificate(&self.node, self.lifetime, wait)
     }
 }
 
@@ -643,6 +710,22 @@ mod tests {
     }
 
     #[test]
+    fn a_backdated_certificate_counts_its_lifetime_from_its_issue() {
+        // kube's signer: notBefore 5 minutes before the issue, notAfter 1 minute after.
+        let validity = Validity {
+            not_before: 1_000,
+            not_after: 1_360,
+        };
+        let issued = UNIX_EPOCH + Duration::from_secs(1_300);
+        let due = renewal_due(issued_at(validity, issued), 0.0);
+        assert_eq!(due, UNIX_EPOCH + Duration::from_secs(1_342));
+        // Issued before its notBefore (a clock behind), or after its end: its own bounds.
+        assert_eq!(issued_at(validity, UNIX_EPOCH), validity);
+        let late = issued_at(validity, UNIX_EPOCH + Duration::from_secs(9_999));
+        assert_eq!(late.not_before, 1_360);
+    }
+
+    #[test]
     fn the_current_link_moves_to_each_new_certificate_and_old_ones_go() {
         let dir = tempfile::tempdir().unwrap();
         let certs = dir.path().join("certs");
@@ -710,7 +793,14 @@ mod tests {
             "system:multus:node-1",
             &[GROUP],
         );
-        assert_eq!(review(&renewing), approved);
+        // The certificate itself may not ask for its successor.
+        assert!(matches!(
+            review(&renewing),
+            Review::Deny {
+                reason: "NotANode",
+                ..
+            }
+        ));
         let reason = |csr: &Value| match review(csr) {
             Review::Deny { reason, .. } => reason,
             other => panic!("{other:?}"),

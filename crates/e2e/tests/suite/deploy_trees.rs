@@ -10,9 +10,14 @@ use e2e::{up, Node};
 use serde_json::Value;
 
 /// The trees in the order the test installs them, with cluster.sh's mode and the namespace.
-const TREES: [(&str, &str, &str); 4] = [
+const TREES: [(&str, &str, &str); 5] = [
     ("base", "thin", "multus"),
     ("thick", "thick", "multus"),
+    (
+        "per-node-certificate/thick",
+        "per-node-certificate",
+        "multus",
+    ),
     ("whereabouts", "whereabouts", "multus"),
     ("microshift", "microshift", "openshift-multus"),
 ];

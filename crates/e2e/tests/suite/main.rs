@@ -4,6 +4,7 @@
 #![allow(clippy::expect_used)]
 
 mod admission;
+mod certificates;
 mod containerd_one;
 mod deploy_trees;
 mod doctor;

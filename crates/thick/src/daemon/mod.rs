@@ -130,7 +130,7 @@ fn keep_certificate(
     };
     let jitter = client_certificate::jitter();
     let mut due = per_node.keep(jitter)?;
-    let kubeconfig = per_node.kubeconfig();
+    let kubeconfig = per_node.write_kubeconfig()?;
     tracing::info!(
         "talking to the API server as {} through {}",
         client_certificate::user_name(&per_node.node),

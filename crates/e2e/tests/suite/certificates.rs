@@ -1,0 +1,210 @@
+//! Per-node certificates on the real node (deploy/per-node-certificate/thick): the daemon
+//! asks for its node's certificate with the kubelet's credential, the approver approves it and
+//! the controller manager signs it (for 1 minute on this cluster); the daemon renews it before
+//! it expires and pods keep attaching; the certificate may touch only its own node's pods; and
+//! a node asking for another node's identity is denied.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use e2e::{up, Node};
+use serde_json::Value;
+
+const CURRENT: &str = "/var/lib/multus/certs/multus-client-current.pem";
+
+/// A request to `/api/v1/namespaces/<path>` as the node's certificate: the status code and
+/// the reply's message. A PATCH sets a probe annotation.
+fn as_certificate(node: &Node, method: &str, path: &str) -> Result<(u16, String)> {
+    let ca = e2e::state_dir().join("pki/ca.crt");
+    let out = node.exec(&[
+        "sh",
+        "-c",
+        r#"curl -sS --cacert "$3" --cert "$4" --key "$4" \
+             -H 'Content-Type: application/merge-patch+json' -X "$0" \
+             -d '{"metadata":{"annotations":{"multus-rs.test/probe":"x"}}}' \
+             -w '\n%{http_code}' "https://10.0.0.1:6443/api/v1/namespaces/$1""#,
+        method,
+        path,
+        "",
+        &ca.display().to_string(),
+        CURRENT,
+    ])?;
+    let (body, code) = out.trim_end().rsplit_once('\n').context("no status code")?;
+    let reply: Value = serde_json::from_str(body)?;
+    let message = reply["message"].as_str().unwrap_or_default().to_owned();
+    Ok((code.parse()?, message))
+}
+
+/// The serial number of the node's current certificate.
+fn serial(node: &Node) -> Result<String> {
+    Ok(node
+        .exec(&["openssl", "x509", "-noout", "-serial", "-in", CURRENT])?
+        .trim()
+        .to_owned())
+}
+
+/// The certificate signing requests of the cluster.
+fn requests(node: &Node) -> Result<Vec<Value>> {
+    let list: Value = serde_json::from_str(&node.kubectl(&["get", "csr", "-o", "json"])?)?;
+    Ok(list["items"].as_array().cloned().unwrap_or_default())
+}
+
+fn condition<'a>(csr: &'a Value, kind: &str) -> Option<&'a Value> {
+    csr["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+#[test]
+fn thick_mode_talks_as_its_nodes_certificate_renews_it_and_keeps_to_its_node() -> Result<()> {
+    let node = up("per-node-certificate")?;
+    let daemon_log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+    ensure!(
+        daemon_log.contains("talking to the API server as system:multus:multus-rs-node"),
+        "the daemon's log: {daemon_log}"
+    );
+    // The node asked, with the kubelet's credential, and the approver approved.
+    let by_the_node: Vec<Value> = requests(&node)?
+        .into_iter()
+        .filter(|c| c["spec"]["username"] == "system:node:multus-rs-node")
+        .collect();
+    ensure!(
+        by_the_node.iter().any(|c| {
+            condition(c, "Approved").is_some_and(|a| a["reason"] == "MultusNodeCertificate")
+                && c["status"]["certificate"]
+                    .as_str()
+                    .is_some_and(|s| !s.is_empty())
+        }),
+        "no approved and signed request by the node: {by_the_node:?}"
+    );
+
+    // Another node's identity, asked for as this node: denied, saying why.
+    let request = node.exec(&[
+        "sh",
+        "-c",
+        "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+         -keyout /dev/null -subj '/O=system:multus/CN=system:multus:elsewhere' 2>/dev/null \
+         | base64 -w0",
+    ])?;
+    let forged = format!(
+        r#"{{"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+             "metadata": {{"name": "e2e-elsewhere"}},
+             "spec": {{"request": "{}", "signerName": "kubernetes.io/kube-apiserver-client",
+                       "usages": ["digital signature", "client auth"], "expirationSeconds": 600}}}}"#,
+        request.trim()
+    );
+    let created = node
+        .exec_command(&[
+            "kubectl",
+            "--kubeconfig",
+            "/etc/kubernetes/kubelet.conf",
+            "create",
+            "-f",
+            "-",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child
+                .stdin
+                .take()
+                .context("stdin")
+                .map_err(std::io::Error::other)?
+                .write_all(forged.as_bytes())?;
+            child.wait_with_output()
+        })?;
+    ensure!(
+        created.status.success(),
+        "the node's request: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let mut denied = Value::Null;
+    node.eventually("the forged request denied", Duration::from_secs(30), || {
+        let csr: Value =
+            serde_json::from_str(&node.kubectl(&["get", "csr", "e2e-elsewhere", "-o", "json"])?)?;
+        denied = condition(&csr, "Denied").cloned().unwrap_or_default();
+        Ok(!denied.is_null())
+    })?;
+    node.kubectl(&["delete", "csr", "e2e-elsewhere"])?;
+    ensure!(
+        denied["reason"] == "OtherNode"
+            && denied["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("system:multus:multus-rs-node")),
+        "the forged request: {denied}"
+    );
+
+    // Held to its node: a status write of a pod bound to another node is refused by the
+    // node-scope policy; of this node's, allowed.
+    let other = r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "multus-rs-other"}}"#;
+    let elsewhere = e2e::sleeping_pod("elsewhere", None)
+        .replace("spec:\n", "spec:\n  nodeName: multus-rs-other\n");
+    let here = e2e::sleeping_pod("here", None);
+    node.apply(other)?;
+    node.apply(&elsewhere)?;
+    node.apply(&here)?;
+    node.wait_ready("default", "here", Duration::from_secs(120))?;
+    let on_this_node = as_certificate(&node, "PATCH", "default/pods/here/status")?;
+    let on_another = as_certificate(&node, "PATCH", "default/pods/elsewhere/status")?;
+    node.kubectl(&["delete", "pod", "elsewhere", "--force", "--grace-period=0"])?;
+    node.kubectl(&["delete", "node", "multus-rs-other"])?;
+    node.delete(&here)?;
+    ensure!(on_this_node.0 == 200, "this node's pod: {on_this_node:?}");
+    ensure!(
+        on_another.0 == 403
+            && on_another
+                .1
+                .contains("ValidatingAdmissionPolicy 'multus-own-node-pods'"),
+        "another node's pod: {on_another:?}"
+    );
+
+    // Renewed before it ends, and pods attach after the first one has expired.
+    let first = serial(&node)?;
+    node.exec(&["cp", CURRENT, "/run/e2e-first-certificate.pem"])?;
+    node.eventually("a renewed certificate", Duration::from_secs(90), || {
+        Ok(serial(&node)? != first)
+    })?;
+    let began = Instant::now();
+    node.eventually("the first certificate expired", Duration::from_secs(90), || {
+        Ok(node
+            .exec(&[
+                "sh",
+                "-c",
+                "openssl x509 -checkend 0 -noout -in /run/e2e-first-certificate.pem || echo expired",
+            ])?
+            .contains("expired"))
+    })?;
+    node.exec(&["rm", "/run/e2e-first-certificate.pem"])?;
+    let nad = e2e::bridge_nad(
+        "e2e-bridge",
+        "br-e2e",
+        r#"{"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": "/var/lib/cni/e2e"}"#,
+    );
+    let pod = e2e::sleeping_pod("after-renewal", Some("e2e-bridge"));
+    node.apply(&nad)?;
+    node.apply(&pod)?;
+    let ready = node.wait_ready("default", "after-renewal", Duration::from_secs(120));
+    let ip = node.ipv4("after-renewal", "net1");
+    node.delete(&pod)?;
+    node.delete(&nad)?;
+    ready?;
+    let ip = ip?;
+    ensure!(ip.starts_with("10.20.0."), "net1 {ip}");
+    // One certificate is kept: the older ones are removed as each new one is current.
+    let mut files = String::new();
+    node.eventually("one certificate kept", Duration::from_secs(10), || {
+        files = node.exec(&["ls", "/var/lib/multus/certs"])?;
+        Ok(files.lines().filter(|f| f.ends_with(".pem")).count() == 2)
+    })
+    .with_context(|| {
+        format!(
+            "certs: {files} ({} s after the first expired)",
+            began.elapsed().as_secs()
+        )
+    })?;
+    Ok(())
+}
