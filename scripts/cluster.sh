@@ -3,13 +3,13 @@
 # kube-controller-manager, kube-scheduler, kube-proxy, containerd and a kubelet, built from their
 # modules by scripts/peers.sh, with multus-rs installed from deploy/.
 #
-#   scripts/cluster.sh up [thin|thick|per-node-certificate|microshift|whereabouts|bare]
-#                         [--containerd 1|2] [--own-conf-dir]
+#   scripts/cluster.sh up [thin|thick|thin-per-node-certificate|thick-per-node-certificate|
+#                          microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir]
 #                                        bare: the cluster network alone, no multus (a baseline,
 #                                        or a node to install another build on by hand);
-#                                        per-node-certificate: thick mode, talking to the API
-#                                        server with per-node certificates, which the controller
-#                                        manager signs for 1 minute;
+#                                        *-per-node-certificate: multus talks to the API server
+#                                        with per-node certificates (deploy/per-node-certificate),
+#                                        which the controller manager signs for 1 minute;
 #                                        --own-conf-dir: the runtime reads /run/multus/cni/net.d
 #                                        alone, and multus is installed from deploy/own-conf-dir
 #                                        (thin and thick)
@@ -555,9 +555,10 @@ tree_of() {
   case $1 in
     thin) echo "${in}base" ;;
     thick) echo "$in$1" ;;
-    per-node-certificate) echo "$1/thick" ;;
+    thin-per-node-certificate) echo per-node-certificate/base ;;
+    thick-per-node-certificate) echo per-node-certificate/thick ;;
     microshift | whereabouts) echo "$1" ;;
-    *) die "unknown mode $1 (thin, thick, per-node-certificate, microshift, whereabouts)" ;;
+    *) die "unknown mode $1 (thin, thick, thin-per-node-certificate, thick-per-node-certificate, microshift, whereabouts)" ;;
   esac
 }
 
@@ -618,11 +619,11 @@ up() {
         conf_dir=/run/multus/cni/net.d
         shift
         ;;
-      thin | thick | per-node-certificate | microshift | whereabouts | bare)
+      thin | thick | thin-per-node-certificate | thick-per-node-certificate | microshift | whereabouts | bare)
         mode=$1
         shift
         ;;
-      *) die "usage: scripts/cluster.sh up [thin|thick|per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir]" ;;
+      *) die "usage: scripts/cluster.sh up [thin|thick|thin-per-node-certificate|thick-per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir]" ;;
     esac
   done
   case $containerd_major in 1 | 2) ;; *) die "--containerd takes 1 or 2" ;; esac
@@ -829,5 +830,5 @@ case ${1:-} in
     shift
     reboot_node "$@"
     ;;
-  *) die "usage: scripts/cluster.sh up [thin|thick|per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir] | exec -- CMD... | stop|start PART | reboot [--without-multus-config] | down" ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|thin-per-node-certificate|thick-per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir] | exec -- CMD... | stop|start PART | reboot [--without-multus-config] | down" ;;
 esac

@@ -289,11 +289,12 @@ fn own_conf_dir_trees_move_only_multus_config() -> Result<()> {
     Ok(())
 }
 
-/// deploy/per-node-certificate/thick: deploy/thick's daemon config with perNodeCertificate
-/// added and nothing else changed, the certificate's group bound to multus's rights, and an
-/// approver that may approve for the API server's client signer alone.
+/// deploy/per-node-certificate: deploy/thick's daemon config with perNodeCertificate added
+/// and nothing else changed, deploy/base's installer with its certificate flags, the
+/// certificates' group bound to multus's rights, and an approver that may approve for the API
+/// server's client signer alone.
 #[test]
-fn per_node_certificate_tree_adds_only_the_certificate() -> Result<()> {
+fn per_node_certificate_trees_add_only_the_certificate() -> Result<()> {
     let objects = rendered("per-node-certificate/thick")?;
     check_cluster_objects(&objects, "multus")?;
     let mut config = daemon_config(&objects)?;
@@ -342,6 +343,27 @@ fn per_node_certificate_tree_adds_only_the_certificate() -> Result<()> {
         &find(&objects, "Deployment", "multus-certificate-approver")?["spec"]["template"]["spec"];
     ensure!(pod["securityContext"]["runAsNonRoot"] == true);
     ensure!(pod["containers"][0]["command"][1] == "approve-certificates");
+
+    // Thin mode: deploy/base's installer with three flags more, and the node's directories
+    // they name.
+    let objects = rendered("per-node-certificate/base")?;
+    check_common(&objects, "multus")?;
+    let args = multus_args(&objects)?;
+    let shipped = multus_args(&rendered("base")?)?;
+    ensure!(
+        args[..shipped.len()] == shipped[..]
+            && args[shipped.len()..]
+                == [
+                    "--per-node-certificate-dir=/var/lib/multus/certs",
+                    "--per-node-certificate-bootstrap-kubeconfig=/etc/kubernetes/kubelet.conf",
+                    "--per-node-certificate-duration=24h",
+                ],
+        "deploy/per-node-certificate/base's installer runs with {args:?}"
+    );
+    ensure!(host_path_of(&objects, "/host/var/lib/multus")? == "/var/lib/multus");
+    ensure!(host_path_of(&objects, "/host/etc/kubernetes")? == "/etc/kubernetes");
+    ensure!(host_path_of(&objects, "/var/lib/kubelet/pki")? == "/var/lib/kubelet/pki");
+    find(&objects, "Deployment", "multus-certificate-approver")?;
     Ok(())
 }
 

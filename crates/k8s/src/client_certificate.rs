@@ -65,6 +65,19 @@ pub enum CertificateError {
     },
 }
 
+impl CertificateError {
+    /// As the setup error of a client that reads the certificate in `dir`.
+    pub fn into_setup(self, dir: &Path) -> K8sError {
+        match self {
+            CertificateError::Api(e) => e,
+            other => K8sError::setup(
+                format!("the per-node certificate in {}", dir.display()),
+                &other,
+            ),
+        }
+    }
+}
+
 /// A certificate and its key, in PEM.
 pub struct Issued {
     pub certificate: String,

@@ -197,6 +197,9 @@ pub struct MultusConf {
     /// other delegate behind `passthru`.
     pub auxiliary_cni_chain_name: Option<String>,
     pub kubeconfig: Option<PathBuf>,
+    /// `perNodeCertificate` (thin mode, ours): the certificate `kubeconfig` reads, asked for
+    /// here when none is valid.
+    pub per_node_certificate: Option<k8s::client_certificate::PerNode>,
     pub log: LogSettings,
     /// The runtime's runtime config: it goes to the cluster network only.
     pub runtime_config: Map<String, Value>,
@@ -354,6 +357,56 @@ struct Keys {
     allow_cluster_addresses: Option<bool>,
     allow_cluster_interfaces: Option<bool>,
     admission_policy: Option<String>,
+    per_node_certificate: Option<PerNodeCertificateKeys>,
+}
+
+/// `perNodeCertificate` in thin mode (ours, in the daemon's keys plus the node's name): the
+/// installer keeps the node's certificate current; multus asks for one itself when none is
+/// valid, so that pods keep starting while the installer's pod is down.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PerNodeCertificateKeys {
+    enabled: Option<bool>,
+    bootstrap_kubeconfig: Option<String>,
+    cert_dir: Option<String>,
+    cert_duration: Option<String>,
+    node_name: Option<String>,
+}
+
+impl PerNodeCertificateKeys {
+    fn read(self) -> Result<Option<k8s::client_certificate::PerNode>> {
+        if self.enabled != Some(true) {
+            return Ok(None);
+        }
+        let key = "perNodeCertificate";
+        let (Some(bootstrap), Some(dir), Some(node)) = (
+            path(self.bootstrap_kubeconfig),
+            path(self.cert_dir),
+            text(self.node_name),
+        ) else {
+            return Err(Error::config(
+                key,
+                "enabled needs bootstrapKubeconfig, certDir and nodeName",
+            ));
+        };
+        let lifetime = match text(self.cert_duration) {
+            None => Duration::from_secs(600),
+            Some(d) => k8s::client_certificate::parse_go_duration(&d)
+                .filter(|d| *d >= k8s::client_certificate::SHORTEST_LIFETIME)
+                .ok_or_else(|| {
+                    Error::config(
+                        "perNodeCertificate.certDuration",
+                        format!("{}: use a duration of 10m or more", quote(&d)),
+                    )
+                })?,
+        };
+        Ok(Some(k8s::client_certificate::PerNode {
+            node,
+            bootstrap,
+            dir,
+            lifetime,
+        }))
+    }
 }
 
 /// A text key, as upstream reads it: empty is the same as absent.
@@ -433,6 +486,10 @@ impl Keys {
             default_networks: self.default_networks.unwrap_or_default().0,
             auxiliary_cni_chain_name,
             kubeconfig: path(self.kubeconfig),
+            per_node_certificate: match self.per_node_certificate {
+                Some(keys) => keys.read()?,
+                None => None,
+            },
             log,
             runtime_config: self.runtime_config.unwrap_or_default(),
             readiness_indicator_file: path(self.readiness_indicator_file),
@@ -599,5 +656,55 @@ mod node_root_tests {
             conf.node_path(Path::new("/nowhere/x.conf")),
             root.path().join("nowhere/x.conf")
         );
+    }
+}
+
+#[cfg(test)]
+mod per_node_certificate_tests {
+    use super::*;
+
+    fn conf(certificate: &str) -> Result<MultusConf> {
+        MultusConf::parse(
+            format!(
+                r#"{{"cniVersion": "1.0.0", "name": "m", "type": "multus",
+                    "clusterNetwork": "/etc/cni/net.d/10-c.conflist",
+                    "perNodeCertificate": {certificate}}}"#
+            )
+            .as_bytes(),
+        )
+    }
+
+    #[test]
+    fn the_installers_key_is_read_and_a_half_one_refused() {
+        let on = conf(
+            r#"{"enabled": true, "bootstrapKubeconfig": "/etc/kubernetes/kubelet.conf",
+                "certDir": "/var/lib/multus/certs", "certDuration": "24h", "nodeName": "n1"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            on.per_node_certificate,
+            Some(k8s::client_certificate::PerNode {
+                node: "n1".into(),
+                bootstrap: "/etc/kubernetes/kubelet.conf".into(),
+                dir: "/var/lib/multus/certs".into(),
+                lifetime: Duration::from_secs(24 * 3600),
+            })
+        );
+        let off = conf(r#"{"enabled": false}"#).unwrap();
+        assert_eq!(off.per_node_certificate, None);
+        for (bad, says) in [
+            (
+                r#"{"enabled": true, "certDir": "/c", "nodeName": "n1"}"#,
+                "enabled needs bootstrapKubeconfig, certDir and nodeName",
+            ),
+            (
+                r#"{"enabled": true, "bootstrapKubeconfig": "/b", "certDir": "/c", "nodeName": "n1",
+                    "certDuration": "1m"}"#,
+                "\"1m\": use a duration of 10m or more",
+            ),
+        ] {
+            let e = conf(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 }

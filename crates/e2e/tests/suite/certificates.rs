@@ -58,7 +58,7 @@ fn condition<'a>(csr: &'a Value, kind: &str) -> Option<&'a Value> {
 
 #[test]
 fn thick_mode_talks_as_its_nodes_certificate_renews_it_and_keeps_to_its_node() -> Result<()> {
-    let node = up("per-node-certificate")?;
+    let node = up("thick-per-node-certificate")?;
     let daemon_log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
     ensure!(
         daemon_log.contains("talking to the API server as system:multus:multus-rs-node"),
@@ -206,5 +206,76 @@ fn thick_mode_talks_as_its_nodes_certificate_renews_it_and_keeps_to_its_node() -
             began.elapsed().as_secs()
         )
     })?;
+    Ok(())
+}
+
+/// Thin mode's per-node certificate (deploy/per-node-certificate/base): no token on the host,
+/// and while the DaemonSet's pod is stuck (its installer stopped, as in a hung upgrade) past
+/// the end of the certificate it kept, a pod still starts with its networks: multus asks for a
+/// certificate itself, with the kubelet's credential.
+#[test]
+fn thin_mode_starts_pods_with_its_installer_stuck_past_its_certificates_end() -> Result<()> {
+    let node = up("thin-per-node-certificate")?;
+    let multus_d = node.exec(&["ls", "/etc/cni/net.d/multus.d"])?;
+    ensure!(
+        !multus_d.lines().any(|f| f == "token"),
+        "a token is on the host: {multus_d}"
+    );
+    let kubeconfig = node.exec(&["cat", "/etc/cni/net.d/multus.d/multus.kubeconfig"])?;
+    ensure!(
+        kubeconfig.contains(&format!("client-certificate: \"{CURRENT}\"")),
+        "{kubeconfig}"
+    );
+    let installer = node
+        .exec(&["pgrep", "-f", "^/usr/bin/multus install"])?
+        .trim()
+        .to_owned();
+    ensure!(
+        !installer.is_empty() && !installer.contains('\n'),
+        "the installer's PID: {installer:?}"
+    );
+    let first = serial(&node)?;
+    node.exec(&["cp", CURRENT, "/run/e2e-first-certificate.pem"])?;
+    node.exec(&["kill", "-STOP", &installer])?;
+    let stuck = (|| -> Result<String> {
+        node.eventually(
+            "the installer's certificate expired",
+            Duration::from_secs(90),
+            || {
+                Ok(node
+                    .exec(&[
+                        "sh",
+                        "-c",
+                        "openssl x509 -checkend 0 -noout -in /run/e2e-first-certificate.pem \
+                     || echo expired",
+                    ])?
+                    .contains("expired"))
+            },
+        )?;
+        ensure!(
+            serial(&node)? == first,
+            "the certificate was renewed while the installer was stopped"
+        );
+        let nad = e2e::bridge_nad(
+            "e2e-bridge",
+            "br-e2e",
+            r#"{"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": "/var/lib/cni/e2e"}"#,
+        );
+        let pod = e2e::sleeping_pod("while-stuck", Some("e2e-bridge"));
+        node.apply(&nad)?;
+        node.apply(&pod)?;
+        let ready = node.wait_ready("default", "while-stuck", Duration::from_secs(120));
+        let ip = node.ipv4("while-stuck", "net1");
+        let renewed = serial(&node);
+        node.delete(&pod)?;
+        node.delete(&nad)?;
+        ready?;
+        ensure!(renewed? != first, "multus did not ask for a certificate");
+        ip
+    })();
+    node.exec(&["kill", "-CONT", &installer])?;
+    node.exec(&["rm", "-f", "/run/e2e-first-certificate.pem"])?;
+    let ip = stuck?;
+    ensure!(ip.starts_with("10.20.0."), "net1 {ip}");
     Ok(())
 }

@@ -15,7 +15,7 @@ const TREES: [(&str, &str, &str); 5] = [
     ("thick", "thick", "multus"),
     (
         "per-node-certificate/thick",
-        "per-node-certificate",
+        "thick-per-node-certificate",
         "multus",
     ),
     ("whereabouts", "whereabouts", "multus"),

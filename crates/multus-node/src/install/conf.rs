@@ -242,6 +242,18 @@ impl<'a> Generator<'a> {
             multus.insert("admissionPolicy".into(), json!(path));
         }
         multus.insert("kubeconfig".into(), json!(o.multus_kubeconfig_file_host));
+        if let (Some(dir), Some(node)) = (&o.per_node_certificate_dir, &o.node_name) {
+            multus.insert(
+                "perNodeCertificate".into(),
+                json!({
+                    "enabled": true,
+                    "bootstrapKubeconfig": o.per_node_certificate_bootstrap_kubeconfig,
+                    "certDir": dir,
+                    "certDuration": o.per_node_certificate_duration,
+                    "nodeName": node,
+                }),
+            );
+        }
         let mut delegate = delegate;
         if o.force_cni_version {
             delegate.insert("cniVersion".into(), json!(version));

@@ -28,7 +28,19 @@ impl<'a> Kubeconfig<'a> {
     pub fn refresh(&mut self) -> Result<(), InstallError> {
         let dir = self.dir()?;
         let sa = &self.opts.service_account_dir;
-        update(&dir, TOKEN, &read(&sa.join(TOKEN))?, 0o600)?;
+        if self.opts.per_node_certificate_dir.is_some() {
+            // The certificate is the credential: no token is left on the host.
+            match dir.remove(TOKEN) {
+                Ok(()) => log(&format!(
+                    "removed {}: the per-node certificate replaces it",
+                    dir.join(TOKEN).display()
+                )),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(InstallError::io("remove", &dir.join(TOKEN))(e)),
+            }
+        } else {
+            update(&dir, TOKEN, &read(&sa.join(TOKEN))?, 0o600)?;
+        }
         if !self.opts.skip_tls_verify {
             update(&dir, CA, &read(&sa.join(CA))?, 0o644)?;
         }
@@ -81,7 +93,7 @@ clusters:
 users:
 - name: multus
   user:
-    tokenFile: {token}
+    {user}
 contexts:
 - name: multus-context
   context:
@@ -90,7 +102,17 @@ contexts:
 current-context: multus-context
 ",
             server = quoted(&format!("{scheme}://{host}:{port}")),
-            token = path(TOKEN),
+            user = match &self.opts.per_node_certificate_dir {
+                Some(certs) => {
+                    let current = quoted(
+                        &certs
+                            .join(k8s::client_certificate::CURRENT_FILE)
+                            .to_string_lossy(),
+                    );
+                    format!("client-certificate: {current}\n    client-key: {current}")
+                }
+                None => format!("tokenFile: {}", path(TOKEN)),
+            },
         ))
     }
 }

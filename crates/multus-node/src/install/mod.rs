@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use clap::{ArgAction, Args};
 
@@ -151,6 +151,25 @@ pub struct Options {
     /// controller makes it again with its networks (the account needs `delete` on pods).
     #[arg(long, action = ArgAction::Set, num_args = 0..=1, default_value_t = false, default_missing_value = "true")]
     pub delete_pods_missing_networks: bool,
+    /// Per-node certificates: multus talks to the API server as `system:multus:<node>` with a
+    /// client certificate kept in this directory of the host, instead of the service account's
+    /// token. The installer asks for it with the kubelet's credential and renews it; multus
+    /// asks for one itself when none is valid, so pods keep starting while this pod is down.
+    /// Needs --node-name, and multus-rs's approver (deploy/per-node-certificate).
+    #[arg(long, value_name = "DIR")]
+    pub per_node_certificate_dir: Option<PathBuf>,
+    /// With --per-node-certificate-dir: the kubeconfig on the host whose credential asks for
+    /// the certificates (the kubelet's, which the kubelet keeps current).
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = "/etc/kubernetes/kubelet.conf"
+    )]
+    pub per_node_certificate_bootstrap_kubeconfig: PathBuf,
+    /// With --per-node-certificate-dir: how long a certificate lasts, as a Go duration (10m or
+    /// more). Renewed at 70% to 90% of it.
+    #[arg(long, value_name = "DURATION", default_value = "24h")]
+    pub per_node_certificate_duration: String,
     /// How long to wait for the primary network's config and the readiness file, in seconds.
     #[arg(long, default_value_t = 300)]
     pub wait_timeout: u64,
@@ -172,6 +191,15 @@ impl Options {
         }
         // The pods are found by the node's name: without it nothing would be deleted, and
         // the admin who asked for it would never know.
+        if self.per_node_certificate_dir.is_some() {
+            if self.node_name.is_none() {
+                return Err(InstallError::Invalid(
+                    "--per-node-certificate-dir needs --node-name: the certificate is the node's"
+                        .into(),
+                ));
+            }
+            self.certificate_lifetime()?;
+        }
         if !(1..=3600).contains(&self.missing_networks_check_seconds) {
             return Err(InstallError::Invalid(format!(
                 "--missing-networks-check-seconds={}: use 1 to 3600",
@@ -185,6 +213,33 @@ impl Options {
             ));
         }
         Ok(())
+    }
+
+    /// --per-node-certificate-duration, read.
+    fn certificate_lifetime(&self) -> Result<Duration, InstallError> {
+        let text = &self.per_node_certificate_duration;
+        k8s::client_certificate::parse_go_duration(text)
+            .filter(|d| *d >= k8s::client_certificate::SHORTEST_LIFETIME)
+            .ok_or_else(|| {
+                InstallError::Invalid(format!(
+                    "--per-node-certificate-duration={text}: use a Go duration of 10m or more, such as 24h"
+                ))
+            })
+    }
+
+    /// The node's certificate as this container sees it, when one is asked for.
+    fn per_node_certificate(
+        &self,
+    ) -> Result<Option<k8s::client_certificate::PerNode>, InstallError> {
+        let (Some(dir), Some(node)) = (&self.per_node_certificate_dir, &self.node_name) else {
+            return Ok(None);
+        };
+        Ok(Some(k8s::client_certificate::PerNode {
+            node: node.clone(),
+            bootstrap: self.on_host(&self.per_node_certificate_bootstrap_kubeconfig),
+            dir: self.on_host(dir),
+            lifetime: self.certificate_lifetime()?,
+        }))
     }
 
     /// Where a path on the host is seen from this container.
@@ -210,6 +265,8 @@ pub enum InstallError {
     Signals(#[source] std::io::Error),
     #[error("gave up after {seconds} s waiting for {what}")]
     Timeout { what: String, seconds: u64 },
+    #[error("per-node certificate: {0}")]
+    Certificate(#[source] k8s::client_certificate::CertificateError),
 }
 
 impl InstallError {
@@ -254,6 +311,21 @@ pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
     if let Some(path) = &opts.relay_log {
         relay::spawn(path.clone());
     }
+    // The certificate before the kubeconfig that names it.
+    let certificate = opts.per_node_certificate()?;
+    let jitter = k8s::client_certificate::jitter();
+    let mut renewal = match &certificate {
+        Some(per_node) => {
+            let due = per_node.keep(jitter).map_err(InstallError::Certificate)?;
+            log(&format!(
+                "per-node certificate for {} in {}",
+                k8s::client_certificate::user_name(&per_node.node),
+                per_node.dir.display()
+            ));
+            Some(due)
+        }
+        None => None,
+    };
     let mut kube = kubeconfig::Kubeconfig::new(opts);
     kube.refresh()?;
     if opts.whereabouts_flat_file {
@@ -298,6 +370,22 @@ pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
         // A failed pass is logged and retried: the DaemonSet must keep the node configured.
         if let Err(e) = kube.refresh() {
             nodelog::error!("multus install: kubeconfig: {e}");
+        }
+        if let (Some(per_node), Some(due)) = (&certificate, renewal.as_mut()) {
+            if SystemTime::now() >= *due {
+                *due = match per_node.keep(jitter) {
+                    Ok(next) => {
+                        log("per-node certificate renewed");
+                        next
+                    }
+                    Err(e) => {
+                        nodelog::error!(
+                            "multus install: per-node certificate: {e}; trying again in 10 s"
+                        );
+                        SystemTime::now() + Duration::from_secs(10)
+                    }
+                };
+            }
         }
         if let Some(policy) = admission.as_mut() {
             policy.refresh(opts);

@@ -631,6 +631,24 @@ fn bad_inputs_fail_clearly_and_write_no_config() {
             message: "--missing-networks-check-seconds=0: use 1 to 3600",
         },
         Case {
+            name: "a per-node certificate without the node's name",
+            primary: Some(bridge_conf()),
+            flags: vec!["--per-node-certificate-dir=/var/lib/multus/certs".into()],
+            setup: no_setup,
+            message: "--per-node-certificate-dir needs --node-name",
+        },
+        Case {
+            name: "a per-node certificate too short-lived",
+            primary: Some(bridge_conf()),
+            flags: vec![
+                "--node-name=n".into(),
+                "--per-node-certificate-dir=/var/lib/multus/certs".into(),
+                "--per-node-certificate-duration=5m".into(),
+            ],
+            setup: no_setup,
+            message: "--per-node-certificate-duration=5m: use a Go duration of 10m or more",
+        },
+        Case {
             name: "missing service account token",
             primary: Some(bridge_conf()),
             flags: vec![],

@@ -9,6 +9,7 @@ use k8s::ObjectMeta;
 use crate::api::{Api, Event, EventKind, Nad, Pod};
 use crate::config::MultusConf;
 use crate::error::{Error, Result};
+use k8s::client_certificate::PerNode;
 use k8s::{ClientOptions, EventType, K8sError, KubeClient, PodEvent};
 
 /// All the events of one command share this deadline (or the API timeout, when shorter).
@@ -17,8 +18,14 @@ const EVENTS_DEADLINE: std::time::Duration = std::time::Duration::from_secs(2);
 /// The client is made on first use: a DEL that has its cache never needs one.
 pub struct KubeApi {
     options: ClientOptions,
+    /// Thin mode's per-node certificate: asked for before the client is made when none is
+    /// valid.
+    per_node: Option<PerNode>,
     client: OnceCell<Arc<KubeClient>>,
 }
+
+/// How long a call waits for its own certificate to be approved and signed.
+const CERTIFICATE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 
 impl KubeApi {
     /// An API over a client that outlives the call (a daemon's, shared by its calls);
@@ -29,6 +36,7 @@ impl KubeApi {
                 timeout,
                 ..ClientOptions::default()
             },
+            per_node: None,
             client: OnceCell::from(client),
         }
     }
@@ -36,6 +44,11 @@ impl KubeApi {
     fn client(&self) -> std::result::Result<&KubeClient, K8sError> {
         if let Some(client) = self.client.get() {
             return Ok(client);
+        }
+        if let Some(per_node) = &self.per_node {
+            per_node
+                .renew_if_ending(CERTIFICATE_WAIT)
+                .map_err(|e| e.into_setup(&per_node.dir))?;
         }
         let client = KubeClient::new(&self.options)?;
         Ok(self.client.get_or_init(|| Arc::new(client)))
@@ -58,6 +71,7 @@ pub fn connect(conf: &MultusConf) -> Result<Option<Box<dyn Api>>> {
             retries: conf.api_retries,
             keep_alive: k8s::KeepAlive::Call,
         },
+        per_node: conf.per_node_certificate.clone(),
         client: OnceCell::new(),
     })))
 }
