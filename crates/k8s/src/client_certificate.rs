@@ -500,6 +500,15 @@ pub struct PerNode {
     pub lifetime: Duration,
 }
 
+/// What [`PerNode::keep`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// When the next renewal is due.
+    pub due: SystemTime,
+    /// Whether a certificate was asked for and kept.
+    pub renewed: bool,
+}
+
 /// How long a request may wait for its approval and signature (client-go's manager waits as
 /// long for its first certificate).
 pub const SIGNING_WAIT: Duration = Duration::from_secs(120);
@@ -534,20 +543,30 @@ impl PerNode {
     }
 
     /// Makes sure a certificate is current: asks for one when there is none still valid, or
-    /// when its renewal is due (`jitter` as in [`renewal_due`]). Returns when the next renewal
-    /// is due.
-    pub fn keep(&self, jitter: f64) -> Result<SystemTime, CertificateError> {
+    /// when its renewal is due (`jitter` as in [`renewal_due`]). Says when the next renewal is
+    /// due, and whether a certificate was asked for.
+    pub fn keep(&self, jitter: f64) -> Result<Kept, CertificateError> {
         let _lock = self.lock()?;
         let now = SystemTime::now();
         if let Some(validity) = self.valid(now) {
             let due = renewal_due(validity, jitter);
             if now < due {
-                return Ok(due);
+                return Ok(Kept {
+                    due,
+                    renewed: false,
+                });
             }
         }
         let issued = self.request(SIGNING_WAIT)?;
         store(&self.dir, &issued)?;
-        Ok(renewal_due(issued_at(issued.validity, now), jitter))
+        // Due as the next look will count it: from the file just kept.
+        let validity = self
+            .valid(SystemTime::now())
+            .unwrap_or_else(|| issued_at(issued.validity, now));
+        Ok(Kept {
+            due: renewal_due(validity, jitter),
+            renewed: true,
+        })
     }
 
     /// For a process that cannot wait for another's renewals (thin multus, while the

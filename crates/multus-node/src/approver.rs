@@ -51,16 +51,31 @@ pub fn run(opts: &Options) -> Result<ExitCode, ApproverError> {
         resource: CSR_RESOURCE.plural,
         trim: std::convert::identity,
     };
+    // The watch's callback runs inside its client's runtime, where no other call may block:
+    // it hands each request to the thread that decides.
+    let (send, requests_seen) = std::sync::mpsc::channel::<Value>();
     let watch_stopped = Arc::clone(&stopped);
     let watch = std::thread::Builder::new()
         .name("certificate-requests".into())
         .spawn(move || {
             eprintln!("{LOG}: approving multus's per-node certificate requests");
             watcher.reflect(&requests, &watch_stopped, &mut |change| match change {
-                Change::Listed(all) => all.iter().for_each(|csr| decide(&writer, csr)),
-                Change::Applied(csr) => decide(&writer, &csr),
+                Change::Listed(all) => all.into_iter().for_each(|csr| {
+                    let _ = send.send(csr);
+                }),
+                Change::Applied(csr) => {
+                    let _ = send.send(csr);
+                }
                 Change::Deleted(_) => {}
             });
+        })
+        .map_err(ApproverError::Thread)?;
+    std::thread::Builder::new()
+        .name("decisions".into())
+        .spawn(move || {
+            for csr in requests_seen {
+                decide(&writer, &csr);
+            }
         })
         .map_err(ApproverError::Thread)?;
     while !stop.wait(std::time::Duration::from_secs(3600)) {}

@@ -316,7 +316,10 @@ pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
     let jitter = k8s::client_certificate::jitter();
     let mut renewal = match &certificate {
         Some(per_node) => {
-            let due = per_node.keep(jitter).map_err(InstallError::Certificate)?;
+            let due = per_node
+                .keep(jitter)
+                .map_err(InstallError::Certificate)?
+                .due;
             log(&format!(
                 "per-node certificate for {} in {}",
                 k8s::client_certificate::user_name(&per_node.node),
@@ -374,9 +377,11 @@ pub fn run(opts: &Options) -> Result<ExitCode, InstallError> {
         if let (Some(per_node), Some(due)) = (&certificate, renewal.as_mut()) {
             if SystemTime::now() >= *due {
                 *due = match per_node.keep(jitter) {
-                    Ok(next) => {
-                        log("per-node certificate renewed");
-                        next
+                    Ok(kept) => {
+                        if kept.renewed {
+                            log("per-node certificate renewed");
+                        }
+                        kept.due
                     }
                     Err(e) => {
                         nodelog::error!(

@@ -129,7 +129,7 @@ fn keep_certificate(
         lifetime: keys.lifetime,
     };
     let jitter = client_certificate::jitter();
-    let mut due = per_node.keep(jitter)?;
+    let mut due = per_node.keep(jitter)?.due;
     let kubeconfig = per_node.write_kubeconfig()?;
     tracing::info!(
         "talking to the API server as {} through {}",
@@ -146,9 +146,14 @@ fn keep_certificate(
                 std::thread::sleep(Duration::from_secs(1));
             }
             due = match per_node.keep(jitter) {
-                Ok(next) => {
-                    tracing::info!("per-node certificate renewed in {}", per_node.dir.display());
-                    next
+                Ok(kept) => {
+                    if kept.renewed {
+                        tracing::info!(
+                            "per-node certificate renewed in {}",
+                            per_node.dir.display()
+                        );
+                    }
+                    kept.due
                 }
                 Err(e) => {
                     tracing::warn!("perNodeCertificate: {e}; trying again in 10 s");
