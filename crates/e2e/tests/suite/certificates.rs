@@ -138,6 +138,38 @@ fn thick_mode_talks_as_its_nodes_certificate_renews_it_and_keeps_to_its_node() -
         "the forged request: {denied}"
     );
 
+    // The approver's account may approve no request a node did not make, whatever its code
+    // does: someone else's request, approved as that account, is refused by its policy.
+    let someone = node.exec(&[
+        "sh",
+        "-c",
+        "openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+         -keyout /dev/null -subj '/O=ops/CN=someone' 2>/dev/null | base64 -w0",
+    ])?;
+    node.apply(&format!(
+        r#"{{"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+             "metadata": {{"name": "e2e-someone"}},
+             "spec": {{"request": "{}", "signerName": "kubernetes.io/kube-apiserver-client",
+                       "usages": ["digital signature", "client auth"], "expirationSeconds": 600}}}}"#,
+        someone.trim()
+    ))?;
+    let approved = node.kubectl_output(
+        &[
+            "certificate",
+            "approve",
+            "e2e-someone",
+            "--as=system:serviceaccount:multus:multus-certificate-approver",
+        ],
+        None,
+    )?;
+    node.kubectl(&["delete", "csr", "e2e-someone"])?;
+    let said = String::from_utf8_lossy(&approved.stderr);
+    ensure!(
+        !approved.status.success()
+            && said.contains("ValidatingAdmissionPolicy 'multus-certificate-approver'"),
+        "someone's request approved as the approver: {said}"
+    );
+
     // Held to its node: a status write of a pod bound to another node is refused by the
     // node-scope policy; of this node's, allowed.
     let other = r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "multus-rs-other"}}"#;
