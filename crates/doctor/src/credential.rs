@@ -138,7 +138,11 @@ fn inspect_kubeconfig(node: &Node, kubeconfig: &Path, report: &mut Report, found
                 (None, Some(file)) => cni::input::read_file_to_string(&node.path(file)).ok(),
                 (None, None) => None,
             };
-            describe_certificate(pem.as_deref(), place, report);
+            let per_node = file.as_deref().is_some_and(|f| {
+                f.file_name()
+                    .is_some_and(|n| n == k8s::client_certificate::CURRENT_FILE)
+            });
+            describe_certificate(pem.as_deref(), per_node, place, report);
         }
         UserCredential::Exec { command } => report.add(
             Severity::Info,
@@ -271,7 +275,10 @@ fn describe_token(
     report.add(severity, "credential", place, problem, fix);
 }
 
-fn describe_certificate(pem: Option<&str>, place: Place, report: &mut Report) {
+/// A client certificate's expiry. A per-node certificate (`multus-client-current.pem`) is
+/// renewed by the DaemonSet's pod, and in thin mode by multus itself at its next call: one
+/// that expired says the approver or the signer is not answering.
+fn describe_certificate(pem: Option<&str>, per_node: bool, place: Place, report: &mut Report) {
     let Some(expires) = pem.and_then(|pem| k8s::x509::validity(pem).map(|v| v.not_after)) else {
         report.add(
             Severity::Warning,
@@ -282,24 +289,38 @@ fn describe_certificate(pem: Option<&str>, place: Place, report: &mut Report) {
         );
         return;
     };
+    let what = if per_node {
+        "a per-node client certificate"
+    } else {
+        "a client certificate"
+    };
     let left = expires - now();
     if left <= 0 {
+        let fix = if per_node {
+            "per-node certificates are renewed by the multus DaemonSet's pod and asked for by \
+             multus when it finds none valid: check that `multus approve-certificates` runs \
+             (kubectl -n multus get deploy multus-certificate-approver), that the node's \
+             requests are approved (kubectl get csr), and that the controller manager signs \
+             kubernetes.io/kube-apiserver-client"
+        } else {
+            "renew the certificate"
+        };
         report.add(
             Severity::Error,
             "credential",
             place,
             format!(
-                "a client certificate that expired {} ago: every call to the API fails",
+                "{what} that expired {} ago: every call to the API fails until it is renewed",
                 span(left)
             ),
-            "renew the certificate",
+            fix,
         );
     } else {
         report.add(
             Severity::Info,
             "credential",
             place,
-            format!("a client certificate, expires in {}", span(left)),
+            format!("{what}, expires in {}", span(left)),
             "",
         );
     }
@@ -339,6 +360,34 @@ mod tests {
             "{}",
             f.problem
         );
+    }
+
+    #[test]
+    fn an_expired_per_node_certificate_points_to_its_approver() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["n".to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2020, 1, 2);
+        let expired = params.self_signed(&key).unwrap().pem();
+        for (per_node, what, fix) in [
+            (
+                true,
+                "a per-node client certificate that expired",
+                "multus approve-certificates",
+            ),
+            (
+                false,
+                "a client certificate that expired",
+                "renew the certificate",
+            ),
+        ] {
+            let mut report = Report::default();
+            describe_certificate(Some(&expired), per_node, Place::default(), &mut report);
+            let f = &report.findings[0];
+            assert_eq!(f.severity, Severity::Error);
+            assert!(f.problem.starts_with(what), "{}", f.problem);
+            assert!(f.fix.contains(fix), "{}", f.fix);
+        }
     }
 
     #[test]
