@@ -10,6 +10,7 @@ pub mod decode;
 pub mod dir;
 pub mod env;
 pub mod error;
+pub mod go_duration;
 pub mod input;
 pub mod invoke;
 pub mod keys;

@@ -660,37 +660,6 @@ pub fn jitter() -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// A Go duration (`10m`, `1h30m`, `90s`, `1.5h`), as upstream's `certDuration` takes it.
-pub fn parse_go_duration(text: &str) -> Option<Duration> {
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total = 0f64;
-    while !rest.is_empty() {
-        let number_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let number: f64 = rest[..number_end].parse().ok()?;
-        rest = &rest[number_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        rest = &rest[unit_end..];
-        total += number * scale;
-    }
-    Duration::try_from_secs_f64(total).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -710,16 +679,7 @@ mod tests {
     }
 
     #[test]
-    fn go_durations_are_read_as_go_reads_them() {
-        let d = |s| parse_go_duration(s).map(|d| d.as_secs_f64());
-        assert_eq!(d("10m"), Some(600.0));
-        assert_eq!(d("1h30m"), Some(5400.0));
-        assert_eq!(d("1.5h"), Some(5400.0));
-        assert_eq!(d("90s"), Some(90.0));
-        assert_eq!(d("1500ms"), Some(1.5));
-        for bad in ["", "10", "ten minutes", "5d", "m"] {
-            assert_eq!(parse_go_duration(bad), None, "{bad}");
-        }
+    fn jitter_is_a_fraction() {
         assert!((0.0..1.0).contains(&jitter()));
     }
 

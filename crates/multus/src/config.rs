@@ -391,7 +391,7 @@ impl PerNodeCertificateKeys {
         };
         let lifetime = match text(self.cert_duration) {
             None => Duration::from_secs(600),
-            Some(d) => k8s::client_certificate::parse_go_duration(&d)
+            Some(d) => cni::go_duration::parse(&d)
                 .filter(|d| *d >= k8s::client_certificate::SHORTEST_LIFETIME)
                 .ok_or_else(|| {
                     Error::config(

@@ -218,7 +218,7 @@ impl Options {
     /// --per-node-certificate-duration, read.
     fn certificate_lifetime(&self) -> Result<Duration, InstallError> {
         let text = &self.per_node_certificate_duration;
-        k8s::client_certificate::parse_go_duration(text)
+        cni::go_duration::parse(text)
             .filter(|d| *d >= k8s::client_certificate::SHORTEST_LIFETIME)
             .ok_or_else(|| {
                 InstallError::Invalid(format!(

@@ -222,7 +222,7 @@ impl DaemonConfig {
                 };
                 let lifetime = match text(c.cert_duration) {
                     None => DEFAULT_CERT_DURATION,
-                    Some(d) => k8s::client_certificate::parse_go_duration(&d)
+                    Some(d) => cni::go_duration::parse(&d)
                         .filter(|d| *d >= k8s::client_certificate::SHORTEST_LIFETIME)
                         .ok_or_else(|| {
                             refused(

@@ -129,40 +129,12 @@ impl Flags {
 
 /// A positive Go duration: numbers with units h, m, s, ms, us, ns, e.g. `1m30s`.
 fn duration(flag: &str, text: &str) -> Result<Duration, FlagError> {
-    let bad = || FlagError::NotADuration {
-        flag: flag.to_owned(),
-        text: text.to_owned(),
-    };
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        total += Duration::try_from_secs_f64(number * scale).map_err(|_| bad())?;
-    }
-    if total.is_zero() {
-        return Err(bad());
-    }
-    Ok(total)
+    cni::go_duration::parse(text)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| FlagError::NotADuration {
+            flag: flag.to_owned(),
+            text: text.to_owned(),
+        })
 }
 
 #[cfg(test)]
