@@ -293,6 +293,37 @@ impl Node {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// A request from the node to the API server (through the service's address, as multus
+    /// reaches it) on `/api/v1/namespaces/<path>`, with `credential`: curl's arguments, in
+    /// shell words. The status code and the reply's message. A PATCH sets a probe annotation;
+    /// a DELETE has no body.
+    pub fn api_as(&self, credential: &str, method: &str, path: &str) -> Result<(u16, String)> {
+        let body = match method {
+            "PATCH" => r#"{"metadata":{"annotations":{"multus-rs.test/probe":"x"}}}"#,
+            _ => "",
+        };
+        let ca = state_dir().join("pki/ca.crt");
+        let script = format!(
+            r#"curl -sS --cacert "$3" {credential} \
+                 -H 'Content-Type: application/merge-patch+json' -X "$0" \
+                 ${{2:+-d "$2"}} \
+                 -w '\n%{{http_code}}' "https://10.43.0.1:443/api/v1/namespaces/$1""#
+        );
+        let out = self.exec(&[
+            "sh",
+            "-c",
+            &script,
+            method,
+            path,
+            body,
+            &ca.display().to_string(),
+        ])?;
+        let (body, code) = out.trim_end().rsplit_once('\n').context("no status code")?;
+        let reply: Value = serde_json::from_str(body)?;
+        let message = reply["message"].as_str().unwrap_or_default().to_owned();
+        Ok((code.parse()?, message))
+    }
+
     /// The object as JSON.
     pub fn get(&self, namespace: &str, what: &str) -> Result<Value> {
         let out = self.kubectl(&["-n", namespace, "get", what, "-o", "json"])?;

@@ -11,28 +11,41 @@ use e2e::{up, Node};
 use serde_json::Value;
 
 const CURRENT: &str = "/var/lib/multus/certs/multus-client-current.pem";
+/// Where a test keeps the certificate it watches expire.
+const FIRST: &str = "/run/e2e-first-certificate.pem";
 
-/// A request to `/api/v1/namespaces/<path>` as the node's certificate: the status code and
-/// the reply's message. A PATCH sets a probe annotation.
+/// Waits for the certificate in `file` (on the node) to expire: a minute at most here.
+fn until_expired(node: &Node, file: &str) -> Result<()> {
+    node.eventually("the certificate expired", Duration::from_secs(90), || {
+        let check = format!("openssl x509 -checkend 0 -noout -in {file} || echo expired");
+        Ok(node.exec(&["sh", "-c", &check])?.contains("expired"))
+    })
+}
+
+/// A request to `/api/v1/namespaces/<path>` as the node's certificate (see [`Node::api_as`]).
 fn as_certificate(node: &Node, method: &str, path: &str) -> Result<(u16, String)> {
-    let ca = e2e::state_dir().join("pki/ca.crt");
-    let out = node.exec(&[
-        "sh",
-        "-c",
-        r#"curl -sS --cacert "$3" --cert "$4" --key "$4" \
-             -H 'Content-Type: application/merge-patch+json' -X "$0" \
-             -d '{"metadata":{"annotations":{"multus-rs.test/probe":"x"}}}' \
-             -w '\n%{http_code}' "https://10.0.0.1:6443/api/v1/namespaces/$1""#,
-        method,
-        path,
-        "",
-        &ca.display().to_string(),
-        CURRENT,
-    ])?;
-    let (body, code) = out.trim_end().rsplit_once('\n').context("no status code")?;
-    let reply: Value = serde_json::from_str(body)?;
-    let message = reply["message"].as_str().unwrap_or_default().to_owned();
-    Ok((code.parse()?, message))
+    node.api_as(&format!("--cert {CURRENT} --key {CURRENT}"), method, path)
+}
+
+/// A pod with a bridge network, ready: its address on that network. The pod and the NAD are
+/// deleted whatever happens.
+fn attach_one(node: &Node, pod: &str) -> Result<String> {
+    let nad = e2e::bridge_nad(
+        "e2e-bridge",
+        "br-e2e",
+        r#"{"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": "/var/lib/cni/e2e"}"#,
+    );
+    let pod_yaml = e2e::sleeping_pod(pod, Some("e2e-bridge"));
+    node.apply(&nad)?;
+    node.apply(&pod_yaml)?;
+    let ready = node.wait_ready("default", pod, Duration::from_secs(120));
+    let ip = node.ipv4(pod, "net1");
+    node.delete(&pod_yaml)?;
+    node.delete(&nad)?;
+    ready?;
+    let ip = ip?;
+    ensure!(ip.starts_with("10.20.0."), "{pod}: net1 {ip}");
+    Ok(ip)
 }
 
 /// The serial number of the node's current certificate.
@@ -196,36 +209,14 @@ fn thick_mode_talks_as_its_nodes_certificate_renews_it_and_keeps_to_its_node() -
 
     // Renewed before it ends, and pods attach after the first one has expired.
     let first = serial(&node)?;
-    node.exec(&["cp", CURRENT, "/run/e2e-first-certificate.pem"])?;
+    node.exec(&["cp", CURRENT, FIRST])?;
     node.eventually("a renewed certificate", Duration::from_secs(90), || {
         Ok(serial(&node)? != first)
     })?;
     let began = Instant::now();
-    node.eventually("the first certificate expired", Duration::from_secs(90), || {
-        Ok(node
-            .exec(&[
-                "sh",
-                "-c",
-                "openssl x509 -checkend 0 -noout -in /run/e2e-first-certificate.pem || echo expired",
-            ])?
-            .contains("expired"))
-    })?;
-    node.exec(&["rm", "/run/e2e-first-certificate.pem"])?;
-    let nad = e2e::bridge_nad(
-        "e2e-bridge",
-        "br-e2e",
-        r#"{"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": "/var/lib/cni/e2e"}"#,
-    );
-    let pod = e2e::sleeping_pod("after-renewal", Some("e2e-bridge"));
-    node.apply(&nad)?;
-    node.apply(&pod)?;
-    let ready = node.wait_ready("default", "after-renewal", Duration::from_secs(120));
-    let ip = node.ipv4("after-renewal", "net1");
-    node.delete(&pod)?;
-    node.delete(&nad)?;
-    ready?;
-    let ip = ip?;
-    ensure!(ip.starts_with("10.20.0."), "net1 {ip}");
+    until_expired(&node, FIRST)?;
+    node.exec(&["rm", FIRST])?;
+    attach_one(&node, "after-renewal")?;
     // One certificate is kept: the older ones are removed as each new one is current.
     let mut files = String::new();
     node.eventually("one certificate kept", Duration::from_secs(10), || {
@@ -267,47 +258,22 @@ fn thin_mode_starts_pods_with_its_installer_stuck_past_its_certificates_end() ->
         "the installer's PID: {installer:?}"
     );
     let first = serial(&node)?;
-    node.exec(&["cp", CURRENT, "/run/e2e-first-certificate.pem"])?;
+    node.exec(&["cp", CURRENT, FIRST])?;
     node.exec(&["kill", "-STOP", &installer])?;
-    let stuck = (|| -> Result<String> {
-        node.eventually(
-            "the installer's certificate expired",
-            Duration::from_secs(90),
-            || {
-                Ok(node
-                    .exec(&[
-                        "sh",
-                        "-c",
-                        "openssl x509 -checkend 0 -noout -in /run/e2e-first-certificate.pem \
-                     || echo expired",
-                    ])?
-                    .contains("expired"))
-            },
-        )?;
+    let stuck = (|| -> Result<()> {
+        until_expired(&node, FIRST)?;
         ensure!(
             serial(&node)? == first,
             "the certificate was renewed while the installer was stopped"
         );
-        let nad = e2e::bridge_nad(
-            "e2e-bridge",
-            "br-e2e",
-            r#"{"type": "host-local", "subnet": "10.20.0.0/24", "dataDir": "/var/lib/cni/e2e"}"#,
+        attach_one(&node, "while-stuck")?;
+        ensure!(
+            serial(&node)? != first,
+            "the pod started, but multus asked for no certificate"
         );
-        let pod = e2e::sleeping_pod("while-stuck", Some("e2e-bridge"));
-        node.apply(&nad)?;
-        node.apply(&pod)?;
-        let ready = node.wait_ready("default", "while-stuck", Duration::from_secs(120));
-        let ip = node.ipv4("while-stuck", "net1");
-        let renewed = serial(&node);
-        node.delete(&pod)?;
-        node.delete(&nad)?;
-        ready?;
-        ensure!(renewed? != first, "multus did not ask for a certificate");
-        ip
+        Ok(())
     })();
     node.exec(&["kill", "-CONT", &installer])?;
-    node.exec(&["rm", "-f", "/run/e2e-first-certificate.pem"])?;
-    let ip = stuck?;
-    ensure!(ip.starts_with("10.20.0."), "net1 {ip}");
-    Ok(())
+    node.exec(&["rm", "-f", FIRST])?;
+    stuck
 }

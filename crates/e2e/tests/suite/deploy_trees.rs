@@ -224,30 +224,14 @@ fn patch_status_as_multus(node: &Node, namespace: &str, pod: &str) -> Result<(u1
     as_multus(node, "PATCH", &format!("{namespace}/pods/{pod}/status"))
 }
 
-/// A request as multus's credential on the node (its token and CA) on
-/// `/api/v1/namespaces/<path>`: the status code and the reply's message. A PATCH sets a probe
-/// annotation; a DELETE has no body.
+/// A request as multus's credential on the node (the token `multus install` copied there)
+/// on `/api/v1/namespaces/<path>` (see [`Node::api_as`]).
 fn as_multus(node: &Node, method: &str, path: &str) -> Result<(u16, String)> {
-    let body = match method {
-        "PATCH" => r#"{"metadata":{"annotations":{"multus-rs.test/probe":"x"}}}"#,
-        _ => "",
-    };
-    let out = node.exec(&[
-        "sh",
-        "-c",
-        r#"curl -sS --cacert /etc/cni/net.d/multus.d/ca.crt \
-             -H "Authorization: Bearer $(cat /etc/cni/net.d/multus.d/token)" \
-             -H 'Content-Type: application/merge-patch+json' -X "$0" \
-             ${2:+-d "$2"} \
-             -w '\n%{http_code}' "https://10.43.0.1:443/api/v1/namespaces/$1""#,
+    node.api_as(
+        r#"-H "Authorization: Bearer $(cat /etc/cni/net.d/multus.d/token)""#,
         method,
         path,
-        body,
-    ])?;
-    let (body, code) = out.trim_end().rsplit_once('\n').context("no status code")?;
-    let reply: Value = serde_json::from_str(body)?;
-    let message = reply["message"].as_str().unwrap_or_default().to_owned();
-    Ok((code.parse()?, message))
+    )
 }
 
 /// deploy/'s ValidatingAdmissionPolicy: multus's credential, issued to its DaemonSet pod on

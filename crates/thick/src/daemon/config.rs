@@ -304,7 +304,9 @@ impl DaemonConfig {
 
     /// A request's network config with every key of this file copied over it, as upstream
     /// does. `readinessindicatorfile` goes too (upstream leaves it out): the daemon serves
-    /// from its start, so each ADD waits for the file, as in thin mode.
+    /// from its start, so each ADD waits for the file, as in thin mode. `perNodeCertificate`
+    /// does not: the daemon's own client serves every request with its certificate, and the
+    /// key means another thing to thin multus (which would ask for certificates itself).
     pub fn overlay(&self, config: &[u8]) -> Result<Vec<u8>, String> {
         let mut conf = match serde_json::from_slice::<Value>(config) {
             Ok(Value::Object(m)) => m,
@@ -314,6 +316,7 @@ impl DaemonConfig {
         for (key, value) in &self.keys {
             conf.insert(key.clone(), value.clone());
         }
+        conf.remove("perNodeCertificate");
         serde_json::to_vec(&Value::Object(conf)).map_err(|e| e.to_string())
     }
 }
@@ -435,5 +438,15 @@ mod tests {
         assert_eq!(v["name"], "multus-cni-network");
         assert_eq!(v["readinessindicatorfile"], "/r");
         assert!(c.overlay(b"[1]").is_err());
+        // The daemon's credential stays the daemon's, and a request's is not served.
+        let certificate = DaemonConfig::parse(
+            br#"{"perNodeCertificate": {"enabled": true, "bootstrapKubeconfig": "/b", "certDir": "/c"}}"#,
+        )
+        .unwrap();
+        let out = certificate
+            .overlay(br#"{"name": "n", "perNodeCertificate": {"enabled": true}}"#)
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v.get("perNodeCertificate"), None, "{v}");
     }
 }
