@@ -199,31 +199,20 @@ pki() {
   touch "$p/done"
 }
 
-# The kubelet's credential where kubeadm keeps it on a node, /etc/kubernetes/kubelet.conf, with
-# everything inline: per-node certificates are asked for with it.
-node_kubelet_conf() {
-  local p=$state/pki
-  cat <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-  - name: multus-rs-cluster
-    cluster:
-      server: https://$node_ip:6443
-      certificate-authority-data: $(base64 -w0 "$p/ca.crt")
-users:
-  - name: kubelet
-    user:
-      client-certificate-data: $(base64 -w0 "$p/kubelet.crt")
-      client-key-data: $(base64 -w0 "$p/kubelet.key")
-contexts:
-  - name: kubelet
-    context: {cluster: multus-rs-cluster, user: kubelet}
-current-context: kubelet
-EOF
-}
-
-kubeconfig() { # component server
+# A component's kubeconfig, naming the files of $state/pki; with `inline`, holding them, as the
+# kubelet's /etc/kubernetes/kubelet.conf on the node does (per-node certificates are asked for
+# with it, from inside pods that do not see $state).
+kubeconfig() { # component server [inline]
+  local p=$state/pki ca cert key
+  if [ "${3:-}" = inline ]; then
+    ca="certificate-authority-data: $(base64 -w0 "$p/ca.crt")"
+    cert="client-certificate-data: $(base64 -w0 "$p/$1.crt")"
+    key="client-key-data: $(base64 -w0 "$p/$1.key")"
+  else
+    ca="certificate-authority: $p/ca.crt"
+    cert="client-certificate: $p/$1.crt"
+    key="client-key: $p/$1.key"
+  fi
   cat <<EOF
 apiVersion: v1
 kind: Config
@@ -231,12 +220,12 @@ clusters:
   - name: multus-rs-cluster
     cluster:
       server: $2
-      certificate-authority: $state/pki/ca.crt
+      $ca
 users:
   - name: $1
     user:
-      client-certificate: $state/pki/$1.crt
-      client-key: $state/pki/$1.key
+      $cert
+      $key
 contexts:
   - name: $1
     context: {cluster: multus-rs-cluster, user: $1}
@@ -503,7 +492,7 @@ serializeImagePulls: false
 localStorageCapacityIsolation: false
 EOF
   mkdir -p "$state/node/etc/kubernetes/manifests"
-  node_kubelet_conf >"$state/node/etc/kubernetes/.kubelet.conf"
+  kubeconfig kubelet "https://$node_ip:6443" inline >"$state/node/etc/kubernetes/.kubelet.conf"
   mv "$state/node/etc/kubernetes/.kubelet.conf" "$state/node/etc/kubernetes/kubelet.conf"
   start kubelet "$kube/kubelet" --config "$state/kubelet.yaml" \
     --kubeconfig "$state/kubelet.kubeconfig" --hostname-override "$node" --node-ip "$node_ip"

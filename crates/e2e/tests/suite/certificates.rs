@@ -186,25 +186,15 @@ fn thick_mode_talks_as_its_nodes_certificate_renews_it_and_keeps_to_its_node() -
 
     // Held to its node: a status write of a pod bound to another node is refused by the
     // node-scope policy; of this node's, allowed.
-    let other = r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "multus-rs-other"}}"#;
-    let elsewhere = e2e::sleeping_pod("elsewhere", None)
-        .replace("spec:\n", "spec:\n  nodeName: multus-rs-other\n");
-    let here = e2e::sleeping_pod("here", None);
-    node.apply(other)?;
-    node.apply(&elsewhere)?;
-    node.apply(&here)?;
-    node.wait_ready("default", "here", Duration::from_secs(120))?;
-    let on_this_node = as_certificate(&node, "PATCH", "default/pods/here/status")?;
-    let on_another = as_certificate(&node, "PATCH", "default/pods/elsewhere/status")?;
-    node.kubectl(&["delete", "pod", "elsewhere", "--force", "--grace-period=0"])?;
-    node.kubectl(&["delete", "node", "multus-rs-other"])?;
-    node.delete(&here)?;
+    let (on_this_node, on_another) = crate::deploy_trees::on_two_nodes(&node, || {
+        Ok((
+            as_certificate(&node, "PATCH", "default/pods/here/status")?,
+            as_certificate(&node, "PATCH", "default/pods/elsewhere/status")?,
+        ))
+    })?;
     ensure!(on_this_node.0 == 200, "this node's pod: {on_this_node:?}");
     ensure!(
-        on_another.0 == 403
-            && on_another
-                .1
-                .contains("ValidatingAdmissionPolicy 'multus-own-node-pods'"),
+        crate::deploy_trees::refused_by_node_scope(&on_another),
         "another node's pod: {on_another:?}"
     );
 

@@ -231,64 +231,77 @@ fn as_multus(node: &Node, method: &str, path: &str) -> Result<(u16, String)> {
     )
 }
 
+/// Runs `body` with a ready pod `here` on this node and a pod `elsewhere` bound to another
+/// Node, `multus-rs-other`, which no kubelet runs; removes the three whatever happens.
+pub(crate) fn on_two_nodes<T>(node: &Node, body: impl FnOnce() -> Result<T>) -> Result<T> {
+    let other = r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "multus-rs-other"}}"#;
+    let elsewhere = e2e::sleeping_pod("elsewhere", None)
+        .replace("spec:\n", "spec:\n  nodeName: multus-rs-other\n");
+    let here = e2e::sleeping_pod("here", None);
+    node.apply(other)?;
+    node.apply(&elsewhere)?;
+    node.apply(&here)?;
+    let result = node
+        .wait_ready("default", "here", Duration::from_secs(120))
+        .and_then(|()| body());
+    // No kubelet runs the other node's pod: only a forced delete removes it.
+    node.kubectl(&["delete", "pod", "elsewhere", "--force", "--grace-period=0"])?;
+    node.kubectl(&["delete", "node", "multus-rs-other"])?;
+    node.delete(&here)?;
+    result
+}
+
+/// A reply of 403 from deploy/'s node-scope policy.
+pub(crate) fn refused_by_node_scope(reply: &(u16, String)) -> bool {
+    reply.0 == 403
+        && reply
+            .1
+            .contains("ValidatingAdmissionPolicy 'multus-own-node-pods'")
+}
+
 /// deploy/'s ValidatingAdmissionPolicy: multus's credential, issued to its DaemonSet pod on
 /// this node, may write the status of this node's pods and not of a pod on another node, which
 /// RBAC alone would allow.
 #[test]
 fn a_nodes_multus_writes_only_its_own_nodes_pods() -> Result<()> {
     let node = up("thin")?;
-    let other = r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "multus-rs-other"}}"#;
-    let elsewhere = e2e::sleeping_pod("elsewhere", None)
-        .replace("spec:\n", "spec:\n  nodeName: multus-rs-other\n");
-    let here = e2e::sleeping_pod("here", None);
     let veths = node.veths()?.len();
-    node.apply(other)?;
-    node.apply(&elsewhere)?;
-    node.apply(&here)?;
-    node.wait_ready("default", "here", Duration::from_secs(120))?;
-    let on_this_node = patch_status_as_multus(&node, "default", "here")?;
-    let on_another = patch_status_as_multus(&node, "default", "elsewhere")?;
-    // Granted `delete` on pods (thick mode's deletePodsMissingNetworks), it may delete the
-    // other node's pod no more than write its status.
-    let grant = r#"[{"op": "add", "path": "/rules/-", "value":
-                     {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}}]"#;
-    node.kubectl(&["patch", "clusterrole", "multus", "--type=json", "-p", grant])?;
-    let mut delete_another = (0, String::new());
-    node.eventually("the grant in force", Duration::from_secs(30), || {
-        delete_another = as_multus(&node, "DELETE", "default/pods/elsewhere")?;
-        Ok(delete_another.0 != 403 || delete_another.1.contains("ValidatingAdmissionPolicy"))
+    let (on_this_node, on_another, delete_another, delete_here) = on_two_nodes(&node, || {
+        let on_this_node = patch_status_as_multus(&node, "default", "here")?;
+        let on_another = patch_status_as_multus(&node, "default", "elsewhere")?;
+        // Granted `delete` on pods (thick mode's deletePodsMissingNetworks), it may delete
+        // the other node's pod no more than write its status.
+        let grant = r#"[{"op": "add", "path": "/rules/-", "value":
+                         {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]}}]"#;
+        node.kubectl(&["patch", "clusterrole", "multus", "--type=json", "-p", grant])?;
+        let mut delete_another = (0, String::new());
+        node.eventually("the grant in force", Duration::from_secs(30), || {
+            delete_another = as_multus(&node, "DELETE", "default/pods/elsewhere")?;
+            Ok(delete_another.0 != 403 || delete_another.1.contains("ValidatingAdmissionPolicy"))
+        })?;
+        // ... and its own node's pod it may (a dry run: the pod stays).
+        let delete_here = as_multus(&node, "DELETE", "default/pods/here?dryRun=All")?;
+        let revoke = r#"[{"op": "remove", "path": "/rules/4"}]"#;
+        node.kubectl(&[
+            "patch",
+            "clusterrole",
+            "multus",
+            "--type=json",
+            "-p",
+            revoke,
+        ])?;
+        Ok((on_this_node, on_another, delete_another, delete_here))
     })?;
-    // ... and its own node's pod it may (a dry run: the pod stays).
-    let delete_here = as_multus(&node, "DELETE", "default/pods/here?dryRun=All")?;
-    let revoke = r#"[{"op": "remove", "path": "/rules/4"}]"#;
-    node.kubectl(&[
-        "patch",
-        "clusterrole",
-        "multus",
-        "--type=json",
-        "-p",
-        revoke,
-    ])?;
-    // No kubelet runs the other node's pod: only a forced delete removes it.
-    node.kubectl(&["delete", "pod", "elsewhere", "--force", "--grace-period=0"])?;
-    node.kubectl(&["delete", "node", "multus-rs-other"])?;
-    node.delete(&here)?;
     node.eventually("the pod's veth gone", Duration::from_secs(60), || {
         Ok(node.veths()?.len() == veths)
     })?;
     ensure!(on_this_node.0 == 200, "this node's pod: {on_this_node:?}");
     ensure!(
-        on_another.0 == 403
-            && on_another
-                .1
-                .contains("ValidatingAdmissionPolicy 'multus-own-node-pods'"),
+        refused_by_node_scope(&on_another),
         "another node's pod: {on_another:?}"
     );
     ensure!(
-        delete_another.0 == 403
-            && delete_another
-                .1
-                .contains("ValidatingAdmissionPolicy 'multus-own-node-pods'"),
+        refused_by_node_scope(&delete_another),
         "another node's pod deleted: {delete_another:?}"
     );
     ensure!(
