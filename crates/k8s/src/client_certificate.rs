@@ -44,6 +44,8 @@ pub enum CertificateError {
     Key(String),
     #[error(transparent)]
     Api(#[from] K8sError),
+    #[error("bootstrap kubeconfig {}: {source}", path.display())]
+    Bootstrap { path: PathBuf, source: K8sError },
     #[error("certificate signing request {name} was denied: {message}")]
     Denied { name: String, message: String },
     #[error("certificate signing request {name} failed: {message}")]
@@ -620,6 +622,10 @@ impl PerNode {
         let client = KubeClient::new(&crate::ClientOptions {
             kubeconfig: Some(self.bootstrap.clone()),
             ..crate::ClientOptions::default()
+        })
+        .map_err(|source| CertificateError::Bootstrap {
+            path: self.bootstrap.clone(),
+            source,
         })?;
         client.request_client_certificate(&self.node, self.lifetime, wait)
     }
