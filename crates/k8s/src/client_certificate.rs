@@ -24,8 +24,24 @@ pub const USAGES: [&str; 2] = ["digital signature", "client auth"];
 /// The file the current certificate and key are read from: a link to the latest.
 pub const CURRENT_FILE: &str = "multus-client-current.pem";
 const FILE_PREFIX: &str = "multus-client-";
-/// The shortest lifetime the certificates API takes (`spec.expirationSeconds`).
+/// The shortest lifetime the certificates API takes (`spec.expirationSeconds`), and
+/// upstream's default `certDuration`.
 pub const SHORTEST_LIFETIME: Duration = Duration::from_secs(600);
+
+/// `certDuration` (a Go duration; upstream's default when absent), or why it cannot be one.
+pub fn lifetime(text: Option<&str>) -> Result<Duration, String> {
+    let Some(text) = text else {
+        return Ok(SHORTEST_LIFETIME);
+    };
+    cni::go_duration::parse(text)
+        .filter(|d| *d >= SHORTEST_LIFETIME)
+        .ok_or_else(|| {
+            format!(
+                "{}: use a Go duration of 10m or more, such as \"10m\" or \"24h\"",
+                cni::quote::quote(text)
+            )
+        })
+}
 
 pub const CSR_RESOURCE: Resource = Resource {
     group: "certificates.k8s.io",
@@ -59,6 +75,12 @@ pub enum CertificateError {
     NotSigned { name: String, waited: Duration },
     #[error("certificate signing request {name}: its certificate is not a PEM certificate")]
     NotACertificate { name: String },
+    #[error(
+        "{} was held by another process for {}s: it is asking for a certificate; try again",
+        path.display(),
+        waited.as_secs()
+    )]
+    Busy { path: PathBuf, waited: Duration },
     #[error("cannot {what} {}: {source}", path.display())]
     Store {
         what: &'static str,
@@ -256,7 +278,7 @@ pub fn review(csr: &Value) -> Review {
     // certificate never asks for its successor: one taken from a node ends with its lifetime.
     let node = requester
         .strip_prefix("system:node:")
-        .filter(|n| groups.contains(&"system:nodes") && is_node_name(n));
+        .filter(|n| groups.contains(&"system:nodes") && crate::objects::is_object_name(n));
     let Some(node) = node else {
         return deny(
             "NotANode",
@@ -311,17 +333,6 @@ pub fn review(csr: &Value) -> Review {
             ),
         ),
     }
-}
-
-/// A node name as Kubernetes allows it: a DNS subdomain.
-fn is_node_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
 impl KubeClient {
@@ -407,10 +418,6 @@ pub fn issued_at(validity: Validity, issued: SystemTime) -> Validity {
 /// link moved to it in one rename, then the older files removed (client-go keeps them all;
 /// a node renewing every few minutes would fill the directory).
 pub fn store(dir: &Path, issued: &Issued) -> Result<PathBuf, CertificateError> {
-    let fail = |what: &'static str, path: &Path| {
-        let path = path.to_owned();
-        move |source| CertificateError::Store { what, path, source }
-    };
     std::fs::create_dir_all(dir).map_err(fail("make", dir))?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
         .map_err(fail("restrict", dir))?;
@@ -548,7 +555,7 @@ impl PerNode {
     /// when its renewal is due (`jitter` as in [`renewal_due`]). Says when the next renewal is
     /// due, and whether a certificate was asked for.
     pub fn keep(&self, jitter: f64) -> Result<Kept, CertificateError> {
-        let _lock = self.lock()?;
+        let _lock = self.lock(SIGNING_WAIT)?;
         let now = SystemTime::now();
         if let Some(validity) = self.valid(now) {
             let due = renewal_due(validity, jitter);
@@ -585,7 +592,7 @@ impl PerNode {
         if !ending(SystemTime::now()) {
             return Ok(false);
         }
-        let _lock = self.lock()?;
+        let _lock = self.lock(wait)?;
         // Another process may have renewed it while this one waited for the lock.
         if !ending(SystemTime::now()) {
             return Ok(false);
@@ -596,12 +603,8 @@ impl PerNode {
     }
 
     /// `certDir/.lock`, held while a certificate is asked for and kept: two processes
-    /// storing at once could each remove the other's new file.
-    fn lock(&self) -> Result<std::fs::File, CertificateError> {
-        let fail = |what: &'static str, path: &Path| {
-            let path = path.to_owned();
-            move |source| CertificateError::Store { what, path, source }
-        };
+    /// storing at once could each remove the other's new file. Waited for `wait` at most.
+    fn lock(&self, wait: Duration) -> Result<std::fs::File, CertificateError> {
         std::fs::create_dir_all(&self.dir).map_err(fail("make", &self.dir))?;
         let path = self.dir.join(".lock");
         let lock = std::fs::OpenOptions::new()
@@ -611,8 +614,19 @@ impl PerNode {
             .mode(0o600)
             .open(&path)
             .map_err(fail("open", &path))?;
-        lock.lock().map_err(fail("lock", &path))?;
-        Ok(lock)
+        let deadline = Instant::now() + wait;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => return Ok(lock),
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(CertificateError::Busy { path, waited: wait })
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(fail("lock", &path)(e)),
+            }
+        }
     }
 
     /// Always with the bootstrap credential, which its owner (the kubelet) keeps valid: the
@@ -631,16 +645,18 @@ impl PerNode {
     }
 }
 
+/// The error of a file operation on the certificates' directory.
+fn fail(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CertificateError {
+    let path = path.to_owned();
+    move |source| CertificateError::Store { what, path, source }
+}
+
 fn secs(s: i64) -> Duration {
     Duration::from_secs(u64::try_from(s).unwrap_or(0))
 }
 
 /// Writes `path` whole or not at all: a new file renamed over it.
 fn write_new(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CertificateError> {
-    let fail = |what: &'static str, path: &Path| {
-        let path = path.to_owned();
-        move |source| CertificateError::Store { what, path, source }
-    };
     std::fs::create_dir_all(dir).map_err(fail("make", dir))?;
     let new = path.with_extension("new");
     let _ = std::fs::remove_file(&new);
@@ -851,6 +867,29 @@ mod tests {
         approved_already["status"] =
             json!({"conditions": [{"type": "Approved", "status": "True"}]});
         assert_eq!(review(&approved_already), Review::NotOurs);
+    }
+
+    #[test]
+    fn a_call_waits_for_anothers_request_no_longer_than_its_own_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let per_node = PerNode {
+            node: "n".into(),
+            bootstrap: dir.path().join("kubelet.conf"),
+            dir: dir.path().join("certs"),
+            lifetime: SHORTEST_LIFETIME,
+        };
+        let held = per_node.lock(Duration::ZERO).unwrap();
+        let began = Instant::now();
+        let e = per_node
+            .renew_if_ending(Duration::from_millis(300))
+            .unwrap_err();
+        assert!(matches!(e, CertificateError::Busy { .. }), "{e}");
+        assert!(began.elapsed() < Duration::from_secs(2));
+        drop(held);
+        // Free again, it goes on to ask, and says which kubeconfig it could not use.
+        let e = per_node.renew_if_ending(Duration::ZERO).unwrap_err();
+        assert!(e.to_string().starts_with("bootstrap kubeconfig"), "{e}");
+        assert_eq!(current(&per_node.dir), None);
     }
 
     #[test]

@@ -48,17 +48,21 @@ pub enum Deleted {
     Stale,
 }
 
-/// An object or namespace name as Kubernetes allows them (a DNS subdomain): anything else
-/// would change the request's path.
-fn check_name(what: &str, name: &str) -> Result<(), Cause> {
-    let ok = !name.is_empty()
+/// Whether `name` is a DNS subdomain, as Kubernetes names objects, namespaces and nodes.
+pub(crate) fn is_object_name(name: &str) -> bool {
+    !name.is_empty()
         && name.len() <= 253
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
         && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
-    if ok {
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+/// An object or namespace name as Kubernetes allows them: anything else would change the
+/// request's path.
+fn check_name(what: &str, name: &str) -> Result<(), Cause> {
+    if is_object_name(name) {
         Ok(())
     } else {
         Err(Cause::BadName(format!(

@@ -389,17 +389,8 @@ impl PerNodeCertificateKeys {
                 "enabled needs bootstrapKubeconfig, certDir and nodeName",
             ));
         };
-        let lifetime = match text(self.cert_duration) {
-            None => Duration::from_secs(600),
-            Some(d) => cni::go_duration::parse(&d)
-                .filter(|d| *d >= k8s::client_certificate::SHORTEST_LIFETIME)
-                .ok_or_else(|| {
-                    Error::config(
-                        "perNodeCertificate.certDuration",
-                        format!("{}: use a duration of 10m or more", quote(&d)),
-                    )
-                })?,
-        };
+        let lifetime = k8s::client_certificate::lifetime(text(self.cert_duration).as_deref())
+            .map_err(|e| Error::config("perNodeCertificate.certDuration", e))?;
         Ok(Some(k8s::client_certificate::PerNode {
             node,
             bootstrap,
@@ -700,7 +691,7 @@ mod per_node_certificate_tests {
             (
                 r#"{"enabled": true, "bootstrapKubeconfig": "/b", "certDir": "/c", "nodeName": "n1",
                     "certDuration": "1m"}"#,
-                "\"1m\": use a duration of 10m or more",
+                "\"1m\": use a Go duration of 10m or more",
             ),
         ] {
             let e = conf(bad).unwrap_err().to_string();

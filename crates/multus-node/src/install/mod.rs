@@ -217,14 +217,8 @@ impl Options {
 
     /// --per-node-certificate-duration, read.
     fn certificate_lifetime(&self) -> Result<Duration, InstallError> {
-        let text = &self.per_node_certificate_duration;
-        cni::go_duration::parse(text)
-            .filter(|d| *d >= k8s::client_certificate::SHORTEST_LIFETIME)
-            .ok_or_else(|| {
-                InstallError::Invalid(format!(
-                    "--per-node-certificate-duration={text}: use a Go duration of 10m or more, such as 24h"
-                ))
-            })
+        k8s::client_certificate::lifetime(Some(&self.per_node_certificate_duration))
+            .map_err(|e| InstallError::Invalid(format!("--per-node-certificate-duration={e}")))
     }
 
     /// The node's certificate as this container sees it, when one is asked for.

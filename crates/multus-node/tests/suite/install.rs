@@ -646,7 +646,7 @@ fn bad_inputs_fail_clearly_and_write_no_config() {
                 "--per-node-certificate-duration=5m".into(),
             ],
             setup: no_setup,
-            message: "--per-node-certificate-duration=5m: use a Go duration of 10m or more",
+            message: "--per-node-certificate-duration=\"5m\": use a Go duration of 10m or more",
         },
         Case {
             name: "missing service account token",

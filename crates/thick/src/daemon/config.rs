@@ -146,9 +146,6 @@ pub struct PerNodeCertificateKeys {
     pub lifetime: Duration,
 }
 
-/// Upstream's default `certDuration`.
-const DEFAULT_CERT_DURATION: Duration = Duration::from_secs(600);
-
 impl DaemonConfig {
     pub fn read(path: &Path) -> Result<DaemonConfig, ConfigError> {
         let bytes = std::fs::File::open(path)
@@ -220,20 +217,8 @@ impl DaemonConfig {
                          certificates, such as the kubelet's kubeconfig) and certDir",
                     ));
                 };
-                let lifetime = match text(c.cert_duration) {
-                    None => DEFAULT_CERT_DURATION,
-                    Some(d) => cni::go_duration::parse(&d)
-                        .filter(|d| *d >= k8s::client_certificate::SHORTEST_LIFETIME)
-                        .ok_or_else(|| {
-                            refused(
-                                "perNodeCertificate.certDuration",
-                                format!(
-                                    "{}: use a duration of 10m or more, such as \"10m\" or \"24h\"",
-                                    quote(&d)
-                                ),
-                            )
-                        })?,
-                };
+                let lifetime = k8s::client_certificate::lifetime(text(c.cert_duration).as_deref())
+                    .map_err(|e| refused("perNodeCertificate.certDuration", e))?;
                 if read.kubeconfig.is_some() {
                     return Err(refused(
                         "perNodeCertificate",
@@ -396,7 +381,7 @@ mod tests {
             ),
             (
                 r#"{"perNodeCertificate": {"enabled": true, "bootstrapKubeconfig": "/b", "certDir": "/c", "certDuration": "5m"}}"#,
-                "perNodeCertificate.certDuration: \"5m\": use a duration of 10m or more",
+                "perNodeCertificate.certDuration: \"5m\": use a Go duration of 10m or more",
             ),
             (
                 r#"{"perNodeCertificate": {"enabled": true, "bootstrapKubeconfig": "/b", "certDir": "/c"}, "kubeconfig": "/k"}"#,
