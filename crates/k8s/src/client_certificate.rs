@@ -4,7 +4,6 @@
 //! (certificate and key in one PEM file, `multus-client-current.pem` linking to it), so that
 //! upstream's daemon and ours take over each other's certificates.
 
-use std::io::Write as _;
 use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -430,22 +429,10 @@ pub fn store(dir: &Path, issued: &Issued) -> Result<PathBuf, CertificateError> {
         now.subsec_nanos()
     );
     let file = dir.join(&name);
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&file)
-        .map_err(fail("create", &file))?;
-    out.write_all(issued.certificate.as_bytes())
-        .and_then(|()| out.write_all(b"\n"))
-        .and_then(|()| out.write_all(issued.key.as_bytes()))
-        .and_then(|()| out.sync_all())
-        .map_err(fail("write", &file))?;
-    let link = dir.join(format!(".{CURRENT_FILE}.new"));
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&name, &link).map_err(fail("link", &link))?;
+    let pem = format!("{}\n{}", issued.certificate, issued.key);
+    cni::atomic_file::write(&file, pem.as_bytes(), 0o600).map_err(fail("write", &file))?;
     let current = dir.join(CURRENT_FILE);
-    std::fs::rename(&link, &current).map_err(fail("replace", &current))?;
+    cni::atomic_file::symlink(Path::new(&name), &current).map_err(fail("link", &current))?;
     for entry in std::fs::read_dir(dir).map_err(fail("read", dir))?.flatten() {
         let old = entry.file_name();
         let old = old.to_string_lossy();
@@ -536,7 +523,8 @@ impl PerNode {
         let text = kubeconfig(&self.bootstrap, &self.dir)?;
         let path = self.kubeconfig();
         if cni::input::read_file_to_string(&path).ok().as_deref() != Some(text.as_str()) {
-            write_new(&self.dir, &path, text.as_bytes())?;
+            std::fs::create_dir_all(&self.dir).map_err(fail("make", &self.dir))?;
+            cni::atomic_file::write(&path, text.as_bytes(), 0o600).map_err(fail("write", &path))?;
         }
         Ok(path)
     }
@@ -653,23 +641,6 @@ fn fail(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Certi
 
 fn secs(s: i64) -> Duration {
     Duration::from_secs(u64::try_from(s).unwrap_or(0))
-}
-
-/// Writes `path` whole or not at all: a new file renamed over it.
-fn write_new(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CertificateError> {
-    std::fs::create_dir_all(dir).map_err(fail("make", dir))?;
-    let new = path.with_extension("new");
-    let _ = std::fs::remove_file(&new);
-    let mut out = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&new)
-        .map_err(fail("create", &new))?;
-    out.write_all(bytes)
-        .and_then(|()| out.sync_all())
-        .map_err(fail("write", &new))?;
-    std::fs::rename(&new, path).map_err(fail("replace", path))
 }
 
 /// A number from 0 to 1, different in every process: where between 70% and 90% of the
