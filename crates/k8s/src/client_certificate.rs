@@ -89,14 +89,16 @@ pub enum CertificateError {
 }
 
 impl CertificateError {
-    /// As the setup error of a client that reads the certificate in `dir`.
+    /// As the setup error of a client that reads the certificate in `dir`: one to try again
+    /// while the certificate is being made, one to fix otherwise.
     pub fn into_setup(self, dir: &Path) -> K8sError {
+        let from = format!("the per-node certificate in {}", dir.display());
         match self {
             CertificateError::Api(e) => e,
-            other => K8sError::setup(
-                format!("the per-node certificate in {}", dir.display()),
-                &other,
-            ),
+            e @ (CertificateError::NotSigned { .. } | CertificateError::Busy { .. }) => {
+                K8sError::not_yet(from, &e)
+            }
+            other => K8sError::setup(from, &other),
         }
     }
 }
@@ -669,6 +671,36 @@ mod tests {
             key: key.serialize_pem(),
             validity,
         }
+    }
+
+    /// A thin ADD that finds the certificate still being made is retried by the runtime
+    /// (11); one refused for good names a config to fix (7).
+    #[test]
+    fn a_certificate_being_made_is_worth_another_try_and_a_denied_one_is_not() {
+        let dir = Path::new("/var/lib/multus/certs");
+        let code = |e: CertificateError| e.into_setup(dir).cni_code();
+        let name = "multus-node-a".to_owned();
+        assert_eq!(
+            code(CertificateError::NotSigned {
+                name: name.clone(),
+                waited: Duration::from_secs(20)
+            }),
+            cni::Code::TryAgainLater
+        );
+        assert_eq!(
+            code(CertificateError::Busy {
+                path: dir.join(".lock"),
+                waited: Duration::from_secs(20)
+            }),
+            cni::Code::TryAgainLater
+        );
+        assert_eq!(
+            code(CertificateError::Denied {
+                name,
+                message: "OtherNode".into()
+            }),
+            cni::Code::InvalidConfig
+        );
     }
 
     #[test]

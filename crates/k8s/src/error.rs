@@ -199,6 +199,10 @@ pub enum K8sError {
     /// The client could not be set up from the kubeconfig or the in-cluster credentials.
     #[error("Kubernetes client setup from {from}: {message}")]
     Setup { from: String, message: String },
+    /// The client's credential is still being made (a per-node certificate not signed yet, or
+    /// being asked for by another process): worth another try, unlike a setup error.
+    #[error("Kubernetes client setup from {from}: {message}")]
+    NotYet { from: String, message: String },
     /// An API call failed, after `attempts` tries.
     #[error("{call}: {cause}{}", attempts_note(*attempts))]
     Request {
@@ -225,6 +229,13 @@ impl K8sError {
         }
     }
 
+    pub(super) fn not_yet(from: impl Into<String>, err: &dyn std::error::Error) -> K8sError {
+        K8sError::NotYet {
+            from: from.into(),
+            message: cni::quote::shorten(&chain(err)),
+        }
+    }
+
     pub fn is_not_found(&self) -> bool {
         matches!(self.cause(), Some(Cause::NotFound(_)))
     }
@@ -233,21 +244,25 @@ impl K8sError {
     pub fn cause(&self) -> Option<&Cause> {
         match self {
             K8sError::Request { cause, .. } => Some(cause),
-            K8sError::Setup { .. } => None,
+            K8sError::Setup { .. } | K8sError::NotYet { .. } => None,
         }
     }
 
     /// The CNI error code for this failure; a client that cannot be set up is a config to fix.
     pub fn cni_code(&self) -> cni::Code {
-        self.cause()
-            .map_or(cni::Code::InvalidConfig, Cause::cni_code)
+        match self {
+            K8sError::NotYet { .. } => cni::Code::TryAgainLater,
+            _ => self
+                .cause()
+                .map_or(cni::Code::InvalidConfig, Cause::cni_code),
+        }
     }
 
     /// The call that failed (`None` for a setup error).
     pub fn call(&self) -> Option<&Call> {
         match self {
             K8sError::Request { call, .. } => Some(call),
-            K8sError::Setup { .. } => None,
+            K8sError::Setup { .. } | K8sError::NotYet { .. } => None,
         }
     }
 }
@@ -278,8 +293,13 @@ mod tests {
             from: "kubeconfig".into(),
             message: "no server".into(),
         };
+        let not_yet = K8sError::NotYet {
+            from: "the per-node certificate in /d".into(),
+            message: "not signed within 20s".into(),
+        };
         let cases = [
             (setup, Code::InvalidConfig),
+            (not_yet, Code::TryAgainLater),
             (failed(Cause::Forbidden("rbac".into())), Code::InvalidConfig),
             (
                 failed(Cause::Unauthorized("token".into())),
