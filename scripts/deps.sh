@@ -21,6 +21,7 @@ packages=(
   socat                # scripts/cluster.sh: the machine's loopback port to the node's API server
   curl                 # the e2e crate: a raw PATCH with multus's own credential on the node
   containerd           # scripts/cluster.sh --containerd 1: Debian's 1.6 (never started as a service here)
+  conmon               # scripts/cluster.sh --cri-o: CRI-O's container monitor
   strace               # the crash-consistency suites: SIGKILL at a chosen file write
   rpm                  # cargo xtask package: rpmbuild for the RPMs (the .deb needs only dpkg)
   dbus-daemon python3-dbus python3-gi python3-nftables gir1.2-glib-2.0  # firewalld's runtime (firewalld itself is unpacked below)
@@ -109,4 +110,4 @@ fi
 # thick_mixed.rs), whereabouts v0.9.4, whose plugin the e2e crate runs beside ours on one
 # cluster, and the parts of scripts/cluster.sh's node (the e2e crate).
 scripts_dir=$(cd "$(dirname "$0")" && pwd)
-"$scripts_dir/peers.sh" build cni-plugins multus whereabouts kubernetes etcd containerd >/dev/null
+"$scripts_dir/peers.sh" build cni-plugins multus whereabouts kubernetes etcd containerd cri-o >/dev/null

@@ -9,7 +9,7 @@
 #   scripts/peers.sh kube-replaces <k8s.io/kubernetes version>
 #                                     the replace block for test-support/peers/kubernetes/go.mod
 #
-# Peers: cni-plugins multus whereabouts containerd kubernetes etcd.
+# Peers: cni-plugins multus whereabouts containerd cri-o kubernetes etcd.
 #
 # Each peer is a small module of ours, test-support/peers/<peer>/go.mod, that requires exactly
 # the pinned upstream version; its go.sum pins everything beneath it and the builds run with
@@ -19,7 +19,8 @@
 # Everything is built with CGO_ENABLED=0: static binaries that do not depend on the machine's
 # libc. Upstream builds the reference plugins, multus, whereabouts, etcd, the containerd shim and
 # most of Kubernetes that way too; containerd and the kubelet lose only what this project does not
-# use (containerd's btrfs snapshotter; the kubelet has no cgo-only feature on Linux).
+# use (containerd's btrfs snapshotter; the kubelet has no cgo-only feature on Linux). CRI-O loses
+# seccomp, which the node's pods do not ask for; its pinns is C, and static too.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +30,7 @@ cache=${MULTUS_RS_PEERS_CACHE:-/var/cache/multus-rs-test}
 # built the old way are built again.
 recipe=1
 
-peers=(cni-plugins multus whereabouts containerd kubernetes etcd)
+peers=(cni-plugins multus whereabouts containerd cri-o kubernetes etcd)
 
 # The upstream module whose version names a peer's directory.
 main_module() {
@@ -38,6 +39,7 @@ main_module() {
     multus) echo gopkg.in/k8snetworkplumbingwg/multus-cni.v4 ;;
     whereabouts) echo github.com/k8snetworkplumbingwg/whereabouts ;;
     containerd) echo github.com/containerd/containerd/v2 ;;
+    cri-o) echo github.com/cri-o/cri-o ;;
     kubernetes) echo k8s.io/kubernetes ;;
     etcd) echo go.etcd.io/etcd/server/v3 ;;
     *)
@@ -134,6 +136,19 @@ build_containerd() { # out version
   crictl_version=$(required "$modules/containerd/crictl/go.mod" sigs.k8s.io/cri-tools)
   gob "$modules/containerd/crictl" -o "$1/" \
     -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$crictl_version" tool
+}
+
+build_cri_o() { # out version
+  local m=github.com/cri-o/cri-o src
+  # Upstream's tags for a build without the C libraries this project does not use: no ostree,
+  # btrfs or gpgme, and no seccomp (the node's pods run unconfined, as the kubelet's default
+  # asks).
+  gob "$modules/cri-o" -o "$1/" \
+    -tags "containers_image_ostree_stub exclude_graphdriver_btrfs btrfs_noversion containers_image_openpgp" \
+    -ldflags "-s -w" tool
+  # pinns, static as upstream's pinns/Makefile makes it, from the module go build just used.
+  src=$(cd "$modules/cri-o" && "$GO" list -m -f '{{.Dir}}' $m)
+  nice -n 19 gcc -std=c99 -Os -Wall -Wextra -static -s -o "$1/pinns" "$src"/pinns/src/*.c
 }
 
 build_kubernetes() { # out version
