@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes for the tests and for trying things: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kube-proxy, containerd and a kubelet, built from their
-# modules by scripts/peers.sh, with multus-rs installed from deploy/.
+# kube-controller-manager, kube-scheduler, kube-proxy, a container runtime (containerd 2, Debian's
+# containerd 1.6, or CRI-O) and a kubelet, built from their modules by scripts/peers.sh, with
+# multus-rs installed from deploy/.
 #
 #   scripts/cluster.sh up [thin|thick|thin-per-node-certificate|thick-per-node-certificate|
-#                          microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir]
+#                          microshift|whereabouts|bare] [--containerd 1|2 | --cri-o]
+#                          [--own-conf-dir]
 #                                        bare: the cluster network alone, no multus (a baseline,
 #                                        or a node to install another build on by hand);
 #                                        *-per-node-certificate: multus talks to the API server
@@ -15,7 +17,8 @@
 #                                        (thin and thick)
 #   scripts/cluster.sh exec -- CMD...    CMD as on the node: its network and mount namespaces,
 #                                        with kubectl on PATH and the admin's KUBECONFIG
-#   scripts/cluster.sh stop|start PART   for the tests: apiserver, etcd, containerd or kubelet
+#   scripts/cluster.sh stop|start PART   for the tests: apiserver, etcd, kubelet, or the runtime
+#                                        (containerd or cri-o, whichever runs)
 #                                        stopped by its PID, or started as `up` starts it
 #   scripts/cluster.sh reboot [--without-multus-config]
 #                                        for the tests: the node's runtime side loses power and
@@ -28,7 +31,8 @@
 # The node is a network namespace and a mount namespace of its own. Nothing changes in the
 # machine's root network namespace: the node's address (10.0.0.1) is on the node's loopback,
 # the cluster network is a bridge inside the node, and the node's /run, /var/log, /etc/cni,
-# /opt/cni, /var/lib/{kubelet,cni,containerd,multus} and /etc/kubernetes are its own. The kubelet's
+# /opt/cni, /var/lib/{kubelet,cni,containerd,multus} and /etc/kubernetes are its own (CRI-O keeps
+# its images and containers under the node's state). The kubelet's
 # cgroups live under /multus-rs-cluster in every hierarchy.
 #
 # `up` prints, as its last two lines, the exports that point kubectl at the cluster.
@@ -67,26 +71,32 @@ peer_dirs() {
   done
   kube=$("$root/scripts/peers.sh" dir kubernetes)
   etcd_dir=$("$root/scripts/peers.sh" dir etcd)
-  if [ "$containerd_major" = 2 ]; then
-    "$root/scripts/peers.sh" build containerd >/dev/null
-    containerd_dir=$("$root/scripts/peers.sh" dir containerd)
-  else
-    debian_containerd
-  fi
+  # crictl is pinned beside containerd 2, and talks to every runtime.
+  "$root/scripts/peers.sh" build containerd >/dev/null
+  crictl=$("$root/scripts/peers.sh" dir containerd)/crictl
+  case $runtime in
+    containerd-2) containerd_dir=$("$root/scripts/peers.sh" dir containerd) ;;
+    containerd-1) debian_containerd ;;
+    cri-o)
+      "$root/scripts/peers.sh" build cri-o >/dev/null
+      crio_dir=$("$root/scripts/peers.sh" dir cri-o)
+      ;;
+  esac
 }
 
-# containerd 1.x is Debian's package; crictl comes from the containerd peer either way.
+# The runtime's CRI socket, and its name as a part of the node (its PID file's).
+runtime_socket() { [ "$runtime" = cri-o ] && echo /run/crio/crio.sock || echo /run/containerd/containerd.sock; }
+runtime_part() { [ "$runtime" = cri-o ] && echo cri-o || echo containerd; }
+
+# containerd 1.x is Debian's package.
 debian_containerd() {
   if ! dpkg-query -W -f='${Status}' containerd 2>/dev/null | grep -q "install ok installed"; then
     log "installing Debian's containerd"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends containerd >/dev/null
   fi
-  # The package starts nothing here (no systemd), but stop a service manager's copy if any.
-  "$root/scripts/peers.sh" build containerd >/dev/null
   containerd_dir=$state/containerd1
   mkdir -p "$containerd_dir"
   ln -sf /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr "$containerd_dir/"
-  ln -sf "$("$root/scripts/peers.sh" dir containerd)/crictl" "$containerd_dir/crictl"
 }
 
 # The image of this checkout, as `cargo xtask image` leaves it beside the release binaries;
@@ -140,16 +150,27 @@ local_images() {
   save_image localhost/multus-rs-test:latest "$ctx/test.tar"
 }
 
+# podman on CRI-O's own storage, on the node (its run root is under the node's /run).
+podman_crio() {
+  on_node podman --root "$state/crio-root" --runroot /run/containers/storage --storage-driver vfs "$@"
+}
+
 image_digest() {
-  on_node "$containerd_dir/ctr" -n k8s.io images ls "name==localhost/multus-rs:latest" 2>/dev/null |
-    awk 'NR == 2 { print $3 }' || true
+  if [ "$runtime" = cri-o ]; then
+    podman_crio image inspect --format '{{.Digest}}' localhost/multus-rs:latest 2>/dev/null || true
+  else
+    on_node "$containerd_dir/ctr" -n k8s.io images ls "name==localhost/multus-rs:latest" 2>/dev/null |
+      awk 'NR == 2 { print $3 }' || true
+  fi
 }
 
 import_images() {
   local tar said
   for tar in "$state/images/pause.tar" "$state/images/test.tar" "$multus_archive"; do
-    if ! said=$(on_node "$containerd_dir/ctr" -n k8s.io images import "$tar" 2>&1); then
-      die "importing $tar: $said"
+    if [ "$runtime" = cri-o ]; then
+      said=$(podman_crio load --quiet --input "$tar" 2>&1) || die "importing $tar: $said"
+    else
+      said=$(on_node "$containerd_dir/ctr" -n k8s.io images import "$tar" 2>&1) || die "importing $tar: $said"
     fi
   done
 }
@@ -410,13 +431,17 @@ start_kube_proxy() {
 # The directory the runtime reads its network config from: the node's, or multus's own.
 runtime_conf_dir() { cat "$state/conf-dir" 2>/dev/null || echo /etc/cni/net.d; }
 
+# Without CAP_SYS_RESOURCE (as in some sandboxes) no process may lower its OOM score, and the
+# kubelet asks -998 for every sandbox: the runtime must leave scores alone. (CAP_SYS_RESOURCE is
+# bit 24 of the capability sets.)
+oom_scores_fixed() { ((((0x$(awk '/^CapEff/ { print $2 }' /proc/self/status) >> 24) & 1) == 0)); }
+
 containerd_config() {
   local bin_dirs="'/opt/cni/bin', '/run/cni/bin'" restrict_oom=false
-  # CAP_SYS_RESOURCE is bit 24 of the capability sets.
-  if ((((0x$(awk '/^CapEff/ { print $2 }' /proc/self/status) >> 24) & 1) == 0)); then
+  if oom_scores_fixed; then
     restrict_oom=true
   fi
-  if [ "$containerd_major" = 2 ]; then
+  if [ "$runtime" = containerd-2 ]; then
     cat <<EOF
 version = 3
 root = '$state/containerd-root'
@@ -425,8 +450,7 @@ state = '/run/containerd'
   address = '/run/containerd/containerd.sock'
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = 'localhost/pause:3.10'
-# Without CAP_SYS_RESOURCE (as in some sandboxes) no process may lower its OOM score; the
-# kubelet asks -998 for every sandbox. Restricted, containerd keeps scores at its own or above.
+# Restricted, containerd keeps scores at its own or above.
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = $restrict_oom
 [plugins.'io.containerd.cri.v1.runtime'.cni]
@@ -465,6 +489,91 @@ start_containerd() {
   wait_for containerd 30 on_node "$containerd_dir/ctr" version
 }
 
+# CRI-O as a distribution runs it (runc under conmon, namespaces pinned by pinns), with cgroupfs
+# as the kubelet has it, vfs storage under the node's state, and the same network config
+# directory and plugin directories as containerd 2.
+crio_config() {
+  cat <<EOF
+[crio]
+root = '$state/crio-root'
+runroot = '/run/containers/storage'
+storage_driver = 'vfs'
+version_file = '/run/crio/version'
+clean_shutdown_file = '$state/crio-root/clean.shutdown'
+[crio.api]
+listen = '/run/crio/crio.sock'
+[crio.runtime]
+default_runtime = 'runc'
+cgroup_manager = 'cgroupfs'
+pinns_path = '$crio_dir/pinns'
+[crio.runtime.runtimes.runc]
+runtime_path = '$runc'
+runtime_root = '/run/runc'
+monitor_path = '/usr/bin/conmon'
+monitor_cgroup = 'pod'
+[crio.image]
+pause_image = 'localhost/pause:3.10'
+[crio.network]
+network_dir = '$(runtime_conf_dir)'
+plugin_dirs = ['/opt/cni/bin', '/run/cni/bin']
+EOF
+}
+
+# CRI-O has no setting to keep to the capabilities it has (a privileged container asks for
+# all) or to leave OOM scores alone, and asks for hugetlb limits whenever the kernel has the
+# controller, mounted or not: runc is called through this, which drops from each bundle and
+# exec'd process what this machine cannot apply (no-sys-resource: CAP_SYS_RESOURCE and the OOM
+# score; no-hugetlb: the hugetlb limits).
+runc_for_this_machine() { # what...
+  cat <<EOF
+#!/bin/sh
+prev=
+for a in "\$@"; do
+  case \$prev in
+    --bundle) f=\$a/config.json ;;
+    --process) f=\$a ;;
+    *) f= ;;
+  esac
+  if [ -n "\$f" ]; then
+    python3 -c 'import json, sys
+c = json.load(open(sys.argv[1]))
+process = c.get("process", c)
+if "no-sys-resource" in sys.argv[2:]:
+    process.pop("oomScoreAdj", None)
+    for caps in process.get("capabilities", {}).values():
+        if "CAP_SYS_RESOURCE" in caps:
+            caps.remove("CAP_SYS_RESOURCE")
+if "no-hugetlb" in sys.argv[2:]:
+    c.get("linux", {}).get("resources", {}).pop("hugepageLimits", None)
+json.dump(c, open(sys.argv[1], "w"))' "\$f" $* || exit 1
+  fi
+  prev=\$a
+done
+exec /usr/sbin/runc "\$@"
+EOF
+}
+
+start_cri_o() {
+  local drop=()
+  runc=/usr/sbin/runc
+  if oom_scores_fixed; then
+    drop+=(no-sys-resource)
+  fi
+  if [ ! -e /sys/fs/cgroup/cgroup.controllers ] && [ ! -d /sys/fs/cgroup/hugetlb ]; then
+    drop+=(no-hugetlb)
+  fi
+  if [ ${#drop[@]} -gt 0 ]; then
+    runc=$state/runc-for-this-machine
+    runc_for_this_machine "${drop[@]}" >"$runc"
+    chmod 755 "$runc"
+  fi
+  crio_config >"$state/crio.conf"
+  start cri-o "$crio_dir/crio" --config "$state/crio.conf"
+  wait_for cri-o 30 on_node "$crictl" -r "unix://$(runtime_socket)" version
+}
+
+start_runtime() { "start_$(runtime_part | tr - _)"; }
+
 start_kubelet() {
   local p=$state/pki
   : >"$state/resolv.conf"
@@ -480,7 +589,7 @@ cgroupDriver: cgroupfs
 cgroupRoot: /$cgroup
 failCgroupV1: false
 failSwapOn: false
-containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+containerRuntimeEndpoint: unix://$(runtime_socket)
 tlsCertFile: $p/kubelet-serving.crt
 tlsPrivateKeyFile: $p/kubelet-serving.key
 resolvConf: $state/resolv.conf
@@ -596,13 +705,17 @@ exports() {
 
 up() {
   mode=thin
-  containerd_major=2
+  runtime=containerd-2
   local conf_dir=/etc/cni/net.d
   while [ $# -gt 0 ]; do
     case $1 in
       --containerd)
-        containerd_major=${2:-}
+        case ${2:-} in 1 | 2) runtime=containerd-$2 ;; *) die "--containerd takes 1 or 2" ;; esac
         shift 2
+        ;;
+      --cri-o)
+        runtime=cri-o
+        shift
         ;;
       --own-conf-dir)
         conf_dir=/run/multus/cni/net.d
@@ -612,14 +725,13 @@ up() {
         mode=$1
         shift
         ;;
-      *) die "usage: scripts/cluster.sh up [thin|thick|thin-per-node-certificate|thick-per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir]" ;;
+      *) die "usage: scripts/cluster.sh up [thin|thick|thin-per-node-certificate|thick-per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2 | --cri-o] [--own-conf-dir]" ;;
     esac
   done
-  case $containerd_major in 1 | 2) ;; *) die "--containerd takes 1 or 2" ;; esac
   # containerd 1.x reads plugins from one directory; the microshift tree installs into
-  # /run/cni/bin, which only containerd 2 searches beside /opt/cni/bin.
-  if [ "$containerd_major" = 1 ] && [ "$mode" = microshift ]; then
-    die "microshift runs with --containerd 2: containerd 1.x has a single bin_dir, /opt/cni/bin"
+  # /run/cni/bin, which containerd 2 and CRI-O search beside /opt/cni/bin.
+  if [ "$runtime" = containerd-1 ] && [ "$mode" = microshift ]; then
+    die "microshift runs with --containerd 2 or --cri-o: containerd 1.x has a single bin_dir, /opt/cni/bin"
   fi
   case $conf_dir:$mode in
     /etc/cni/net.d:* | *:thin | *:thick) ;;
@@ -627,8 +739,8 @@ up() {
   esac
   [ "$(id -u)" = 0 ] || die "runs as root: the node is made of namespaces and cgroups"
   command -v socat >/dev/null || die "socat is missing (scripts/deps.sh installs it)"
-  if is_up && [ "$(cat "$state/containerd-version" 2>/dev/null)" != "$containerd_major" ]; then
-    log "containerd $(cat "$state/containerd-version") is running; starting again with $containerd_major"
+  if is_up && [ "$(cat "$state/runtime" 2>/dev/null)" != "$runtime" ]; then
+    log "$(cat "$state/runtime" 2>/dev/null) is running; starting again with $runtime"
     down
   fi
   if is_up && [ "$(runtime_conf_dir)" != "$conf_dir" ]; then
@@ -659,7 +771,7 @@ up() {
     log "starting the node"
     pki
     namespaces
-    echo "$containerd_major" >"$state/containerd-version"
+    echo "$runtime" >"$state/runtime"
     echo "$conf_dir" >"$state/conf-dir"
     cgroups_make
     cluster_network
@@ -667,13 +779,13 @@ up() {
     start_apiserver
     start_forwarder
     start_controllers
-    start_containerd
+    start_runtime
     import_images
     start_kubelet
     start_kube_proxy
   fi
   install_multus
-  log "up: $mode, containerd $containerd_major, $conf_dir, node $node"
+  log "up: $mode, $runtime, $conf_dir, node $node"
   exports
 }
 
@@ -693,17 +805,18 @@ node_pids() {
 }
 
 down() {
-  local name pid c
-  if [ -e "$run/mnt" ] && [ -f "$state/containerd-version" ]; then
+  # runtime is the running node's here, not the one `up` was asked for.
+  local name pid c runtime crictl
+  if [ -e "$run/mnt" ] && [ -f "$state/runtime" ]; then
     # The pods first, through the runtime, so their networks are deleted by their plugins.
-    if [ -S "$state/node/run/containerd/containerd.sock" ] || on_node test -S /run/containerd/containerd.sock 2>/dev/null; then
-      local crictl
-      crictl=$(ls "$state/containerd1/crictl" 2>/dev/null || echo "$("$root/scripts/peers.sh" dir containerd)/crictl")
+    runtime=$(cat "$state/runtime")
+    if on_node test -S "$(runtime_socket)" 2>/dev/null; then
+      crictl=$("$root/scripts/peers.sh" dir containerd)/crictl
       stop kubelet
-      on_node timeout 60 "$crictl" -r unix:///run/containerd/containerd.sock rmp -fa >/dev/null 2>&1 || true
+      on_node timeout 60 "$crictl" -r "unix://$(runtime_socket)" rmp -fa >/dev/null 2>&1 || true
     fi
   fi
-  for name in kubelet kube-proxy scheduler controller-manager forward apiserver containerd etcd; do
+  for name in kubelet kube-proxy scheduler controller-manager forward apiserver containerd cri-o etcd; do
     stop "$name"
   done
   # What is left: the shims, the containers and anything exec'd in the node.
@@ -741,17 +854,17 @@ down() {
 }
 
 # For the tests: the node's runtime side goes through a power cut and boots again. The kubelet,
-# containerd, the shims and every container die; /run (a tmpfs) starts empty, so the pods'
+# runtime, the shims or monitors and every container die; /run (a tmpfs) starts empty, so the pods'
 # netns and the runtime's state are gone; the links go. What is on disk stays: /etc/cni,
 # /var/lib. The control plane runs on as if on another machine.
 reboot_node() { # [--without-multus-config]
   local keep p pids l
-  [ -f "$state/containerd-version" ] || die "no node is up"
-  containerd_major=$(cat "$state/containerd-version")
+  [ -f "$state/runtime" ] || die "no node is up"
+  runtime=$(cat "$state/runtime")
   mode=$(cat "$state/mode")
   peer_dirs
   stop kubelet
-  stop containerd
+  stop "$(runtime_part)"
   keep=" $(cat "$state"/pids/{etcd,apiserver,controller-manager,scheduler,kube-proxy,forward} 2>/dev/null | tr '\n' ' ' || true) "
   for _ in 1 2 3; do
     pids=
@@ -776,23 +889,23 @@ reboot_node() { # [--without-multus-config]
     *) die "reboot takes --without-multus-config" ;;
   esac
   cluster_plugins
-  start_containerd
+  start_runtime
   start_kubelet
 }
 
 # For the tests: one part of the node stopped by its PID, or started again as `up` started it.
 part() { # stop|start part
-  [ -f "$state/containerd-version" ] || die "no node is up"
-  containerd_major=$(cat "$state/containerd-version")
+  [ -f "$state/runtime" ] || die "no node is up"
+  runtime=$(cat "$state/runtime")
   peer_dirs
   case ${2:-} in
-    apiserver | etcd | containerd | kubelet) ;;
-    *) die "$1 takes apiserver, etcd, containerd or kubelet" ;;
+    apiserver | etcd | kubelet | "$(runtime_part)") ;;
+    *) die "$1 takes apiserver, etcd, kubelet or $(runtime_part)" ;;
   esac
   if [ "$1" = stop ]; then
     stop "$2"
   else
-    "start_$2"
+    "start_${2//-/_}"
   fi
 }
 
@@ -819,5 +932,5 @@ case ${1:-} in
     shift
     reboot_node "$@"
     ;;
-  *) die "usage: scripts/cluster.sh up [thin|thick|thin-per-node-certificate|thick-per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2] [--own-conf-dir] | exec -- CMD... | stop|start PART | reboot [--without-multus-config] | down" ;;
+  *) die "usage: scripts/cluster.sh up [thin|thick|thin-per-node-certificate|thick-per-node-certificate|microshift|whereabouts|bare] [--containerd 1|2 | --cri-o] [--own-conf-dir] | exec -- CMD... | stop|start PART | reboot [--without-multus-config] | down" ;;
 esac
