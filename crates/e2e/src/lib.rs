@@ -462,6 +462,14 @@ impl Node {
 
     /// Replaces thick mode's daemon config and restarts the daemon on it.
     pub fn set_daemon_config(&self, json: &str) -> Result<()> {
+        self.store_daemon_config(json)?;
+        self.kubectl(&["-n", "multus", "rollout", "restart", "ds/multus"])?;
+        self.multus_rolled_out()
+    }
+
+    /// Replaces thick mode's daemon config in its ConfigMap only: the daemon reads it when it
+    /// next starts.
+    pub fn store_daemon_config(&self, json: &str) -> Result<()> {
         let patch = serde_json::json!({"data": {"daemon-config.json": json}}).to_string();
         self.kubectl(&[
             "-n",
@@ -473,8 +481,7 @@ impl Node {
             "-p",
             &patch,
         ])?;
-        self.kubectl(&["-n", "multus", "rollout", "restart", "ds/multus"])?;
-        self.multus_rolled_out()
+        Ok(())
     }
 
     pub fn eventually(

@@ -5,7 +5,6 @@
 
 mod admission;
 mod certificates;
-mod containerd_one;
 mod deploy_trees;
 mod doctor;
 mod failures;
