@@ -491,8 +491,8 @@ start_containerd() {
 
 # CRI-O as a distribution runs it (runc under conmon, namespaces pinned by pinns), with cgroupfs
 # as the kubelet has it, vfs storage under the node's state, and the same network config
-# directory and plugin directories as containerd 2.
-crio_config() {
+# directory and plugin directories as containerd 2. RUNC is the runc it calls.
+crio_config() { # runc
   cat <<EOF
 [crio]
 root = '$state/crio-root'
@@ -507,7 +507,7 @@ default_runtime = 'runc'
 cgroup_manager = 'cgroupfs'
 pinns_path = '$crio_dir/pinns'
 [crio.runtime.runtimes.runc]
-runtime_path = '$runc'
+runtime_path = '$1'
 runtime_root = '/run/runc'
 monitor_path = '/usr/bin/conmon'
 monitor_cgroup = 'pod'
@@ -554,8 +554,7 @@ EOF
 }
 
 start_cri_o() {
-  local drop=()
-  runc=/usr/sbin/runc
+  local drop=() runc=/usr/sbin/runc
   if oom_scores_fixed; then
     drop+=(no-sys-resource)
   fi
@@ -567,7 +566,7 @@ start_cri_o() {
     runc_for_this_machine "${drop[@]}" >"$runc"
     chmod 755 "$runc"
   fi
-  crio_config >"$state/crio.conf"
+  crio_config "$runc" >"$state/crio.conf"
   start cri-o "$crio_dir/crio" --config "$state/crio.conf"
   wait_for cri-o 30 on_node "$crictl" -r "unix://$(runtime_socket)" version
 }

@@ -147,7 +147,7 @@ build_cri_o() { # out version
     -tags "containers_image_ostree_stub exclude_graphdriver_btrfs btrfs_noversion containers_image_openpgp" \
     -ldflags "-s -w" tool
   # pinns, static as upstream's pinns/Makefile makes it, from the module go build just used.
-  src=$(cd "$modules/cri-o" && "$GO" list -m -f '{{.Dir}}' $m)
+  src=$(cd "$modules/cri-o" && "$GO" list -m -f '{{.Dir}}' "$m")
   nice -n 19 gcc -std=c99 -Os -Wall -Wextra -static -s -o "$1/pinns" "$src"/pinns/src/*.c
 }
 

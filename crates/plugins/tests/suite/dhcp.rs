@@ -616,15 +616,12 @@ fn the_lease_store_removes_stale_temp_files_and_never_writes_through_a_symlink()
         &s.work.path().join("daemon.log"),
     ));
     // The daemon removes them (and says so) once its socket is its own, so a client may
-    // connect a moment before: the removal is waited for, within a deadline.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while (stale.exists() || !s.daemon_log().contains("removed"))
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(!stale.exists(), "{}", s.daemon_log());
-    assert!(s.daemon_log().contains("removed"), "{}", s.daemon_log());
+    // connect a moment before: the removal is waited for.
+    wait_until(
+        "the daemon removing the stale temp file and saying so",
+        Duration::from_secs(5),
+        || !stale.exists() && s.daemon_log().contains("removed"),
+    );
     // Every temp name of the lease this ADD saves is taken by a symlink.
     let victim = s.work.path().join("victim");
     std::fs::write(&victim, "precious").unwrap();
