@@ -8,28 +8,37 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "scripts/test.sh runs as root: the tests create network namespaces" >&2
   exit 1
 fi
-scripts/deps.sh
+# Each step's time, for CI's budget: "test.sh: STEP took N s".
+timed() {
+  local name=$1 started=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  echo "test.sh: $name took $((SECONDS - started)) s"
+  return "$rc"
+}
+
+timed deps scripts/deps.sh
 
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
+timed clippy cargo clippy --workspace --all-targets -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --exclude e2e --no-fail-fast 2>&1 | tee "$log" || status=$?
+timed tests bash -o pipefail -c 'cargo test --workspace --exclude e2e --no-fail-fast 2>&1 | tee "$1"' - "$log" || status=$?
 # The tests' VLAN, ipvlan and 8021q parts, which this kernel cannot run, under a Debian kernel in
 # qemu; it prints its own result per test binary.
-cargo xtask vm-test || status=$?
+timed vm-test cargo xtask vm-test || status=$?
 # The container image: built with podman from deploy/Containerfile and run as the DaemonSet runs
 # it, installing into a scratch node tree.
-cargo xtask image || status=$?
+timed image cargo xtask image || status=$?
 # The RPMs and the .deb: built, listed, installed into scratch roots and checked there, upgraded,
 # and built again to the same bytes.
-cargo xtask package || status=$?
+timed package cargo xtask package || status=$?
 # End to end on a real node (scripts/cluster.sh): kube-apiserver, etcd, containerd 2 and a
 # kubelet, multus-rs installed from deploy/ with the image just built. The node is taken down
 # after, whatever the result.
-MULTUS_RS_CLUSTER_IMAGE=$PWD/target/x86_64-unknown-linux-gnu/release/multus-rs-image.tar \
-  cargo test -p e2e --no-fail-fast -- --test-threads=1 2>&1 | tee -a "$log" || status=$?
+export MULTUS_RS_CLUSTER_IMAGE=$PWD/target/x86_64-unknown-linux-gnu/release/multus-rs-image.tar
+timed e2e bash -o pipefail -c 'cargo test -p e2e --no-fail-fast -- --test-threads=1 2>&1 | tee -a "$1"' - "$log" || status=$?
 scripts/cluster.sh down || status=$?
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

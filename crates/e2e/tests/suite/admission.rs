@@ -40,7 +40,7 @@ fn for_this_test(o: &mut Value) {
             .pointer_mut("/spec/template/spec/containers/0/command")
             .and_then(Value::as_array_mut)
         {
-            for arg in ["--certificate-lifetime", "90", "--interval", "3"] {
+            for arg in ["--certificate-lifetime", "60", "--interval", "3"] {
                 command.push(arg.into());
             }
         }

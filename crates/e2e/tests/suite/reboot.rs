@@ -16,7 +16,7 @@ use serde_json::Value;
 const PODS: usize = 4;
 /// How often thick mode's daemon looks for pods missing networks in the reboots without
 /// multus's config.
-const CHECK: Duration = Duration::from_secs(10);
+const CHECK: Duration = Duration::from_secs(5);
 
 fn nad() -> String {
     e2e::bridge_nad(
