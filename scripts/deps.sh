@@ -108,6 +108,7 @@ fi
 # v1.9.1, which the side-by-side tests run beside ours, multus v4.3.0, whose
 # daemon the mixed-version thick test runs beside our shim (crates/multus-node/tests/
 # thick_mixed.rs), whereabouts v0.9.4, whose plugin the e2e crate runs beside ours on one
-# cluster, and the parts of scripts/cluster.sh's node (the e2e crate).
+# cluster, the parts of scripts/cluster.sh's node (the e2e crate), and the Kubernetes API's
+# .proto files, with which testkit's API server reads client-go's protobuf bodies.
 scripts_dir=$(cd "$(dirname "$0")" && pwd)
-"$scripts_dir/peers.sh" build cni-plugins multus whereabouts kubernetes etcd containerd cri-o >/dev/null
+"$scripts_dir/peers.sh" build cni-plugins multus whereabouts kubernetes etcd containerd cri-o kube-api-protos >/dev/null

@@ -9,7 +9,8 @@
 #   scripts/peers.sh kube-replaces <k8s.io/kubernetes version>
 #                                     the replace block for test-support/peers/kubernetes/go.mod
 #
-# Peers: cni-plugins multus whereabouts containerd cri-o kubernetes etcd.
+# Peers: cni-plugins multus whereabouts containerd cri-o kubernetes etcd kube-api-protos (not a
+# build: the Kubernetes API's .proto files, which testkit's API server reads protobuf bodies with).
 #
 # Each peer is a small module of ours, test-support/peers/<peer>/go.mod, that requires exactly
 # the pinned upstream version; its go.sum pins everything beneath it and the builds run with
@@ -30,7 +31,7 @@ cache=${MULTUS_RS_PEERS_CACHE:-/var/cache/multus-rs-test}
 # built the old way are built again.
 recipe=1
 
-peers=(cni-plugins multus whereabouts containerd cri-o kubernetes etcd)
+peers=(cni-plugins multus whereabouts containerd cri-o kubernetes etcd kube-api-protos)
 
 # The upstream module whose version names a peer's directory.
 main_module() {
@@ -42,6 +43,7 @@ main_module() {
     cri-o) echo github.com/cri-o/cri-o ;;
     kubernetes) echo k8s.io/kubernetes ;;
     etcd) echo go.etcd.io/etcd/server/v3 ;;
+    kube-api-protos) echo k8s.io/api ;;
     *)
       echo "unknown peer: $1 (peers: ${peers[*]})" >&2
       exit 2
@@ -171,6 +173,36 @@ build_etcd() { # out version
   gob "$modules/etcd" -o "$1/" tool
   # The etcd main is the root package of go.etcd.io/etcd/server/v3; upstream names it etcd.
   mv "$1/server" "$1/etcd"
+}
+
+build_kube_api_protos() { # out version
+  # The modules' generated.proto files, under their import paths (k8s.io/api/core/v1/...), and
+  # inline.txt: the fields of a message that JSON inlines (a Go struct embedded with an empty
+  # JSON name, such as Probe's handler), one "package.Message field" a line.
+  local m dir f
+  for m in k8s.io/api k8s.io/apimachinery; do
+    dir=$(cd "$modules/kube-api-protos" && "$GO" mod download -json "$m" | awk -F'"' '$2 == "Dir" { print $4 }')
+    [ -d "$dir" ] || return 1
+    while read -r f; do
+      f=${f#./}
+      case $f in
+        */generated.proto)
+          mkdir -p "$1/$m/$(dirname "$f")"
+          cp "$dir/$f" "$1/$m/$f"
+          ;;
+        *)
+          awk -v pkg="$m/$(dirname "$f")" '
+            /^type [A-Za-z0-9_]+ struct/ { type = $2 }
+            /^[ \t]+\*?[A-Za-z0-9_.]+ +`json:"(,inline)?"/ && /protobuf:"/ {
+              name = $0
+              if (sub(/.*protobuf:"[^"]*name=/, "", name)) { sub(/[^A-Za-z0-9_].*/, "", name) }
+              else { name = $1; sub(/.*\./, "", name); name = tolower(substr(name, 1, 1)) substr(name, 2) }
+              gsub("/", ".", pkg); print pkg "." type, name
+            }' "$dir/$f" >>"$1/inline.txt"
+          ;;
+      esac
+    done < <(cd "$dir" && find . -name generated.proto -o -name types.go)
+  done
 }
 
 build_one() { # peer

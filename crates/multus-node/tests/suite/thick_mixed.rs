@@ -123,7 +123,7 @@ fn relay_one(mut client: UnixStream, target: &Path) -> Vec<u8> {
 /// Upstream's daemon, started as in a pod, with its API server and the relay to its socket.
 struct Upstream {
     sb: Sandbox,
-    _server: KubeApiServer,
+    server: KubeApiServer,
     _in_cluster: InCluster,
     daemon: Option<Child>,
     log: PathBuf,
@@ -168,10 +168,8 @@ impl Upstream {
             .collect();
         sb.write_conf("10-cluster.conf", &cluster);
         let socket_dir = sb.dir.path().join("run/multus");
-        // testkit's API server reads JSON only, and upstream's client writes the pod's status
-        // in protobuf (a PUT): so the status is not written. Upstream skips it for a pod in
-        // `systemNamespaces`, which v4.3.0 compares with the pod's name rather than its
-        // namespace; hence the name here. The wire between shim and daemon is this test's.
+        // Upstream's client writes the pod's status with a PUT in protobuf, which testkit's
+        // API server reads as kube-apiserver does.
         let config = json!({
             "cniVersion": "1.0.0",
             "cniConfigDir": sb.conf_dir(),
@@ -181,7 +179,6 @@ impl Upstream {
             "daemonSocketDir": socket_dir,
             "binDir": sb.plugins.path(),
             "cniDir": sb.cni_dir(),
-            "systemNamespaces": [POD_NAME],
             "logLevel": "verbose",
             "logToStderr": true,
         });
@@ -211,7 +208,7 @@ impl Upstream {
             relay: Relay::new(listener, socket_dir.join("multus.sock")),
             relay_dir,
             shim: PluginDir::new(&multus_bin(), &["multus-shim"]),
-            _server: server,
+            server,
             _in_cluster: in_cluster,
             daemon: Some(child),
             log,
@@ -295,6 +292,29 @@ fn our_shim_reads_upstreams_chunked_add_reply_and_deletes_through_it() {
             && i["sandbox"] == json!(up.sb.pod.path().display().to_string())),
         "{result}"
     );
+    // The daemon wrote the pod's network-status with a PUT of the pod's status in protobuf,
+    // as it does against kube-apiserver.
+    let put: Vec<_> = up
+        .server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT" && r.path.ends_with(&format!("/pods/{POD_NAME}/status")))
+        .collect();
+    assert!(
+        put.iter().any(|r| r.status == 200
+            && r.content_type.as_deref() == Some("application/vnd.kubernetes.protobuf")),
+        "{put:?}"
+    );
+    let pod = up.server.pod(POD_NS, POD_NAME).expect("the pod");
+    let status: Value = serde_json::from_str(
+        pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+            .as_str()
+            .expect("network-status"),
+    )
+    .expect("network-status is JSON");
+    assert_eq!(status[0]["interface"], "eth0", "{status}");
+    assert_eq!(status[0]["ips"], json!(["10.88.0.2"]), "{status}");
+    assert_eq!(pod["metadata"]["uid"], POD_UID, "{pod}");
     // The pod has them.
     assert_eq!(up.sb.pod_links(), ["eth0"]);
     assert_eq!(up.sb.pod_addrs("eth0"), ["10.88.0.2"]);

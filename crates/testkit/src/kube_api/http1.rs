@@ -46,6 +46,24 @@ impl Request {
             .map(|(_, v)| v.into_owned())
     }
 
+    /// The same request with `body` as its JSON body.
+    pub fn with_json_body(&self, body: &serde_json::Value) -> Request {
+        let mut headers: Vec<(String, String)> = self
+            .headers
+            .iter()
+            .filter(|(n, _)| !n.eq_ignore_ascii_case("content-type"))
+            .cloned()
+            .collect();
+        headers.push(("content-type".into(), "application/json".into()));
+        Request::new(
+            &self.method,
+            &self.path,
+            &self.query,
+            headers,
+            serde_json::to_vec(body).unwrap_or_default(),
+        )
+    }
+
     pub fn wants_close(&self) -> bool {
         self.header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"))

@@ -33,6 +33,7 @@ mod http2;
 mod in_cluster;
 mod latency;
 mod objects;
+mod protobuf;
 mod rbac;
 mod routes;
 mod tls;

@@ -328,6 +328,13 @@ pub(super) fn media_type(req: &Request) -> &str {
 }
 
 pub(super) fn handle(state: &mut State, req: &Request) -> (u16, Value) {
+    // Served as the same request in JSON, as kube-apiserver decodes either into one object.
+    if media_type(req) == super::protobuf::MEDIA_TYPE {
+        return match super::protobuf::to_json(&req.body) {
+            Ok(object) => handle(state, &req.with_json_body(&object)),
+            Err(e) => bad_request(&format!("the protobuf body cannot be read: {e}")),
+        };
+    }
     if let Some(Err(reply)) = super::watch::Watch::of(req) {
         return reply;
     }
@@ -488,22 +495,28 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
             Some(p) => (200, p.clone()),
             None => not_found("", "pods", name),
         },
-        "PATCH" => {
+        // A merge PATCH, or a PUT of the whole pod (client-go's UpdateStatus, in JSON or, read
+        // before this, in protobuf).
+        "PATCH" | "PUT" => {
             let content_type = media_type(req);
-            if content_type != "application/merge-patch+json"
-                && content_type != "application/strategic-merge-patch+json"
-            {
+            let put = req.method == "PUT";
+            let accepted = if put {
+                "application/json, application/vnd.kubernetes.protobuf"
+            } else {
+                "application/merge-patch+json, application/strategic-merge-patch+json"
+            };
+            if !accepted.split(", ").any(|t| t == content_type) {
                 return status(
                     415,
                     "UnsupportedMediaType",
-                    &format!("the body of the request was in an unknown format - accepted media types include: application/merge-patch+json, application/strategic-merge-patch+json (this test server); got {content_type:?}"),
+                    &format!("the body of the request was in an unknown format - accepted media types include: {accepted} (this test server); got {content_type:?}"),
                     None,
                 );
             }
             let patch: Value = match serde_json::from_slice(&req.body) {
                 Ok(p @ Value::Object(_)) => p,
-                Ok(_) => return bad_request("the patch is not a JSON object"),
-                Err(e) => return bad_request(&format!("error decoding patch: {e}")),
+                Ok(_) => return bad_request("the body is not a JSON object"),
+                Err(e) => return bad_request(&format!("error decoding the body: {e}")),
             };
             let Some(current) = state.pods.get(&key) else {
                 return not_found("", "pods", name);
@@ -511,7 +524,7 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
             let current_meta = &current["metadata"];
             if let Some(rv) = patch["metadata"]
                 .get("resourceVersion")
-                .filter(|v| !v.is_null())
+                .filter(|v| !v.is_null() && **v != "")
             {
                 if *rv != current_meta["resourceVersion"] {
                     return conflict("", "pods", name, MODIFIED);
@@ -530,8 +543,13 @@ fn pod(state: &mut State, req: &Request, ns: &str, name: &str, status_sub: bool)
                     );
                 }
             }
-            let mut updated = current.clone();
-            merge_patch(&mut updated, &patch);
+            let mut updated = if put {
+                patch.clone()
+            } else {
+                let mut merged = current.clone();
+                merge_patch(&mut merged, &patch);
+                merged
+            };
             // The main resource cannot change status, the status subresource cannot change spec;
             // identity fields never change.
             let kept = if status_sub { "spec" } else { "status" };
