@@ -1,8 +1,9 @@
 //! `cargo xtask bench-cluster`: pod-ready latency on the real node of scripts/cluster.sh, side
 //! by side in one run. A Deployment of 100 pods, each on the cluster network and two NADs
-//! (bridge + host-local), under: no multus, ours thin and thick (deploy/), and upstream multus
-//! in thin and thick mode, built from its module into a local image and installed with the
-//! DaemonSet manifests its module ships. For each: the latency from `kubectl apply` to each
+//! (bridge + host-local), under: no multus; the same three networks without multus (a shell
+//! plugin that runs the three bridge calls multus would, and nothing else); ours thin and thick
+//! (deploy/); and upstream multus in thin and thick mode, built from its module into a local
+//! image and installed with the DaemonSet manifests its module ships. For each: the latency from `kubectl apply` to each
 //! pod's Ready, p50 and p99; multus's memory on the node (PSS of its processes) idle, at the
 //! burst's peak, and with the pods running; and multus's API requests per pod, counted in the
 //! API server's audit log over the pods' creation and deletion.
@@ -31,19 +32,75 @@ const UPSTREAM_REFS: [&str; 2] = [
 /// daemon, and what the DaemonSet's container runs.
 const MULTUS_EXES: [&str; 4] = ["multus", "multus-shim", "multus-daemon", "thin_entrypoint"];
 
-/// The two NADs each pod attaches.
+/// The two NADs each pod attaches: name and subnet.
+const NADS: [(&str, &str); 2] = [("bench-a", "10.61.0.0/24"), ("bench-b", "10.62.0.0/24")];
+
+fn ipam(subnet: &str) -> String {
+    format!(r#"{{"type": "host-local", "subnet": "{subnet}"}}"#)
+}
+
 fn nads() -> String {
-    [("bench-a", "10.61.0.0/24"), ("bench-b", "10.62.0.0/24")]
-        .map(|(name, subnet)| {
-            let ipam = format!(r#"{{"type": "host-local", "subnet": "{subnet}"}}"#);
-            e2e::bridge_nad(name, &format!("br-{name}"), &ipam)
-        })
+    NADS.map(|(name, subnet)| e2e::bridge_nad(name, &format!("br-{name}"), &ipam(subnet)))
         .join("---\n")
+}
+
+/// The plugin of the "same networks" setup: eth0 from the cluster network's bridge, then net1
+/// and net2 from the NADs' bridges, as multus would call them, with no API and no cache.
+const FANOUT: &str = r#"#!/bin/sh
+d=/etc/cni/fanout
+case $CNI_COMMAND in
+  ADD)
+    out=$(/opt/cni/bin/bridge <$d/eth0.json) || { echo "$out"; exit 1; }
+    for n in net1 net2; do
+      err=$(CNI_IFNAME=$n /opt/cni/bin/bridge <$d/$n.json) || { echo "$err"; exit 1; }
+    done
+    echo "$out"
+    ;;
+  DEL)
+    for n in net2 net1; do CNI_IFNAME=$n /opt/cni/bin/bridge <$d/$n.json >/dev/null; done
+    exec /opt/cni/bin/bridge <$d/eth0.json
+    ;;
+  VERSION) echo '{"cniVersion": "1.0.0", "supportedVersions": ["1.0.0"]}' ;;
+esac
+"#;
+
+/// Puts the fanout plugin on the node, first in its config directory; returns what to remove.
+fn install_fanout() -> Result<Vec<PathBuf>> {
+    let node = e2e::state_dir().join("node");
+    let conf_dir = node.join("etc/cni/net.d");
+    let cluster: Value = serde_json::from_str(&std::fs::read_to_string(
+        conf_dir.join("10-cluster.conflist"),
+    )?)?;
+    let mut eth0 = cluster["plugins"][0].clone();
+    eth0["cniVersion"] = cluster["cniVersion"].clone();
+    eth0["name"] = cluster["name"].clone();
+    let dir = node.join("etc/cni/fanout");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("eth0.json"), eth0.to_string())?;
+    for (i, (name, subnet)) in NADS.iter().enumerate() {
+        let conf = format!(
+            r#"{{"cniVersion": "1.0.0", "name": "{name}", "type": "bridge", "bridge": "br-{name}", "ipam": {}}}"#,
+            ipam(subnet)
+        );
+        std::fs::write(dir.join(format!("net{}.json", i + 1)), conf)?;
+    }
+    let plugin = node.join("opt/cni/bin/fanout");
+    std::fs::write(&plugin, FANOUT)?;
+    std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    let conf = conf_dir.join("00-fanout.conf");
+    std::fs::write(
+        &conf,
+        r#"{"cniVersion": "1.0.0", "name": "cluster", "type": "fanout"}"#,
+    )?;
+    // The runtime reloads its config directory on a change.
+    std::thread::sleep(Duration::from_secs(3));
+    Ok(vec![conf, plugin, dir])
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum Setup {
     NoMultus,
+    SameNetworks,
     Ours(&'static str),
     Upstream(&'static str),
 }
@@ -52,14 +109,16 @@ impl Setup {
     fn label(self) -> String {
         match self {
             Setup::NoMultus => "no multus".into(),
+            Setup::SameNetworks => "the same networks, no multus".into(),
             Setup::Ours(mode) => format!("multus-rs {mode}"),
             Setup::Upstream(mode) => format!("upstream v4.3.0 {mode}"),
         }
     }
 }
 
-const SETUPS: [Setup; 5] = [
+const SETUPS: [Setup; 6] = [
     Setup::NoMultus,
+    Setup::SameNetworks,
     Setup::Ours("thin"),
     Setup::Ours("thick"),
     Setup::Upstream("thin"),
@@ -125,6 +184,15 @@ pub fn this_image_on_the_node() -> Result<()> {
 fn with_setup<T>(setup: Setup, archive: &Path, f: impl FnOnce(&Node) -> Result<T>) -> Result<T> {
     match setup {
         Setup::NoMultus => f(&e2e::up("bare")?),
+        Setup::SameNetworks => {
+            let node = e2e::up("bare")?;
+            let installed = install_fanout()?;
+            let out = f(&node);
+            for path in installed {
+                let _ = std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir_all(&path));
+            }
+            out
+        }
         Setup::Ours(mode) => {
             let node = e2e::up(mode)?;
             node.apply(&nads())?;
@@ -267,8 +335,20 @@ fn burst(node: &Node, setup: Setup, pods: usize) -> Result<Figures> {
         return Err(e);
     }
     let peak_kb = sampler.join().unwrap_or(0);
-    if setup != Setup::NoMultus {
+    if matches!(setup, Setup::Ours(_) | Setup::Upstream(_)) {
         every_pod_has_its_networks(node, pods)?;
+    }
+    if setup == Setup::SameNetworks {
+        // Without multus no network-status: each NAD's bridge has a port per pod.
+        for (name, _) in NADS {
+            let ports =
+                node.exec(&["ip", "-o", "link", "show", "master", &format!("br-{name}")])?;
+            ensure!(
+                ports.lines().count() == pods,
+                "br-{name} has {} ports for {pods} pods",
+                ports.lines().count()
+            );
+        }
     }
     let failed_adds = failed_sandboxes(node)?;
     let running_kb = settle_memory()?;
@@ -588,6 +668,7 @@ fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -
     println!("| setup | ready p50 (ms) | ready p99 (ms) | over no multus, p50 / p99 (ms) | multus PSS idle / peak / pods running (MiB) | API requests per pod | failed ADDs |");
     println!("|---|---|---|---|---|---|---|");
     let base = summary(&Setup::NoMultus.label())?;
+    let same = summary(&Setup::SameNetworks.label())?;
     for setup in SETUPS {
         let s = summary(&setup.label())?;
         let over = if setup == Setup::NoMultus {
@@ -618,9 +699,16 @@ fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -
             ours[3] / theirs[3],
             ours[5] / theirs[5],
         );
+        println!(
+            "{mode}: over the same networks without multus, ours / upstream's: p50 {:.0} / {:.0} ms, p99 {:.0} / {:.0} ms",
+            ours[0] - same[0],
+            theirs[0] - same[0],
+            ours[1] - same[1],
+            theirs[1] - same[1],
+        );
     }
     println!();
-    for setup in SETUPS.into_iter().skip(1) {
+    for setup in SETUPS.into_iter().skip(2) {
         let Some(last) = results.get(&setup.label()).and_then(|r| r.last()) else {
             continue;
         };
