@@ -857,7 +857,7 @@ down() {
 # netns and the runtime's state are gone; the links go. What is on disk stays: /etc/cni,
 # /var/lib. The control plane runs on as if on another machine.
 reboot_node() { # [--without-multus-config]
-  local keep p pids l
+  local keep p pids l left
   [ -f "$state/runtime" ] || die "no node is up"
   runtime=$(cat "$state/runtime")
   mode=$(cat "$state/mode")
@@ -883,9 +883,16 @@ reboot_node() { # [--without-multus-config]
   done
   # A boot starts with no cgroups. The kubelet's scan takes seconds over each one left of a
   # container the runtime no longer knows, which would slow its start far past a real boot's.
-  for c in /sys/fs/cgroup/*/"$cgroup"; do
-    find "$c" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  # A killed process leaves its cgroup busy for a moment, so this tries a few times.
+  for _ in 1 2 3 4 5; do
+    for c in /sys/fs/cgroup/*/"$cgroup"; do
+      find "$c" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
+    done
+    left=$(find /sys/fs/cgroup/*/"$cgroup" -mindepth 1 -type d 2>/dev/null | head -3)
+    [ -n "$left" ] || break
+    sleep 0.5
   done
+  [ -z "$left" ] || die "the pods' cgroups outlived the reboot: $left"
   case ${1:-} in
     --without-multus-config) rm -f "$state"/node/etc/cni/net.d/00-multus.conf "$state"/node/etc/cni/net.d/00-multus.conflist ;;
     # In a config directory of multus's own, under /run, 00-multus.conf is gone already.

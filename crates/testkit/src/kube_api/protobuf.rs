@@ -8,7 +8,7 @@
 //! files name fields so); one marked `+optional` is left out when it holds its zero value, as
 //! the JSON encoder's `omitempty` leaves it out.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -38,8 +38,6 @@ struct Field {
     repeated: bool,
     /// `map<string, V>`: `kind` is V.
     map: bool,
-    /// `+optional`: left out of the JSON when zero.
-    optional: bool,
     /// A Go struct embedded with no JSON name: its fields are this message's in JSON.
     inline: bool,
 }
@@ -49,6 +47,8 @@ struct Message {
     fields: HashMap<u64, Field>,
     /// A wrapper of one `items` list (`+protobuf.nullable=true`), which is that list in JSON.
     list: bool,
+    /// The fields marked `+optional`, by JSON name: left out of the JSON when zero.
+    optional: HashSet<String>,
 }
 
 type Schemas = HashMap<String, Message>;
@@ -128,7 +128,10 @@ fn parse_proto(text: &str, schemas: &mut Schemas) {
                 schemas.insert(name, message);
             }
         } else if let Some((_, message)) = current.as_mut() {
-            if let Some((number, field)) = parse_field(line, &package, &comments) {
+            if let Some((number, field)) = parse_field(line, &package) {
+                if comments.contains("+optional") {
+                    message.optional.insert(field.name.clone());
+                }
                 message.fields.insert(number, field);
             }
         }
@@ -139,7 +142,7 @@ fn parse_proto(text: &str, schemas: &mut Schemas) {
 }
 
 /// `optional T name = N;`, `repeated T name = N;` or `map<string, T> name = N;`.
-fn parse_field(line: &str, package: &str, comments: &str) -> Option<(u64, Field)> {
+fn parse_field(line: &str, package: &str) -> Option<(u64, Field)> {
     let (decl, number) = line.strip_suffix(';')?.split_once('=')?;
     let number = number.trim().parse().ok()?;
     let (repeated, map, kind, name) = if let Some(rest) = decl.strip_prefix("map<") {
@@ -167,7 +170,6 @@ fn parse_field(line: &str, package: &str, comments: &str) -> Option<(u64, Field)
         kind,
         repeated,
         map,
-        optional: comments.contains("+optional"),
         inline: false,
     };
     Some((number, field))
@@ -182,16 +184,7 @@ enum Wire<'a> {
 }
 
 fn varint(buf: &mut &[u8]) -> Result<u64, String> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let (&byte, rest) = buf.split_first().ok_or("a varint runs past the end")?;
-        *buf = rest;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte & 0x80 == 0 {
-            return Ok(value);
-        }
-    }
-    Err("a varint longer than 10 bytes".into())
+    prost::encoding::decode_varint(buf).map_err(|e| format!("a bad varint: {e}"))
 }
 
 /// The fields of one message, in wire order.
@@ -285,7 +278,11 @@ fn message(schemas: &Schemas, name: &str, buf: &[u8]) -> Result<Value, String> {
         Some("apis.meta.v1.Time") => return time(buf, false),
         Some("apis.meta.v1.MicroTime") => return time(buf, true),
         Some("api.resource.Quantity") => {
-            return Ok(scalar_field(buf, 1)?.map_or(Value::Null, Value::String))
+            let string = fields(buf)?.into_iter().find_map(|(n, v)| match (n, v) {
+                (1, Wire::Bytes(b)) => Some(b),
+                _ => None,
+            });
+            return string.map_or(Ok(Value::Null), |b| text(b).map(Value::String));
         }
         Some("util.intstr.IntOrString") => return int_or_string(buf),
         Some("runtime.RawExtension" | "apis.meta.v1.FieldsV1") => {
@@ -370,13 +367,7 @@ fn message(schemas: &Schemas, name: &str, buf: &[u8]) -> Result<Value, String> {
             }
         }
     }
-    object.retain(|name, value| {
-        let optional = schema
-            .fields
-            .values()
-            .any(|f| f.name == *name && f.optional);
-        !(optional && is_zero(value))
-    });
+    object.retain(|name, value| !(schema.optional.contains(name) && is_zero(value)));
     if schema.list {
         return Ok(object.remove("items").unwrap_or(Value::Array(Vec::new())));
     }
@@ -419,16 +410,6 @@ fn is_zero(value: &Value) -> bool {
     }
 }
 
-/// Field `number` of a message of one string field.
-fn scalar_field(buf: &[u8], number: u64) -> Result<Option<String>, String> {
-    for (n, v) in fields(buf)? {
-        if let (true, Wire::Bytes(b)) = (n == number, v) {
-            return Ok(Some(text(b)?));
-        }
-    }
-    Ok(None)
-}
-
 /// `Time` (to the second) or `MicroTime` (to the microsecond), as RFC 3339 in UTC.
 fn time(buf: &[u8], micro: bool) -> Result<Value, String> {
     let (mut seconds, mut nanos) = (0i64, 0i32);
@@ -469,33 +450,23 @@ fn int_or_string(buf: &[u8]) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use prost::encoding::encode_varint;
     use serde_json::json;
 
     fn key(number: u64, wire: u64, out: &mut Vec<u8>) {
-        put_varint(number << 3 | wire, out);
+        encode_varint(number << 3 | wire, out);
     }
 
-    fn put_varint(mut v: u64, out: &mut Vec<u8>) {
-        loop {
-            let low = v.to_le_bytes()[0] & 0x7f;
-            v >>= 7;
-            if v == 0 {
-                out.push(low);
-                return;
-            }
-            out.push(low | 0x80);
-        }
-    }
 
     fn bytes(number: u64, b: &[u8], out: &mut Vec<u8>) {
         key(number, 2, out);
-        put_varint(u64::try_from(b.len()).expect("a short field"), out);
+        encode_varint(u64::try_from(b.len()).expect("a short field"), out);
         out.extend_from_slice(b);
     }
 
     fn int(number: u64, v: i64, out: &mut Vec<u8>) {
         key(number, 0, out);
-        put_varint(v.cast_unsigned(), out);
+        encode_varint(v.cast_unsigned(), out);
     }
 
     fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
