@@ -1,10 +1,11 @@
 //! `cargo xtask bench-cluster`: pod-ready latency on the real node of scripts/cluster.sh, side
 //! by side in one run. A Deployment of 100 pods, each on the cluster network and two NADs
 //! (bridge + host-local), under: no multus; the same three networks without multus (a shell
-//! plugin that runs the three bridge calls multus would, and nothing else); ours thin and thick
-//! (deploy/); and upstream multus in thin and thick mode, built from its module into a local
-//! image and installed with the DaemonSet manifests its module ships. For each: the latency from `kubectl apply` to each
-//! pod's Ready, p50 and p99; multus's memory on the node (PSS of its processes) idle, at the
+//! plugin that runs the three bridge calls multus would, and nothing else); the same plugin
+//! also making the API writes every multus owes a pod (network-status and its events); ours
+//! thin and thick (deploy/); and upstream multus in thin and thick mode, built from its module
+//! into a local image and installed with the DaemonSet manifests its module ships. For each:
+//! the latency from `kubectl apply` to each pod's Ready, p50 and p99; multus's memory on the node (PSS of its processes) idle, at the
 //! burst's peak, and with the pods running; and multus's API requests per pod, counted in the
 //! API server's audit log over the pods' creation and deletion.
 
@@ -44,16 +45,41 @@ fn nads() -> String {
         .join("---\n")
 }
 
-/// The plugin of the "same networks" setup: eth0 from the cluster network's bridge, then net1
-/// and net2 from the NADs' bridges, as multus would call them, with no API and no cache.
-const FANOUT: &str = r#"#!/bin/sh
+/// The plugin of the "same networks" setups: eth0 from the cluster network's bridge, then net1
+/// and net2 from the NADs' bridges, as multus would call them, with no cache. With `api.env`
+/// beside its configs it then makes the writes every multus owes each pod, in one curl on one
+/// connection: the network-status PATCH and an `AddedInterface` event per interface.
+const FANOUT: &str = r##"#!/bin/sh
 d=/etc/cni/fanout
+address() { printf '%s\n' "$1" | sed -n 's/.*"address": *"\([^"/]*\).*/\1/p' | head -n 1; }
+event() { # interface address network
+  printf '{"metadata":{"generateName":"%s.","namespace":"%s"},"involvedObject":{"apiVersion":"v1","kind":"Pod","namespace":"%s","name":"%s"},"reason":"AddedInterface","message":"Add %s [%s] from %s","type":"Normal","source":{"component":"multus"},"firstTimestamp":"%s","lastTimestamp":"%s","count":1}' \
+    "$pod" "$ns" "$ns" "$pod" "$1" "$2" "$3" "$now" "$now"
+}
+writes() {
+  . $d/api.env
+  for kv in $(printf '%s' "$CNI_ARGS" | tr ';' ' '); do
+    case $kv in K8S_POD_NAMESPACE=*) ns=${kv#*=} ;; K8S_POD_NAME=*) pod=${kv#*=} ;; esac
+  done
+  a0=$(address "$out") a1=$(address "$n1") a2=$(address "$n2")
+  now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  status=$(printf '{"metadata":{"annotations":{"k8s.v1.cni.cncf.io/network-status":"[{\\"name\\":\\"cluster\\",\\"interface\\":\\"eth0\\",\\"ips\\":[\\"%s\\"],\\"default\\":true},{\\"name\\":\\"default/bench-a\\",\\"interface\\":\\"net1\\",\\"ips\\":[\\"%s\\"]},{\\"name\\":\\"default/bench-b\\",\\"interface\\":\\"net2\\",\\"ips\\":[\\"%s\\"]}]"}}}' "$a0" "$a1" "$a2")
+  base=$server/api/v1/namespaces/$ns
+  set -- -sSf -o /dev/null --cacert "$ca" -H "Authorization: Bearer $(cat "$token")"
+  curl -Z "$@" -X PATCH -H 'Content-Type: application/merge-patch+json' -d "$status" "$base/pods/$pod/status" \
+    --next "$@" -H 'Content-Type: application/json' -d "$(event eth0 "$a0" cluster)" "$base/events" \
+    --next "$@" -H 'Content-Type: application/json' -d "$(event net1 "$a1" default/bench-a)" "$base/events" \
+    --next "$@" -H 'Content-Type: application/json' -d "$(event net2 "$a2" default/bench-b)" "$base/events" >&2
+}
 case $CNI_COMMAND in
   ADD)
     out=$(/opt/cni/bin/bridge <$d/eth0.json) || { echo "$out"; exit 1; }
-    for n in net1 net2; do
-      err=$(CNI_IFNAME=$n /opt/cni/bin/bridge <$d/$n.json) || { echo "$err"; exit 1; }
-    done
+    n1=$(CNI_IFNAME=net1 /opt/cni/bin/bridge <$d/net1.json) || { echo "$n1"; exit 1; }
+    n2=$(CNI_IFNAME=net2 /opt/cni/bin/bridge <$d/net2.json) || { echo "$n2"; exit 1; }
+    if [ -f $d/api.env ] && ! writes; then
+      echo '{"cniVersion": "1.0.0", "code": 999, "msg": "the API writes failed"}'
+      exit 1
+    fi
     echo "$out"
     ;;
   DEL)
@@ -62,7 +88,58 @@ case $CNI_COMMAND in
     ;;
   VERSION) echo '{"cniVersion": "1.0.0", "supportedVersions": ["1.0.0"]}' ;;
 esac
+"##;
+
+/// What the fanout plugin's writes run as: a ServiceAccount named as multus's (so the audit
+/// log counts its requests as multus's), allowed those writes and nothing else.
+const WRITER: &str = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: multus, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: bench-network-writes}
+rules:
+  - {apiGroups: [""], resources: [pods/status], verbs: [patch]}
+  - {apiGroups: [""], resources: [events], verbs: [create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: bench-network-writes}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bench-network-writes}
+subjects: [{kind: ServiceAccount, name: multus, namespace: kube-system}]
 "#;
+
+/// Gives the fanout plugin the API server, its CA and a token of [`WRITER`]'s.
+fn fanout_writes(node: &Node) -> Result<()> {
+    node.apply(WRITER)?;
+    let state = e2e::state_dir();
+    let kubeconfig = std::fs::read_to_string(state.join("admin.kubeconfig"))?;
+    let server = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .context("the admin's kubeconfig names no server")?;
+    let token = node.kubectl(&[
+        "create",
+        "token",
+        "multus",
+        "-n",
+        "kube-system",
+        "--duration",
+        "2h",
+    ])?;
+    let dir = state.join("node/etc/cni/fanout");
+    std::fs::write(dir.join("token"), token.trim())?;
+    std::fs::write(
+        dir.join("api.env"),
+        format!(
+            "server={server}\nca={}\ntoken=/etc/cni/fanout/token\n",
+            state.join("pki/ca.crt").display()
+        ),
+    )?;
+    Ok(())
+}
 
 /// Puts the fanout plugin on the node, first in its config directory; returns what to remove.
 fn install_fanout() -> Result<Vec<PathBuf>> {
@@ -101,6 +178,8 @@ fn install_fanout() -> Result<Vec<PathBuf>> {
 enum Setup {
     NoMultus,
     SameNetworks,
+    /// The same networks and the writes every multus owes each pod.
+    SameNetworksAndWrites,
     Ours(&'static str),
     Upstream(&'static str),
 }
@@ -110,15 +189,17 @@ impl Setup {
         match self {
             Setup::NoMultus => "no multus".into(),
             Setup::SameNetworks => "the same networks, no multus".into(),
+            Setup::SameNetworksAndWrites => "the same networks and writes, no multus".into(),
             Setup::Ours(mode) => format!("multus-rs {mode}"),
             Setup::Upstream(mode) => format!("upstream v4.3.0 {mode}"),
         }
     }
 }
 
-const SETUPS: [Setup; 6] = [
+const SETUPS: [Setup; 7] = [
     Setup::NoMultus,
     Setup::SameNetworks,
+    Setup::SameNetworksAndWrites,
     Setup::Ours("thin"),
     Setup::Ours("thick"),
     Setup::Upstream("thin"),
@@ -184,12 +265,20 @@ pub fn this_image_on_the_node() -> Result<()> {
 fn with_setup<T>(setup: Setup, archive: &Path, f: impl FnOnce(&Node) -> Result<T>) -> Result<T> {
     match setup {
         Setup::NoMultus => f(&e2e::up("bare")?),
-        Setup::SameNetworks => {
+        Setup::SameNetworks | Setup::SameNetworksAndWrites => {
             let node = e2e::up("bare")?;
             let installed = install_fanout()?;
-            let out = f(&node);
+            let writes = setup == Setup::SameNetworksAndWrites;
+            let out = if writes {
+                fanout_writes(&node).and_then(|()| f(&node))
+            } else {
+                f(&node)
+            };
             for path in installed {
                 let _ = std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir_all(&path));
+            }
+            if writes {
+                node.delete(WRITER)?;
             }
             out
         }
@@ -335,10 +424,13 @@ fn burst(node: &Node, setup: Setup, pods: usize) -> Result<Figures> {
         return Err(e);
     }
     let peak_kb = sampler.join().unwrap_or(0);
-    if matches!(setup, Setup::Ours(_) | Setup::Upstream(_)) {
+    if matches!(
+        setup,
+        Setup::SameNetworksAndWrites | Setup::Ours(_) | Setup::Upstream(_)
+    ) {
         every_pod_has_its_networks(node, pods)?;
     }
-    if setup == Setup::SameNetworks {
+    if matches!(setup, Setup::SameNetworks | Setup::SameNetworksAndWrites) {
         // Without multus no network-status: each NAD's bridge has a port per pod.
         for (name, _) in NADS {
             let ports =
@@ -669,6 +761,7 @@ fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -
     println!("|---|---|---|---|---|---|---|");
     let base = summary(&Setup::NoMultus.label())?;
     let same = summary(&Setup::SameNetworks.label())?;
+    let writes = summary(&Setup::SameNetworksAndWrites.label())?;
     for setup in SETUPS {
         let s = summary(&setup.label())?;
         let over = if setup == Setup::NoMultus {
@@ -705,6 +798,13 @@ fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -
             theirs[0] - same[0],
             ours[1] - same[1],
             theirs[1] - same[1],
+        );
+        println!(
+            "{mode}: over the same networks and writes without multus, ours / upstream's: p50 {:.0} / {:.0} ms, p99 {:.0} / {:.0} ms",
+            ours[0] - writes[0],
+            theirs[0] - writes[0],
+            ours[1] - writes[1],
+            theirs[1] - writes[1],
         );
     }
     println!();
