@@ -3,7 +3,7 @@
 //! and the .deb, built and checked), `cargo xtask bench`, `cargo xtask bench-multus`,
 //! `cargo xtask bench-whereabouts`, `cargo xtask bench-thick`, `cargo xtask bench-cluster`,
 //! `cargo xtask bench-admission` and
-//! `cargo xtask bench-reconcile` (on the real node of scripts/cluster.sh),
+//! `cargo xtask bench-reconcile` (on the real node of scripts/cluster.sh), `cargo xtask bench-probe`,
 //! `cargo xtask vm-test` (the tests that need a full kernel) and `cargo xtask vm-bench` (the
 //! macvlan, ipvlan and vlan benchmarks in that kernel).
 
@@ -11,6 +11,7 @@ mod bench;
 mod bench_admission;
 mod bench_cluster;
 mod bench_multus;
+mod bench_probe;
 mod bench_reconcile;
 mod bench_thick;
 mod bench_whereabouts;
@@ -48,6 +49,7 @@ fn main() -> Result<()> {
         "bench-cluster" => bench_cluster::run(&rest),
         "bench-admission" => bench_admission::run(&rest),
         "bench-reconcile" => bench_reconcile::run(&rest),
+        "bench-probe" => bench_probe::run(&rest),
         "vm-test" => vm::run(&rest),
         "image" => image::run(),
         "package" => package::run(&rest),
@@ -60,7 +62,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-reconcile [--pods N] | vm-test [TEST [FILTER...]] | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }

@@ -51,6 +51,7 @@ const RUNS: &[VmRun] = &[
         target: "suite",
         args: &[
             "bridge::",
+            "conflict_probe::",
             "macvlan::",
             "ipvlan::",
             "dhcp_macvlan_ipvlan::",

@@ -1,5 +1,5 @@
 //! Linux networking for the CNI plugins and multus: network namespaces, a synchronous
-//! rtnetlink layer, sysctl, tap devices, traffic shaping, and packet filtering ([`firewall`]:
+//! rtnetlink layer, sysctl, tap devices, link-layer sockets and the address conflict probe, traffic shaping, and packet filtering ([`firewall`]:
 //! masquerade, host port and forwarding rules, the spoof check, firewalld's zones over
 //! D-Bus). Everything is synchronous and keeps the kernel's errno in its errors.
 
@@ -8,6 +8,8 @@ pub mod error;
 pub mod firewall;
 pub mod netlink;
 pub mod netns;
+pub mod packet;
+pub mod probe;
 pub mod sockets;
 pub mod sysctl;
 pub mod tap;

@@ -1,4 +1,5 @@
-//! A link-layer (AF_PACKET) socket for the DHCP exchange, and the IPv4/UDP framing around it.
+//! The IPv4/UDP framing of the DHCP exchange, sent and read on a link-layer socket
+//! ([`netkit::packet::PacketSocket`] for IPv4).
 //!
 //! Before the interface has an address, a server may unicast its reply to the offered address;
 //! the kernel's UDP stack drops that, a packet socket still sees it. Sending through the same
@@ -6,160 +7,20 @@
 //! broadcast before the lease, unicast to the server's MAC (learnt from its reply) after.
 
 use std::io;
-use std::mem::ManuallyDrop;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use netkit::packet::checksum;
 
 /// UDP ports of the DHCP server and client.
 pub const SERVER_PORT: u16 = 67;
 pub const CLIENT_PORT: u16 = 68;
-pub const BROADCAST_MAC: [u8; 6] = [0xff; 6];
 
-const ETH_P_IP: u16 = 0x0800;
 const IPPROTO_UDP: u8 = 17;
 const IPPROTO_ICMP: u8 = 1;
 const ICMP_ECHO_REQUEST: u8 = 8;
 const ICMP_ECHO_REPLY: u8 = 0;
 const IPV4_HEADER: usize = 20;
 const UDP_HEADER: usize = 8;
-
-/// A datagram packet socket bound to one interface, receiving IPv4. Non-blocking.
-pub struct PacketSocket {
-    /// Closed by [`Drop`], on a thread of its own.
-    fd: ManuallyDrop<OwnedFd>,
-    ifindex: i32,
-}
-
-/// Closing a packet socket waits for an RCU grace period while the kernel unhooks it from the
-/// receive path: milliseconds in which the daemon's one thread would serve no other lease.
-impl Drop for PacketSocket {
-    fn drop(&mut self) {
-        // SAFETY: the descriptor is taken once, here, and `self.fd` is not used after.
-        let fd = unsafe { ManuallyDrop::take(&mut self.fd) };
-        // Where no thread can be started, the closure, and the descriptor, are dropped here.
-        let _ = std::thread::Builder::new()
-            .name("packet-close".into())
-            .spawn(move || drop(fd));
-    }
-}
-
-impl PacketSocket {
-    /// Opens the socket in the calling thread's namespace and binds it to `ifindex` there.
-    pub fn open(ifindex: u32) -> io::Result<PacketSocket> {
-        let ifindex =
-            i32::try_from(ifindex).map_err(|_| io::Error::from_raw_os_error(libc::ENODEV))?;
-        // Protocol 0 until bind names it: a socket made with its protocol is hooked at once,
-        // and bind must unhook it again, which waits for an RCU grace period (milliseconds).
-        // SAFETY: socket(2) with constant arguments; the result is checked before use.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                0,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let addr = sockaddr(ifindex, ETH_P_IP, &[0; 6]);
-        // SAFETY: `addr` is a valid sockaddr_ll and its size is passed with it.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                std::ptr::from_ref(&addr).cast(),
-                SOCKADDR_LL_LEN,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(PacketSocket {
-            fd: ManuallyDrop::new(fd),
-            ifindex,
-        })
-    }
-
-    /// Sends an IPv4 `packet` (built by [`udp_packet`] or [`echo_request`]) in a frame for
-    /// `dst_mac`.
-    pub fn send(&self, dst_mac: &[u8; 6], packet: &[u8]) -> io::Result<()> {
-        let addr = sockaddr(self.ifindex, ETH_P_IP, dst_mac);
-        // SAFETY: the buffer and the address are valid for the duration of the call.
-        let n = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                packet.as_ptr().cast(),
-                packet.len(),
-                0,
-                std::ptr::from_ref(&addr).cast(),
-                SOCKADDR_LL_LEN,
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// Receives one incoming IPv4 packet: its length and the sender's MAC. `Ok(None)` for our
-    /// own outgoing packets; `WouldBlock` when nothing is queued.
-    pub fn recv(&self, buf: &mut [u8]) -> io::Result<Option<(usize, [u8; 6])>> {
-        // SAFETY: sockaddr_ll is plain old data, so all-zero is a valid value.
-        let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        let mut len = SOCKADDR_LL_LEN;
-        // SAFETY: the buffer, the address and its length are valid for the duration of the call.
-        let n = unsafe {
-            libc::recvfrom(
-                self.fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                0,
-                std::ptr::from_mut(&mut from).cast(),
-                &mut len,
-            )
-        };
-        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
-        if from.sll_pkttype == libc::PACKET_OUTGOING {
-            return Ok(None);
-        }
-        let mut mac = [0u8; 6];
-        mac.copy_from_slice(&from.sll_addr[..6]);
-        Ok(Some((n, mac)))
-    }
-}
-
-impl AsRawFd for PacketSocket {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.fd.as_raw_fd()
-    }
-}
-
-// The casts are checked when the constants are built: they cannot truncate.
-#[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-/// `AF_PACKET` (17) as `sockaddr_ll`'s family field takes it.
-const PACKET_FAMILY: libc::sa_family_t = {
-    assert!(libc::AF_PACKET >= 0 && libc::AF_PACKET <= libc::sa_family_t::MAX as i32);
-    libc::AF_PACKET as libc::sa_family_t
-};
-#[allow(clippy::cast_possible_truncation)]
-/// The size of `sockaddr_ll` (20 bytes), as socket calls take it.
-const SOCKADDR_LL_LEN: libc::socklen_t = {
-    let size = std::mem::size_of::<libc::sockaddr_ll>();
-    assert!(size <= libc::socklen_t::MAX as usize);
-    size as libc::socklen_t
-};
-
-fn sockaddr(ifindex: i32, protocol: u16, mac: &[u8; 6]) -> libc::sockaddr_ll {
-    // SAFETY: sockaddr_ll is plain old data, so all-zero is a valid value.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = PACKET_FAMILY;
-    addr.sll_protocol = protocol.to_be();
-    addr.sll_ifindex = ifindex;
-    addr.sll_halen = 6;
-    addr.sll_addr[..6].copy_from_slice(mac);
-    addr
-}
 
 /// An IPv4 header and a UDP header (client port to server port) around `payload`; an error if
 /// it does not fit one IPv4 packet.
@@ -256,27 +117,6 @@ pub fn client_payload(packet: &[u8]) -> Option<&[u8]> {
         return None;
     }
     Some(&udp[UDP_HEADER..udp_len])
-}
-
-/// The Internet checksum over the concatenation of `parts` (each of even length but the last).
-fn checksum(parts: &[&[u8]]) -> u16 {
-    let mut sum: u32 = 0;
-    for part in parts {
-        let mut chunks = part.chunks_exact(2);
-        for c in &mut chunks {
-            sum += u32::from(u16::from_be_bytes([c[0], c[1]]));
-        }
-        if let [last] = chunks.remainder() {
-            sum += u32::from(*last) << 8;
-        }
-    }
-    // Fold the carries back in until the sum fits 16 bits.
-    loop {
-        match u16::try_from(sum) {
-            Ok(folded) => return !folded,
-            Err(_) => sum = (sum & 0xffff) + (sum >> 16),
-        }
-    }
 }
 
 #[cfg(test)]

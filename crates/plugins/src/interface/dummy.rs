@@ -80,6 +80,7 @@ impl cni::Plugin for Dummy {
             &iface,
             ipam.as_ref(),
             None,
+            None,
         )
     }
 

@@ -148,7 +148,7 @@ impl cni::Plugin for Tap {
             name: &args.ifname,
             index: link.index,
         };
-        sublink::attach(args, &conf.net, false, &iface, ipam.as_ref(), None)
+        sublink::attach(args, &conf.net, false, &iface, ipam.as_ref(), None, None)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {

@@ -1,7 +1,8 @@
 //! What the plugins share (upstream's pkg/): the container's namespace, the IPAM call, sysctls,
-//! masquerading, MAC addresses, master and sub-links, CHECK's comparisons and the state files.
+//! the address conflict probe, masquerading, MAC addresses, master and sub-links, CHECK's comparisons and the state files.
 
 pub mod check;
+pub mod conflict;
 pub mod container;
 pub mod ip_masq;
 pub mod ipam_call;

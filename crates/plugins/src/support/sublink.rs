@@ -12,6 +12,8 @@ use netkit::{NetNs, Netlink};
 use serde::Deserialize;
 
 use crate::support::check;
+use crate::support::conflict;
+use crate::support::conflict::Probe;
 use crate::support::container::{self, ContainerIface};
 use crate::support::ipam_call::{self, Ipam};
 use crate::support::master;
@@ -31,6 +33,8 @@ struct RawConf {
     link_in_container: bool,
     #[serde(default, rename = "enabledad")]
     enable_dad: bool,
+    #[serde(default)]
+    conflict_probe: Option<serde_json::Value>,
 }
 
 /// The keys macvlan, ipvlan and vlan share.
@@ -50,6 +54,8 @@ pub struct SubConf {
     pub link_in_container: bool,
     /// Wait for IPv6 duplicate address detection instead of adding addresses with `nodad`.
     pub enable_dad: bool,
+    /// `conflictProbe`'s wait for answers; `None` when off.
+    pub conflict_probe: Option<std::time::Duration>,
 }
 
 impl SubConf {
@@ -71,6 +77,7 @@ impl SubConf {
             mtu: master::parse_mtu(raw.mtu)?,
             link_in_container: raw.link_in_container,
             enable_dad: raw.enable_dad,
+            conflict_probe: conflict::parse(raw.conflict_probe.as_ref())?,
             net,
         };
         Ok((conf, mode, own))
@@ -162,6 +169,10 @@ pub trait Flavor {
     fn check_master(&self, _master: &master::Master) -> Result<(), CniError> {
         Ok(())
     }
+
+    /// The conflict probe goes out on the master rather than the pod's link: an ipvlan's
+    /// link shares the master's MAC, and the kernel hands it no answer to a probe.
+    const PROBE_ON_MASTER: bool = false;
 }
 
 /// What ADD checks before touching the system, on a parsed config (`config` is its JSON, for
@@ -207,6 +218,27 @@ pub fn add<F: Flavor>(args: &CmdArgs, f: &F) -> Result<CniResult, CniError> {
         name: &args.ifname,
         index: link.index,
     };
+    let node;
+    let probe = match conf.conflict_probe {
+        Some(wait) if F::PROBE_ON_MASTER => Some(Probe {
+            ns: if conf.link_in_container {
+                &pod
+            } else {
+                node = NetNs::current().map_err(sys)?;
+                &node
+            },
+            nl: &master.nl,
+            index: master.link.index,
+            wait,
+        }),
+        Some(wait) => Some(Probe {
+            ns: &pod,
+            nl: &pod_nl,
+            index: link.index,
+            wait,
+        }),
+        None => None,
+    };
     attach(
         args,
         &conf.net,
@@ -214,12 +246,13 @@ pub fn add<F: Flavor>(args: &CmdArgs, f: &F) -> Result<CniResult, CniError> {
         &iface,
         ipam.as_ref(),
         given,
+        probe.as_ref(),
     )
 }
 
 /// The rest of an ADD once the link `iface` exists in the pod: addresses from `ipam` (or the
-/// `given` ones), the link up, the result; on any failure the reservation is released and the
-/// link deleted.
+/// `given` ones), probed for conflicts when `probe` is set, the link up, the result; on any
+/// failure the reservation is released and the link deleted.
 pub fn attach(
     args: &CmdArgs,
     net: &NetConf,
@@ -227,6 +260,7 @@ pub fn attach(
     iface: &ContainerIface,
     ipam: Option<&Ipam>,
     given: Option<CniResult>,
+    probe: Option<&Probe>,
 ) -> Result<CniResult, CniError> {
     let version = net.version()?;
     let mut ipam_reserved = false;
@@ -237,6 +271,7 @@ pub fn attach(
         iface,
         ipam,
         given,
+        probe,
         &mut ipam_reserved,
     ) {
         Ok(mut result) => {
@@ -260,6 +295,7 @@ pub fn attach(
 }
 
 /// Addresses the new interface, brings it up, and builds the result.
+#[allow(clippy::too_many_arguments)]
 fn configure(
     args: &CmdArgs,
     net: &NetConf,
@@ -267,12 +303,17 @@ fn configure(
     iface: &ContainerIface,
     ipam: Option<&Ipam>,
     given: Option<CniResult>,
+    probe: Option<&Probe>,
     ipam_reserved: &mut bool,
 ) -> Result<CniResult, CniError> {
     let mut result = match (ipam, given) {
         (Some(ipam), _) => ipam.add_addresses(net.version()?, ipam_reserved)?,
         (None, given) => given.unwrap_or_default(),
     };
+    // Before the addresses are on the link: its gratuitous ARP would announce a taken one.
+    if let Some(probe) = probe {
+        probe.check(&result, &args.ifname)?;
+    }
     let ctx = || format!("interface {:?} in netns {}", args.ifname, args.netns);
     if result.ips.is_empty() {
         iface.nl.set_up(iface.index).map_err(sys_ctx(ctx()))?;

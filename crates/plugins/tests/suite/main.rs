@@ -7,6 +7,7 @@ mod bad_input;
 mod bridge;
 mod check_drift;
 mod common;
+mod conflict_probe;
 mod crash;
 mod dhcp;
 mod dhcp_env;

@@ -457,7 +457,6 @@ mod tests {
         encode_varint(number << 3 | wire, out);
     }
 
-
     fn bytes(number: u64, b: &[u8], out: &mut Vec<u8>) {
         key(number, 2, out);
         encode_varint(u64::try_from(b.len()).expect("a short field"), out);

@@ -9,15 +9,14 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use dhcproto::v4::MessageType;
+use netkit::packet::{PacketSocket, BROADCAST_MAC, ETH_P_IP};
 use netkit::{NetNs, Netlink};
 use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 
 use crate::dhcp::config::LeaseParams;
 use crate::dhcp::message::{client_message, Kind, Lease, Reply};
-use crate::dhcp::packet::{
-    client_payload, echo_request, is_echo_reply, udp_packet, PacketSocket, BROADCAST_MAC,
-};
+use crate::dhcp::packet::{client_payload, echo_request, is_echo_reply, udp_packet};
 
 /// First wait for an answer before sending again; it doubles up to `resend_max`.
 const FIRST_RESEND: Duration = Duration::from_millis(500);
@@ -134,7 +133,7 @@ impl Iface {
         let index = self.index;
         let sock = self
             .ns
-            .run(move || PacketSocket::open(index))
+            .run(move || PacketSocket::open(index, ETH_P_IP))
             .map_err(|e| Failure::System(e.to_string()))?
             .map_err(|e| {
                 Failure::System(format!("opening a packet socket on {}: {e}", self.what))

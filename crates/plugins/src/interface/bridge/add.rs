@@ -13,6 +13,7 @@ use netkit::{NetNs, Netlink};
 use super::config::BridgeConf;
 use super::gateway;
 use super::port::{self, PortOpts, PortVlans};
+use crate::support::conflict::Probe;
 use crate::support::container::{self, ContainerIface};
 use crate::support::ip_masq;
 use crate::support::ipam_call::{self, Ipam};
@@ -119,6 +120,15 @@ fn attach(
     if let Some(ipam) = ipam {
         let version = conf.net.version()?;
         result = ipam.add_addresses(version, &mut done.ipam)?;
+        if let Some(wait) = conf.conflict_probe {
+            let probe = Probe {
+                ns: pod,
+                nl: &pod_nl,
+                index: cont.index,
+                wait,
+            };
+            probe.check(&result, &args.ifname)?;
+        }
         let gws = gateway::calc(&mut result, conf);
         container.apply(&result, conf.enable_dad, false)?;
         if conf.is_gateway {

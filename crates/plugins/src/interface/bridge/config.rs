@@ -50,6 +50,8 @@ struct Raw {
     disable_container_interface: bool,
     #[serde(default)]
     port_isolation: bool,
+    #[serde(default)]
+    conflict_probe: Option<serde_json::Value>,
 }
 
 /// One `vlanTrunk` item: either `{"id": n}` or `{"minID": a, "maxID": b}` (or both).
@@ -94,6 +96,8 @@ pub struct BridgeConf {
     pub enable_dad: bool,
     pub disable_container_interface: bool,
     pub port_isolation: bool,
+    /// `conflictProbe`'s wait for answers; `None` when off.
+    pub conflict_probe: Option<std::time::Duration>,
     /// The container interface's MAC, from CNI_ARGS, `args.cni.mac` or `runtimeConfig.mac`.
     pub mac: Option<[u8; 6]>,
 }
@@ -146,6 +150,13 @@ impl BridgeConf {
             None => Vec::new(),
         };
         let mac = crate::support::mac::resolve(None, &net, cni_args, true)?;
+        let conflict_probe = crate::support::conflict::parse(raw.conflict_probe.as_ref())?;
+        if conflict_probe.is_some() && raw.disable_container_interface {
+            return Err(CniError::invalid_config(
+                "conflictProbe sends from the pod's interface, which disableContainerInterface \
+                 keeps down: drop one of the two",
+            ));
+        }
         Ok(BridgeConf {
             bridge,
             is_gateway: raw.is_gateway || raw.is_default_gateway,
@@ -164,6 +175,7 @@ impl BridgeConf {
             enable_dad: raw.enable_dad,
             disable_container_interface: raw.disable_container_interface,
             port_isolation: raw.port_isolation,
+            conflict_probe,
             mac,
             net,
         })

@@ -29,6 +29,12 @@ impl IpvlanConf {
     pub fn parse(stdin: &[u8]) -> Result<IpvlanConf, CniError> {
         // ipvlan has no keys of its own.
         let (common, mode, IgnoredAny) = SubConf::parse(stdin, "ipvlan", &MODES)?;
+        if common.conflict_probe.is_some() && mode != IpvlanMode::L2 {
+            return Err(CniError::invalid_config(
+                "conflictProbe needs mode l2: in l3 and l3s the pod's link answers no ARP or \
+                 neighbour discovery, so there is no layer 2 to probe",
+            ));
+        }
         let prev = common
             .net
             .prev_result
@@ -62,6 +68,20 @@ mod tests {
                 .starts_with(r#"mode: "bridge" is not a mode of ipvlan"#),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_conflict_probe_is_for_mode_l2_only() {
+        let c = parse(r#","conflictProbe":true"#).unwrap();
+        assert_eq!(
+            c.common.conflict_probe,
+            Some(crate::support::conflict::DEFAULT_WAIT)
+        );
+        for mode in ["l3", "l3s"] {
+            let e = parse(&format!(r#","mode":"{mode}","conflictProbe":true"#)).unwrap_err();
+            assert_eq!(e.code, 7);
+            assert!(e.msg.contains("conflictProbe needs mode l2"), "{e}");
+        }
     }
 
     #[test]

@@ -55,6 +55,8 @@ impl Flavor for IpvlanConf {
         &self.common
     }
 
+    const PROBE_ON_MASTER: bool = true;
+
     fn create(&self, nl: &Netlink, name: &str, master: u32, pod: &NetNs) -> netkit::Result<()> {
         nl.add_ipvlan(name, master, self.mode, Some(pod), self.common.mtu)
     }
