@@ -792,20 +792,18 @@ fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -
             ours[3] / theirs[3],
             ours[5] / theirs[5],
         );
-        println!(
-            "{mode}: over the same networks without multus, ours / upstream's: p50 {:.0} / {:.0} ms, p99 {:.0} / {:.0} ms",
-            ours[0] - same[0],
-            theirs[0] - same[0],
-            ours[1] - same[1],
-            theirs[1] - same[1],
-        );
-        println!(
-            "{mode}: over the same networks and writes without multus, ours / upstream's: p50 {:.0} / {:.0} ms, p99 {:.0} / {:.0} ms",
-            ours[0] - writes[0],
-            theirs[0] - writes[0],
-            ours[1] - writes[1],
-            theirs[1] - writes[1],
-        );
+        for (over, floor) in [
+            ("the same networks", same),
+            ("the same networks and writes", writes),
+        ] {
+            println!(
+                "{mode}: over {over} without multus, ours / upstream's: p50 {:.0} / {:.0} ms, p99 {:.0} / {:.0} ms",
+                ours[0] - floor[0],
+                theirs[0] - floor[0],
+                ours[1] - floor[1],
+                theirs[1] - floor[1],
+            );
+        }
     }
     println!();
     for setup in SETUPS.into_iter().skip(2) {

@@ -44,20 +44,13 @@ pub fn conflicts(
     addresses: &[IpAddr],
     wait: Duration,
 ) -> io::Result<Vec<Conflict>> {
-    let v4: Vec<Ipv4Addr> = addresses
-        .iter()
-        .filter_map(|a| match a {
-            IpAddr::V4(a) => Some(*a),
-            IpAddr::V6(_) => None,
-        })
-        .collect();
-    let v6: Vec<Ipv6Addr> = addresses
-        .iter()
-        .filter_map(|a| match a {
-            IpAddr::V6(a) => Some(*a),
-            IpAddr::V4(_) => None,
-        })
-        .collect();
+    let (mut v4, mut v6) = (Vec::<Ipv4Addr>::new(), Vec::<Ipv6Addr>::new());
+    for a in addresses {
+        match a {
+            IpAddr::V4(a) => v4.push(*a),
+            IpAddr::V6(a) => v6.push(*a),
+        }
+    }
     let deadline = Instant::now() + wait;
     // Both sockets are bound before the first probe leaves, so no early answer is missed.
     let arp = if v4.is_empty() {
