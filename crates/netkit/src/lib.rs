@@ -1,7 +1,8 @@
 //! Linux networking for the CNI plugins and multus: network namespaces, a synchronous
-//! rtnetlink layer, sysctl, tap devices, link-layer sockets and the address conflict probe, traffic shaping, and packet filtering ([`firewall`]:
-//! masquerade, host port and forwarding rules, the spoof check, firewalld's zones over
-//! D-Bus). Everything is synchronous and keeps the kernel's errno in its errors.
+//! rtnetlink layer, sysctl, tap devices, link-layer sockets and the address conflict probe,
+//! traffic shaping, and packet filtering ([`firewall`]: masquerade, host port and forwarding
+//! rules, the spoof check, firewalld's zones over D-Bus). Everything is synchronous and keeps
+//! the kernel's errno in its errors.
 
 pub mod dbus;
 pub mod error;
