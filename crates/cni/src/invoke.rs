@@ -57,6 +57,9 @@ pub struct DelegateEnv<'a> {
     pub args: &'a str,
     /// Directories searched for the delegate, and passed on as its `CNI_PATH`.
     pub path: &'a [PathBuf],
+    /// [`crate::in_use`]'s value, for an IPAM plugin's DEL after a conflict probe; empty
+    /// otherwise, and then the variable is not passed on.
+    pub addresses_in_use: &'a str,
 }
 
 impl<'a> From<&'a CmdArgs> for DelegateEnv<'a> {
@@ -68,6 +71,7 @@ impl<'a> From<&'a CmdArgs> for DelegateEnv<'a> {
             ifname: &args.ifname,
             args: &args.args,
             path: &args.path,
+            addresses_in_use: "",
         }
     }
 }
@@ -162,9 +166,13 @@ pub fn exec_output(
         .env("CNI_IFNAME", env.ifname)
         .env("CNI_ARGS", env.args)
         .env("CNI_PATH", cni_path)
+        .env_remove(crate::in_use::VAR)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if !env.addresses_in_use.is_empty() {
+        process.env(crate::in_use::VAR, env.addresses_in_use);
+    }
     if let Some(root) = DELEGATE_ROOT.get() {
         use std::os::unix::process::CommandExt;
         // SAFETY: between fork and exec the closure makes only chroot(2) and chdir(2) calls,

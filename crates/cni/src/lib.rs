@@ -11,6 +11,7 @@ pub mod dir;
 pub mod env;
 pub mod error;
 pub mod go_duration;
+pub mod in_use;
 pub mod input;
 pub mod invoke;
 pub mod keys;

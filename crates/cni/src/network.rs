@@ -63,6 +63,7 @@ impl<'a> Attachment<'a> {
             ifname: self.ifname,
             args,
             path: self.path,
+            addresses_in_use: "",
         }
     }
 }

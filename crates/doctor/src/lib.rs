@@ -88,6 +88,7 @@ impl Node {
             ifname: "",
             args: "",
             path: &path,
+            addresses_in_use: "",
         };
         let bin = cni::invoke::find_in_path(plugin, &path)?;
         cni::invoke::exec_plugin(&bin, command, &env, config)

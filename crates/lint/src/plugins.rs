@@ -140,6 +140,7 @@ impl Plugins {
             ifname: "",
             args: "",
             path: std::slice::from_ref(&self.bin_dir),
+            addresses_in_use: "",
         };
         let stdin = serde_json::json!({ "cniVersion": version }).to_string();
         let answer = invoke::exec_plugin(&bin, cni::Command::Version, &env, stdin.as_bytes());

@@ -3,12 +3,13 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use cni::in_use::InUse;
 use cni::{CmdArgs, CniError, CniResult, Plugin};
 use ipam::whereabouts::{
-    cut, pool_name, reservation_name, Allocation, Choice, Config, NodeSlicePool, NodeSlices, Range,
-    Record, Sources,
+    cut, hold, pool_name, reservation_name, Allocation, Choice, Config, NodeSlicePool, NodeSlices,
+    Pool, Range, Record, Sources,
 };
 use ipnet::IpNet;
 
@@ -58,8 +59,15 @@ impl Whereabouts {
         Ok(Config::load(&args.stdin, &args.args, &self.sources)?)
     }
 
-    /// Frees the attachment's address in every range's pool, then its record.
-    fn free(&self, store: &Store, conf: &Config, id: &str, ifname: &str) -> Result<(), Error> {
+    /// Frees the attachment's address in every range's pool, then its record. An address in
+    /// `in_use` is held back instead ([`ipam::whereabouts::hold`]).
+    fn free(
+        &self,
+        store: &Store,
+        conf: &Config,
+        (id, ifname): (&str, &str),
+        in_use: &[InUse],
+    ) -> Result<(), Error> {
         let deadline = Instant::now() + DEADLINE;
         let targets = match targets(store, conf, false, deadline) {
             Ok(targets) => targets,
@@ -73,7 +81,7 @@ impl Whereabouts {
             Err(e) => return Err(e),
         };
         for target in &targets {
-            release(store, conf, target, (id, ifname), None, deadline)?;
+            release(store, conf, target, (id, ifname), None, in_use, deadline)?;
         }
         if let Some(record) = Record::open_existing(&self.sources.state_dir, &conf.name)? {
             record.remove(id, ifname)?;
@@ -111,7 +119,7 @@ impl Plugin for Whereabouts {
                         // Free what this ADD took; what the pod held before stays its.
                         let attachment = (owner.id.as_str(), owner.ifname.as_str());
                         for (_, target, _) in taken.iter().filter(|t| t.2) {
-                            let _ = release(&store, &conf, target, attachment, None, deadline);
+                            let _ = release(&store, &conf, target, attachment, None, &[], deadline);
                         }
                         return Err(e);
                     }
@@ -145,11 +153,14 @@ impl Plugin for Whereabouts {
     /// Frees the container's interface's address in every range, found by container ID and
     /// interface as in the reference (so no pod name is needed). An API failure fails DEL
     /// with code 11, and the runtime tries again: the reference exits 0 and leaves the
-    /// address allocated until a reconciler pass.
+    /// address allocated until a reconciler pass. The addresses the interface plugin's
+    /// conflict probe found in use (`IPAM_ADDRESSES_IN_USE`) are held back, not freed.
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = self.config(args)?;
         let store = Store::connect(&conf.kubeconfig)?;
-        Ok(self.free(&store, &conf, &args.container_id, &args.ifname)?)
+        let in_use = cni::in_use::from_env();
+        let attachment = (args.container_id.as_str(), args.ifname.as_str());
+        Ok(self.free(&store, &conf, attachment, &in_use)?)
     }
 
     /// Frees what this node's attachments that are not in `cni.dev/valid-attachments` hold:
@@ -184,7 +195,7 @@ impl Plugin for Whereabouts {
         let store = Store::connect(&conf.kubeconfig)?;
         let mut first = None;
         for (id, ifname) in &stale {
-            if let Err(e) = self.free(&store, &conf, id, ifname) {
+            if let Err(e) = self.free(&store, &conf, (id, ifname), &[]) {
                 first.get_or_insert(e);
             }
         }
@@ -423,6 +434,16 @@ fn allocate(
     let mut lost = 0;
     loop {
         let pool = store.pool_or_create(name, range)?;
+        let ended = pool.ended_holds(SystemTime::now());
+        if !ended.is_empty() {
+            // Freed before choosing, so the choice is the one the pool makes without them.
+            free_ended_holds(store, conf, target, &pool, &ended)?;
+            if let Some(e) = give_up(format!("pool {name}"), round, deadline) {
+                return Err(e);
+            }
+            round += 1;
+            continue;
+        }
         let choice = loop {
             match pool.choose(range, &owner.podref, &owner.ifname, &skip, spread(lost)) {
                 // Reservations are looked up first only once one was met in this range: on the
@@ -484,7 +505,7 @@ fn allocate(
                     let rname = reservation_name(&conf.network_name, ip);
                     if let Err(e) = lease_still_held(held) {
                         let attachment = (owner.id.as_str(), owner.ifname.as_str());
-                        release(store, conf, target, attachment, Some(offset), deadline)?;
+                        release(store, conf, target, attachment, Some(offset), &[], deadline)?;
                         return Err(e);
                     }
                     // The pod's own reservation (an earlier sandbox's) is adopted.
@@ -498,7 +519,7 @@ fn allocate(
                     }
                     // Another pool gave the address away first: give it back, try the next.
                     let attachment = (owner.id.as_str(), owner.ifname.as_str());
-                    release(store, conf, target, attachment, Some(offset), deadline)?;
+                    release(store, conf, target, attachment, Some(offset), &[], deadline)?;
                     skip.insert(offset);
                 } else {
                     lost += 1;
@@ -525,14 +546,37 @@ fn lease_still_held(held: &dyn Fn() -> bool) -> Result<(), Error> {
     }
 }
 
+/// Holds whose time is over, freed in one write if the pool is still as read, with their
+/// reservations. A lost write is no failure: the caller reads the pool again.
+fn free_ended_holds(
+    store: &Store,
+    conf: &Config,
+    target: &Target,
+    pool: &Pool,
+    ended: &[u128],
+) -> Result<(), Error> {
+    if !store.patch_pool(&target.pool, &pool.release_all_patch(ended))? || !conf.overlapping_ranges
+    {
+        return Ok(());
+    }
+    for offset in ended {
+        if let (Some(ip), Some(a)) = (target.range.ip_at(*offset), pool.allocations.get(offset)) {
+            store.unreserve(&reservation_name(&conf.network_name, ip), &a.podref)?;
+        }
+    }
+    Ok(())
+}
+
 /// Frees the address `container_id`'s `ifname` holds in the range's pool (only if it is
-/// `only`, when given), and its reservation while that names the same pod.
+/// `only`, when given), and its reservation while that names the same pod. An address in
+/// `in_use` is held back instead, allocation and reservation both.
 fn release(
     store: &Store,
     conf: &Config,
     target: &Target,
     (container_id, ifname): (&str, &str),
     only: Option<u128>,
+    in_use: &[InUse],
     deadline: Instant,
 ) -> Result<(), Error> {
     let Target { pool: name, range } = target;
@@ -548,11 +592,28 @@ fn release(
             return Ok(());
         };
         let podref = pool.allocations.get(&offset).map(|a| a.podref.clone());
-        if store.patch_pool(name, &pool.release_patch(offset))? {
-            if let (true, Some(ip), Some(podref)) =
-                (conf.overlapping_ranges, range.ip_at(offset), podref)
-            {
-                store.unreserve(&reservation_name(&conf.network_name, ip), &podref)?;
+        let ip = range.ip_at(offset);
+        let held = ip
+            .and_then(|ip| in_use.iter().find(|u| u.address == ip))
+            .map(|u| hold(&u.mac, SystemTime::now()));
+        let patch = match &held {
+            Some(held) => pool.hold_patch(offset, held),
+            None => pool.release_patch(offset),
+        };
+        if store.patch_pool(name, &patch)? {
+            if let (true, Some(ip), Some(podref)) = (conf.overlapping_ranges, ip, podref) {
+                let rname = reservation_name(&conf.network_name, ip);
+                match &held {
+                    Some(held) => store.hold_reservation(&rname, &podref, held)?,
+                    None => store.unreserve(&rname, &podref)?,
+                }
+            }
+            if let (Some(held), Some(ip)) = (&held, ip) {
+                eprintln!(
+                    "whereabouts: {ip} held in pool {name} for {} s: {}",
+                    ipam::whereabouts::HOLD.as_secs(),
+                    held.podref
+                );
             }
             return Ok(());
         }

@@ -7,12 +7,15 @@
 //!
 //! Every allocation and reservation judged was there before the pods were listed: what an ADD
 //! writes during the pass may be a pod's that the list does not hold, and is left alone.
+//!
+//! A hold on an address another host answered for is freed once its time is over, never
+//! before, whatever the pods.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use ipam::whereabouts::{NodeSlicePool, Pool, Range};
+use ipam::whereabouts::{held_until, NodeSlicePool, Pool, Range};
 use k8s::{Deleted, KubeClient, Written};
 use serde_json::Value;
 
@@ -206,7 +209,11 @@ fn free_orphans(
         if podref.is_empty() {
             continue;
         }
-        let Some(why) = pods.orphaned(&podref, &addresses_named(&name)) else {
+        let why = match held_until(&text("/spec/containerid"), &podref) {
+            Some(until) => hold_over(until, SystemTime::now()),
+            None => pods.orphaned(&podref, &addresses_named(&name)),
+        };
+        let Some(why) = why else {
             continue;
         };
         let rv = text("/metadata/resourceVersion");
@@ -222,6 +229,12 @@ fn free_orphans(
         }
     }
     Ok(summary)
+}
+
+/// Why a hold ([`ipam::whereabouts::hold`]) ending at `until` is freed by `now`; `None` while
+/// it lasts. The reconciler never judges a hold by pods: it names none.
+fn hold_over(until: SystemTime, now: SystemTime) -> Option<String> {
+    (until <= now).then(|| "the hold on an address another host answered for is over".to_owned())
 }
 
 /// Frees the node slices of nodes that left the cluster. Nodes are listed only when some
@@ -403,11 +416,16 @@ fn reconcile_pool(client: &KubeClient, pods: &mut Pods, listed: &Value) -> Resul
     };
     let mut pool = read(listed)?;
     let mut orphans = Vec::new();
+    let now = SystemTime::now();
     for (&offset, a) in &pool.allocations {
         let (Some(ip), false) = (range.ip_at(offset), a.podref.is_empty()) else {
             continue;
         };
-        if let Some(why) = pods.orphaned(&a.podref, &[ip]) {
+        let why = match held_until(&a.id, &a.podref) {
+            Some(until) => hold_over(until, now),
+            None => pods.orphaned(&a.podref, &[ip]),
+        };
+        if let Some(why) = why {
             orphans.push((offset, a.clone(), ip, why));
         }
     }

@@ -5,7 +5,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ipam::whereabouts::{
-    adopt_patch, reservation_object, reservation_owner, Allocation, NodeSlicePool, Pool, Range,
+    adopt_patch, hold_reservation_patch, reservation_object, reservation_owner, Allocation,
+    NodeSlicePool, Pool, Range,
 };
 use k8s::{ClientOptions, Created, Deleted, KubeClient, Leased, Resource, Written};
 use serde_json::Value;
@@ -129,6 +130,25 @@ impl Store {
         {
             Ok(written) => Ok(matches!(written, Written::Done(_))),
             Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Turns the reservation into `held`'s hold while it still names `podref`; a reservation
+    /// that is gone or names another pod is left as it is.
+    pub fn hold_reservation(
+        &self,
+        name: &str,
+        podref: &str,
+        held: &Allocation,
+    ) -> Result<(), Error> {
+        let patch = hold_reservation_patch(podref, held);
+        match self
+            .client
+            .json_patch_object(RESERVATIONS, &self.namespace, name, &patch)
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(e.into()),
         }
     }

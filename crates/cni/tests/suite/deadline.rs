@@ -22,6 +22,7 @@ fn env(path: &[PathBuf]) -> DelegateEnv<'_> {
         ifname: "eth0",
         args: "",
         path,
+        addresses_in_use: "",
     }
 }
 

@@ -23,6 +23,7 @@ fn env(path: &[PathBuf]) -> DelegateEnv<'_> {
         ifname: "eth0",
         args: "IgnoreUnknown=1;K8S_POD_NAME=web",
         path,
+        addresses_in_use: "",
     }
 }
 
@@ -46,6 +47,7 @@ cat > "$out.stdin"
   echo "CNI_ARGS=$CNI_ARGS"
   echo "CNI_PATH=$CNI_PATH"
   echo "PATH=$PATH"
+  echo "IPAM_ADDRESSES_IN_USE=${{IPAM_ADDRESSES_IN_USE-unset}}"
 }} > "$out.env"
 echo '{{"cniVersion":"0.4.0","ips":[{{"version":"4","address":"10.1.0.5/24"}}]}}'"#,
             out = out.display()
@@ -58,12 +60,26 @@ echo '{{"cniVersion":"0.4.0","ips":[{{"version":"4","address":"10.1.0.5/24"}}]}}
     let seen = fs::read_to_string(out.with_extension("env")).unwrap();
     let expected = format!(
         "CNI_COMMAND=ADD\nCNI_CONTAINERID=ctr1\nCNI_NETNS=/var/run/netns/pod\nCNI_IFNAME=eth0\n\
-         CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAME=web\nCNI_PATH=/nonexistent:{}\nPATH={}\n",
+         CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAME=web\nCNI_PATH=/nonexistent:{}\nPATH={}\n\
+         IPAM_ADDRESSES_IN_USE=unset\n",
         dir.path().display(),
         std::env::var("PATH").unwrap_or_default()
     );
     assert_eq!(seen, expected);
     assert_eq!(fs::read(out.with_extension("stdin")).unwrap(), CONF_040);
+
+    // An IPAM DEL after a conflict probe is told which addresses are in use.
+    let in_use = DelegateEnv {
+        addresses_in_use: "10.1.0.5=02:42:ac:11:00:02",
+        ..env(&path)
+    };
+    invoke::delegate("fake", Command::Del, &in_use, CONF_040).unwrap();
+    let seen = fs::read_to_string(out.with_extension("env")).unwrap();
+    assert!(seen.starts_with("CNI_COMMAND=DEL\n"), "{seen}");
+    assert!(
+        seen.ends_with("\nIPAM_ADDRESSES_IN_USE=10.1.0.5=02:42:ac:11:00:02\n"),
+        "{seen}"
+    );
 }
 
 #[test]

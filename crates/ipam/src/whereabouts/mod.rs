@@ -3,6 +3,7 @@
 //! the offsets and the object names. The Kubernetes-backed store is beside multus's client.
 
 mod config;
+mod hold;
 mod names;
 mod pool;
 mod range;
@@ -11,6 +12,7 @@ mod reservation;
 mod slices;
 
 pub use config::{keys, Config, NodeSlices, PodRef, Sources};
+pub use hold::{has_ended, held_until, hold, hold_reservation_patch, HOLD};
 pub use names::{pool_name, reservation_name};
 pub use pool::{Allocation, Choice, ObjectError, Pool, API_VERSION};
 pub use range::{parse_exclude, parse_range, Range};

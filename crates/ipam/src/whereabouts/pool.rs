@@ -207,6 +207,25 @@ impl Pool {
         ])
     }
 
+    /// Turns the container's allocation at `offset` into `held` ([`super::hold`]), if it still
+    /// names the container it was read with.
+    pub fn hold_patch(&self, offset: u128, held: &Allocation) -> Value {
+        let id = self.allocations.get(&offset).map(|a| a.id.as_str());
+        json!([
+            {"op": "test", "path": format!("{}/id", escape(offset)), "value": id},
+            {"op": "replace", "path": escape(offset), "value": held.to_value()},
+        ])
+    }
+
+    /// The offsets of holds that have ended by `now`.
+    pub fn ended_holds(&self, now: std::time::SystemTime) -> Vec<u128> {
+        self.allocations
+            .iter()
+            .filter(|(_, a)| super::hold::has_ended(a, now))
+            .map(|(&offset, _)| offset)
+            .collect()
+    }
+
     /// Frees every offset of `offsets` in one write, if the pool is still as it was read.
     pub fn release_all_patch(&self, offsets: &[u128]) -> Value {
         let removes = offsets
@@ -325,6 +344,19 @@ mod tests {
             p.set_id_patch(9, "c10"),
             json!([{"op": "test", "path": "/spec/allocations/9/podref", "value": "ns/z"},
                    {"op": "replace", "path": "/spec/allocations/9/id", "value": "c10"}])
+        );
+        let held = super::super::hold::hold("02:42:ac:11:00:02", std::time::UNIX_EPOCH);
+        assert_eq!(
+            p.hold_patch(9, &held),
+            json!([{"op": "test", "path": "/spec/allocations/9/id", "value": "c9"},
+                   {"op": "replace", "path": "/spec/allocations/9",
+                    "value": {"id": "in-use-until-600", "podref": "address-in-use/02:42:ac:11:00:02"}}])
+        );
+        let p2 = pool(json!({"9": held.to_value(), "10": {"id": "c10", "podref": "ns/y"}}));
+        assert_eq!(p2.ended_holds(std::time::UNIX_EPOCH), Vec::<u128>::new());
+        assert_eq!(
+            p2.ended_holds(std::time::UNIX_EPOCH + super::super::HOLD),
+            [9]
         );
         assert_eq!(
             p.release_all_patch(&[9]),

@@ -57,6 +57,19 @@ impl Caller {
         ifname: &str,
         pod: &str,
     ) -> CniOutput {
+        self.cni_call(command, conf, container, ifname, pod)
+            .run(&self.bin, None)
+    }
+
+    /// The call a runtime makes, with the plugin's directory as `CNI_PATH`.
+    fn cni_call(
+        &self,
+        command: &str,
+        conf: &Value,
+        container: &str,
+        ifname: &str,
+        pod: &str,
+    ) -> CniCall {
         let mut call = CniCall::new(command, &conf.to_string());
         call.container_id = container.into();
         call.ifname = ifname.into();
@@ -80,7 +93,7 @@ impl Caller {
             Some(self.state_dir.display().to_string()),
         ));
         call.env.push(("NODENAME".into(), Some(self.node.clone())));
-        call.run(&self.bin, None)
+        call
     }
 }
 
@@ -91,7 +104,7 @@ struct Cluster {
     caller: Caller,
     _conf_dir: tempfile::TempDir,
     _plugins: PluginDir,
-    _pod: Netns,
+    pod: Netns,
 }
 
 impl std::ops::Deref for Cluster {
@@ -104,7 +117,10 @@ impl std::ops::Deref for Cluster {
 
 impl Cluster {
     fn new() -> Cluster {
-        let api = KubeApiServer::https().expect("API server");
+        Cluster::serving(KubeApiServer::https().expect("API server"))
+    }
+
+    fn serving(api: KubeApiServer) -> Cluster {
         let conf_dir = tempfile::tempdir().expect("tempdir");
         let dir = conf_dir.path().join("whereabouts.d");
         std::fs::create_dir_all(&dir).expect("mkdir");
@@ -141,7 +157,7 @@ impl Cluster {
             },
             _conf_dir: conf_dir,
             _plugins: plugins,
-            _pod: pod,
+            pod,
         }
     }
 
@@ -1515,4 +1531,152 @@ fn a_slice_outside_the_range_is_refused() {
         del.stderr
     );
     assert!(q.recorded().is_empty());
+}
+
+/// The hold a DEL leaves when `mac` answered the conflict probe for the address, as stored.
+fn is_hold_of(a: &Value, mac: &str) -> bool {
+    let until = a["id"]
+        .as_str()
+        .and_then(|id| id.strip_prefix("in-use-until-"))
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    // Ten minutes from the DEL.
+    a["podref"] == format!("address-in-use/{mac}") && (now + 590..=now + 600).contains(&until)
+}
+
+impl Cluster {
+    /// DEL as an interface plugin runs it after its conflict probe found `in_use`.
+    fn del_in_use(&self, container: &str, in_use: &str) -> CniOutput {
+        let mut call = self.cni_call("DEL", &net(&v4()), container, "net1", "");
+        call.env
+            .push(("IPAM_ADDRESSES_IN_USE".into(), Some(in_use.into())));
+        call.run(&self.bin, None)
+    }
+
+    /// Moves the end of the hold on `offset` (and its reservation's) into the past.
+    fn end_hold(&self, offset: &str, ip: &str) {
+        let mut pool = self.pool("10.77.0.0-24");
+        pool["spec"]["allocations"][offset]["id"] = json!("in-use-until-1000");
+        self.api.add_object(Resource::IP_POOLS, pool);
+        let mut r = self
+            .api
+            .object(Resource::OVERLAPPING_RANGE_IP_RESERVATIONS, NS, ip)
+            .expect("the hold's reservation");
+        r["spec"]["containerid"] = json!("in-use-until-1000");
+        self.api
+            .add_object(Resource::OVERLAPPING_RANGE_IP_RESERVATIONS, r);
+    }
+}
+
+/// An address the interface plugin's conflict probe found in use is held back by DEL, for
+/// ten minutes, allocation and reservation both: ADDs skip it, the reconciler keeps it while
+/// the hold lasts, and an ADD or a pass after it ends frees it.
+#[test]
+fn an_address_another_host_answered_for_is_held_then_freed() {
+    let c = Cluster::new();
+    let mac = "02:00:00:00:00:99";
+    assert_eq!(ips(&c.add(&v4(), "ca", "a")), ["10.77.0.1/24"]);
+    let del = c.del_in_use("ca", &format!("10.77.0.1={mac}"));
+    assert_eq!(del.code, 0, "{}", del.stdout);
+    let held = &c.allocations("10.77.0.0-24")["1"];
+    assert!(is_hold_of(held, mac), "{held}");
+    let (name, spec) = &c.reservations()[0];
+    assert_eq!(name, "10.77.0.1");
+    assert_eq!(spec["podref"], held["podref"], "{spec}");
+    assert_eq!(spec["containerid"], held["id"], "{spec}");
+
+    // The same pod's next sandbox does not get it back: it names no pod.
+    assert_eq!(ips(&c.add(&v4(), "ca2", "a")), ["10.77.0.2/24"]);
+    c.api
+        .add_pod(pod("a", "Running", secondary("10.77.0.2"), json!([])));
+    let log = c.reconcile();
+    assert!(
+        log.contains("freed 0 addresses, deleted 0 reservations"),
+        "{log}"
+    );
+    assert!(is_hold_of(&c.allocations("10.77.0.0-24")["1"], mac));
+
+    // Once over, the next ADD frees it first, and takes it.
+    c.end_hold("1", "10.77.0.1");
+    assert_eq!(ips(&c.add(&v4(), "cb", "b")), ["10.77.0.1/24"]);
+    assert_eq!(c.allocations("10.77.0.0-24")["1"]["podref"], "default/b");
+    let r: Vec<Value> = c.reservations().into_iter().map(|(_, s)| s).collect();
+    assert_eq!(r[0]["podref"], "default/b", "{r:?}");
+
+    // An entry for an address the attachment does not hold changes nothing: 10.77.0.2 is
+    // freed; garbage entries are skipped.
+    let del = c.del_in_use("ca2", &format!("10.77.0.9={mac},bad,10.77.0.2=zz"));
+    assert_eq!(del.code, 0, "{}", del.stdout);
+    assert!(!c.allocations("10.77.0.0-24").contains_key("2"));
+
+    // Once over, a pass frees it with its reservation.
+    c.api
+        .add_pod(pod("b", "Running", secondary("10.77.0.1"), json!([])));
+    assert_eq!(c.del_in_use("cb", &format!("10.77.0.1={mac}")).code, 0);
+    assert!(is_hold_of(&c.allocations("10.77.0.0-24")["1"], mac));
+    c.end_hold("1", "10.77.0.1");
+    let log = c.reconcile();
+    for line in [
+        "freed 10.77.0.1 in IPPool kube-system/10.77.0.0-24: the hold on an address another host answered for is over",
+        "deleted OverlappingRangeIPReservation kube-system/10.77.0.1: the hold on an address another host answered for is over",
+    ] {
+        assert!(log.contains(line), "{line}\n{log}");
+    }
+    assert!(c.allocations("10.77.0.0-24").is_empty());
+    assert!(c.reservations().is_empty());
+}
+
+/// The whole chain on a LAN: bridge with `conflictProbe` runs whereabouts; a host on the
+/// bridge holds 10.77.0.1, so the ADD fails with code 11 naming it and the host's MAC, and
+/// the pool holds the address back; the next ADD gets 10.77.0.2. The API server listens in
+/// the node's namespace, where the plugins run.
+#[test]
+fn a_conflict_probe_on_the_lan_holds_the_address_in_the_pool() {
+    let node = Netns::new("wh-node");
+    let c = Cluster::serving(
+        KubeApiServer::start_in(testkit::kube_api::Scheme::Https, &node).expect("API server"),
+    );
+    let lan = Netns::new("wh-lan");
+    node.ip(&["link", "add", "br-wh", "type", "bridge"]);
+    node.ip(&["link", "set", "br-wh", "up"]);
+    lan.veth_to("lan0", &node, "lanp");
+    node.ip(&["link", "set", "lanp", "master", "br-wh", "up"]);
+    lan.ip(&["link", "set", "lan0", "up"]);
+    lan.ip(&["addr", "add", "10.77.0.1/24", "dev", "lan0"]);
+    let lan_mac = lan.ip_json(&["link", "show", "lan0"])[0]["address"]
+        .as_str()
+        .expect("a MAC")
+        .to_owned();
+    let bridge = PluginDir::new(&crate::common::plugins_bin(), &["bridge"]);
+    let conf = json!({"cniVersion": "1.0.0", "name": "blue", "type": "bridge",
+                      "bridge": "br-wh", "conflictProbe": true, "ipam": v4()});
+    let add = |container: &str| {
+        let mut call = c.cni_call("ADD", &conf, container, "net1", "a");
+        call.path = format!("{}:{}", bridge.path().display(), call.path);
+        call.run(&bridge.path().join("bridge"), Some(&node))
+    };
+
+    let failed = add("ca");
+    assert_eq!(failed.err_code(), 11, "{}", failed.stdout);
+    assert!(
+        failed
+            .stdout
+            .contains("address 10.77.0.1 is already in use")
+            && failed.stdout.contains(&lan_mac),
+        "{}",
+        failed.stdout
+    );
+    let allocations = c.allocations("10.77.0.0-24");
+    assert_eq!(allocations.len(), 1, "{allocations:?}");
+    assert!(is_hold_of(&allocations["1"], &lan_mac), "{allocations:?}");
+    assert_eq!(c.reservations()[0].1["podref"], allocations["1"]["podref"]);
+    // Nothing of the failed ADD is left in the pod.
+    assert!(!c.pod.links().contains(&"net1".to_owned()));
+
+    let ok = add("ca2");
+    assert_eq!(ok.code, 0, "{}", ok.stdout);
+    assert_eq!(ips(&ok.ok()), ["10.77.0.2/24"]);
 }

@@ -1,11 +1,13 @@
 //! `conflictProbe`: on a shared layer-2 network (macvlan, ipvlan L2, vlan, bridge), an opt-in
 //! check that no other host already holds the addresses IPAM chose, made after they are chosen
 //! and before ADD returns them ([`netkit::probe`]). An address in use fails the ADD with code
-//! 11 (try again later); the failure path releases it like any other.
+//! 11 (try again later); the failure path releases it, telling IPAM which addresses are in
+//! use ([`cni::in_use`]).
 
 use std::net::IpAddr;
 use std::time::Duration;
 
+use cni::in_use::InUse;
 use cni::{CniError, CniResult, Code};
 use netkit::{NetNs, Netlink};
 use serde_json::Value;
@@ -50,8 +52,14 @@ pub struct Probe<'a> {
 
 impl Probe<'_> {
     /// Probes `result`'s addresses; an address another host answers for is an error naming
-    /// it, the MAC that answered, and `ifname`'s network. The link is brought up to send.
-    pub fn check(&self, result: &CniResult, ifname: &str) -> Result<(), CniError> {
+    /// it, the MAC that answered, and `ifname`'s network, and is put in `in_use` for the DEL
+    /// that releases it. The link is brought up to send.
+    pub fn check(
+        &self,
+        result: &CniResult,
+        ifname: &str,
+        in_use: &mut Vec<InUse>,
+    ) -> Result<(), CniError> {
         let addresses: Vec<IpAddr> = result.ips.iter().map(|ip| ip.address.addr()).collect();
         if addresses.is_empty() {
             return Ok(());
@@ -73,6 +81,10 @@ impl Probe<'_> {
         let Some(first) = found.first() else {
             return Ok(());
         };
+        in_use.extend(found.iter().map(|c| InUse {
+            address: c.address,
+            mac: netkit::format_mac(&c.mac),
+        }));
         let others: Vec<String> = found[1..]
             .iter()
             .map(|c| format!("{} (from {})", c.address, netkit::format_mac(&c.mac)))

@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 
+use cni::in_use::InUse;
 use cni::invoke::{self, DelegateEnv};
 use cni::{CmdArgs, CniError, CniResult, Command, Dns, NetConf, Version};
 
@@ -66,7 +67,22 @@ impl<'a> Ipam<'a> {
     /// DEL. An IPAM plugin that cannot be run (not installed, a path, an interface plugin)
     /// reserved nothing at ADD: DEL goes on without it, and says so on stderr.
     pub fn del(&self) -> Result<(), CniError> {
+        self.release(&[])
+    }
+
+    /// DEL of what this ADD reserved, telling an executed IPAM plugin which addresses another
+    /// host answered the conflict probe for ([`cni::in_use`]). The built-in ones keep no pool
+    /// shared with other nodes, and free them all.
+    pub fn release(&self, in_use: &[InUse]) -> Result<(), CniError> {
         match self.target() {
+            Ok(Target::Exec(bin)) => {
+                let encoded = cni::in_use::encode(in_use);
+                let env = DelegateEnv {
+                    addresses_in_use: &encoded,
+                    ..self.env()
+                };
+                invoke::exec_plugin(&bin, Command::Del, &env, &self.args.stdin).map(drop)
+            }
             Ok(target) => self.run_on(target, Command::Del),
             Err(e) => {
                 eprintln!("DEL skips ipam {:?}: {}", self.plugin_type, e.msg);

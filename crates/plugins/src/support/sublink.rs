@@ -5,6 +5,7 @@
 //! DEL needs neither the master nor a default route: it releases the IPAM reservation while
 //! the interface still exists, then deletes the interface if the pod still has it.
 
+use cni::in_use::InUse;
 use cni::keys::Keys;
 use cni::{CmdArgs, CniError, CniResult, NetConf};
 use netkit::netlink::Link;
@@ -264,6 +265,7 @@ pub fn attach(
 ) -> Result<CniResult, CniError> {
     let version = net.version()?;
     let mut ipam_reserved = false;
+    let mut in_use = Vec::new();
     match configure(
         args,
         net,
@@ -273,6 +275,7 @@ pub fn attach(
         given,
         probe,
         &mut ipam_reserved,
+        &mut in_use,
     ) {
         Ok(mut result) => {
             result.cni_version = version.to_string();
@@ -282,7 +285,7 @@ pub fn attach(
             let mut failures = Vec::new();
             // IPAM first, while the interface still exists (a DHCP release can go out).
             if let (true, Some(ipam)) = (ipam_reserved, ipam) {
-                if let Err(e) = ipam.del() {
+                if let Err(e) = ipam.release(&in_use) {
                     failures.push(format!("releasing the IPAM reservation: {e}"));
                 }
             }
@@ -305,6 +308,7 @@ fn configure(
     given: Option<CniResult>,
     probe: Option<&Probe>,
     ipam_reserved: &mut bool,
+    in_use: &mut Vec<InUse>,
 ) -> Result<CniResult, CniError> {
     let mut result = match (ipam, given) {
         (Some(ipam), _) => ipam.add_addresses(net.version()?, ipam_reserved)?,
@@ -312,7 +316,7 @@ fn configure(
     };
     // Before the addresses are on the link: its gratuitous ARP would announce a taken one.
     if let Some(probe) = probe {
-        probe.check(&result, &args.ifname)?;
+        probe.check(&result, &args.ifname, in_use)?;
     }
     let ctx = || format!("interface {:?} in netns {}", args.ifname, args.netns);
     if result.ips.is_empty() {

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use cni::in_use::InUse;
 use cni::{CmdArgs, CniError, CniResult, Interface};
 use ipnet::IpNet;
 use netkit::netlink::Link;
@@ -34,6 +35,8 @@ struct Done {
     host_veth: Option<u32>,
     spoofcheck: bool,
     ipam: bool,
+    /// The addresses another host answered the conflict probe for.
+    in_use: Vec<InUse>,
     /// The addresses masqueraded, once the rules exist.
     masq: Option<Vec<IpNet>>,
 }
@@ -127,7 +130,7 @@ fn attach(
                 index: cont.index,
                 wait,
             };
-            probe.check(&result, &args.ifname)?;
+            probe.check(&result, &args.ifname, &mut done.in_use)?;
         }
         let gws = gateway::calc(&mut result, conf);
         container.apply(&result, conf.enable_dad, false)?;
@@ -231,7 +234,7 @@ fn undo(
     }
     // IPAM first, while the interface still exists.
     if let (true, Some(ipam)) = (done.ipam, ipam) {
-        if let Err(e) = ipam.del() {
+        if let Err(e) = ipam.release(&done.in_use) {
             failures.push(format!("releasing the IPAM reservation: {e}"));
         }
     }
