@@ -22,6 +22,7 @@ pub struct StaticIpam;
 
 impl Plugin for StaticIpam {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        cni::args::CniArgs::parse(&args.args)?.refuse_ipam_claim("static")?;
         let conf = Config::load(&args.stdin, &args.args)?;
         Ok(CniResult {
             ips: conf.addresses,

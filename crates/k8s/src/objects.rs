@@ -430,6 +430,26 @@ impl KubeClient {
         self.write_object(write, resource, namespace, name, patch)
     }
 
+    /// A merge patch (RFC 7386) of the object's status subresource, which writes the status
+    /// only: a resource whose CRD has `subresources: status` ignores status in other writes.
+    pub fn merge_patch_status(
+        &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, K8sError> {
+        let call = self.object_call("patch", resource, namespace, Some(name))?;
+        let path = format!("{}/{name}/status", resource.collection(namespace));
+        self.send_json(
+            call,
+            Method::PATCH,
+            path,
+            "application/merge-patch+json",
+            Some(patch),
+        )
+    }
+
     /// A PUT of the whole object, conditioned on the `metadata.resourceVersion` it carries.
     pub fn replace_object(
         &self,

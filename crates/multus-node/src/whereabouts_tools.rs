@@ -60,9 +60,14 @@ pub fn run(tool: &Tool) -> Result<ExitCode, ToolError> {
                 tool: "control",
                 source,
             };
-            let (watcher, client) = (client().map_err(failed)?, client().map_err(failed)?);
+            let (pods, claims) = (client().map_err(failed)?, client().map_err(failed)?);
+            let client = client().map_err(failed)?;
             let stop = AtomicBool::new(false);
-            whereabouts::control(&watcher, &client, &stop);
+            let watchers = whereabouts::Watchers {
+                pods: &pods,
+                claims: &claims,
+            };
+            whereabouts::control(watchers, &client, &stop);
         }
         Tool::Reconcile { .. } => {
             let s = client()

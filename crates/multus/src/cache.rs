@@ -130,6 +130,9 @@ impl CachedDelegate {
             default_route: self.default_route,
             filter_v4_gateway: self.filter_v4_gateway,
             filter_v6_gateway: self.filter_v6_gateway,
+            // Not in upstream's cache format, and not needed there: DEL and GC find a claimed
+            // address by container ID, as any other.
+            ipam_claim: None,
         })
     }
 }

@@ -29,6 +29,8 @@ pub struct Delegate {
     /// Remove this interface's IPv4/IPv6 default routes (another network has `default-route`).
     pub filter_v4_gateway: bool,
     pub filter_v6_gateway: bool,
+    /// The IPAMClaim the selection names, handed on in `CNI_ARGS`.
+    pub ipam_claim: Option<String>,
 }
 
 /// multus under its upstream binary names: never a delegate, nor a delegate's IPAM.
@@ -127,6 +129,7 @@ impl Delegate {
             default_route: Vec::new(),
             filter_v4_gateway: false,
             filter_v6_gateway: false,
+            ipam_claim: None,
         })
     }
 
@@ -179,6 +182,7 @@ impl Delegate {
         delegate.port_mappings = selection.port_mappings.clone();
         delegate.bandwidth = selection.bandwidth.clone();
         delegate.default_route = selection.default_route.clone();
+        delegate.ipam_claim = selection.ipam_claim_reference.clone();
         Ok(delegate)
     }
 

@@ -28,7 +28,7 @@ impl K8sArgs {
     }
 
     /// `CNI_ARGS` for a delegate: the pod's identity first (as upstream orders it), then the
-    /// runtime's other pairs, then the MAC and IPs the selection asked for.
+    /// runtime's other pairs, then the MAC, IPs and IPAMClaim the selection asked for.
     pub fn for_delegate(&self, d: &Delegate) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = [
             ("IgnoreUnknown", "true"),
@@ -56,6 +56,42 @@ impl K8sArgs {
         if !d.ips.is_empty() {
             out.push(("IP".into(), d.ips.join(",")));
         }
+        if let Some(claim) = &d.ipam_claim {
+            out.push((cni::args::IPAM_CLAIM_REFERENCE.into(), claim.clone()));
+        }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_delegate_gets_the_pod_then_the_selections_requests() {
+        let pod = K8sArgs::parse("K8S_POD_NAMESPACE=vms;K8S_POD_NAME=virt-launcher-a;X=1").unwrap();
+        let mut d = Delegate::from_config(
+            br#"{"cniVersion":"1.0.0","name":"n","type":"bridge"}"#,
+            "vms/n",
+        )
+        .unwrap();
+        d.mac = Some("02:00:00:00:00:01".into());
+        d.ipam_claim = Some("vm1.net1".into());
+        let args = pod.for_delegate(&d);
+        let keys: Vec<&str> = args.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "IgnoreUnknown",
+                "K8S_POD_NAMESPACE",
+                "K8S_POD_NAME",
+                "K8S_POD_INFRA_CONTAINER_ID",
+                "K8S_POD_UID",
+                "X",
+                "MAC",
+                "IPAM_CLAIM_REFERENCE"
+            ]
+        );
+        assert_eq!(args[7].1, "vm1.net1");
     }
 }

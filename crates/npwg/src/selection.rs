@@ -39,6 +39,9 @@ pub struct Selection {
     pub device_id: Option<String>,
     pub cni_args: Option<Map<String, Value>>,
     pub default_route: Vec<IpAddr>,
+    /// `ipam-claim-reference` (spec v1.3): an IPAMClaim in the pod's namespace that owns this
+    /// interface's addresses.
+    pub ipam_claim_reference: Option<String>,
 }
 
 impl Selection {
@@ -89,6 +92,8 @@ struct Element {
     cni_args: Option<Map<String, Value>>,
     #[serde(rename = "default-route", default)]
     default_route: Vec<Gateway>,
+    #[serde(rename = "ipam-claim-reference", default)]
+    ipam_claim_reference: String,
 }
 
 /// A `default-route` entry: an address, whose error says what is wrong with it.
@@ -217,6 +222,7 @@ fn parse_json(text: &str) -> std::result::Result<Vec<Selection>, String> {
                 device_id: Some(e.device_id).filter(|s| !s.is_empty()),
                 cni_args: e.cni_args,
                 default_route: e.default_route.into_iter().map(|g| g.0).collect(),
+                ipam_claim_reference: Some(e.ipam_claim_reference).filter(|s| !s.is_empty()),
             })
         })
         .collect()
@@ -299,6 +305,10 @@ fn validate(s: &Selection) -> std::result::Result<(), String> {
                 quote(ip)
             ));
         }
+    }
+    if let Some(claim) = &s.ipam_claim_reference {
+        cni::args::check_ipam_claim_name(claim)
+            .map_err(|why| format!("ipam-claim-reference: {why}"))?;
     }
     let v4 = s.default_route.iter().filter(|g| g.is_ipv4()).count();
     if v4 > 1 || s.default_route.len() - v4 > 1 {
@@ -390,9 +400,34 @@ mod tests {
             r#"[{"name":"a","interface":"x"},{"name":"b","interface":"x"}]"#,
             r#"{"name":"a"}"#,
             r#"[{"nam":"a"}]"#,
+            r#"[{"name":"a","ipam-claim-reference":"other/vm1"}]"#,
+            r#"[{"name":"a","ipam-claim-reference":"VM1"}]"#,
         ] {
             let e = parse(NETWORKS_ANNOTATION, bad, "pods").unwrap_err();
             assert!(e.to_string().contains(NETWORKS_ANNOTATION), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn an_ipam_claim_reference_is_a_name_in_the_pods_namespace() {
+        let s = parse(
+            NETWORKS_ANNOTATION,
+            r#"[{"name":"a","ipam-claim-reference":"vm1.net1"},{"name":"b"}]"#,
+            "vms",
+        )
+        .unwrap();
+        assert_eq!(s[0].ipam_claim_reference.as_deref(), Some("vm1.net1"));
+        assert_eq!(s[1].ipam_claim_reference, None);
+        let e = parse(
+            NETWORKS_ANNOTATION,
+            r#"[{"name":"a","ipam-claim-reference":"other/vm1"}]"#,
+            "vms",
+        )
+        .unwrap_err();
+        assert!(
+            e.msg
+                .contains("element 0 (a): ipam-claim-reference: \"other/vm1\" is not a name"),
+            "{e}"
+        );
     }
 }

@@ -62,6 +62,15 @@ pub enum Error {
     /// CHECK: the previous result does not show an allocated address.
     #[error("{0}")]
     Mismatch(String),
+    /// The pod's IPAMClaim does not exist (11: it may be created after the pod).
+    #[error(
+        "IPAMClaim {0} not found: the pod's network selection names it in \
+         ipam-claim-reference; create it, or remove the reference"
+    )]
+    NoClaim(String),
+    /// A claim on a network whose addresses cannot follow a pod to another node.
+    #[error("{0}")]
+    ClaimRefused(String),
 }
 
 impl From<Error> for CniError {
@@ -79,8 +88,9 @@ impl From<Error> for CniError {
             | Error::LeaseBusy { .. }
             | Error::LeaseLost
             | Error::Object { .. }
-            | Error::Vanished(_) => Code::TryAgainLater,
-            Error::SliceMismatch(_) => Code::InvalidConfig,
+            | Error::Vanished(_)
+            | Error::NoClaim(_) => Code::TryAgainLater,
+            Error::SliceMismatch(_) | Error::ClaimRefused(_) => Code::InvalidConfig,
             Error::NotAllocated(_) => Code::UnknownContainer,
             Error::Mismatch(_) => Code::Internal,
         };

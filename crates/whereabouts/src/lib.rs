@@ -12,7 +12,7 @@ mod plugin;
 mod reconcile;
 mod store;
 
-pub use control::control;
+pub use control::{control, Watchers};
 pub use error::Error;
 pub use plugin::Whereabouts;
 pub use reconcile::{reconcile, Summary};

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime};
 use cni::in_use::InUse;
 use cni::{CmdArgs, CniError, CniResult, Plugin};
 use ipam::whereabouts::{
-    cut, hold, pool_name, reservation_name, Allocation, Choice, Config, NodeSlicePool, NodeSlices,
-    Pool, Range, Record, Sources,
+    claim_podref, claimed_by, cut, hold, pool_name, reservation_name, Allocation, Choice, Config,
+    NodeSlicePool, NodeSlices, Pool, Range, Record, Sources,
 };
 use ipnet::IpNet;
 
@@ -59,8 +59,9 @@ impl Whereabouts {
         Ok(Config::load(&args.stdin, &args.args, &self.sources)?)
     }
 
-    /// Frees the attachment's address in every range's pool, then its record. An address in
-    /// `in_use` is held back instead ([`ipam::whereabouts::hold`]).
+    /// Frees the attachment's address in every range's pool, then its record. A claim's
+    /// address stays with the claim, and one in `in_use` is held back
+    /// ([`ipam::whereabouts::hold`]).
     fn free(
         &self,
         store: &Store,
@@ -81,7 +82,14 @@ impl Whereabouts {
             Err(e) => return Err(e),
         };
         for target in &targets {
-            release(store, conf, target, (id, ifname), None, in_use, deadline)?;
+            release(
+                store,
+                conf,
+                target,
+                (id, ifname),
+                Release::Teardown(in_use),
+                deadline,
+            )?;
         }
         if let Some(record) = Record::open_existing(&self.sources.state_dir, &conf.name)? {
             record.remove(id, ifname)?;
@@ -99,12 +107,36 @@ impl Plugin for Whereabouts {
                  address (Kubernetes runtimes set it)",
             ))
         })?;
+        let cni_args = cni::args::CniArgs::parse(&args.args)?;
+        let claim = cni_args.ipam_claim()?;
+        if let (Some(claim), Some(slices)) = (claim, &conf.node_slices) {
+            return Err(Error::ClaimRefused(format!(
+                "CNI_ARGS {}: IPAMClaim {claim}'s address cannot follow its pod to another \
+                 node: in node-slice mode each node hands out its own slice \
+                 (NodeSlicePool {}); use a network without node_slice_size",
+                cni::args::IPAM_CLAIM_REFERENCE,
+                slices.pool
+            ))
+            .into());
+        }
         let store = Store::connect(&conf.kubeconfig)?;
+        let claim = match claim {
+            Some(name) => {
+                let obj = store
+                    .claim(&pod.namespace, name)?
+                    .ok_or_else(|| Error::NoClaim(format!("{}/{name}", pod.namespace)))?;
+                Some((name, obj))
+            }
+            None => None,
+        };
         // Recorded before any pool is written, so that GC finds whatever a killed ADD left.
         Record::open(&self.sources.state_dir, &conf.name)?.add(&args.container_id, &args.ifname)?;
         let owner = Allocation {
             id: args.container_id.clone(),
-            podref: pod.to_string(),
+            podref: match &claim {
+                Some((name, _)) => claim_podref(&pod.namespace, name),
+                None => pod.to_string(),
+            },
             ifname: args.ifname.clone(),
         };
         let deadline = Instant::now() + DEADLINE;
@@ -116,11 +148,7 @@ impl Plugin for Whereabouts {
                 match allocate(&store, &conf, target, &owner, deadline, held) {
                     Ok((ip, new)) => taken.push((ip, target, new)),
                     Err(e) => {
-                        // Free what this ADD took; what the pod held before stays its.
-                        let attachment = (owner.id.as_str(), owner.ifname.as_str());
-                        for (_, target, _) in taken.iter().filter(|t| t.2) {
-                            let _ = release(&store, &conf, target, attachment, None, &[], deadline);
-                        }
+                        give_back(&store, &conf, &taken, &owner, deadline);
                         return Err(e);
                     }
                 }
@@ -142,6 +170,16 @@ impl Plugin for Whereabouts {
         };
         let allocated: Vec<(IpAddr, &Range)> =
             taken.iter().map(|(ip, t, _)| (*ip, &t.range)).collect();
+        if let Some((name, obj)) = &claim {
+            let ips: Vec<IpNet> = allocated
+                .iter()
+                .filter_map(|(ip, range)| IpNet::new(*ip, range.prefix_len).ok())
+                .collect();
+            if let Err(e) = store.write_claim_status(&pod.namespace, name, obj, &ips, &pod.name) {
+                give_back(&store, &conf, &taken, &owner, deadline);
+                return Err(e.into());
+            }
+        }
         Ok(CniResult {
             ips: conf.result_ips(&allocated),
             routes: conf.routes.clone(),
@@ -505,7 +543,7 @@ fn allocate(
                     let rname = reservation_name(&conf.network_name, ip);
                     if let Err(e) = lease_still_held(held) {
                         let attachment = (owner.id.as_str(), owner.ifname.as_str());
-                        release(store, conf, target, attachment, Some(offset), &[], deadline)?;
+                        release(store, conf, target, attachment, TakenBack(offset), deadline)?;
                         return Err(e);
                     }
                     // The pod's own reservation (an earlier sandbox's) is adopted.
@@ -519,7 +557,7 @@ fn allocate(
                     }
                     // Another pool gave the address away first: give it back, try the next.
                     let attachment = (owner.id.as_str(), owner.ifname.as_str());
-                    release(store, conf, target, attachment, Some(offset), &[], deadline)?;
+                    release(store, conf, target, attachment, TakenBack(offset), deadline)?;
                     skip.insert(offset);
                 } else {
                     lost += 1;
@@ -567,16 +605,42 @@ fn free_ended_holds(
     Ok(())
 }
 
-/// Frees the address `container_id`'s `ifname` holds in the range's pool (only if it is
-/// `only`, when given), and its reservation while that names the same pod. An address in
-/// `in_use` is held back instead, allocation and reservation both.
+/// Gives back the addresses an ADD that failed took new ([`allocate`]'s `true`); what the pod
+/// or its claim held before stays theirs.
+fn give_back(
+    store: &Store,
+    conf: &Config,
+    taken: &[(IpAddr, &Target, bool)],
+    owner: &Allocation,
+    deadline: Instant,
+) {
+    let attachment = (owner.id.as_str(), owner.ifname.as_str());
+    for (ip, target, _) in taken.iter().filter(|t| t.2) {
+        if let Some(offset) = target.range.offset_of(*ip) {
+            let _ = release(store, conf, target, attachment, TakenBack(offset), deadline);
+        }
+    }
+}
+
+/// Why an attachment's address is released.
+#[derive(Clone, Copy)]
+enum Release<'a> {
+    /// An ADD gives back the offset it took: freed, whoever it was for.
+    TakenBack(u128),
+    /// DEL or GC: a claim's address stays with the claim; one in the list, which another host
+    /// answered the conflict probe for, is held back.
+    Teardown(&'a [InUse]),
+}
+use Release::TakenBack;
+
+/// Frees the address `container_id`'s `ifname` holds in the range's pool, and its reservation
+/// while that names the same pod, as `why` says.
 fn release(
     store: &Store,
     conf: &Config,
     target: &Target,
     (container_id, ifname): (&str, &str),
-    only: Option<u128>,
-    in_use: &[InUse],
+    why: Release,
     deadline: Instant,
 ) -> Result<(), Error> {
     let Target { pool: name, range } = target;
@@ -587,11 +651,18 @@ fn release(
         };
         let Some(offset) = pool
             .find_container(container_id, ifname)
-            .filter(|o| only.is_none_or(|only| only == *o))
+            .filter(|o| !matches!(why, TakenBack(only) if only != *o))
         else {
             return Ok(());
         };
         let podref = pool.allocations.get(&offset).map(|a| a.podref.clone());
+        let in_use = match why {
+            Release::Teardown(_) if podref.as_deref().and_then(claimed_by).is_some() => {
+                return Ok(());
+            }
+            Release::Teardown(in_use) => in_use,
+            TakenBack(_) => &[],
+        };
         let ip = range.ip_at(offset);
         let held = ip
             .and_then(|ip| in_use.iter().find(|u| u.address == ip))

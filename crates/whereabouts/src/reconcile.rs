@@ -9,18 +9,19 @@
 //! writes during the pass may be a pod's that the list does not hold, and is left alone.
 //!
 //! A hold on an address another host answered for is freed once its time is over, never
-//! before, whatever the pods.
+//! before, whatever the pods. An IPAMClaim's address is freed once the claim is gone, never
+//! while it exists, whatever the pods.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
-use ipam::whereabouts::{held_until, NodeSlicePool, Pool, Range};
+use ipam::whereabouts::{claimed_by, held_until, NodeSlicePool, Pool, Range};
 use k8s::{Deleted, KubeClient, Written};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::store::{IPPOOLS, NODE_SLICE_POOLS, RESERVATIONS};
+use crate::store::{IPAM_CLAIMS, IPPOOLS, NODE_SLICE_POOLS, RESERVATIONS};
 
 const PENDING_READS: u32 = 3;
 const PENDING_PAUSE: Duration = Duration::from_millis(250);
@@ -82,9 +83,35 @@ enum Judged {
 struct Pods<'a> {
     client: &'a KubeClient,
     judged: Judged,
+    claims: Claims,
+}
+
+/// Which IPAMClaims' allocations a pass judges, each claim as `namespace/name`.
+enum Claims {
+    /// Every claim of the cluster, as listed: an allocation of any other claim is orphaned.
+    Listed(HashSet<String>),
+    /// Only these claims, which the API no longer has.
+    Deleted(HashSet<String>),
 }
 
 impl Pods<'_> {
+    /// Why the allocation or reservation (`id`, `podref`) of `ips` is to be freed, or `None`:
+    /// a hold by its time, a claim's by whether the claim exists, a pod's by the pod.
+    fn judge(&mut self, id: &str, podref: &str, ips: &[IpAddr]) -> Option<String> {
+        if let Some(until) = held_until(id, podref) {
+            return hold_over(until, SystemTime::now());
+        }
+        if let Some((ns, name)) = claimed_by(podref) {
+            let claim = format!("{ns}/{name}");
+            let gone = match &self.claims {
+                Claims::Listed(live) => !live.contains(&claim),
+                Claims::Deleted(gone) => gone.contains(&claim),
+            };
+            return gone.then(|| format!("IPAMClaim {claim} is gone"));
+        }
+        self.orphaned(podref, ips)
+    }
+
     /// Why `ip` of `podref` is orphaned, or `None` when the pod holds it.
     fn orphaned(&mut self, podref: &str, ips: &[IpAddr]) -> Option<String> {
         let live = match &mut self.judged {
@@ -139,6 +166,7 @@ pub fn reconcile(client: &KubeClient) -> Result<Summary, Error> {
     // may be a pod's that the list does not hold.
     let pools = client.list_objects_everywhere(IPPOOLS)?;
     let reservations = client.list_objects_everywhere(RESERVATIONS)?;
+    let claims = list_claims(client)?;
     // Each page of pods is cut down to its view as it comes: a large cluster is never held
     // whole.
     let live = client
@@ -148,36 +176,51 @@ pub fn reconcile(client: &KubeClient) -> Result<Summary, Error> {
     let pods = Pods {
         client,
         judged: Judged::Listed(live),
+        claims: Claims::Listed(claims),
     };
     let mut summary = free_orphans(client, &pools, &reservations, pods)?;
     summary.slices_freed = reconcile_slices(client)?;
     Ok(summary)
 }
 
-/// Frees the allocations and deletes the reservations of these pods (`namespace/name`) if the
-/// API no longer has them. A pod of the same name that exists again (a StatefulSet's) is left
-/// to the next whole pass, which judges it by its network-status.
-pub fn free_deleted(client: &KubeClient, podrefs: &[String]) -> Result<Summary, Error> {
+/// Frees the allocations and deletes the reservations of these pods and IPAMClaims (each
+/// `namespace/name`) if the API no longer has them. A pod of the same name that exists again
+/// (a StatefulSet's) is left to the next whole pass, which judges it by its network-status;
+/// a claim made again under its name keeps its address.
+pub fn free_deleted(
+    client: &KubeClient,
+    podrefs: &[String],
+    claims: &[String],
+) -> Result<Summary, Error> {
     // Pools and reservations before the pods are read, for the reason `reconcile` gives.
     let pools = client.list_objects_everywhere(IPPOOLS)?;
     let reservations = client.list_objects_everywhere(RESERVATIONS)?;
-    let mut gone = HashSet::new();
-    for podref in podrefs {
-        let (ns, name) = podref.split_once('/').unwrap_or(("", podref));
-        match client.get_pod(ns, name) {
-            Ok(_) => {}
-            Err(e) if e.is_not_found() => {
-                gone.insert(podref.clone());
+    // Which of `names` the API no longer has, as `exists` reads each.
+    let gone = |names: &[String], exists: &dyn Fn(&str, &str) -> Result<bool, k8s::K8sError>| {
+        let mut gone = HashSet::new();
+        for name in names {
+            let (ns, object) = name.split_once('/').unwrap_or(("", name));
+            if !exists(ns, object)? {
+                gone.insert(name.clone());
             }
-            Err(e) => return Err(e.into()),
         }
-    }
-    if gone.is_empty() {
+        Ok::<_, Error>(gone)
+    };
+    let gone_pods = gone(podrefs, &|ns, name| match client.get_pod(ns, name) {
+        Ok(_) => Ok(true),
+        Err(e) if e.is_not_found() => Ok(false),
+        Err(e) => Err(e),
+    })?;
+    let gone_claims = gone(claims, &|ns, name| {
+        Ok(client.get_object(IPAM_CLAIMS, ns, name)?.is_some())
+    })?;
+    if gone_pods.is_empty() && gone_claims.is_empty() {
         return Ok(Summary::default());
     }
     let pods = Pods {
         client,
-        judged: Judged::Deleted(gone),
+        judged: Judged::Deleted(gone_pods),
+        claims: Claims::Deleted(gone_claims),
     };
     free_orphans(client, &pools, &reservations, pods)
 }
@@ -209,11 +252,8 @@ fn free_orphans(
         if podref.is_empty() {
             continue;
         }
-        let why = match held_until(&text("/spec/containerid"), &podref) {
-            Some(until) => hold_over(until, SystemTime::now()),
-            None => pods.orphaned(&podref, &addresses_named(&name)),
-        };
-        let Some(why) = why else {
+        let id = text("/spec/containerid");
+        let Some(why) = pods.judge(&id, &podref, &addresses_named(&name)) else {
             continue;
         };
         let rv = text("/metadata/resourceVersion");
@@ -229,6 +269,23 @@ fn free_orphans(
         }
     }
     Ok(summary)
+}
+
+/// The IPAMClaims of the cluster, as `namespace/name`. Where the API has no IPAMClaims
+/// (their CRD is not installed), there is none.
+fn list_claims(client: &KubeClient) -> Result<HashSet<String>, Error> {
+    let claims = match client.list_objects_everywhere(IPAM_CLAIMS) {
+        Ok(claims) => claims,
+        Err(e) if e.is_not_found() => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(claims
+        .iter()
+        .map(|c| {
+            let text = |p: &str| c.pointer(p).and_then(Value::as_str).unwrap_or("");
+            format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"))
+        })
+        .collect())
 }
 
 /// Why a hold ([`ipam::whereabouts::hold`]) ending at `until` is freed by `now`; `None` while
@@ -416,16 +473,11 @@ fn reconcile_pool(client: &KubeClient, pods: &mut Pods, listed: &Value) -> Resul
     };
     let mut pool = read(listed)?;
     let mut orphans = Vec::new();
-    let now = SystemTime::now();
     for (&offset, a) in &pool.allocations {
         let (Some(ip), false) = (range.ip_at(offset), a.podref.is_empty()) else {
             continue;
         };
-        let why = match held_until(&a.id, &a.podref) {
-            Some(until) => hold_over(until, now),
-            None => pods.orphaned(&a.podref, &[ip]),
-        };
-        if let Some(why) = why {
+        if let Some(why) = pods.judge(&a.id, &a.podref, &[ip]) {
             orphans.push((offset, a.clone(), ip, why));
         }
     }

@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ipam::whereabouts::{
-    adopt_patch, hold_reservation_patch, reservation_object, reservation_owner, Allocation,
-    NodeSlicePool, Pool, Range,
+    adopt_patch, claim_status_patch, hold_reservation_patch, reservation_object, reservation_owner,
+    Allocation, NodeSlicePool, Pool, Range,
 };
 use k8s::{ClientOptions, Created, Deleted, KubeClient, Leased, Resource, Written};
 use serde_json::Value;
@@ -29,6 +29,13 @@ pub(crate) const NODE_SLICE_POOLS: Resource = Resource {
     group: "whereabouts.cni.cncf.io",
     version: "v1alpha1",
     plural: "nodeslicepools",
+};
+
+/// IPAMClaims ([`ipam::whereabouts::claim_podref`]), in the pods' namespaces.
+pub(crate) const IPAM_CLAIMS: Resource = Resource {
+    group: "k8s.cni.cncf.io",
+    version: "v1alpha1",
+    plural: "ipamclaims",
 };
 
 /// Where the objects live when the kubeconfig's context names no namespace, as in the
@@ -132,6 +139,28 @@ impl Store {
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The IPAMClaim `name` in `namespace` (the pod's), or `None` when there is none.
+    pub fn claim(&self, namespace: &str, name: &str) -> Result<Option<Value>, Error> {
+        Ok(self.client.get_object(IPAM_CLAIMS, namespace, name)?)
+    }
+
+    /// Writes `ips`, held by `pod`, into the claim's status, unless `claim` (as read) shows
+    /// them already.
+    pub fn write_claim_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        claim: &Value,
+        ips: &[ipnet::IpNet],
+        pod: &str,
+    ) -> Result<(), Error> {
+        if let Some(patch) = claim_status_patch(claim, ips, pod) {
+            self.client
+                .merge_patch_status(IPAM_CLAIMS, namespace, name, &patch)?;
+        }
+        Ok(())
     }
 
     /// Turns the reservation into `held`'s hold while it still names `podref`; a reservation

@@ -22,6 +22,7 @@ pub struct HostLocal;
 
 impl Plugin for HostLocal {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        cni::args::CniArgs::parse(&args.args)?.refuse_ipam_claim("host-local")?;
         Ok(add(args)?)
     }
 

@@ -298,6 +298,7 @@ impl Config {
             "K8S_POD_NAME",
             "K8S_POD_NAMESPACE",
             "K8S_POD_INFRA_CONTAINER_ID",
+            cni::args::IPAM_CLAIM_REFERENCE,
         ])?;
         let pod = match (args.get("K8S_POD_NAMESPACE"), args.get("K8S_POD_NAME")) {
             (ns, Some(name)) if !name.is_empty() => Some(PodRef {

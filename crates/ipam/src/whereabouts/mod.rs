@@ -2,6 +2,7 @@
 //! storage-agnostic half: the configuration, the ranges and the order addresses are tried in,
 //! the offsets and the object names. The Kubernetes-backed store is beside multus's client.
 
+mod claim;
 mod config;
 mod hold;
 mod names;
@@ -11,6 +12,7 @@ mod record;
 mod reservation;
 mod slices;
 
+pub use claim::{claim_podref, claimed_by, status_patch as claim_status_patch};
 pub use config::{keys, Config, NodeSlices, PodRef, Sources};
 pub use hold::{has_ended, held_until, hold, hold_reservation_patch, HOLD};
 pub use names::{pool_name, reservation_name};

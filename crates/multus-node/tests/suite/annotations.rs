@@ -771,3 +771,30 @@ fn a_megabyte_annotation_is_quoted_once_and_short() {
         c.assert_add_left_nothing("a megabyte annotation");
     }
 }
+
+/// `ipam-claim-reference` reaches the network's IPAM plugin in CNI_ARGS: static, which keeps
+/// no address beyond its pod, refuses the claim by name. A reference that names another
+/// namespace is refused before anything runs.
+#[test]
+fn an_ipam_claim_reference_reaches_ipam_and_static_refuses_it() {
+    let c = Cluster::new(
+        json!({NETWORKS: r#"[{"name":"fixed","ips":["192.168.50.7/24"],"ipam-claim-reference":"vm1"}]"#}),
+        json!({}),
+    );
+    static_nad(&c, json!({}));
+    let (code, msg) = c.add_err();
+    assert_eq!(code, 7, "{msg}");
+    assert!(
+        msg.contains("static cannot keep IPAMClaim \"vm1\"'s address"),
+        "{msg}"
+    );
+    c.assert_add_left_nothing("a claim static cannot keep");
+    c.set_pod(json!({NETWORKS: r#"[{"name":"fixed","ipam-claim-reference":"other/vm1"}]"#}));
+    let (code, msg) = c.add_err();
+    assert_eq!(code, 7, "{msg}");
+    assert!(
+        msg.contains("ipam-claim-reference: \"other/vm1\" is not a name"),
+        "{msg}"
+    );
+    c.assert_add_left_nothing("a claim in another namespace");
+}

@@ -1045,6 +1045,36 @@ fn the_controller_frees_a_deleted_pods_addresses_at_once() {
     assert!(!text.contains("sts-0"), "{text}");
 }
 
+/// The controller watches IPAMClaims too: a claim's address stays while the claim exists,
+/// with or without its pods, and goes as soon as the claim is deleted.
+#[test]
+fn the_controller_frees_a_deleted_claims_address_at_once() {
+    let c = Cluster::new();
+    for i in 1..=2 {
+        c.add_claim(&format!("vm{i}"));
+        c.add_claimed(
+            &format!("c{i}"),
+            &format!("virt-launcher-{i}"),
+            &format!("vm{i}"),
+        )
+        .ok();
+    }
+    let controller = Controller::start(&c);
+    controller.wait_for("a whole pass: freed 0 addresses, deleted 0 reservations");
+    c.api
+        .delete_object(Resource::IPAM_CLAIMS, "default", "vm1")
+        .expect("the claim");
+    let text = controller.wait_for("deleted claims: freed 1 addresses, deleted 1 reservations");
+    assert!(
+        text.contains(
+            "freed 10.77.0.1 in IPPool kube-system/10.77.0.0-24: IPAMClaim default/vm1 is gone"
+        ),
+        "{text}"
+    );
+    let held: Vec<String> = c.allocations("10.77.0.0-24").keys().cloned().collect();
+    assert_eq!(held, ["2"], "{text}");
+}
+
 /// A pod deleted and at once made again under its name (a StatefulSet's, or a tenant's on
 /// purpose): its new container's ADD adopts the old reservation, which changes it, so the
 /// controller, which judged the pod gone just before, cannot delete it from under the new pod.
@@ -1679,4 +1709,180 @@ fn a_conflict_probe_on_the_lan_holds_the_address_in_the_pool() {
     let ok = add("ca2");
     assert_eq!(ok.code, 0, "{}", ok.stdout);
     assert_eq!(ips(&ok.ok()), ["10.77.0.2/24"]);
+}
+
+impl Caller {
+    /// ADD of `pod`'s `net1` with IPAMClaim `claim` (in `default`), as multus hands it on.
+    fn add_claimed(&self, container: &str, pod: &str, claim: &str) -> CniOutput {
+        let mut call = self.cni_call("ADD", &net(&v4()), container, "net1", pod);
+        call.args = format!("{};IPAM_CLAIM_REFERENCE={claim}", call.args);
+        call.run(&self.bin, None)
+    }
+}
+
+impl Cluster {
+    fn add_claim(&self, name: &str) {
+        self.api.add_object(
+            Resource::IPAM_CLAIMS,
+            json!({"metadata": {"name": name, "namespace": "default"},
+                   "spec": {"network": "blue", "interface": "net1"}}),
+        );
+    }
+
+    fn claim_status(&self, name: &str) -> Value {
+        self.api
+            .object(Resource::IPAM_CLAIMS, "default", name)
+            .map(|c| c["status"].clone())
+            .unwrap_or_default()
+    }
+}
+
+/// A pod with an IPAMClaim takes its address for the claim: the pool names the claim, and the
+/// claim's status the address and the pod. DEL and GC keep it; the claim's next pod, on another
+/// node under another name, gets it back; a reconciler pass keeps it whatever the pods, until
+/// the claim is deleted.
+#[test]
+fn a_claims_address_outlives_its_pods_until_the_claim_is_deleted() {
+    let c = Cluster::new();
+    c.add_claim("vm1");
+    let a = c.add_claimed("c1", "virt-launcher-a", "vm1");
+    assert_eq!(a.code, 0, "{}", a.stdout);
+    assert_eq!(ips(&a.ok()), ["10.77.0.1/24"]);
+    assert_eq!(
+        c.allocations("10.77.0.0-24")["1"],
+        json!({"id": "c1", "podref": "ipamclaim:default/vm1", "ifname": "net1"})
+    );
+    assert_eq!(
+        c.claim_status("vm1"),
+        json!({"ips": ["10.77.0.1/24"], "ownerPod": {"name": "virt-launcher-a"}})
+    );
+    assert_eq!(c.reservations()[0].1["podref"], "ipamclaim:default/vm1");
+    assert_eq!(c.add(&v4(), "cb", "b")["ips"][0]["address"], "10.77.0.2/24");
+
+    // DEL and GC of the claim's pod keep the address.
+    assert_eq!(c.call("DEL", &v4(), "c1", "net1", "").code, 0);
+    c.age_records();
+    c.gc(&v4(), Some(&[("cb", "net1")])).ok();
+    assert_eq!(c.allocations("10.77.0.0-24")["1"]["id"], "c1");
+    assert_eq!(c.reservations().len(), 2);
+
+    // The VM's next pod, on another node and under another name.
+    let b = c
+        .on_node("node-1")
+        .add_claimed("c2", "virt-launcher-b", "vm1");
+    assert_eq!(ips(&b.ok()), ["10.77.0.1/24"]);
+    assert_eq!(c.allocations("10.77.0.0-24")["1"]["id"], "c2");
+    assert_eq!(
+        c.claim_status("vm1")["ownerPod"],
+        json!({"name": "virt-launcher-b"})
+    );
+
+    // No pod at all: b's address goes, the claim's stays.
+    let log = c.reconcile();
+    assert!(log.contains("freed 10.77.0.2 in IPPool"), "{log}");
+    let left: Vec<String> = c.allocations("10.77.0.0-24").keys().cloned().collect();
+    assert_eq!(left, ["1"], "{log}");
+
+    // The claim deleted: the next pass frees its address and reservation.
+    c.api
+        .delete_object(Resource::IPAM_CLAIMS, "default", "vm1")
+        .expect("the claim");
+    let log = c.reconcile();
+    for line in [
+        "freed 10.77.0.1 in IPPool kube-system/10.77.0.0-24: IPAMClaim default/vm1 is gone",
+        "deleted OverlappingRangeIPReservation kube-system/10.77.0.1: IPAMClaim default/vm1 is gone",
+    ] {
+        assert!(log.contains(line), "{line}\n{log}");
+    }
+    assert!(c.allocations("10.77.0.0-24").is_empty());
+    assert!(c.reservations().is_empty());
+}
+
+/// A claim that does not exist fails the ADD with code 11, naming it, and writes nothing; a
+/// claim in node-slice mode, whose addresses cannot follow a pod to another node, and a
+/// reference that is not a name, are refused with code 7.
+#[test]
+fn claims_that_cannot_be_kept_are_refused_and_write_nothing() {
+    let c = Cluster::new();
+    let missing = c.add_claimed("c1", "a", "nope");
+    assert_eq!(missing.err_code(), 11, "{}", missing.stdout);
+    assert!(
+        missing
+            .stdout
+            .contains("IPAMClaim default/nope not found: the pod's network selection names it"),
+        "{}",
+        missing.stdout
+    );
+    let bad = c.add_claimed("c1", "a", "Not_A_Name");
+    assert_eq!(bad.err_code(), 7, "{}", bad.stdout);
+    assert!(
+        bad.stdout.contains("IPAM_CLAIM_REFERENCE"),
+        "{}",
+        bad.stdout
+    );
+    c.add_claim("vm1");
+    let mut call = c.cni_call("ADD", &net(&sliced("/26")), "c1", "net1", "a");
+    call.args = format!("{};IPAM_CLAIM_REFERENCE=vm1", call.args);
+    let sliced_claim = call.run(&c.bin, None);
+    assert_eq!(sliced_claim.err_code(), 7, "{}", sliced_claim.stdout);
+    assert!(
+        sliced_claim
+            .stdout
+            .contains("cannot follow its pod to another node"),
+        "{}",
+        sliced_claim.stdout
+    );
+    assert!(c.api.objects(Resource::IP_POOLS).is_empty());
+    assert!(c.reservations().is_empty());
+    assert_eq!(c.claim_status("vm1"), Value::Null);
+    assert!(c.recorded().is_empty());
+}
+
+/// 50 claims at once, from two nodes: 50 addresses, each claim's status naming its own; every
+/// claim's next pod, in the other order, gets the same one back.
+#[test]
+fn fifty_claims_at_once_keep_their_addresses() {
+    let c = Cluster::new();
+    for i in 0..50 {
+        c.add_claim(&format!("vm{i}"));
+    }
+    let add_all = |round: &str, order: Vec<usize>| {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = order
+                .chunks(25)
+                .enumerate()
+                .map(|(n, chunk)| {
+                    let node = c.on_node(&format!("node-{n}"));
+                    s.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|i| {
+                                let out = node.add_claimed(
+                                    &format!("{round}-{i}"),
+                                    &format!("virt-launcher-{round}-{i}"),
+                                    &format!("vm{i}"),
+                                );
+                                (*i, ips(&out.ok())[0].clone())
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut got: Vec<(usize, String)> = handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("an ADD thread"))
+                .collect();
+            got.sort();
+            got
+        })
+    };
+    let first = add_all("a", (0..50).collect());
+    let distinct: std::collections::BTreeSet<&String> = first.iter().map(|(_, ip)| ip).collect();
+    assert_eq!(distinct.len(), 50);
+    for (i, ip) in &first {
+        assert_eq!(c.claim_status(&format!("vm{i}"))["ips"], json!([ip]));
+    }
+    let again = add_all("b", (0..50).rev().collect());
+    assert_eq!(again, first);
+    assert_eq!(c.allocations("10.77.0.0-24").len(), 50);
 }

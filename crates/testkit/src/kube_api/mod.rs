@@ -361,6 +361,10 @@ impl KubeApiServer {
         let mut gone = match what {
             watch::Watched::Pods => state.pods.remove(&key),
             watch::Watched::Nads => state.nads.remove(&key),
+            watch::Watched::Claims => state
+                .objects
+                .get_mut(&Resource::IPAM_CLAIMS)
+                .and_then(|o| o.remove(&key)),
         }?;
         gone["metadata"]["resourceVersion"] = json!(state.next_resource_version());
         state.history.record(what, "DELETED", &gone);
@@ -458,6 +462,9 @@ impl KubeApiServer {
             .entry(resource)
             .or_default()
             .insert((ns, name), object.clone());
+        objects::record(&mut state, resource, "ADDED", &object);
+        drop(state);
+        self.shared.changed.notify_all();
         object
     }
 
@@ -479,10 +486,16 @@ impl KubeApiServer {
     }
 
     pub fn delete_object(&self, resource: Resource, namespace: &str, name: &str) -> Option<Value> {
-        lock(&self.shared.state)
+        let mut state = lock(&self.shared.state);
+        let mut gone = state
             .objects
             .get_mut(&resource)?
-            .remove(&(namespace.to_string(), name.to_string()))
+            .remove(&(namespace.to_string(), name.to_string()))?;
+        gone["metadata"]["resourceVersion"] = json!(state.next_resource_version());
+        objects::record(&mut state, resource, "DELETED", &gone);
+        drop(state);
+        self.shared.changed.notify_all();
+        Some(gone)
     }
 
     /// Every event created so far, in order.

@@ -10,6 +10,7 @@ use super::routes::{
     self, bad_request, conflict, metadata_mut, method_not_allowed, not_found, precondition_failed,
     status, Key, State, MODIFIED,
 };
+use super::watch::Watched;
 
 const WHEREABOUTS: &str = "whereabouts.cni.cncf.io";
 
@@ -26,6 +27,9 @@ pub struct Resource {
     /// Built into kube-apiserver rather than a custom resource: its etcd key has no group, it
     /// takes strategic merge patches, and (as the Lease strategy has it) a PUT creates it.
     builtin: bool,
+    /// Has a status subresource (`subresources: status` in its CRD): writes to the object
+    /// keep its status, and writes to `<object>/status` change only the status.
+    status: bool,
 }
 
 impl Resource {
@@ -45,14 +49,25 @@ impl Resource {
         plural: "leases",
         kind: "Lease",
         builtin: true,
+        status: false,
+    };
+    /// `k8s.cni.cncf.io/v1alpha1` IPAMClaims, with a status subresource as their CRD has.
+    pub const IPAM_CLAIMS: Resource = Resource {
+        group: routes::NAD_GROUP,
+        version: "v1alpha1",
+        plural: "ipamclaims",
+        kind: "IPAMClaim",
+        builtin: false,
+        status: true,
     };
 
     /// Every resource served.
-    const ALL: [Resource; 4] = [
+    const ALL: [Resource; 5] = [
         Resource::IP_POOLS,
         Resource::OVERLAPPING_RANGE_IP_RESERVATIONS,
         Resource::NODE_SLICE_POOLS,
         Resource::LEASES,
+        Resource::IPAM_CLAIMS,
     ];
 
     const fn whereabouts(plural: &'static str, kind: &'static str) -> Resource {
@@ -62,6 +77,7 @@ impl Resource {
             plural,
             kind,
             builtin: false,
+            status: false,
         }
     }
 
@@ -137,9 +153,22 @@ pub(super) fn handle(state: &mut State, req: &Request, segments: &[&str]) -> Opt
                     Some(obj) => (200, obj.clone()),
                     None => not_found(r.group, r.plural, name),
                 },
-                "PUT" => update(state, req, r, key),
-                "PATCH" => patch(state, req, r, key),
+                "PUT" => update(state, req, r, key, Part::Object),
+                "PATCH" => patch(state, req, r, key, Part::Object),
                 "DELETE" => delete(state, req, r, &key),
+                _ => method_not_allowed(),
+            }
+        }
+        ["apis", group, version, "namespaces", ns, plural, name, "status"] => {
+            let r = Resource::find(group, version, plural).filter(|r| r.status)?;
+            let key = (ns.to_string(), name.to_string());
+            match method {
+                "GET" => match stored(state, r, &key) {
+                    Some(obj) => (200, obj.clone()),
+                    None => not_found(r.group, r.plural, name),
+                },
+                "PUT" => update(state, req, r, key, Part::Status),
+                "PATCH" => patch(state, req, r, key, Part::Status),
                 _ => method_not_allowed(),
             }
         }
@@ -166,7 +195,13 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
     let resources: Vec<Value> = Resource::ALL
         .into_iter()
         .filter(|r| r.group == group && r.version == version)
-        .map(|r| routes::resource(r.plural, r.kind, &VERBS, &[]))
+        .flat_map(|r| {
+            let status = format!("{}/status", r.plural);
+            let sub = r
+                .status
+                .then(|| routes::resource(&status, r.kind, &["get", "patch", "update"], &[]));
+            std::iter::once(routes::resource(r.plural, r.kind, &VERBS, &[])).chain(sub)
+        })
         .collect();
     if resources.is_empty() {
         return None;
@@ -210,6 +245,12 @@ fn create(state: &mut State, req: &Request, r: Resource, ns: &str) -> (u16, Valu
         Ok(name) => name,
         Err(reply) => return reply,
     };
+    if r.status {
+        // Only the status subresource writes a status: a create's is dropped.
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("status");
+        }
+    }
     insert_new(state, r, (ns.to_string(), name), obj)
 }
 
@@ -228,12 +269,57 @@ fn insert_new(state: &mut State, r: Resource, key: Key, mut obj: Value) -> (u16,
     meta.shift_remove("creationTimestamp");
     state.admit(&mut obj, &key.0, &key.1);
     state.objects.entry(r).or_default().insert(key, obj.clone());
+    record(state, r, "ADDED", &obj);
     (201, obj)
+}
+
+/// Keeps a change of a watched resource (IPAMClaims) for its watches.
+pub(super) fn record(state: &mut State, r: Resource, event: &'static str, obj: &Value) {
+    if r == Resource::IPAM_CLAIMS {
+        state.history.record(Watched::Claims, event, obj);
+    }
+}
+
+/// Which part of an object a write is to: for a resource with a status subresource, the
+/// object's writes keep the stored status, and the subresource's keep all but the status.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Object,
+    Status,
+}
+
+/// `written` as stored, keeping what `part` may not change of `current`.
+fn only_part(r: Resource, part: Part, current: &Value, mut written: Value) -> Value {
+    if !r.status {
+        return written;
+    }
+    match part {
+        Part::Object => {
+            match current.get("status") {
+                Some(status) => written["status"] = status.clone(),
+                None => {
+                    if let Some(o) = written.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+            written
+        }
+        Part::Status => {
+            let mut kept = current.clone();
+            kept["status"] = written.get("status").cloned().unwrap_or(Value::Null);
+            // The write's preconditions still apply; its other metadata does not.
+            for field in ["resourceVersion", "uid"] {
+                kept["metadata"][field] = written["metadata"][field].clone();
+            }
+            kept
+        }
+    }
 }
 
 /// PUT: the body replaces the object, which it must name with its current resourceVersion
 /// (none of these resources allows an unconditional update).
-fn update(state: &mut State, req: &Request, r: Resource, key: Key) -> (u16, Value) {
+fn update(state: &mut State, req: &Request, r: Resource, key: Key, part: Part) -> (u16, Value) {
     let obj = match decode(r, &req.body).and_then(|obj| check_name(&obj, &key).map(|()| obj)) {
         Ok(obj) => obj,
         Err(reply) => return reply,
@@ -259,10 +345,11 @@ fn update(state: &mut State, req: &Request, r: Resource, key: Key) -> (u16, Valu
             "Invalid value: 0x0: must be specified for an update",
         );
     }
+    let obj = only_part(r, part, &current, obj);
     replace(state, r, key, &current, obj)
 }
 
-fn patch(state: &mut State, req: &Request, r: Resource, key: Key) -> (u16, Value) {
+fn patch(state: &mut State, req: &Request, r: Resource, key: Key, part: Part) -> (u16, Value) {
     let media_type = routes::media_type(req);
     let json_patch = media_type == "application/json-patch+json";
     let merge = media_type == "application/merge-patch+json"
@@ -292,7 +379,10 @@ fn patch(state: &mut State, req: &Request, r: Resource, key: Key) -> (u16, Value
         .and_then(|obj| typed(r, obj))
         .and_then(|obj| check_name(&obj, &key).map(|()| obj))
     {
-        Ok(obj) => replace(state, r, key, &current, obj),
+        Ok(obj) => {
+            let obj = only_part(r, part, &current, obj);
+            replace(state, r, key, &current, obj)
+        }
         Err(reply) => reply,
     }
 }
@@ -369,6 +459,7 @@ fn replace(
     }
     meta.insert("resourceVersion".into(), json!(rv));
     state.objects.entry(r).or_default().insert(key, obj.clone());
+    record(state, r, "MODIFIED", &obj);
     (200, obj)
 }
 
@@ -386,6 +477,7 @@ fn delete(state: &mut State, req: &Request, r: Resource, key: &Key) -> (u16, Val
     if let Some(objects) = state.objects.get_mut(&r) {
         objects.remove(key);
     }
+    record(state, r, "DELETED", &obj);
     (200, obj)
 }
 

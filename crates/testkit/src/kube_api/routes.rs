@@ -702,7 +702,17 @@ fn api_groups() -> Value {
     let version = json!({ "groupVersion": format!("{NAD_GROUP}/v1"), "version": "v1" });
     let mut groups =
         vec![json!({ "name": NAD_GROUP, "versions": [version], "preferredVersion": version })];
-    groups.extend(objects::api_groups());
+    for group in objects::api_groups() {
+        // IPAMClaims' v1alpha1 is a second version of the NADs' group, listed under it.
+        match (group["name"] == NAD_GROUP, group["versions"].as_array()) {
+            (true, Some(versions)) => {
+                if let Some(listed) = groups[0]["versions"].as_array_mut() {
+                    listed.extend(versions.iter().cloned());
+                }
+            }
+            _ => groups.push(group),
+        }
+    }
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",

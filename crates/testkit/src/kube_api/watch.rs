@@ -1,5 +1,5 @@
-//! Watches of pods and NetworkAttachmentDefinitions, as kube-apiserver serves them: every
-//! write of either is kept in a history with its resourceVersion; `?watch=1` streams the
+//! Watches of pods, NetworkAttachmentDefinitions and IPAMClaims, as kube-apiserver serves them:
+//! every write of one is kept in a history with its resourceVersion; `?watch=1` streams the
 //! changes after the request's `resourceVersion` as JSON lines (`{"type": "ADDED" | "MODIFIED" |
 //! "DELETED" | "BOOKMARK" | "ERROR", "object": ...}`), then new ones as they happen, with a
 //! bookmark every [`super::KubeApiServer::set_bookmark_interval`] when the client allows them,
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::http1::Request;
+use super::objects::Resource;
 use super::routes::{State, NAD_GROUP, NAD_RESOURCE};
 
 /// The most changes kept; older ones are compacted away.
@@ -27,6 +28,8 @@ const LONGEST: Duration = Duration::from_secs(1800);
 pub(super) enum Watched {
     Pods,
     Nads,
+    /// IPAMClaims, the one watched resource of the generic store.
+    Claims,
 }
 
 impl Watched {
@@ -34,6 +37,7 @@ impl Watched {
         match self {
             Watched::Pods => ("Pod", "v1".to_owned()),
             Watched::Nads => ("NetworkAttachmentDefinition", format!("{NAD_GROUP}/v1")),
+            Watched::Claims => ("IPAMClaim", Resource::IPAM_CLAIMS.api_version()),
         }
     }
 }
@@ -105,6 +109,10 @@ fn collection(path: &str) -> Option<(Watched, Option<String>)> {
         ["apis", NAD_GROUP, "v1", NAD_RESOURCE] => Some((Watched::Nads, None)),
         ["apis", NAD_GROUP, "v1", "namespaces", ns, NAD_RESOURCE] => {
             Some((Watched::Nads, Some((*ns).to_owned())))
+        }
+        ["apis", NAD_GROUP, "v1alpha1", "ipamclaims"] => Some((Watched::Claims, None)),
+        ["apis", NAD_GROUP, "v1alpha1", "namespaces", ns, "ipamclaims"] => {
+            Some((Watched::Claims, Some((*ns).to_owned())))
         }
         _ => None,
     }
@@ -233,11 +241,17 @@ impl Watch {
             }
             Some(rv) => rv,
             None => {
-                let objects = match self.what {
-                    Watched::Pods => state.pods.values(),
-                    Watched::Nads => state.nads.values(),
+                let objects: Vec<&Value> = match self.what {
+                    Watched::Pods => state.pods.values().collect(),
+                    Watched::Nads => state.nads.values().collect(),
+                    Watched::Claims => state
+                        .objects
+                        .get(&Resource::IPAM_CLAIMS)
+                        .into_iter()
+                        .flat_map(|o| o.values())
+                        .collect(),
                 };
-                for obj in objects.filter(|o| self.wanted(self.what, o)) {
+                for obj in objects.into_iter().filter(|o| self.wanted(self.what, o)) {
                     lines.push(Watch::line("ADDED", obj));
                 }
                 if std::mem::take(&mut self.initial_events_end) {

@@ -725,3 +725,74 @@ fn discovery_and_kubectl() -> Result<()> {
     assert_eq!(server.object(Resource::IP_POOLS, "ns1", "p"), None);
     Ok(())
 }
+
+/// IPAMClaims have a status subresource, as their CRD gives them: a create drops the status,
+/// a write to the object keeps the stored status, and a write to `/status` changes only the
+/// status. Discovery lists their version under the NADs' group.
+#[test]
+fn ipam_claims_write_their_status_only_through_the_subresource() -> Result<()> {
+    let mut api = Api::new()?;
+    let claims = Resource::IPAM_CLAIMS.path("ns1");
+    let claim = Resource::IPAM_CLAIMS.object_path("ns1", "vm1");
+    let status = format!("{claim}/status");
+    let (code, created) = api.post(
+        &claims,
+        &json!({"apiVersion": "k8s.cni.cncf.io/v1alpha1", "kind": "IPAMClaim",
+                "metadata": {"name": "vm1"}, "spec": {"network": "blue", "interface": "net1"},
+                "status": {"ips": ["10.0.0.9/24"]}}),
+    )?;
+    assert_eq!(code, 201, "{created}");
+    assert!(created.get("status").is_none(), "{created}");
+
+    let (code, patched) = api.merge_patch(
+        &status,
+        &json!({"spec": {"network": "red"}, "metadata": {"labels": {"a": "b"}},
+                "status": {"ips": ["10.0.0.1/24"], "ownerPod": {"name": "p"}}}),
+    )?;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(patched["spec"]["network"], "blue");
+    assert!(patched["metadata"].get("labels").is_none(), "{patched}");
+    assert_eq!(
+        patched["status"],
+        json!({"ips": ["10.0.0.1/24"], "ownerPod": {"name": "p"}})
+    );
+    assert!(rv(&patched) > rv(&created));
+
+    let (code, patched) = api.merge_patch(
+        &claim,
+        &json!({"spec": {"network": "red"}, "status": {"ips": []}}),
+    )?;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(patched["spec"]["network"], "red");
+    assert_eq!(patched["status"]["ips"], json!(["10.0.0.1/24"]));
+    assert_eq!(api.get(&status)?.1, patched);
+
+    let stale = json!({"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]},
+                       "status": {"ips": []}});
+    assert_eq!(api.merge_patch(&status, &stale)?.0, 409);
+    // Only a resource with a status subresource has one.
+    let pool_status = format!("{}/status", pool_path("p"));
+    assert_eq!(api.get(&pool_status)?.0, 404);
+
+    let (_, groups) = api.get("/apis")?;
+    let nads = &groups["groups"][0];
+    assert_eq!(nads["name"], "k8s.cni.cncf.io");
+    assert_eq!(nads["preferredVersion"]["version"], "v1");
+    let versions: Vec<&str> = nads["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, ["v1", "v1alpha1"]);
+    let (code, resources) = api.get("/apis/k8s.cni.cncf.io/v1alpha1")?;
+    assert_eq!(code, 200);
+    let names: Vec<&str> = resources["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ipamclaims", "ipamclaims/status"]);
+    Ok(())
+}
