@@ -8,8 +8,8 @@ use std::time::{Duration, Instant, SystemTime};
 use cni::in_use::InUse;
 use cni::{CmdArgs, CniError, CniResult, Plugin};
 use ipam::whereabouts::{
-    claim_podref, claimed_by, cut, hold, pool_name, reservation_name, Allocation, Choice, Config,
-    NodeSlicePool, NodeSlices, Pool, Range, Record, Sources,
+    claim_podref, claimed_by, cut, hold, pool_name, reservation_name, statefulset_member,
+    Allocation, Choice, Config, NodeSlicePool, NodeSlices, Pool, Range, Record, Sources,
 };
 use ipnet::IpNet;
 
@@ -135,6 +135,7 @@ impl Plugin for Whereabouts {
             id: args.container_id.clone(),
             podref: match &claim {
                 Some((name, _)) => claim_podref(&pod.namespace, name),
+                None if conf.keep_statefulset_addresses => store.statefulset_podref(pod)?,
                 None => pod.to_string(),
             },
             ifname: args.ifname.clone(),
@@ -627,8 +628,9 @@ fn give_back(
 enum Release<'a> {
     /// An ADD gives back the offset it took: freed, whoever it was for.
     TakenBack(u128),
-    /// DEL or GC: a claim's address stays with the claim; one in the list, which another host
-    /// answered the conflict probe for, is held back.
+    /// DEL or GC: a claim's address stays with the claim, a StatefulSet pod's kept one with
+    /// the pod's name; one in the list, which another host answered the conflict probe for,
+    /// is held back.
     Teardown(&'a [InUse]),
 }
 use Release::TakenBack;
@@ -656,10 +658,12 @@ fn release(
             return Ok(());
         };
         let podref = pool.allocations.get(&offset).map(|a| a.podref.clone());
+        // A claim's address, and a StatefulSet pod's kept one, outlive the pod.
+        let outlives_pod = podref
+            .as_deref()
+            .is_some_and(|p| claimed_by(p).is_some() || statefulset_member(p).is_some());
         let in_use = match why {
-            Release::Teardown(_) if podref.as_deref().and_then(claimed_by).is_some() => {
-                return Ok(());
-            }
+            Release::Teardown(_) if outlives_pod => return Ok(()),
             Release::Teardown(in_use) => in_use,
             TakenBack(_) => &[],
         };

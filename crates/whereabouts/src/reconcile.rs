@@ -16,12 +16,14 @@ use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::time::{Duration, SystemTime};
 
-use ipam::whereabouts::{claimed_by, held_until, NodeSlicePool, Pool, Range};
+use ipam::whereabouts::{
+    claimed_by, held_until, statefulset_member, wants_ordinal, Member, NodeSlicePool, Pool, Range,
+};
 use k8s::{Deleted, KubeClient, Written};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::store::{IPAM_CLAIMS, IPPOOLS, NODE_SLICE_POOLS, RESERVATIONS};
+use crate::store::{IPAM_CLAIMS, IPPOOLS, NODE_SLICE_POOLS, RESERVATIONS, STATEFULSETS};
 
 const PENDING_READS: u32 = 3;
 const PENDING_PAUSE: Duration = Duration::from_millis(250);
@@ -101,6 +103,9 @@ impl Pods<'_> {
         if let Some(until) = held_until(id, podref) {
             return hold_over(until, SystemTime::now());
         }
+        if let Some(member) = statefulset_member(podref) {
+            return self.statefulset_judge(&member);
+        }
         if let Some((ns, name)) = claimed_by(podref) {
             let claim = format!("{ns}/{name}");
             let gone = match &self.claims {
@@ -110,6 +115,32 @@ impl Pods<'_> {
             return gone.then(|| format!("IPAMClaim {claim} is gone"));
         }
         self.orphaned(podref, ips)
+    }
+
+    /// Why a StatefulSet pod's kept address is to be freed: its pod is gone and its StatefulSet
+    /// no longer wants that ordinal, or is gone. A read that fails keeps it.
+    fn statefulset_judge(&self, m: &Member) -> Option<String> {
+        let podref = format!("{}/{}", m.namespace, m.pod);
+        let pod_gone = match &self.judged {
+            Judged::Listed(live) => !live.contains_key(&podref),
+            Judged::Deleted(gone) => gone.contains(&podref),
+        };
+        if !pod_gone {
+            return None;
+        }
+        let sts = format!("{}/{}", m.namespace, m.statefulset);
+        match self
+            .client
+            .get_object(STATEFULSETS, m.namespace, m.statefulset)
+        {
+            Ok(Some(obj)) if wants_ordinal(&obj, m.ordinal) => None,
+            Ok(Some(_)) => Some(format!("StatefulSet {sts} no longer wants pod {}", m.pod)),
+            Ok(None) => Some(format!("StatefulSet {sts} of pod {} is gone", m.pod)),
+            Err(e) => {
+                nodelog::warn!("kept the address of pod {podref}: {e}");
+                None
+            }
+        }
     }
 
     /// Why `ip` of `podref` is orphaned, or `None` when the pod holds it.

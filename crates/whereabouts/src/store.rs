@@ -5,8 +5,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ipam::whereabouts::{
-    adopt_patch, claim_status_patch, hold_reservation_patch, reservation_object, reservation_owner,
-    Allocation, NodeSlicePool, Pool, Range,
+    adopt_patch, claim_status_patch, hold_reservation_patch, owning_statefulset,
+    reservation_object, reservation_owner, statefulset_podref, Allocation, NodeSlicePool, PodRef,
+    Pool, Range,
 };
 use k8s::{ClientOptions, Created, Deleted, KubeClient, Leased, Resource, Written};
 use serde_json::Value;
@@ -36,6 +37,13 @@ pub(crate) const IPAM_CLAIMS: Resource = Resource {
     group: "k8s.cni.cncf.io",
     version: "v1alpha1",
     plural: "ipamclaims",
+};
+
+/// StatefulSets, for `keep_statefulset_addresses`.
+pub(crate) const STATEFULSETS: Resource = Resource {
+    group: "apps",
+    version: "v1",
+    plural: "statefulsets",
 };
 
 /// Where the objects live when the kubeconfig's context names no namespace, as in the
@@ -139,6 +147,21 @@ impl Store {
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The `podref` of `pod`'s allocations under `keep_statefulset_addresses`: a
+    /// StatefulSet's pod's names it by the pod's name ([`statefulset_podref`]); any other pod's,
+    /// and one the API no longer has, is the pod's own.
+    pub fn statefulset_podref(&self, pod: &PodRef) -> Result<String, Error> {
+        let obj = match self.client.get_pod(&pod.namespace, &pod.name) {
+            Ok(obj) => serde_json::to_value(obj).unwrap_or_default(),
+            Err(e) if e.is_not_found() => return Ok(pod.to_string()),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(match owning_statefulset(&obj) {
+            Some(_) => statefulset_podref(&pod.namespace, &pod.name),
+            None => pod.to_string(),
+        })
     }
 
     /// The IPAMClaim `name` in `namespace` (the pod's), or `None` when there is none.

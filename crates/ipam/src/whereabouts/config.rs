@@ -121,6 +121,8 @@ pub struct Config {
     pub pod: Option<PodRef>,
     /// Node-slice mode (`node_slice_size`): the node allocates from its slice of the range.
     pub node_slices: Option<NodeSlices>,
+    /// `keep_statefulset_addresses`: a StatefulSet's pod keeps its address across restarts.
+    pub keep_statefulset_addresses: bool,
     /// The flat file the defaults came from.
     pub flat_file: PathBuf,
 }
@@ -188,6 +190,8 @@ struct RawIpam {
     node_slice_size: String,
     #[serde(default)]
     configuration_path: String,
+    #[serde(default)]
+    keep_statefulset_addresses: bool,
 }
 
 /// Keys of the reference's `ipam` this whereabouts takes and ignores (see [`RawIpam`]).
@@ -334,6 +338,13 @@ impl Config {
                 read_flat.then_some(&flat_file),
             )?),
         };
+        if ipam.keep_statefulset_addresses && node_slices.is_some() {
+            return Err(Error::config(
+                "ipam.keep_statefulset_addresses: a StatefulSet's pod may come back on another \
+                 node, and in node-slice mode each node hands out its own slice, so its address \
+                 cannot be kept; remove one of keep_statefulset_addresses and node_slice_size",
+            ));
+        }
         Ok(Config {
             cni_version: raw.cni_version,
             name: raw.name,
@@ -347,6 +358,7 @@ impl Config {
             overlapping_ranges,
             pod,
             node_slices,
+            keep_statefulset_addresses: ipam.keep_statefulset_addresses,
             flat_file,
         })
     }

@@ -11,6 +11,7 @@ mod range;
 mod record;
 mod reservation;
 mod slices;
+mod statefulset;
 
 pub use claim::{claim_podref, claimed_by, status_patch as claim_status_patch};
 pub use config::{keys, Config, NodeSlices, PodRef, Sources};
@@ -21,3 +22,6 @@ pub use range::{parse_exclude, parse_range, Range};
 pub use record::{Record, STATE_DIR};
 pub use reservation::{adopt_patch, reservation_object, reservation_owner};
 pub use slices::{cut, parse_slice_size, NodeSlicePool, MAX_SLICES};
+pub use statefulset::{
+    owning_statefulset, statefulset_member, statefulset_podref, wants_ordinal, Member,
+};

@@ -1886,3 +1886,88 @@ fn fifty_claims_at_once_keep_their_addresses() {
     assert_eq!(again, first);
     assert_eq!(c.allocations("10.77.0.0-24").len(), 50);
 }
+
+/// A pod of StatefulSet `db` (or of none).
+fn statefulset_pod(name: &str, statefulset: Option<&str>) -> Value {
+    let owners: Vec<Value> = statefulset
+        .map(|s| json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": s, "uid": "u1", "controller": true}))
+        .into_iter()
+        .collect();
+    json!({"metadata": {"namespace": "default", "name": name, "ownerReferences": owners},
+           "status": {"phase": "Running"}})
+}
+
+/// `keep_statefulset_addresses`: a StatefulSet's pod, deleted and made again under its name
+/// (here on another node), gets its address back. DEL and the reconciler keep the address
+/// while the StatefulSet wants the pod, and free it once the StatefulSet is scaled down below
+/// it or deleted. A pod of no StatefulSet is as without the key.
+#[test]
+fn a_statefulsets_pod_keeps_its_address_until_the_statefulset_lets_it_go() {
+    let c = Cluster::new();
+    let ipam = json!({"type": "whereabouts", "range": "10.77.0.0/24",
+                      "keep_statefulset_addresses": true});
+    let sts = |replicas: u32| {
+        c.api.add_object(
+            Resource::STATEFULSETS,
+            json!({"metadata": {"name": "db", "namespace": "default"},
+                   "spec": {"replicas": replicas}}),
+        );
+    };
+    sts(2);
+    for (pod, owner) in [("db-0", Some("db")), ("db-1", Some("db")), ("web", None)] {
+        c.api.add_pod(statefulset_pod(pod, owner));
+    }
+    assert_eq!(ips(&c.add(&ipam, "c0", "db-0")), ["10.77.0.1/24"]);
+    assert_eq!(ips(&c.add(&ipam, "c1", "db-1")), ["10.77.0.2/24"]);
+    assert_eq!(ips(&c.add(&ipam, "cw", "web")), ["10.77.0.3/24"]);
+    let allocations = c.allocations("10.77.0.0-24");
+    assert_eq!(allocations["1"]["podref"], "statefulset:default/db-0");
+    assert_eq!(allocations["3"]["podref"], "default/web");
+
+    // db-0 restarts: DEL keeps its address, the pass too, and its new pod gets it back.
+    for container in ["c0", "cw"] {
+        assert_eq!(c.call("DEL", &ipam, container, "net1", "").code, 0);
+    }
+    c.api.delete_pod("default", "db-0");
+    let log = c.reconcile();
+    assert!(log.contains("freed 0 addresses"), "{log}");
+    c.api.add_pod(statefulset_pod("db-0", Some("db")));
+    let back = c
+        .on_node("node-1")
+        .call("ADD", &ipam, "c0b", "net1", "db-0");
+    assert_eq!(ips(&back.ok()), ["10.77.0.1/24"]);
+    let held: Vec<String> = c.allocations("10.77.0.0-24").keys().cloned().collect();
+    assert_eq!(held, ["1", "2"]);
+
+    // Scaled down to one: db-1 goes, and so does its address.
+    sts(1);
+    c.api.delete_pod("default", "db-1");
+    let log = c.reconcile();
+    assert!(
+        log.contains("freed 10.77.0.2 in IPPool kube-system/10.77.0.0-24: StatefulSet default/db no longer wants pod db-1"),
+        "{log}"
+    );
+    // The StatefulSet deleted: db-0's goes with its pod.
+    c.api
+        .delete_object(Resource::STATEFULSETS, "default", "db")
+        .expect("the StatefulSet");
+    c.api.delete_pod("default", "db-0");
+    let log = c.reconcile();
+    assert!(
+        log.contains("freed 10.77.0.1 in IPPool kube-system/10.77.0.0-24: StatefulSet default/db of pod db-0 is gone"),
+        "{log}"
+    );
+    assert!(c.allocations("10.77.0.0-24").is_empty());
+    assert!(c.reservations().is_empty());
+
+    // Node slices cannot keep an address for a pod that may come back on another node.
+    let mut sliced_keep = sliced("/26");
+    sliced_keep["keep_statefulset_addresses"] = json!(true);
+    let refused = c.call("ADD", &sliced_keep, "cx", "net1", "db-0");
+    assert_eq!(refused.err_code(), 7, "{}", refused.stdout);
+    assert!(
+        refused.stdout.contains("ipam.keep_statefulset_addresses"),
+        "{}",
+        refused.stdout
+    );
+}

@@ -61,13 +61,24 @@ impl Resource {
         status: true,
     };
 
+    /// `apps/v1` StatefulSets, which whereabouts reads to keep their pods' addresses.
+    pub const STATEFULSETS: Resource = Resource {
+        group: "apps",
+        version: "v1",
+        plural: "statefulsets",
+        kind: "StatefulSet",
+        builtin: true,
+        status: false,
+    };
+
     /// Every resource served.
-    const ALL: [Resource; 5] = [
+    const ALL: [Resource; 6] = [
         Resource::IP_POOLS,
         Resource::OVERLAPPING_RANGE_IP_RESERVATIONS,
         Resource::NODE_SLICE_POOLS,
         Resource::LEASES,
         Resource::IPAM_CLAIMS,
+        Resource::STATEFULSETS,
     ];
 
     const fn whereabouts(plural: &'static str, kind: &'static str) -> Resource {

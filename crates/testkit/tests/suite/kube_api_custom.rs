@@ -574,14 +574,18 @@ fn fixtures_from_the_test_side() -> Result<()> {
             .objects(Resource::OVERLAPPING_RANGE_IP_RESERVATIONS),
         std::slice::from_ref(&seeded)
     );
-    assert_eq!(
-        api.server.delete_object(
+    // The deleted object comes back at the deletion's resourceVersion, as from a DELETE.
+    let mut deleted = api
+        .server
+        .delete_object(
             Resource::OVERLAPPING_RANGE_IP_RESERVATIONS,
             "kube-system",
-            "10.2.0.5"
-        ),
-        Some(seeded)
-    );
+            "10.2.0.5",
+        )
+        .expect("the deleted reservation");
+    assert!(rv(&deleted) > rv(&seeded));
+    deleted["metadata"]["resourceVersion"] = seeded["metadata"]["resourceVersion"].clone();
+    assert_eq!(deleted, seeded);
     assert_eq!(api.get(&path)?.0, 404);
     assert!(api
         .server
@@ -659,7 +663,12 @@ fn discovery_and_kubectl() -> Result<()> {
         .collect();
     assert_eq!(
         names,
-        ["k8s.cni.cncf.io", WHEREABOUTS, "coordination.k8s.io"]
+        [
+            "k8s.cni.cncf.io",
+            WHEREABOUTS,
+            "coordination.k8s.io",
+            "apps"
+        ]
     );
     assert_eq!(
         groups["groups"][1]["preferredVersion"]["groupVersion"],
