@@ -125,6 +125,19 @@ impl Plugin for Whereabouts {
                 let obj = store
                     .claim(&pod.namespace, name)?
                     .ok_or_else(|| Error::NoClaim(format!("{}/{name}", pod.namespace)))?;
+                // One claim's addresses are one network's: a claim made for another network
+                // would hand this one an address of that one's.
+                let network = obj.pointer("/spec/network").and_then(|n| n.as_str());
+                if let Some(network) = network.filter(|n| !n.is_empty() && *n != conf.name) {
+                    return Err(Error::ClaimRefused(format!(
+                        "IPAMClaim {}/{name} is for network {}, and this is network {}: \
+                         give each network's interface a claim of its own",
+                        pod.namespace,
+                        cni::quote::quote(network),
+                        cni::quote::quote(&conf.name)
+                    ))
+                    .into());
+                }
                 Some((name, obj))
             }
             None => None,

@@ -1,8 +1,8 @@
 //! whereabouts on the real node: a Deployment on two networks scaled to 0 and back, with the
 //! pools matching the pods all along; the reconciler's CronJob, run as a Job with the shipped
 //! RBAC, freeing a leaked address and keeping a live pod's; and the controller freeing the
-//! address of a pod whose DEL never came; and the reference's plugin beside ours on
-//! overlapping ranges.
+//! address of a pod whose DEL never came; IPAMClaims keeping a VM's address across its pods,
+//! 50 at once; and the reference's plugin beside ours on overlapping ranges.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
@@ -58,30 +58,9 @@ fn pool(node: &Node, range: &str) -> Result<(String, String, serde_json::Map<Str
     ))
 }
 
-#[test]
-fn the_reconciler_job_frees_a_leaked_address() -> Result<()> {
-    let node = up("whereabouts")?;
-    node.apply(&nad("wb", "10.21.0.0/24"))?;
-    node.apply(&pod())?;
-    node.wait_ready("default", "wb-live", Duration::from_secs(120))?;
-    let (ns, name, live) = pool(&node, "10.21.0.0/24")?;
-    ensure!(live.len() == 1, "allocations {live:?}");
-
-    // A leak: an allocation whose pod is gone, as a node that died before its DEL leaves it.
-    let leak = json!({"spec": {"allocations": {"200": {
-        "id": "0123456789abcdef", "podref": "default/gone", "ifname": "net1"}}}});
-    node.kubectl(&[
-        "-n",
-        &ns,
-        "patch",
-        "ippools.whereabouts.cni.cncf.io",
-        &name,
-        "--type=merge",
-        "-p",
-        &leak.to_string(),
-    ])?;
-    ensure!(pool(&node, "10.21.0.0/24")?.2.len() == 2);
-
+/// One pass of the reconciler, as its CronJob runs it (a Job made from it, with the shipped
+/// RBAC), which must complete; its log.
+fn reconcile_now(node: &Node) -> Result<String> {
     node.kubectl(&[
         "-n",
         "multus",
@@ -108,12 +87,6 @@ fn the_reconciler_job_frees_a_leaked_address() -> Result<()> {
         done.status.success(),
         "the reconciler Job did not complete: {logs}"
     );
-    let (_, _, after) = pool(&node, "10.21.0.0/24")?;
-    ensure!(
-        after.len() == 1 && after.keys().eq(live.keys()),
-        "after the reconciler: {after:?} (the live pod's: {live:?}); its log: {logs}"
-    );
-
     node.kubectl(&[
         "-n",
         "multus",
@@ -122,6 +95,39 @@ fn the_reconciler_job_frees_a_leaked_address() -> Result<()> {
         "reconcile-now",
         "--wait=true",
     ])?;
+    Ok(logs)
+}
+
+#[test]
+fn the_reconciler_job_frees_a_leaked_address() -> Result<()> {
+    let node = up("whereabouts")?;
+    node.apply(&nad("wb", "10.21.0.0/24"))?;
+    node.apply(&pod())?;
+    node.wait_ready("default", "wb-live", Duration::from_secs(120))?;
+    let (ns, name, live) = pool(&node, "10.21.0.0/24")?;
+    ensure!(live.len() == 1, "allocations {live:?}");
+
+    // A leak: an allocation whose pod is gone, as a node that died before its DEL leaves it.
+    let leak = json!({"spec": {"allocations": {"200": {
+        "id": "0123456789abcdef", "podref": "default/gone", "ifname": "net1"}}}});
+    node.kubectl(&[
+        "-n",
+        &ns,
+        "patch",
+        "ippools.whereabouts.cni.cncf.io",
+        &name,
+        "--type=merge",
+        "-p",
+        &leak.to_string(),
+    ])?;
+    ensure!(pool(&node, "10.21.0.0/24")?.2.len() == 2);
+
+    let logs = reconcile_now(&node)?;
+    let (_, _, after) = pool(&node, "10.21.0.0/24")?;
+    ensure!(
+        after.len() == 1 && after.keys().eq(live.keys()),
+        "after the reconciler: {after:?} (the live pod's: {live:?}); its log: {logs}"
+    );
     node.delete(&pod())?;
     node.eventually("the pool empty", Duration::from_secs(30), || {
         Ok(pool(&node, "10.21.0.0/24")?.2.is_empty())
@@ -498,5 +504,122 @@ fn mixed(
         "the Lease is still held by {}",
         lease_holder()?
     );
+    Ok(())
+}
+
+const CLAIMED_RANGE: &str = "10.25.0.0/24";
+const CLAIMS: usize = 50;
+
+/// IPAMClaim `name` in `default`, for net1 on `wb-claim`.
+fn claim(name: &str) -> String {
+    format!(
+        r#"
+apiVersion: k8s.cni.cncf.io/v1alpha1
+kind: IPAMClaim
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  network: wb-claim
+  interface: net1
+"#
+    )
+}
+
+/// A "VM" pod `name` whose net1 on `wb-claim` is claim `claim`'s.
+fn claimed_pod(name: &str, claim: &str) -> String {
+    let networks =
+        format!(r#"[{{"name":"wb-claim","interface":"net1","ipam-claim-reference":"{claim}"}}]"#);
+    e2e::sleeping_pod(name, Some(&networks))
+}
+
+/// The claim's status: its addresses and its owner pod's name.
+fn claim_status(node: &Node, name: &str) -> Result<(Vec<String>, String)> {
+    let c = node.get("default", &format!("ipamclaims.k8s.cni.cncf.io/{name}"))?;
+    let ips = c["status"]["ips"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let owner = c["status"]["ownerPod"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    Ok((ips, owner))
+}
+
+/// A VM's pod deleted and made again, under its name and under another, gets its claim's
+/// address back, with the claim's status naming it; a reconciler pass while no pod holds it
+/// frees nothing. 50 claims at once get 50 addresses, each its claim's; the reconciler keeps
+/// them all once their pods are gone, and deleting the claims frees them (the controller
+/// watches claims).
+#[test]
+fn claimed_addresses_outlive_their_pods_until_the_claims_go() -> Result<()> {
+    let node = up("whereabouts")?;
+    let nad = nad("wb-claim", CLAIMED_RANGE);
+    node.apply(&nad)?;
+    node.apply(&claim("vm1"))?;
+    let mut first = None;
+    for pod in ["virt-launcher-a", "virt-launcher-a", "virt-launcher-b"] {
+        node.apply(&claimed_pod(pod, "vm1"))?;
+        node.wait_ready("default", pod, Duration::from_secs(120))?;
+        let ip = node.ipv4(pod, "net1")?;
+        let first = first.get_or_insert_with(|| ip.clone());
+        ensure!(ip == *first, "{pod} got {ip}, the claim's is {first}");
+        let (ips, owner) = claim_status(&node, "vm1")?;
+        ensure!(
+            ips == [format!("{ip}/24")] && owner == pod,
+            "the claim's status: {ips:?}, {owner}"
+        );
+        node.delete(&claimed_pod(pod, "vm1"))?;
+        if pod == "virt-launcher-a" {
+            // No pod holds the claim's address now: a pass keeps it.
+            let logs = reconcile_now(&node)?;
+            ensure!(pool(&node, CLAIMED_RANGE)?.2.len() == 1, "{logs}");
+        }
+    }
+
+    // 50 claims and their pods at once.
+    let names: Vec<String> = (0..CLAIMS).map(|i| format!("vm-{i}")).collect();
+    let all = |f: &dyn Fn(&str) -> String| -> String {
+        names.iter().map(|n| f(n)).collect::<Vec<_>>().join("---\n")
+    };
+    let claims = all(&|n| claim(n));
+    let pods = all(&|n| claimed_pod(&format!("launcher-{n}"), n));
+    node.apply(&claims)?;
+    node.apply(&pods)?;
+    let mut held = BTreeSet::new();
+    for n in &names {
+        let pod = format!("launcher-{n}");
+        node.wait_ready("default", &pod, Duration::from_secs(180))?;
+        let ip = node.ipv4(&pod, "net1")?;
+        let (ips, owner) = claim_status(&node, n)?;
+        ensure!(
+            ips == [format!("{ip}/24")] && owner == pod,
+            "{n}: {pod} has {ip}, the claim's status {ips:?} {owner}"
+        );
+        held.insert(ip);
+    }
+    ensure!(held.len() == CLAIMS, "{} distinct addresses", held.len());
+    node.delete(&pods)?;
+    let logs = reconcile_now(&node)?;
+    let kept = pool(&node, CLAIMED_RANGE)?.2.len();
+    ensure!(
+        kept == CLAIMS + 1,
+        "{kept} addresses kept after a pass: {logs}"
+    );
+
+    node.delete(&claims)?;
+    node.delete(&claim("vm1"))?;
+    node.eventually(
+        "the claims' addresses freed",
+        Duration::from_secs(60),
+        || Ok(pool(&node, CLAIMED_RANGE)?.2.is_empty()),
+    )?;
+    node.delete(&nad)?;
     Ok(())
 }

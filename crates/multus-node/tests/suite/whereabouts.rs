@@ -1820,6 +1820,20 @@ fn claims_that_cannot_be_kept_are_refused_and_write_nothing() {
         "{}",
         bad.stdout
     );
+    c.api.add_object(
+        Resource::IPAM_CLAIMS,
+        json!({"metadata": {"name": "red-vm", "namespace": "default"},
+               "spec": {"network": "red", "interface": "net1"}}),
+    );
+    let other = c.add_claimed("c1", "a", "red-vm");
+    assert_eq!(other.err_code(), 7, "{}", other.stdout);
+    assert!(
+        other.stdout.contains(
+            r#"IPAMClaim default/red-vm is for network \"red\", and this is network \"blue\""#
+        ),
+        "{}",
+        other.stdout
+    );
     c.add_claim("vm1");
     let mut call = c.cni_call("ADD", &net(&sliced("/26")), "c1", "net1", "a");
     call.args = format!("{};IPAM_CLAIM_REFERENCE=vm1", call.args);
