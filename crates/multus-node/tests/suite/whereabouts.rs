@@ -1578,6 +1578,20 @@ fn is_hold_of(a: &Value, mac: &str) -> bool {
 }
 
 impl Cluster {
+    /// A reconciler pass frees 10.77.0.1 and deletes its reservation, each for `why`, and
+    /// leaves nothing.
+    fn pass_frees_the_last_address(&self, why: &str) {
+        let log = self.reconcile();
+        for line in [
+            format!("freed 10.77.0.1 in IPPool kube-system/10.77.0.0-24: {why}"),
+            format!("deleted OverlappingRangeIPReservation kube-system/10.77.0.1: {why}"),
+        ] {
+            assert!(log.contains(&line), "{line}\n{log}");
+        }
+        assert!(self.allocations("10.77.0.0-24").is_empty());
+        assert!(self.reservations().is_empty());
+    }
+
     /// DEL as an interface plugin runs it after its conflict probe found `in_use`.
     fn del_in_use(&self, container: &str, in_use: &str) -> CniOutput {
         let mut call = self.cni_call("DEL", &net(&v4()), container, "net1", "");
@@ -1648,15 +1662,7 @@ fn an_address_another_host_answered_for_is_held_then_freed() {
     assert_eq!(c.del_in_use("cb", &format!("10.77.0.1={mac}")).code, 0);
     assert!(is_hold_of(&c.allocations("10.77.0.0-24")["1"], mac));
     c.end_hold("1", "10.77.0.1");
-    let log = c.reconcile();
-    for line in [
-        "freed 10.77.0.1 in IPPool kube-system/10.77.0.0-24: the hold on an address another host answered for is over",
-        "deleted OverlappingRangeIPReservation kube-system/10.77.0.1: the hold on an address another host answered for is over",
-    ] {
-        assert!(log.contains(line), "{line}\n{log}");
-    }
-    assert!(c.allocations("10.77.0.0-24").is_empty());
-    assert!(c.reservations().is_empty());
+    c.pass_frees_the_last_address("the hold on an address another host answered for is over");
 }
 
 /// The whole chain on a LAN: bridge with `conflictProbe` runs whereabouts; a host on the
@@ -1787,15 +1793,7 @@ fn a_claims_address_outlives_its_pods_until_the_claim_is_deleted() {
     c.api
         .delete_object(Resource::IPAM_CLAIMS, "default", "vm1")
         .expect("the claim");
-    let log = c.reconcile();
-    for line in [
-        "freed 10.77.0.1 in IPPool kube-system/10.77.0.0-24: IPAMClaim default/vm1 is gone",
-        "deleted OverlappingRangeIPReservation kube-system/10.77.0.1: IPAMClaim default/vm1 is gone",
-    ] {
-        assert!(log.contains(line), "{line}\n{log}");
-    }
-    assert!(c.allocations("10.77.0.0-24").is_empty());
-    assert!(c.reservations().is_empty());
+    c.pass_frees_the_last_address("IPAMClaim default/vm1 is gone");
 }
 
 /// A claim that does not exist fails the ADD with code 11, naming it, and writes nothing; a

@@ -156,30 +156,22 @@ pub(super) fn handle(state: &mut State, req: &Request, segments: &[&str]) -> Opt
                 _ => method_not_allowed(),
             }
         }
-        ["apis", group, version, "namespaces", ns, plural, name] => {
+        ["apis", group, version, "namespaces", ns, plural, name, ref sub @ ..] => {
             let r = Resource::find(group, version, plural)?;
+            let part = match sub {
+                [] => Part::Object,
+                ["status"] if r.status => Part::Status,
+                _ => return None,
+            };
             let key = (ns.to_string(), name.to_string());
             match method {
                 "GET" => match stored(state, r, &key) {
                     Some(obj) => (200, obj.clone()),
                     None => not_found(r.group, r.plural, name),
                 },
-                "PUT" => update(state, req, r, key, Part::Object),
-                "PATCH" => patch(state, req, r, key, Part::Object),
-                "DELETE" => delete(state, req, r, &key),
-                _ => method_not_allowed(),
-            }
-        }
-        ["apis", group, version, "namespaces", ns, plural, name, "status"] => {
-            let r = Resource::find(group, version, plural).filter(|r| r.status)?;
-            let key = (ns.to_string(), name.to_string());
-            match method {
-                "GET" => match stored(state, r, &key) {
-                    Some(obj) => (200, obj.clone()),
-                    None => not_found(r.group, r.plural, name),
-                },
-                "PUT" => update(state, req, r, key, Part::Status),
-                "PATCH" => patch(state, req, r, key, Part::Status),
+                "PUT" => update(state, req, r, key, part),
+                "PATCH" => patch(state, req, r, key, part),
+                "DELETE" if part == Part::Object => delete(state, req, r, &key),
                 _ => method_not_allowed(),
             }
         }
