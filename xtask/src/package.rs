@@ -24,6 +24,12 @@ const DEFAULT_IMAGE: &str = "localhost/multus-rs";
 const BASE_IMAGE: &str = "localhost/multus-rs";
 const MANIFESTS: &str = "usr/lib/microshift/manifests.d/003-microshift-multus";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The reference plugins' release ours match (the peers' pin): the packages provide
+/// containernetworking-plugins at it, and replace every release before the next.
+const PLUGINS_VERSION: &str = "1.9.1";
+/// Below every 1.9.2 release, Debian's `1.9.2+ds1-1` and `1.9.2~rc1` included, and above every
+/// 1.9.1 one.
+const PLUGINS_NEXT: &str = "1.9.2~";
 /// Where the rpm node package puts the binaries, and the .deb.
 const RPM_CNI_DIR: &str = "usr/libexec/cni";
 const DEB_CNI_DIR: &str = "usr/lib/cni";
@@ -325,6 +331,8 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
             "%%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm",
         ))
         .args(define("version", VERSION))
+        .args(define("plugins_version", PLUGINS_VERSION))
+        .args(define("plugins_next", PLUGINS_NEXT))
         .args(define("release", &release.to_string()))
         .args(define("commit", &inputs.commit))
         .arg(crate::workspace_root().join("packaging/rpm/multus-rs.spec"))
@@ -344,6 +352,8 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
         "DEBIAN/control",
         read("packaging/deb/control")?
             .replace("@VERSION@", VERSION)
+            .replace("@PLUGINS_VERSION@", PLUGINS_VERSION)
+            .replace("@PLUGINS_NEXT@", PLUGINS_NEXT)
             .replace("@SIZE_KB@", &size_kb.to_string())
             .as_bytes(),
         0o644,
@@ -501,14 +511,75 @@ fn check_listings(inputs: &Inputs, p: &Packages) -> Result<()> {
         "the MicroShift package must provide and obsolete microshift-multus: {deps}"
     );
     let fields = output(Command::new("dpkg-deb").args(["-f"]).arg(&p.deb).args([
+        "Depends",
         "Conflicts",
         "Replaces",
         "Provides",
         "Version",
     ]))?;
+    let want = [
+        "Depends: iptables | nftables".to_owned(),
+        format!("Conflicts: containernetworking-plugins (<< {PLUGINS_NEXT})"),
+        format!("Replaces: containernetworking-plugins (<< {PLUGINS_NEXT})"),
+        format!("Provides: containernetworking-plugins (= {PLUGINS_VERSION}), container-network-stack (= 1)"),
+        format!("Version: {VERSION}"),
+    ];
     ensure!(
-        fields.matches("containernetworking-plugins").count() == 3 && fields.contains(VERSION),
-        "the .deb must conflict with, replace and provide containernetworking-plugins: {fields}"
+        fields.lines().eq(want.iter().map(String::as_str)),
+        "the .deb's relations: {fields}"
+    );
+    let rpm_deps = output(
+        Command::new("rpm")
+            .args(["-qp", "--provides", "--obsoletes", "--conflicts"])
+            .arg(&p.node_rpm),
+    )?;
+    for line in [
+        format!("containernetworking-plugins = {PLUGINS_VERSION}"),
+        format!("containernetworking-plugins < {PLUGINS_NEXT}"),
+    ] {
+        ensure!(
+            rpm_deps.lines().any(|l| l.trim() == line),
+            "the node RPM must provide and obsolete containernetworking-plugins ({line}): {rpm_deps}"
+        );
+    }
+    replaces_the_reference_under_podman(&p.deb)
+}
+
+/// apt, asked (without changing anything) to install the .deb on this machine, where podman
+/// and Debian's containernetworking-plugins are installed, removes the reference plugins and
+/// nothing else: the .deb provides what podman's stack depends on.
+fn replaces_the_reference_under_podman(deb: &Path) -> Result<()> {
+    let installed = |name: &str| {
+        Command::new("dpkg-query")
+            .args(["-W", "-f", "${Status}", name])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("ok installed"))
+    };
+    for name in ["podman", "containernetworking-plugins"] {
+        ensure!(
+            installed(name),
+            "{name} is not installed: scripts/deps.sh installs it for this check"
+        );
+    }
+    let plan = output(
+        Command::new("apt-get")
+            .args([
+                "install",
+                "--simulate",
+                "--no-install-recommends",
+                "-o",
+                "Debug::NoLocking=1",
+            ])
+            .arg(deb),
+    )?;
+    let removed: Vec<&str> = plan
+        .lines()
+        .filter_map(|l| l.strip_prefix("Remv "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    ensure!(
+        removed == ["containernetworking-plugins"] && plan.contains("Inst multus-rs "),
+        "apt would remove {removed:?} to install the .deb beside podman:\n{plan}"
     );
     Ok(())
 }
