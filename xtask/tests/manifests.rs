@@ -457,6 +457,21 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
             "{plural} has subresources"
         );
     }
+    // IPAMClaims as the specification has them, whose status only whereabouts writes.
+    let claims = &find(
+        &objects,
+        "CustomResourceDefinition",
+        "ipamclaims.k8s.cni.cncf.io",
+    )?["spec"];
+    ensure!(claims["group"] == "k8s.cni.cncf.io" && claims["scope"] == "Namespaced");
+    ensure!(claims["names"]["kind"] == "IPAMClaim" && claims["names"]["plural"] == "ipamclaims");
+    let version = &claims["versions"][0];
+    ensure!(
+        version["name"] == "v1alpha1" && version["subresources"]["status"] == serde_json::json!({})
+    );
+    let schema = &version["schema"]["openAPIV3Schema"]["properties"];
+    ensure!(strings(&schema["spec"]["required"]) == ["network", "interface"]);
+    ensure!(schema["status"]["properties"]["ips"]["items"]["type"] == "string");
     let pool = find(
         &objects,
         "CustomResourceDefinition",
@@ -472,6 +487,8 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
             == [
                 "coordination.k8s.io/leases[whereabouts]:get",
                 "coordination.k8s.io/leases[whereabouts]:update",
+                "k8s.cni.cncf.io/ipamclaims/status:patch",
+                "k8s.cni.cncf.io/ipamclaims:get",
                 "whereabouts.cni.cncf.io/ippools:create",
                 "whereabouts.cni.cncf.io/ippools:get",
                 "whereabouts.cni.cncf.io/ippools:list",
@@ -499,6 +516,10 @@ fn whereabouts_tree_renders_and_validates() -> Result<()> {
                 "/pods:get",
                 "/pods:list",
                 "/pods:watch",
+                "apps/statefulsets:get",
+                "k8s.cni.cncf.io/ipamclaims:get",
+                "k8s.cni.cncf.io/ipamclaims:list",
+                "k8s.cni.cncf.io/ipamclaims:watch",
                 "whereabouts.cni.cncf.io/ippools:delete",
                 "whereabouts.cni.cncf.io/ippools:get",
                 "whereabouts.cni.cncf.io/ippools:list",
