@@ -85,7 +85,8 @@ pub fn conflicts(
         let mut drain =
             |socket: Option<&PacketSocket>, parse: &ReadConflict<'_>| -> io::Result<()> {
                 let Some(socket) = socket else { return Ok(()) };
-                loop {
+                // A host flooding the link must not hold the probe past its deadline.
+                while Instant::now() < deadline {
                     match socket.recv(&mut buf) {
                         Ok(Some((n, from))) => {
                             let new = parse(&buf[..n.min(buf.len())], from)
@@ -97,6 +98,7 @@ pub fn conflicts(
                         Err(e) => return Err(e),
                     }
                 }
+                Ok(())
             };
         drain(arp.as_ref(), &|p, _| arp_conflict(p, addresses, own_mac))?;
         drain(ip6.as_ref(), &|p, from| {
