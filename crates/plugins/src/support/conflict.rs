@@ -16,6 +16,9 @@ use crate::support::sys::{sys, sys_ctx};
 
 /// The wait for answers when `conflictProbe` is `true`.
 pub const DEFAULT_WAIT: Duration = Duration::from_millis(100);
+/// Waits for the probing link's carrier: the kernel raises it within microseconds; past
+/// these, the probe goes out anyway.
+const CARRIER_WAITS_MS: [u64; 6] = [0, 1, 5, 20, 100, 300];
 /// The longest wait a config may ask for: ADD waits for all of it when nobody answers.
 const MAX_WAIT_MS: u64 = 2000;
 
@@ -66,11 +69,21 @@ impl Probe<'_> {
         }
         let ctx = || format!("probing for address conflicts on the network of {ifname:?}");
         self.nl.set_up(self.index).map_err(sys_ctx(ctx()))?;
-        let link = self
-            .nl
-            .link_by_index(self.index)
-            .map_err(sys_ctx(ctx()))?
-            .ok_or_else(|| CniError::internal(format!("{}: the link is gone", ctx())))?;
+        // A probe sent before the link has carrier (a veth whose node end is not up yet) is
+        // lost, and silence would pass for a free address.
+        let mut link;
+        let mut waits = CARRIER_WAITS_MS.iter();
+        loop {
+            link = self
+                .nl
+                .link_by_index(self.index)
+                .map_err(sys_ctx(ctx()))?
+                .ok_or_else(|| CniError::internal(format!("{}: the link is gone", ctx())))?;
+            match waits.next() {
+                Some(ms) if !link.running => std::thread::sleep(Duration::from_millis(*ms)),
+                _ => break,
+            }
+        }
         let mac = link.mac.unwrap_or_default();
         let (index, wait) = (self.index, self.wait);
         let found = self

@@ -124,6 +124,10 @@ fn attach(
         let version = conf.net.version()?;
         result = ipam.add_addresses(version, &mut done.ipam)?;
         if let Some(wait) = conf.conflict_probe {
+            // The bridge forwards the probe only once the port is up, which the kernel reports
+            // on the node's end a moment after the pod's end is up.
+            pod_nl.set_up(cont.index).map_err(sys_ctx(cont_ctx()))?;
+            wait_oper_up(node, &host)?;
             let probe = Probe {
                 ns: pod,
                 nl: &pod_nl,
