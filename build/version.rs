@@ -17,17 +17,18 @@ fn main() {
         Ok(commit) if !commit.is_empty() => commit,
         _ => {
             // Run again when HEAD moves: HEAD itself, the branch it names, and packed refs.
-            for path in ["HEAD", "packed-refs"] {
+            // Only files that exist: cargo takes a missing one as changed on every build.
+            let rerun_if_changed = |path: &str| {
                 if let Some(p) = git(&["rev-parse", "--path-format=absolute", "--git-path", path]) {
-                    println!("cargo:rerun-if-changed={p}");
+                    if std::path::Path::new(&p).exists() {
+                        println!("cargo:rerun-if-changed={p}");
+                    }
                 }
-            }
+            };
+            rerun_if_changed("HEAD");
+            rerun_if_changed("packed-refs");
             if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-                if let Some(p) =
-                    git(&["rev-parse", "--path-format=absolute", "--git-path", &branch])
-                {
-                    println!("cargo:rerun-if-changed={p}");
-                }
+                rerun_if_changed(&branch);
             }
             git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".to_owned())
         }
