@@ -80,7 +80,13 @@ impl<'a> From<&'a CmdArgs> for DelegateEnv<'a> {
 /// runs its own plugins in-process, and a meta-plugin refuses to delegate to itself.
 pub fn is_this_executable(bin: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(bin), std::fs::metadata("/proc/self/exe")) {
+    // Opened first: a user-mode emulator (qemu-user, which runs the aarch64 build's tests)
+    // answers an open of /proc/self/exe with the program it runs, a stat with itself. The stat
+    // stays for a binary this process may run but not read.
+    let this = std::fs::File::open("/proc/self/exe")
+        .and_then(|f| f.metadata())
+        .or_else(|_| std::fs::metadata("/proc/self/exe"));
+    match (std::fs::metadata(bin), this) {
         (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
         _ => false,
     }

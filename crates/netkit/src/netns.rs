@@ -50,6 +50,23 @@ pub(crate) fn lock_within(
     }
 }
 
+/// Whether an open nsfs file is a network namespace, by NS_GET_NSTYPE. Where that is not
+/// implemented (kernels before 4.11, and user-mode emulators such as qemu-user, which run the
+/// aarch64 build's tests) it is taken as one: every use of the handle, setns with
+/// CLONE_NEWNET or a link moved by its fd, still refuses another kind of namespace.
+fn is_net_namespace(file: &File) -> std::io::Result<bool> {
+    // SAFETY: NS_GET_NSTYPE takes no argument and only inspects the fd, which is open.
+    let kind = unsafe { libc::ioctl(file.as_raw_fd(), libc::NS_GET_NSTYPE) };
+    if kind >= 0 {
+        return Ok(kind == libc::CLONE_NEWNET);
+    }
+    let error = std::io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::ENOTTY | libc::ENOSYS) => Ok(true),
+        _ => Err(error),
+    }
+}
+
 /// An open network namespace.
 #[derive(Debug)]
 pub struct NetNs {
@@ -94,12 +111,7 @@ impl NetNs {
         if fs_type != NSFS_MAGIC {
             return Err(not_netns("not a namespace file"));
         }
-        // SAFETY: NS_GET_NSTYPE takes no argument and only inspects the fd, which is open.
-        let kind = unsafe { libc::ioctl(file.as_raw_fd(), libc::NS_GET_NSTYPE) };
-        if kind < 0 {
-            return Err(Error::last_os(op()));
-        }
-        if kind != libc::CLONE_NEWNET {
+        if !is_net_namespace(&file).map_err(|e| Error::io(op(), e))? {
             return Err(not_netns("another kind of namespace"));
         }
         Ok(NetNs { file, path })
