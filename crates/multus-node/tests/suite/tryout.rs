@@ -380,8 +380,10 @@ fn on_host_runs_lint_first_takes_only_pod_side_networks_and_changes_nothing_here
     ip(&[
         "link", "add", "eth9", "type", "veth", "peer", "name", "eth9p",
     ]);
-    ip(&["link", "set", "eth9", "up"]);
-    ip(&["link", "set", "eth9p", "up"]);
+    // No IPv6 link-local address: the kernel would add it (and its local route) a moment
+    // after the link is up, perhaps between try's two looks at the host.
+    ip(&["link", "set", "eth9", "addrgenmode", "none", "up"]);
+    ip(&["link", "set", "eth9p", "addrgenmode", "none", "up"]);
     ip(&["addr", "add", "192.168.50.1/24", "dev", "eth9p"]);
     let before = own_links();
     let addrs = || {
