@@ -24,6 +24,8 @@ packages=(
   conmon               # scripts/cluster.sh --cri-o: CRI-O's container monitor
   strace               # the crash-consistency suites: SIGKILL at a chosen file write
   rpm                  # cargo xtask package: rpmbuild for the RPMs (the .deb needs only dpkg)
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # scripts/build.sh aarch64: ring's C and the static libc
+  qemu-user-static binfmt-support  # cargo xtask aarch64-test: the aarch64 binaries run under qemu-user
   dbus-daemon python3-dbus python3-gi python3-nftables gir1.2-glib-2.0  # firewalld's runtime (firewalld itself is unpacked below)
 )
 
@@ -46,6 +48,19 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 if [ "${1:-}" = demo ]; then
   exit 0
+fi
+
+# The aarch64 build: Rust's standard library for the target, from rustup (the toolchain's own
+# channel), and binfmt_misc running aarch64 programs under qemu-user with the F flag, so that
+# they run in every mount namespace (cargo xtask aarch64-test checks it).
+if ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+  rustup target add aarch64-unknown-linux-gnu
+fi
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+fi
+if ! grep -qx enabled /proc/sys/fs/binfmt_misc/qemu-aarch64 2>/dev/null; then
+  update-binfmts --enable qemu-aarch64
 fi
 
 # Debian's cloud kernel for the VM tests (cargo xtask vm-test), which this machine's kernel cannot

@@ -4,9 +4,11 @@
 //! `cargo xtask bench-whereabouts`, `cargo xtask bench-thick`, `cargo xtask bench-cluster`,
 //! `cargo xtask bench-admission` and
 //! `cargo xtask bench-reconcile` (on the real node of scripts/cluster.sh), `cargo xtask bench-probe`,
-//! `cargo xtask vm-test` (the tests that need a full kernel) and `cargo xtask vm-bench` (the
+//! `cargo xtask vm-test` (the tests that need a full kernel), `cargo xtask aarch64-test` (the
+//! aarch64 binaries under the integration suites, in qemu-user) and `cargo xtask vm-bench` (the
 //! macvlan, ipvlan and vlan benchmarks in that kernel).
 
+mod aarch64;
 mod bench;
 mod bench_admission;
 mod bench_cluster;
@@ -19,6 +21,7 @@ mod dhcp_bench;
 mod image;
 mod measure;
 mod package;
+mod test_build;
 mod vm;
 
 use std::path::PathBuf;
@@ -51,6 +54,7 @@ fn main() -> Result<()> {
         "bench-reconcile" => bench_reconcile::run(&rest),
         "bench-probe" => bench_probe::run(&rest),
         "vm-test" => vm::run(&rest),
+        "aarch64-test" => aarch64::run(&rest),
         "image" => image::run(),
         "package" => package::run(&rest),
         "vm-bench" => vm::bench(&rest),
@@ -62,7 +66,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }
@@ -72,16 +76,41 @@ fn main() -> Result<()> {
 /// Builds the release `cni-plugins` and `multus` (scripts/build.sh) and returns the path of
 /// `cni-plugins`; `multus` is beside it.
 pub fn build_release() -> Result<PathBuf> {
+    build_release_for(Arch::X86_64)
+}
+
+/// The machines the release is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    X86_64,
+    Aarch64,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+
+    /// The name in Rust's target triple and in scripts/build.sh's argument.
+    pub fn rust(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+}
+
+/// [`build_release`] for `arch`.
+pub fn build_release_for(arch: Arch) -> Result<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"));
-    build_release_into(&target)
+    build_release_into(&target, arch)
 }
 
-/// [`build_release`] into the target directory `target`.
-pub fn build_release_into(target: &std::path::Path) -> Result<PathBuf> {
+/// [`build_release_for`] into the target directory `target`.
+pub fn build_release_into(target: &std::path::Path, arch: Arch) -> Result<PathBuf> {
     let script = workspace_root().join("scripts/build.sh");
     let out = Command::new(&script)
+        .arg(arch.rust())
         .env("CARGO_TARGET_DIR", target)
         .stderr(std::process::Stdio::inherit())
         .output()
@@ -91,6 +120,30 @@ pub fn build_release_into(target: &std::path::Path) -> Result<PathBuf> {
     }
     let path = String::from_utf8(out.stdout).context("scripts/build.sh printed non-UTF-8")?;
     Ok(PathBuf::from(path.trim_end()))
+}
+
+/// The time of the commit being built (or SOURCE_DATE_EPOCH, when the caller sets it), in
+/// seconds: what goes into packages and images instead of the build's time.
+pub fn source_date_epoch() -> Result<String> {
+    if let Some(epoch) = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .filter(|e| !e.is_empty())
+    {
+        return Ok(epoch);
+    }
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(workspace_root())
+        .args(["log", "-1", "--format=%ct"])
+        .output()
+        .context("running git log")?;
+    if !out.status.success() {
+        bail!("git log failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)
+        .context("git log printed non-UTF-8")?
+        .trim()
+        .to_owned())
 }
 
 /// The repository's root, above xtask's own directory.

@@ -16,7 +16,6 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use serde_json::Value;
 
 /// The runs in the VM: the parts of the test binaries that only a full kernel can run. Each
 /// names its binary by package and target (`lib` for the crate's unit tests, `suite` for its
@@ -213,7 +212,7 @@ struct Job {
 /// Stages `files` (at their own paths) with the tools and reference plugins, boots the VM, runs
 /// the jobs in order on `cpus` virtual CPUs, and returns the console log.
 fn run_in_vm(task: &str, files: &[PathBuf], jobs: &[Job], cpus: u32) -> Result<Vec<String>> {
-    let vm = target_dir()?.join("vm");
+    let vm = crate::test_build::target_dir()?.join("vm");
     fs::create_dir_all(&vm)?;
     let kernel = Kernel::unpack(&vm)?;
     let root = vm.join("root");
@@ -240,24 +239,6 @@ fn job_exit<'a>(log: &'a [String], name: &str) -> Option<&'a str> {
     log.iter().find_map(|l| l.strip_prefix(&exit))
 }
 
-/// Where cargo puts build output (honours CARGO_TARGET_DIR and config).
-fn target_dir() -> Result<PathBuf> {
-    let out = Command::new(cargo())
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .output()
-        .context("running cargo metadata")?;
-    ensure!(out.status.success(), "cargo metadata failed");
-    let meta: Value = serde_json::from_slice(&out.stdout)?;
-    let dir = meta["target_directory"]
-        .as_str()
-        .context("cargo metadata: no target_directory")?;
-    Ok(PathBuf::from(dir))
-}
-
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
-}
-
 /// The runs, each with its test binary, and the `cni-plugins` binary they call.
 struct Built {
     runs: Vec<(String, PathBuf)>,
@@ -265,59 +246,14 @@ struct Built {
 }
 
 fn build() -> Result<Built> {
-    let mut child = Command::new(cargo())
-        .args(["test", "--no-run", "--message-format=json"])
-        .args(["-p", "netkit", "-p", "plugins"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("running cargo test --no-run")?;
-    let stdout = child.stdout.take().context("cargo stdout")?;
-    // (package, target) to executable; a crate's unit tests are its `lib` target.
-    let mut binaries: HashMap<(String, String), PathBuf> = HashMap::new();
-    let mut plugins_bin = None;
-    for line in BufReader::new(stdout).lines() {
-        let msg: Value = serde_json::from_str(&line?)?;
-        match msg["reason"].as_str() {
-            Some("compiler-message") => {
-                if let Some(text) = msg["message"]["rendered"].as_str() {
-                    eprint!("{text}");
-                }
-            }
-            Some("compiler-artifact") => {
-                let Some(exe) = msg["executable"].as_str() else {
-                    continue;
-                };
-                let name = msg["target"]["name"].as_str().unwrap_or_default();
-                let kind = msg["target"]["kind"][0].as_str().unwrap_or_default();
-                if msg["profile"]["test"] == true {
-                    let package = Path::new(msg["manifest_path"].as_str().unwrap_or_default())
-                        .parent()
-                        .and_then(Path::file_name)
-                        .map(|p| p.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    let target = if kind == "lib" { "lib" } else { name };
-                    binaries.insert((package, target.to_owned()), PathBuf::from(exe));
-                } else if name == "cni-plugins" {
-                    // Built for the integration tests, which name it by this absolute path.
-                    plugins_bin = Some(PathBuf::from(exe));
-                }
-            }
-            _ => {}
-        }
-    }
-    ensure!(child.wait()?.success(), "cargo test --no-run failed");
+    let built = crate::test_build::build(&["netkit", "plugins"])?;
     let runs = RUNS
         .iter()
-        .map(|r| {
-            let exe = binaries
-                .get(&(r.package.to_owned(), r.target.to_owned()))
-                .with_context(|| format!("cargo built no {} target {}", r.package, r.target))?;
-            Ok((r.name.to_owned(), exe.clone()))
-        })
+        .map(|r| Ok((r.name.to_owned(), built.test(r.package, r.target)?)))
         .collect::<Result<_>>()?;
     Ok(Built {
         runs,
-        plugins_bin: plugins_bin.context("cargo built no cni-plugins binary")?,
+        plugins_bin: built.bin("cni-plugins")?,
     })
 }
 

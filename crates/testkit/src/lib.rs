@@ -28,3 +28,8 @@ pub use plugin::{
     workspace_binary, CniCall, CniOutput, PluginDir, FILE_CHANGES,
 };
 pub use sandbox::Sandbox;
+
+/// Set (to any value) while the suites run with the aarch64 binaries under qemu-user (`cargo
+/// xtask aarch64-test`): the few checks of kernel interfaces that qemu-user does not translate
+/// for the emulated process are left out.
+pub const EMULATED: &str = "MULTUS_RS_EMULATED";
