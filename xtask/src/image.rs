@@ -1,28 +1,52 @@
-//! `cargo xtask image`: builds the container image from deploy/Containerfile with podman, then
-//! runs it the way the DaemonSet does against a node tree in a temporary directory, and checks
-//! what it installed. The image is left as a docker-archive beside the release binaries.
+//! `cargo xtask image`: builds the container image from deploy/Containerfile with podman, for
+//! amd64 and arm64, then runs each the way the DaemonSet does against a node tree in a
+//! temporary directory, and checks what it installed (arm64's under qemu-user). The amd64 image
+//! is left as a docker-archive beside the x86_64 release binaries, for scripts/cluster.sh; the
+//! two as one OCI image index in an oci-archive beside it, which `cargo xtask package` names
+//! by digest and a release pushes as it is.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
 
+use crate::Arch;
+
+/// The amd64 image, which the tests here run.
 const IMAGE: &str = "localhost/multus-rs:latest";
-/// The saved image's file name, in the release directory.
+/// The arm64 image.
+const ARM_IMAGE: &str = "localhost/multus-rs:latest-arm64";
+/// The index of the two, under the release's tag.
+const INDEX: &str = concat!("localhost/multus-rs:", env!("CARGO_PKG_VERSION"));
+/// The saved amd64 image's file name, in the x86_64 release directory.
 pub(crate) const ARCHIVE: &str = "multus-rs-image.tar";
+/// The saved index's file name, in the x86_64 release directory.
+pub(crate) const INDEX_ARCHIVE: &str = "multus-rs-image-index.tar";
 /// Where upstream's thick image has its daemon and shim, which its DaemonSet runs.
 const UPSTREAM_BIN: &str = "/usr/src/multus-cni/bin";
 const UPSTREAM_LINKS: [&str; 2] = ["multus-daemon", "multus-shim"];
 
 pub fn run() -> Result<()> {
     let podman = Podman::new()?;
-    let plugins = crate::build_release()?;
-    let bins = plugins.parent().context("release dir")?;
+    let mut arch_bins = BTreeMap::new();
+    for arch in Arch::ALL {
+        let plugins = crate::build_release_for(arch)?;
+        arch_bins.insert(
+            oci_arch(arch),
+            plugins.parent().context("release dir")?.to_path_buf(),
+        );
+    }
+    let bins = &arch_bins[oci_arch(Arch::X86_64)];
     let root = crate::workspace_root();
     let context = bins.join("image");
-    std::fs::create_dir_all(&context)?;
-    for name in ["multus", "cni-plugins"] {
-        std::fs::copy(bins.join(name), context.join(name))
-            .with_context(|| format!("copying {name} into the image context"))?;
+    // Each architecture's binaries under its OCI name, which the Containerfile's TARGETARCH
+    // picks.
+    for (oci, dir) in &arch_bins {
+        std::fs::create_dir_all(context.join(oci))?;
+        for name in ["multus", "cni-plugins"] {
+            std::fs::copy(dir.join(name), context.join(oci).join(name))
+                .with_context(|| format!("copying {oci} {name} into the image context"))?;
+        }
     }
     let upstream = context.join("upstream");
     std::fs::create_dir_all(&upstream)?;
@@ -38,20 +62,28 @@ pub fn run() -> Result<()> {
     std::fs::create_dir_all(&var)?;
     let _ = std::fs::remove_file(var.join("run"));
     std::os::unix::fs::symlink("../run", var.join("run")).context("linking var/run")?;
-    podman.run(&[
-        "build",
-        "--quiet",
-        "--network=none",
-        "-f",
-        &root.join("deploy/Containerfile").display().to_string(),
-        "-t",
-        IMAGE,
-        // The release's own tag, as the packages' manifests and release info name it.
-        "-t",
-        &format!("localhost/multus-rs:{}", env!("CARGO_PKG_VERSION")),
-        &context.display().to_string(),
-    ])?;
-    println!("built {IMAGE} (also tagged {})", env!("CARGO_PKG_VERSION"));
+    let epoch = crate::source_date_epoch()?;
+    for (platform, tag) in [("linux/amd64", IMAGE), ("linux/arm64", ARM_IMAGE)] {
+        podman.run(&[
+            "build",
+            "--quiet",
+            "--network=none",
+            "--platform",
+            platform,
+            // The commit's time, not the build's: the same commit, the same image digests.
+            "--timestamp",
+            &epoch,
+            "-f",
+            &root.join("deploy/Containerfile").display().to_string(),
+            "-t",
+            tag,
+            // The index under the release's own tag, which the packages name by digest.
+            "--manifest",
+            INDEX,
+            &context.display().to_string(),
+        ])?;
+        println!("built {tag} ({platform}) into {INDEX}");
+    }
     // The image as an archive beside the binaries, which scripts/cluster.sh imports into the
     // node's containerd: podman's storage here is scratch.
     let archive = bins.join(ARCHIVE);
@@ -66,64 +98,174 @@ pub fn run() -> Result<()> {
         IMAGE,
     ])?;
     println!("saved {IMAGE} to {}", archive.display());
+    let index_archive = bins.join(INDEX_ARCHIVE);
+    let _ = std::fs::remove_file(&index_archive);
+    podman.run(&[
+        "manifest",
+        "push",
+        "--quiet",
+        "--all",
+        "--format=oci",
+        INDEX,
+        &format!("oci-archive:{}", index_archive.display()),
+    ])?;
+    for (arch, digest) in index_digests(&index_archive)? {
+        println!("{INDEX} {arch}: {digest}");
+    }
     upstream_paths_run(&podman)?;
     println!("multus-daemon and multus-shim run from upstream's paths in the image");
 
-    // A node as the DaemonSet mounts it.
-    let node = tempfile::tempdir()?;
-    let host = node.path().join("host");
-    let sa = node.path().join("serviceaccount");
-    for dir in [
-        host.join("etc/cni/net.d"),
-        host.join("opt/cni/bin"),
-        sa.clone(),
-    ] {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(sa.join("token"), "token")?;
-    std::fs::write(sa.join("ca.crt"), "ca")?;
-    std::fs::write(
-        host.join("etc/cni/net.d/10-bridge.conf"),
-        r#"{"cniVersion": "0.4.0", "name": "cluster", "type": "bridge"}"#,
-    )?;
-    podman.run_as_daemonset(&host, &sa, &["--rm"], &["--skip-config-watch"])?;
-
-    let conf = std::fs::read_to_string(host.join("etc/cni/net.d/00-multus.conf"))?;
-    ensure!(
-        conf.contains("\"type\": \"multus\""),
-        "00-multus.conf: {conf}"
-    );
-    ensure!(host
-        .join("etc/cni/net.d/multus.d/multus.kubeconfig")
-        .exists());
-    for name in ["multus", "cni-plugins"] {
-        ensure!(
-            std::fs::read(host.join("opt/cni/bin").join(name))? == std::fs::read(bins.join(name))?,
-            "{name} was not installed from the image"
-        );
-    }
-    let bridge = std::fs::read_link(host.join("opt/cni/bin/bridge"))?;
-    ensure!(
-        bridge == Path::new("cni-plugins"),
-        "bridge links to {}",
-        bridge.display()
-    );
+    let node = ScratchNode::new()?;
+    installs_on(&podman, IMAGE, &node, bins)?;
     println!("the image installed multus, cni-plugins, the plugin links and 00-multus.conf");
+    let arm_node = ScratchNode::new()?;
+    installs_on(
+        &podman,
+        ARM_IMAGE,
+        &arm_node,
+        &arch_bins[oci_arch(Arch::Aarch64)],
+    )?;
+    println!("the arm64 image, under qemu-user, installed its aarch64 binaries");
+    let (host, sa) = (&node.host, &node.sa);
 
     // The DaemonSet's log: the container relays what multus calls append to the node's log
     // file, across a rotation.
     let log = host.join("var/log/multus/multus.log");
     std::fs::create_dir_all(log.parent().context("log dir")?)?;
     podman.run_as_daemonset(
-        &host,
-        &sa,
+        IMAGE,
+        host,
+        sa,
         &["-d", "--name=multus-relay"],
         &["--relay-log=/host/var/log/multus/multus.log"],
     )?;
-    let relayed = relay_survives_rotation(&podman, &host, &log);
+    let relayed = relay_survives_rotation(&podman, host, &log);
     let _ = podman.run(&["rm", "-f", "multus-relay"]);
     relayed?;
     println!("the container relayed multus's log lines to its own, across a rotation");
+    Ok(())
+}
+
+/// The architecture's name in OCI platforms and in the Containerfile's TARGETARCH.
+pub(crate) fn oci_arch(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86_64 => "amd64",
+        Arch::Aarch64 => "arm64",
+    }
+}
+
+/// Each architecture's image manifest digest in the OCI index archive `archive` (`oci-archive`
+/// layout: index.json names the image index blob, which names a manifest per platform).
+pub(crate) fn index_digests(archive: &Path) -> Result<BTreeMap<String, String>> {
+    let member = |name: &str| -> Result<serde_json::Value> {
+        let out = std::process::Command::new("tar")
+            .arg("-xOf")
+            .arg(archive)
+            .arg(name)
+            .output()
+            .with_context(|| format!("running tar on {}", archive.display()))?;
+        ensure!(
+            out.status.success(),
+            "{} has no {name}: run `cargo xtask image`",
+            archive.display()
+        );
+        serde_json::from_slice(&out.stdout).with_context(|| format!("parsing {name}"))
+    };
+    let blob = |digest: &serde_json::Value| -> Result<String> {
+        let digest = digest.as_str().context("a digest")?;
+        let hex = digest.strip_prefix("sha256:").context("a sha256 digest")?;
+        ensure!(
+            hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+            "digest {digest:?}"
+        );
+        Ok(format!("blobs/sha256/{hex}"))
+    };
+    let top = member("index.json")?;
+    let index = member(&blob(&top["manifests"][0]["digest"])?)?;
+    let mut digests = BTreeMap::new();
+    for m in index["manifests"]
+        .as_array()
+        .context("the index's manifests")?
+    {
+        let arch = m["platform"]["architecture"]
+            .as_str()
+            .context("a platform")?;
+        blob(&m["digest"])?;
+        let digest = m["digest"].as_str().context("a digest")?;
+        digests.insert(arch.to_owned(), digest.to_owned());
+    }
+    for arch in Arch::ALL {
+        ensure!(
+            digests.contains_key(oci_arch(arch)),
+            "{} has no {} image",
+            archive.display(),
+            oci_arch(arch)
+        );
+    }
+    Ok(digests)
+}
+
+/// A node as the DaemonSet mounts it: its tree, with a cluster network's config, and a
+/// service account.
+struct ScratchNode {
+    _dir: tempfile::TempDir,
+    host: PathBuf,
+    sa: PathBuf,
+}
+
+impl ScratchNode {
+    fn new() -> Result<ScratchNode> {
+        let dir = tempfile::tempdir()?;
+        let host = dir.path().join("host");
+        let sa = dir.path().join("serviceaccount");
+        for d in [
+            host.join("etc/cni/net.d"),
+            host.join("opt/cni/bin"),
+            sa.clone(),
+        ] {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(sa.join("token"), "token")?;
+        std::fs::write(sa.join("ca.crt"), "ca")?;
+        std::fs::write(
+            host.join("etc/cni/net.d/10-bridge.conf"),
+            r#"{"cniVersion": "0.4.0", "name": "cluster", "type": "bridge"}"#,
+        )?;
+        Ok(ScratchNode {
+            _dir: dir,
+            host,
+            sa,
+        })
+    }
+}
+
+/// `multus install` from `image` on `node`: it writes 00-multus.conf and the kubeconfig, and
+/// installs `bins`' multus and cni-plugins with the plugin links.
+fn installs_on(podman: &Podman, image: &str, node: &ScratchNode, bins: &Path) -> Result<()> {
+    let host = &node.host;
+    podman.run_as_daemonset(image, host, &node.sa, &["--rm"], &["--skip-config-watch"])?;
+    let conf = std::fs::read_to_string(host.join("etc/cni/net.d/00-multus.conf"))?;
+    ensure!(
+        conf.contains("\"type\": \"multus\""),
+        "{image}: 00-multus.conf: {conf}"
+    );
+    ensure!(
+        host.join("etc/cni/net.d/multus.d/multus.kubeconfig")
+            .exists(),
+        "{image} wrote no kubeconfig"
+    );
+    for name in ["multus", "cni-plugins"] {
+        ensure!(
+            std::fs::read(host.join("opt/cni/bin").join(name))? == std::fs::read(bins.join(name))?,
+            "{name} was not installed from {image}"
+        );
+    }
+    let bridge = std::fs::read_link(host.join("opt/cni/bin/bridge"))?;
+    ensure!(
+        bridge == Path::new("cni-plugins"),
+        "{image}: bridge links to {}",
+        bridge.display()
+    );
     Ok(())
 }
 
@@ -212,10 +354,11 @@ impl Podman {
         })
     }
 
-    /// `multus install` in the image with `install_args`, as the DaemonSet runs it: the node's
+    /// `multus install` in `image` with `install_args`, as the DaemonSet runs it: the node's
     /// tree `host` at /host and the service account `sa`.
     fn run_as_daemonset(
         &self,
+        image: &str,
         host: &Path,
         sa: &Path,
         run_args: &[&str],
@@ -238,7 +381,7 @@ impl Podman {
             &mounts[0],
             "-v",
             &mounts[1],
-            IMAGE,
+            image,
             "install",
         ]);
         args.extend_from_slice(install_args);

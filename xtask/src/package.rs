@@ -1,5 +1,6 @@
-//! `cargo xtask package [--image REPO] [--out DIR]`: the packages of this commit, from the
-//! static release binaries, into target/package (or DIR):
+//! `cargo xtask package [--image REPO] [--out DIR]`: the packages of this commit, for x86_64
+//! and aarch64, from the static release binaries, into target/package (or DIR), with the image
+//! index `cargo xtask image` saved (which they name by digest) and a SHA256SUMS of them all:
 //!
 //! - RPMs from packaging/rpm/multus-rs.spec with Debian's rpmbuild: `multus-rs` (the node
 //!   binaries in /usr/libexec/cni, links in /opt/cni/bin, the dhcp daemon's units),
@@ -11,15 +12,18 @@
 //! and validated, release info against the manifests' images, `--version`, the units), an
 //! upgrade that keeps an edited config, and that a second build gives the same bytes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
 
-/// The image the manifests name when no `--image` is given: what `cargo xtask image` builds.
-const DEFAULT_IMAGE: &str = "localhost/multus-rs";
+use crate::Arch;
+
+/// The repository the packages name the image in when no `--image` is given: where a release
+/// pushes the index `cargo xtask image` saved (docs/install.md). The digests are that index's.
+const DEFAULT_IMAGE: &str = "ghcr.io/multus-rs/multus-rs";
 /// The name deploy/base's kustomization gives the image, which the MicroShift tree rewrites.
 const BASE_IMAGE: &str = "localhost/multus-rs";
 const MANIFESTS: &str = "usr/lib/microshift/manifests.d/003-microshift-multus";
@@ -58,13 +62,18 @@ impl Packages {
     }
 }
 
-/// What goes into one build: the binaries and the facts the packages carry.
+/// What goes into one build: the binaries, their architecture and the facts the packages
+/// carry.
 struct Inputs {
+    arch: Arch,
     bins: PathBuf,
     plugins: Vec<String>,
     commit: String,
     epoch: String,
     image: String,
+    /// Each architecture's image manifest digest (by OCI architecture name), from the index
+    /// `cargo xtask image` saved.
+    digests: BTreeMap<String, String>,
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -83,18 +92,69 @@ pub fn run(args: &[String]) -> Result<()> {
             }
         }
     }
-    let bins = crate::build_release()?
-        .parent()
-        .context("release dir")?
-        .to_path_buf();
-    let inputs = Inputs::new(bins, &opts.image)?;
-    let packages = build(&inputs, &opts.out, 1)?;
-    for p in packages.all() {
-        let kb = std::fs::metadata(p)?.len().div_ceil(1024);
-        println!("{} ({kb} KB)", p.display());
+    let index = crate::build_release()?.with_file_name(crate::image::INDEX_ARCHIVE);
+    let digests = crate::image::index_digests(&index)?;
+    // The release info is noarch: each architecture's build makes it, and their files must
+    // agree (the headers name the build's platform).
+    let mut release_info: Option<String> = None;
+    let mut artifacts = Vec::new();
+    for arch in Arch::ALL {
+        let bins = crate::build_release_for(arch)?
+            .parent()
+            .context("release dir")?
+            .to_path_buf();
+        let inputs = Inputs::new(arch, bins, &opts.image, digests.clone())?;
+        let packages = build(&inputs, &opts.out, 1)?;
+        for p in packages.all() {
+            let kb = std::fs::metadata(p)?.len().div_ceil(1024);
+            println!("{} ({kb} KB)", p.display());
+        }
+        let info = output(
+            Command::new("rpm")
+                .args(["-qp", "--dump"])
+                .arg(&packages.release_info_rpm),
+        )?;
+        ensure!(
+            release_info.as_ref().is_none_or(|first| *first == info),
+            "{}'s files differ between the architectures' builds",
+            packages.release_info_rpm.display()
+        );
+        release_info = Some(info);
+        check(&inputs, &packages)?;
+        println!("{} packages checked", arch.rust());
+        artifacts.extend(packages.all().map(Path::to_path_buf));
     }
-    check(&inputs, &packages)?;
-    println!("packages checked");
+    // The images the packages name, as the release ships them, and a checksum of every file.
+    let index_copy = opts
+        .out
+        .join(format!("multus-rs-image-index-{VERSION}.tar"));
+    std::fs::copy(&index, &index_copy)?;
+    artifacts.push(index_copy);
+    artifacts.sort();
+    artifacts.dedup();
+    write_sums(&opts.out, &artifacts)
+}
+
+/// Writes `out/SHA256SUMS` for `artifacts` (files in `out`), as `sha256sum` does, and checks
+/// it with `sha256sum -c`.
+fn write_sums(out: &Path, artifacts: &[PathBuf]) -> Result<()> {
+    let names: Vec<&std::ffi::OsStr> = artifacts
+        .iter()
+        .map(|a| a.file_name().context("an artifact's name"))
+        .collect::<Result<_>>()?;
+    let sums = output(Command::new("sha256sum").current_dir(out).args(&names))?;
+    std::fs::write(out.join("SHA256SUMS"), &sums)?;
+    output(Command::new("sha256sum").current_dir(out).args([
+        "--check",
+        "--strict",
+        "--quiet",
+        "SHA256SUMS",
+    ]))?;
+    println!(
+        "{} ({} files)",
+        out.join("SHA256SUMS").display(),
+        names.len()
+    );
     Ok(())
 }
 
@@ -110,7 +170,13 @@ fn output(cmd: &mut Command) -> Result<String> {
 }
 
 impl Inputs {
-    fn new(bins: PathBuf, image: &str) -> Result<Inputs> {
+    /// `bins` holds `arch`'s binaries; aarch64's run here under qemu-user (binfmt_misc).
+    fn new(
+        arch: Arch,
+        bins: PathBuf,
+        image: &str,
+        digests: BTreeMap<String, String>,
+    ) -> Result<Inputs> {
         let plugins = output(Command::new(bins.join("cni-plugins")).arg("--list"))?
             .lines()
             .map(str::to_owned)
@@ -124,23 +190,26 @@ impl Inputs {
             )
         };
         let commit = git(&["rev-parse", "HEAD"])?.trim().to_owned();
-        // The commit's time, unless the caller fixed one: the same commit, the same packages.
-        let epoch = match std::env::var("SOURCE_DATE_EPOCH") {
-            Ok(e) if !e.is_empty() => e,
-            _ => git(&["log", "-1", "--format=%ct"])?.trim().to_owned(),
-        };
+        // The same commit, the same packages.
+        let epoch = crate::source_date_epoch()?;
         Ok(Inputs {
+            arch,
             bins,
             plugins,
             commit,
             epoch,
             image: image.to_owned(),
+            digests,
         })
     }
 
-    /// The image reference of this release.
-    fn image_ref(&self) -> String {
-        format!("{}:{VERSION}", self.image)
+    /// The image of this release for `arch`, by repository and digest.
+    fn image_ref(&self, arch: Arch) -> String {
+        let digest = self
+            .digests
+            .get(crate::image::oci_arch(arch))
+            .map_or("", String::as_str);
+        format!("{}@{digest}", self.image)
     }
 }
 
@@ -219,9 +288,10 @@ fn stage_microshift(inputs: &Inputs, root: &Path) -> Result<Vec<String>> {
         "deploy/microshift/kustomization.yaml no longer has the shape packaging rewrites"
     );
     let kustomization = format!(
-        "{}\n# This release's image, appended by the package.\nimages:\n  - name: {BASE_IMAGE}\n    newName: {}\n    newTag: \"{VERSION}\"\n",
+        "{}\n# This release's image for this architecture, by digest, appended by the package.\nimages:\n  - name: {BASE_IMAGE}\n    newName: {}\n    digest: {}\n",
         kustomization.replace("\n  - ../base\n", "\n  - base\n").trim_end(),
-        inputs.image
+        inputs.image,
+        inputs.digests[crate::image::oci_arch(inputs.arch)]
     );
     put(
         root,
@@ -242,11 +312,13 @@ fn stage_microshift(inputs: &Inputs, root: &Path) -> Result<Vec<String>> {
         read("deploy/microshift/crio/12-multus.conf")?.as_bytes(),
         0o644,
     )?;
-    let info = serde_json::to_string_pretty(&serde_json::json!({
-        "release": { "base": VERSION },
-        "images": { "multus-rs": inputs.image_ref() },
-    }))? + "\n";
-    for arch in ["x86_64", "aarch64"] {
+    // One file per architecture, each naming that architecture's image.
+    for arch in Arch::ALL {
+        let info = serde_json::to_string_pretty(&serde_json::json!({
+            "release": { "base": VERSION },
+            "images": { "multus-rs": inputs.image_ref(arch) },
+        }))? + "\n";
+        let arch = arch.rust();
         put(
             root,
             &format!("usr/share/microshift/release/release-multus-{arch}.json"),
@@ -319,7 +391,7 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
     let define = |k: &str, v: &str| ["--define".to_owned(), format!("{k} {v}")];
     let mut rpmbuild = Command::new("rpmbuild");
     rpmbuild
-        .args(["-bb", "--quiet", "--target", "x86_64"])
+        .args(["-bb", "--quiet", "--target", inputs.arch.rust()])
         .args(define(
             "_topdir",
             &work.path().join("rpmbuild").display().to_string(),
@@ -352,6 +424,7 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
         "DEBIAN/control",
         read("packaging/deb/control")?
             .replace("@VERSION@", VERSION)
+            .replace("@ARCH@", deb_arch(inputs.arch))
             .replace("@PLUGINS_VERSION@", PLUGINS_VERSION)
             .replace("@PLUGINS_NEXT@", PLUGINS_NEXT)
             .replace("@SIZE_KB@", &size_kb.to_string())
@@ -367,7 +440,7 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
         )?;
     }
     settle_times(&deb_root, &inputs.epoch)?;
-    let deb = out.join(format!("multus-rs_{VERSION}_amd64.deb"));
+    let deb = out.join(format!("multus-rs_{VERSION}_{}.deb", deb_arch(inputs.arch)));
     output(
         Command::new("dpkg-deb")
             .args(["--root-owner-group", "-Zxz", "--build"])
@@ -376,11 +449,19 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
             .env("SOURCE_DATE_EPOCH", &inputs.epoch),
     )?;
     Ok(Packages {
-        node_rpm: rpm("multus-rs", "x86_64"),
-        microshift_rpm: rpm("multus-rs-microshift", "x86_64"),
+        node_rpm: rpm("multus-rs", inputs.arch.rust()),
+        microshift_rpm: rpm("multus-rs-microshift", inputs.arch.rust()),
         release_info_rpm: rpm("multus-rs-microshift-release-info", "noarch"),
         deb,
     })
+}
+
+/// Debian's name for the architecture (rpm's is Rust's).
+fn deb_arch(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86_64 => "amd64",
+        Arch::Aarch64 => "arm64",
+    }
 }
 
 /// `mode owner:group path` lines, the way the checks compare file lists.
@@ -542,7 +623,28 @@ fn check_listings(inputs: &Inputs, p: &Packages) -> Result<()> {
             "the node RPM must provide and obsolete containernetworking-plugins ({line}): {rpm_deps}"
         );
     }
-    replaces_the_reference_under_podman(&p.deb)
+    let deb_arch_field = output(
+        Command::new("dpkg-deb")
+            .args(["-f"])
+            .arg(&p.deb)
+            .arg("Architecture"),
+    )?;
+    let rpm_arch = output(
+        Command::new("rpm")
+            .args(["-qp", "--qf", "%{ARCH}"])
+            .arg(&p.node_rpm),
+    )?;
+    ensure!(
+        deb_arch_field.trim() == deb_arch(inputs.arch) && rpm_arch == inputs.arch.rust(),
+        "packages of {:?} say {} and {rpm_arch}",
+        inputs.arch,
+        deb_arch_field.trim()
+    );
+    // apt installs only this machine's architecture.
+    if inputs.arch == Arch::X86_64 {
+        replaces_the_reference_under_podman(&p.deb)?;
+    }
+    Ok(())
 }
 
 /// apt, asked (without changing anything) to install the .deb on this machine, where podman
@@ -585,13 +687,20 @@ fn replaces_the_reference_under_podman(deb: &Path) -> Result<()> {
 }
 
 /// Installs the RPMs into a new scratch root, as `rpm --root` does on an image build (no
-/// scriptlets: the root has no shell).
+/// scriptlets: the root has no shell), whatever their architecture: aarch64's binaries run
+/// here under qemu-user.
 fn rpm_install(root: &Path, args: &[&str], packages: &[&Path]) -> Result<()> {
     output(
         Command::new("rpm")
             .arg("--root")
             .arg(root)
-            .args(["--dbpath", "/var/lib/rpm", "--nodeps", "--noscripts"])
+            .args([
+                "--dbpath",
+                "/var/lib/rpm",
+                "--nodeps",
+                "--noscripts",
+                "--ignorearch",
+            ])
             .args(args)
             .args(packages),
     )
@@ -616,17 +725,20 @@ fn check_microshift_root(inputs: &Inputs, root: &Path) -> Result<()> {
     testkit::manifests::validate(&rendered).context("the installed manifests")?;
     let images = images_of(&rendered);
     ensure!(
-        images == BTreeSet::from([inputs.image_ref()]),
+        images == BTreeSet::from([inputs.image_ref(inputs.arch)]),
         "the installed manifests name {images:?}, not {}",
-        inputs.image_ref()
+        inputs.image_ref(inputs.arch)
     );
     ensure!(
         rendered.contains("namespace: openshift-multus"),
         "the installed manifests are not MicroShift's"
     );
-    for arch in ["x86_64", "aarch64"] {
+    // Each architecture's release info names that architecture's image; this one's is the
+    // image the manifests run.
+    for arch in Arch::ALL {
         let path = root.join(format!(
-            "usr/share/microshift/release/release-multus-{arch}.json"
+            "usr/share/microshift/release/release-multus-{}.json",
+            arch.rust()
         ));
         let info: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)
             .with_context(|| format!("parsing {}", path.display()))?;
@@ -641,9 +753,10 @@ fn check_microshift_root(inputs: &Inputs, root: &Path) -> Result<()> {
             .values()
             .filter_map(|v| v.as_str().map(str::to_owned))
             .collect();
+        let want = BTreeSet::from([inputs.image_ref(arch)]);
         ensure!(
-            listed == images,
-            "{} lists {listed:?}, the manifests use {images:?}",
+            listed == want && (arch != inputs.arch || listed == images),
+            "{} lists {listed:?}, not {want:?} (the manifests use {images:?})",
             path.display()
         );
     }
@@ -777,7 +890,7 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
             .args(["--dbpath", "/var/lib/rpm", "-q", "multus-rs-microshift"]),
     )?;
     ensure!(
-        installed.trim() == format!("multus-rs-microshift-{VERSION}-2.x86_64"),
+        installed.trim() == format!("multus-rs-microshift-{VERSION}-2.{}", inputs.arch.rust()),
         "after the upgrade: {installed}"
     );
     ensure!(
@@ -787,15 +900,22 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
     );
 
     // The same commit gives the same binaries (built again in a target directory of their
-    // own) and the same inputs the same packages, byte for byte.
-    let again_bins = crate::build_release_into(&crate::workspace_root().join("target/reproduce"))?;
-    for bin in ["multus", "cni-plugins"] {
-        let again = again_bins.parent().context("release dir")?.join(bin);
-        ensure!(
-            std::fs::read(inputs.bins.join(bin))? == std::fs::read(&again)?,
-            "{bin} differs when built again from the same commit ({})",
-            again.display()
-        );
+    // own; x86_64's, as the cross build runs the same compiler) and the same inputs the same
+    // packages, byte for byte.
+    if inputs.arch == Arch::X86_64 {
+        let again_bins = crate::build_release_into(
+            &crate::workspace_root().join("target/reproduce"),
+            Arch::X86_64,
+        )?;
+        let again_dir = again_bins.parent().context("release dir")?;
+        for bin in ["multus", "cni-plugins"] {
+            let again = again_dir.join(bin);
+            ensure!(
+                std::fs::read(inputs.bins.join(bin))? == std::fs::read(&again)?,
+                "{bin} differs when built again from the same commit ({})",
+                again.display()
+            );
+        }
     }
     let again_dir = tempfile::tempdir()?;
     let again = build(inputs, again_dir.path(), 1)?;
