@@ -123,9 +123,15 @@ impl Sandbox {
         nl.add_veth(ON_HOST_CLUSTER_PARENT, &peer, None, None, None)
             .map_err(nk(ON_HOST_CLUSTER_PARENT))?;
         for end in [ON_HOST_CLUSTER_PARENT, peer.as_str()] {
+            // As for the node's uplinks (`wire`): without DAD, and waited for below, the
+            // link-local addresses and their routes are there before the trial's first look,
+            // not in the middle of its before/after.
+            let no_dad = format!("net/ipv6/conf/{end}/accept_dad");
+            let _ = sb.pod.run(|| netkit::sysctl::write(&no_dad, "0"));
             let link = nl.link(end).map_err(nk(ON_HOST_CLUSTER_PARENT))?;
             nl.set_up(link.index).map_err(nk(ON_HOST_CLUSTER_PARENT))?;
         }
+        settle_link_local(&nl, 2);
         Ok(sb)
     }
 
@@ -399,9 +405,9 @@ pub fn plugin_configs(network: &Value) -> Vec<&Value> {
     }
 }
 
-/// Waits, up to a second, until `links` IPv6 link-local addresses in the node are usable (the
-/// kernel adds their local routes then), so that what the trial compares before ADD and after
-/// DEL does not include the kernel finishing them.
+/// Waits, up to a second, until `links` IPv6 link-local addresses in a namespace (the node, or
+/// the pod with `--on-host`) are usable (the kernel adds their local routes then), so that
+/// what the trial compares before ADD and after DEL does not include the kernel finishing them.
 fn settle_link_local(node: &Netlink, links: usize) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
     while std::time::Instant::now() < deadline {
