@@ -54,35 +54,98 @@ fn a_missing_nad_is_named_in_describe() -> Result<()> {
 
 /// Pods deleted while the API server is down: the kubelet tears them down, multus's DEL works
 /// without the API, and the pods are gone once the server is back.
+///
+/// The API server is stopped only once the kubelet has begun the pod's termination (its preStop
+/// hook leaves a mark on the node), and the hook holds the teardown until the server is surely
+/// down: stopping it right after `kubectl delete` could beat the deletion's watch event to the
+/// kubelet, and then nothing is torn down until the server is back.
 #[test]
 fn pods_deleted_while_the_api_server_is_down() -> Result<()> {
+    const MARK: &str = "/var/log/e2e-outage/stopping";
     let node = up("thin")?;
     let nad = &e2e::bridge_nad(
         "outage",
         "br-outage",
         r#"{"type": "host-local", "subnet": "10.32.0.0/24", "dataDir": "/var/lib/cni/e2e-outage"}"#,
     );
-    let pod = e2e::sleeping_pod("outage", Some("outage"));
+    let pod = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: outage
+  namespace: default
+  annotations:
+    k8s.v1.cni.cncf.io/networks: outage
+spec:
+  terminationGracePeriodSeconds: 30
+  volumes:
+    - name: mark
+      hostPath: {{path: /var/log/e2e-outage, type: DirectoryOrCreate}}
+  containers:
+    - name: sleep
+      image: {}
+      imagePullPolicy: IfNotPresent
+      command: ["sleep", "3600"]
+      volumeMounts: [{{name: mark, mountPath: /mark}}]
+      lifecycle:
+        preStop:
+          exec: {{command: ["sh", "-c", "touch /mark/stopping; sleep 15"]}}
+"#,
+        e2e::TEST_IMAGE
+    );
+    node.exec(&["rm", "-rf", "/var/log/e2e-outage"])?;
+    // The baseline may still hold what an earlier test's pods are giving back: only this pod's
+    // interfaces and files are checked for.
     let state = node.cni_state()?;
-    let veths = node.veths()?.len();
+    let veths = node.veths()?;
     node.apply(nad)?;
     node.apply(&pod)?;
     node.wait_ready("default", "outage", Duration::from_secs(120))?;
-    ensure!(node.veths()?.len() == veths + 2);
+    let ours: Vec<String> = node
+        .veths()?
+        .into_iter()
+        .filter(|v| !veths.contains(v))
+        .collect();
+    ensure!(ours.len() == 2, "the pod's veths: {ours:?}");
+    let held = |node: &e2e::Node| -> Result<Vec<String>> {
+        Ok(node
+            .cni_state()?
+            .into_iter()
+            .filter(|f| !state.contains(f))
+            .collect())
+    };
+    ensure!(!held(&node)?.is_empty(), "the pod's address is not held");
 
     node.kubectl(&["delete", "pod", "outage", "--wait=false"])?;
+    node.eventually(
+        "the kubelet terminating the pod",
+        Duration::from_secs(60),
+        || Ok(node.exec(&["test", "-e", MARK]).is_ok()),
+    )?;
     e2e::cluster(&["stop", "apiserver"])?;
-    let torn_down = node.eventually(
-        "the pod's networks deleted with the API server down",
-        Duration::from_secs(90),
-        || Ok(node.veths()?.len() == veths && node.cni_state()? == state),
-    );
+    let still_up = node.veths()?;
+    let torn_down = if ours.iter().all(|v| still_up.contains(v)) {
+        node.eventually(
+            "the pod's networks deleted with the API server down",
+            Duration::from_secs(90),
+            || {
+                let now = node.veths()?;
+                Ok(ours.iter().all(|v| !now.contains(v)) && held(&node)?.is_empty())
+            },
+        )
+    } else {
+        Err(anyhow::anyhow!(
+            "the pod was torn down before the API server had stopped"
+        ))
+    };
     e2e::cluster(&["start", "apiserver"])?;
     torn_down?;
     node.eventually("the pod gone", Duration::from_secs(60), || {
         let out = node.kubectl_output(&["get", "pod", "outage"], None)?;
         Ok(String::from_utf8_lossy(&out.stderr).contains("NotFound"))
     })?;
+    node.exec(&["rm", "-rf", "/var/log/e2e-outage"])?;
     node.delete(nad)?;
     Ok(())
 }
