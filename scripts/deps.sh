@@ -118,12 +118,13 @@ if ! command -v kubectl >/dev/null; then
   exit 1
 fi
 
-# The upstream peers, built from their Go modules here because the tests run in a network
-# namespace of their own, where the Go module proxy cannot be reached: the reference plugins
-# v1.9.1, which the side-by-side tests run beside ours, multus v4.3.0, whose
+# The upstream peers the crates' suites run, built from their Go modules here because the tests
+# run in a network namespace of their own, where the Go module proxy cannot be reached: the
+# reference plugins v1.9.1, which the side-by-side tests run beside ours, multus v4.3.0, whose
 # daemon the mixed-version thick test runs beside our shim (crates/multus-node/tests/
 # thick_mixed.rs), whereabouts v0.9.4, whose plugin the e2e crate runs beside ours on one
-# cluster, the parts of scripts/cluster.sh's node (the e2e crate), and the Kubernetes API's
-# .proto files, with which testkit's API server reads client-go's protobuf bodies.
+# cluster, and the Kubernetes API's .proto files, with which testkit's API server reads
+# client-go's protobuf bodies. The parts of scripts/cluster.sh's node are built by
+# scripts/test.sh while those suites run, or by scripts/cluster.sh when it first needs them.
 scripts_dir=$(cd "$(dirname "$0")" && pwd)
-"$scripts_dir/peers.sh" build cni-plugins multus whereabouts kubernetes etcd containerd cri-o kube-api-protos >/dev/null
+"$scripts_dir/peers.sh" build cni-plugins multus whereabouts kube-api-protos >/dev/null

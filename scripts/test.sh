@@ -18,11 +18,23 @@ timed() {
 }
 
 timed deps scripts/deps.sh
+# A fresh clone gains nothing from incremental state, which would take gigabytes of its disk.
+export CARGO_INCREMENTAL=0
+# The free space at the start, so that a run that fills its disk says so.
+df -h --output=avail,target . | sed 's/^/test.sh: disk: /'
+
+# The parts of the e2e suite's node, built from their Go modules (scripts/peers.sh, at the lowest
+# CPU priority) while the crates' suites run: on a machine that has never built them, that is
+# ten minutes the run would otherwise wait. The e2e step waits for them.
+node_peers_log=$(mktemp)
+# A process group of their own, so that a run that stops early stops them too.
+setsid scripts/peers.sh build kubernetes etcd containerd cri-o >"$node_peers_log" 2>&1 &
+node_peers=$!
+log=$(mktemp)
+trap '[ -z "$node_peers" ] || kill -- "-$node_peers" 2>/dev/null; rm -f "$log" "$node_peers_log"' EXIT
 
 cargo fmt --all -- --check
 timed clippy cargo clippy --workspace --all-targets -- -D warnings
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 status=0
 timed tests bash -o pipefail -c 'cargo test --workspace --exclude e2e --no-fail-fast 2>&1 | tee "$1"' - "$log" || status=$?
 # The tests' VLAN, ipvlan and 8021q parts, which this kernel cannot run, under a Debian kernel in
@@ -40,6 +52,11 @@ timed package cargo xtask package || status=$?
 # End to end on a real node (scripts/cluster.sh): kube-apiserver, etcd, containerd 2 and a
 # kubelet, multus-rs installed from deploy/ with the image just built. The node is taken down
 # after, whatever the result.
+if ! timed node-peers wait "$node_peers"; then
+  cat "$node_peers_log"
+  status=1
+fi
+node_peers=
 export MULTUS_RS_CLUSTER_IMAGE=$PWD/target/x86_64-unknown-linux-gnu/release/multus-rs-image.tar
 timed e2e bash -o pipefail -c 'cargo test -p e2e --no-fail-fast -- --test-threads=1 2>&1 | tee -a "$1"' - "$log" || status=$?
 scripts/cluster.sh down || status=$?
