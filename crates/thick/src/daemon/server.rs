@@ -605,12 +605,13 @@ fn work(queue: &Queue, handler: &Handler, state: &State) {
         } else {
             "application/json"
         };
-        reply(&mut job.stream, answer.status, content_type, &answer.body);
+        // Counted before the reply: a shim that has its answer finds its call in /metrics.
         m.request(
             &answer.command,
             if answer.ok { "ok" } else { "error" },
             job.arrived.elapsed(),
         );
         m.served("/cni", answer.status, "post");
+        reply(&mut job.stream, answer.status, content_type, &answer.body);
     }
 }
