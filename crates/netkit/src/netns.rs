@@ -320,3 +320,41 @@ fn make_shared_mount(dir: &Path) -> Result<()> {
         other => other,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where NS_GET_NSTYPE is missing, `open` takes any namespace file as a network one. A
+    /// handle on another kind is still refused where it is used: entering it (on a thread or
+    /// between fork and exec) fails, and the caller stays in its own namespace.
+    #[test]
+    fn a_handle_on_another_kind_of_namespace_is_refused_where_it_is_used() {
+        let path = PathBuf::from("/proc/self/ns/uts");
+        assert!(
+            matches!(NetNs::open(&path), Err(Error::Invalid(_))),
+            "this kernel has NS_GET_NSTYPE: open refuses a UTS namespace"
+        );
+        // As the fallback would have opened it.
+        let uts = NetNs {
+            file: File::open(&path).expect("opening /proc/self/ns/uts"),
+            path,
+        };
+        let before = NetNs::current().expect("this thread's netns");
+        let entered = uts.run(|| NetNs::current().map(|ns| ns.is_same(&before)));
+        let err = entered.expect_err("a UTS namespace entered as a network one");
+        assert_eq!(err.errno(), Some(libc::EINVAL), "{err}");
+        let mut cmd = std::process::Command::new("true");
+        uts.enter_on_exec(&mut cmd)
+            .expect("setting the pre-exec step");
+        let spawned = cmd
+            .status()
+            .expect_err("a child entering a UTS namespace as a network one");
+        assert_eq!(spawned.raw_os_error(), Some(libc::EINVAL), "{spawned}");
+        let after = NetNs::current().expect("this thread's netns");
+        assert!(
+            after.is_same(&before),
+            "the test's thread changed namespace"
+        );
+    }
+}
