@@ -809,8 +809,9 @@ down() {
   if [ -e "$run/mnt" ] && [ -f "$state/runtime" ]; then
     # The pods first, through the runtime, so their networks are deleted by their plugins.
     runtime=$(cat "$state/runtime")
-    if on_node test -S "$(runtime_socket)" 2>/dev/null; then
-      crictl=$("$root/scripts/peers.sh" dir containerd)/crictl
+    # Without crictl (the peers' cache gone) the rest below still stops everything.
+    if on_node test -S "$(runtime_socket)" 2>/dev/null &&
+      crictl=$("$root/scripts/peers.sh" dir containerd 2>/dev/null)/crictl; then
       stop kubelet
       on_node timeout 60 "$crictl" -r "unix://$(runtime_socket)" rmp -fa >/dev/null 2>&1 || true
     fi
