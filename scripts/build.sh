@@ -22,7 +22,10 @@ target=$arch-unknown-linux-gnu
 # memory. Identical code folding (rust-lld's --icf=all) keeps one copy of the functions each
 # crate instantiates alike (a generic over the same types, in two crates): 74 KB of multus;
 # Rust promises no two functions distinct addresses, so nothing may rely on them. sha2's
-# compact software SHA-512: masquerade chain names hash a few bytes a call.
-RUSTFLAGS="-C target-feature=+crt-static ${lld[*]} -C link-arg=-Wl,-z,pack-relative-relocs -C link-arg=-Wl,--icf=all --cfg sha2_backend=\"soft\" --cfg sha2_backend_soft=\"compact\"" \
+# compact software SHA-512: masquerade chain names hash a few bytes a call. The checkout's and
+# cargo's home paths, which panic messages carry, are written as /build and /cargo: a build
+# from another directory, or with another CARGO_HOME, makes the same bytes.
+remap="--remap-path-prefix=$PWD=/build --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
+RUSTFLAGS="-C target-feature=+crt-static ${lld[*]} -C link-arg=-Wl,-z,pack-relative-relocs -C link-arg=-Wl,--icf=all --cfg sha2_backend=\"soft\" --cfg sha2_backend_soft=\"compact\" $remap" \
   "${CARGO:-cargo}" build --release -q -p plugins -p multus-node --target "$target"
 echo "${CARGO_TARGET_DIR:-$PWD/target}/$target/release/cni-plugins"

@@ -24,6 +24,7 @@ packages=(
   conmon               # scripts/cluster.sh --cri-o: CRI-O's container monitor
   strace               # the crash-consistency suites: SIGKILL at a chosen file write
   rpm                  # cargo xtask package: rpmbuild for the RPMs (the .deb needs only dpkg)
+  lintian rpmlint      # cargo xtask package: Debian's and Fedora's package checkers
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross  # scripts/build.sh aarch64: ring's C and the static libc
   qemu-user-static binfmt-support  # cargo xtask aarch64-test: the aarch64 binaries run under qemu-user
   dbus-daemon python3-dbus python3-gi python3-nftables gir1.2-glib-2.0  # firewalld's runtime (firewalld itself is unpacked below)
@@ -108,6 +109,10 @@ if [ ! -x "$venv/bin/kubernetes-validate" ]; then
     python3 -m venv "$venv"
   }
   "$venv/bin/pip" install -q kubernetes-validate==1.37.0
+fi
+# The SPDX project's own tools check the SBOMs cargo xtask package writes (pyspdxtools).
+if [ ! -x "$venv/bin/pyspdxtools" ]; then
+  "$venv/bin/pip" install -q spdx-tools==0.8.5
 fi
 
 # kubectl checks the testkit Kubernetes API server (crates/testkit/tests/suite/kube_api_kubectl.rs).

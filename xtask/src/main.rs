@@ -21,6 +21,7 @@ mod dhcp_bench;
 mod image;
 mod measure;
 mod package;
+mod sbom;
 mod test_build;
 mod vm;
 
@@ -103,15 +104,22 @@ pub fn build_release_for(arch: Arch) -> Result<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"));
-    build_release_into(&target, arch)
+    build_release_from(&workspace_root(), &target, arch, &[])
 }
 
-/// [`build_release_for`] into the target directory `target`.
-pub fn build_release_into(target: &std::path::Path, arch: Arch) -> Result<PathBuf> {
-    let script = workspace_root().join("scripts/build.sh");
+/// [`build_release_for`] by the scripts/build.sh of the source tree `checkout`, into the target
+/// directory `target`, with `env` added to its environment.
+pub fn build_release_from(
+    checkout: &std::path::Path,
+    target: &std::path::Path,
+    arch: Arch,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> Result<PathBuf> {
+    let script = checkout.join("scripts/build.sh");
     let out = Command::new(&script)
         .arg(arch.rust())
         .env("CARGO_TARGET_DIR", target)
+        .envs(env.iter().copied())
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;

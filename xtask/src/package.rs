@@ -19,7 +19,7 @@ use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::Arch;
+use crate::{sbom, Arch};
 
 /// The repository the packages name the image in when no `--image` is given: where a release
 /// pushes the index `cargo xtask image` saved (docs/install.md). The digests are that index's.
@@ -27,7 +27,7 @@ const DEFAULT_IMAGE: &str = "ghcr.io/multus-rs/multus-rs";
 /// The name deploy/base's kustomization gives the image, which the MicroShift tree rewrites.
 const BASE_IMAGE: &str = "localhost/multus-rs";
 const MANIFESTS: &str = "usr/lib/microshift/manifests.d/003-microshift-multus";
-const VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The reference plugins' release ours match (the peers' pin): the packages provide
 /// containernetworking-plugins at it, and replace every release before the next.
 const PLUGINS_VERSION: &str = "1.9.1";
@@ -36,6 +36,15 @@ const PLUGINS_VERSION: &str = "1.9.1";
 const PLUGINS_NEXT: &str = "1.9.2~";
 /// Where the rpm node package puts the binaries, and the .deb.
 const RPM_CNI_DIR: &str = "usr/libexec/cni";
+/// The node package's documentation: the binaries' SBOMs (and, in the .deb, its copyright and
+/// changelog).
+const DOC_DIR: &str = "usr/share/doc/multus-rs";
+/// The node RPM's `%license` file.
+const RPM_LICENSE: &str = "usr/share/licenses/multus-rs/LICENSE";
+/// The .deb's lintian overrides: findings that are so by design, each with its reason.
+const DEB_LINTIAN_OVERRIDES: &str = "usr/share/lintian/overrides/multus-rs";
+/// Who the packages name as their maintainer.
+const MAINTAINER: &str = "multus-rs developers <multus-rs@localhost>";
 const DEB_CNI_DIR: &str = "usr/lib/cni";
 
 struct Options {
@@ -74,6 +83,10 @@ struct Inputs {
     /// Each architecture's image manifest digest (by OCI architecture name), from the index
     /// `cargo xtask image` saved.
     digests: BTreeMap<String, String>,
+    /// The crates of each binary, by its name.
+    crates: BTreeMap<&'static str, Vec<sbom::Crate>>,
+    /// Each binary's SBOM, by its name.
+    sboms: BTreeMap<&'static str, String>,
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -123,6 +136,7 @@ pub fn run(args: &[String]) -> Result<()> {
         check(&inputs, &packages)?;
         println!("{} packages checked", arch.rust());
         artifacts.extend(packages.all().map(Path::to_path_buf));
+        artifacts.extend(write_sboms(&inputs, &packages, &opts.out)?);
     }
     // The images the packages name, as the release ships them, and a checksum of every file.
     let index_copy = opts
@@ -133,6 +147,194 @@ pub fn run(args: &[String]) -> Result<()> {
     artifacts.sort();
     artifacts.dedup();
     write_sums(&opts.out, &artifacts)
+}
+
+/// Findings of lintian (the .deb) and rpmlint (the RPMs) that `lint` lets pass, each with its
+/// reason in docs/install.md; the ones that are so by design are overridden in the packages
+/// (packaging/deb/lintian-overrides, packaging/rpm/rpmlint.toml) instead.
+const LINTIAN_LEFT: &[&str] = &[
+    // The maintainer address is a placeholder until the project has one of its own.
+    "bogus-mail-host",
+    "bogus-mail-host-in-debian-changelog",
+    // No manual page yet: `multus --help` documents every command.
+    "no-manual-page",
+];
+
+/// lintian and rpmlint find no error and no warning in the packages.
+fn lint(p: &Packages) -> Result<()> {
+    let lintian = Command::new("lintian")
+        .args(["--fail-on", "error,warning", "--suppress-tags"])
+        .arg(LINTIAN_LEFT.join(","))
+        .arg(&p.deb)
+        .output()
+        .context("running lintian")?;
+    ensure!(
+        lintian.status.success(),
+        "lintian on {}:\n{}",
+        p.deb.display(),
+        String::from_utf8_lossy(&lintian.stdout)
+    );
+    let rpmlint = Command::new("rpmlint")
+        .arg("-c")
+        .arg(crate::workspace_root().join("packaging/rpm/rpmlint.toml"))
+        .args([&p.node_rpm, &p.microshift_rpm, &p.release_info_rpm])
+        .output()
+        .context("running rpmlint")?;
+    let report = String::from_utf8_lossy(&rpmlint.stdout);
+    ensure!(
+        rpmlint.status.success() && report.contains(" 0 errors, 0 warnings"),
+        "rpmlint:\n{report}"
+    );
+    Ok(())
+}
+
+/// Writes the SBOMs beside the packages: each binary's, as the node packages hold it, and each
+/// package's; checks them with the SPDX validator, and against the binaries and packages they
+/// describe. Returns their paths.
+fn write_sboms(inputs: &Inputs, p: &Packages, out: &Path) -> Result<Vec<PathBuf>> {
+    let mut written = Vec::new();
+    for (bin, doc) in &inputs.sboms {
+        let path = out.join(format!("{bin}-{VERSION}.{}.spdx.json", inputs.arch.rust()));
+        std::fs::write(&path, doc)?;
+        check_binary_sbom(inputs, bin, doc)?;
+        written.push(path);
+    }
+    for package in p.all() {
+        let unpacked = tempfile::tempdir()?;
+        let is_deb = package.extension().is_some_and(|e| e == "deb");
+        if is_deb {
+            output(
+                Command::new("dpkg-deb")
+                    .arg("-x")
+                    .arg(package)
+                    .arg(unpacked.path()),
+            )?;
+        } else {
+            output(
+                Command::new("sh")
+                    .current_dir(unpacked.path())
+                    .args(["-c", "rpm2cpio \"$0\" | cpio -idm --quiet"])
+                    .arg(package),
+            )?;
+        }
+        let name = output(
+            Command::new(if is_deb { "dpkg-deb" } else { "rpm" }).args(if is_deb {
+                vec!["-f".as_ref(), package.as_os_str(), "Package".as_ref()]
+            } else {
+                vec![
+                    "-qp".as_ref(),
+                    "--qf".as_ref(),
+                    "%{NAME}".as_ref(),
+                    package.as_os_str(),
+                ]
+            }),
+        )?;
+        let mut doc = sbom::Document::new()?;
+        let subject = doc.package(name.trim(), package, unpacked.path(), &inputs.crates)?;
+        let file_name = package.file_name().context("a package's name")?;
+        let path = out.join(format!("{}.spdx.json", file_name.to_string_lossy()));
+        std::fs::write(
+            &path,
+            doc.finish(&file_name.to_string_lossy(), &subject, &inputs.epoch)?,
+        )?;
+        check_package_sbom(&path, package)?;
+        written.push(path);
+    }
+    let paths: Vec<&Path> = written.iter().map(PathBuf::as_path).collect();
+    sbom::validate(&paths)?;
+    Ok(written)
+}
+
+/// A binary's SBOM names its checksum, and every crate whose source paths the binary carries
+/// (in its panic messages, under the build's /cargo) is among the crates it lists.
+fn check_binary_sbom(inputs: &Inputs, bin: &str, doc: &str) -> Result<()> {
+    let doc: serde_json::Value = serde_json::from_str(doc)?;
+    let data = std::fs::read(inputs.bins.join(bin))?;
+    let sum = output(Command::new("sha256sum").arg(inputs.bins.join(bin)))?;
+    let described = doc["packages"]
+        .as_array()
+        .context("packages")?
+        .iter()
+        .find(|p| p["SPDXID"] == format!("SPDXRef-Binary-{bin}"))
+        .context("the binary's own element")?;
+    ensure!(
+        described["checksums"][1]["checksumValue"].as_str() == sum.split(' ').next(),
+        "{bin}'s SBOM names another file"
+    );
+    let listed: BTreeSet<String> = doc["packages"]
+        .as_array()
+        .context("packages")?
+        .iter()
+        .filter_map(|p| {
+            Some(format!(
+                "{}-{}",
+                p["name"].as_str()?,
+                p["versionInfo"].as_str()?
+            ))
+        })
+        .collect();
+    // `/cargo/registry/src/index.crates.io-<hash>/<name>-<version>/`
+    let text = String::from_utf8_lossy(&data);
+    let mut seen = BTreeSet::new();
+    for piece in text.split("/cargo/registry/src/").skip(1) {
+        if let Some(krate) = piece.split('/').nth(1) {
+            seen.insert(krate.to_owned());
+        }
+    }
+    ensure!(
+        seen.len() >= 20,
+        "{bin} names only {} crates' sources: did the build's path remapping change?",
+        seen.len()
+    );
+    let missing: Vec<&String> = seen.difference(&listed).collect();
+    ensure!(
+        missing.is_empty(),
+        "{bin} holds crates its SBOM leaves out: {missing:?}"
+    );
+    Ok(())
+}
+
+/// A package's SBOM names the package's checksum and exactly its regular files.
+fn check_package_sbom(sbom_path: &Path, package: &Path) -> Result<()> {
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(sbom_path)?)?;
+    let sum = output(Command::new("sha256sum").arg(package))?;
+    let subject = &doc["packages"]
+        .as_array()
+        .context("packages")?
+        .iter()
+        .find(|p| p["primaryPackagePurpose"] == "INSTALL")
+        .context("the package's own element")?;
+    ensure!(
+        subject["checksums"][1]["checksumValue"].as_str() == sum.split(' ').next(),
+        "{} names another file than {}",
+        sbom_path.display(),
+        package.display()
+    );
+    let files: BTreeSet<String> = doc["files"]
+        .as_array()
+        .context("files")?
+        .iter()
+        .filter_map(|f| Some(f["fileName"].as_str()?.trim_start_matches('.').to_owned()))
+        .collect();
+    let is_deb = package.extension().is_some_and(|e| e == "deb");
+    let listing = if is_deb {
+        deb_listing(package)?
+    } else {
+        rpm_listing(package)?
+    };
+    let regular: BTreeSet<String> = listing
+        .iter()
+        .filter(|l| l.starts_with('-'))
+        .filter_map(|l| l.rsplit(' ').next().map(str::to_owned))
+        .collect();
+    ensure!(
+        files == regular,
+        "{}: the files differ from the package's: {:?} / {:?}",
+        sbom_path.display(),
+        files.symmetric_difference(&regular).collect::<Vec<_>>(),
+        regular.len()
+    );
+    Ok(())
 }
 
 /// Writes `out/SHA256SUMS` for `artifacts` (files in `out`), as `sha256sum` does, and checks
@@ -158,7 +360,7 @@ fn write_sums(out: &Path, artifacts: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-fn output(cmd: &mut Command) -> Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     ensure!(
         out.status.success(),
@@ -192,6 +394,14 @@ impl Inputs {
         let commit = git(&["rev-parse", "HEAD"])?.trim().to_owned();
         // The same commit, the same packages.
         let epoch = crate::source_date_epoch()?;
+        let crates = sbom::crates(arch)?;
+        let mut sboms = BTreeMap::new();
+        for (bin, _) in sbom::BINARIES {
+            let mut doc = sbom::Document::new()?;
+            let subject = doc.binary(bin, &bins.join(bin), &crates[bin])?;
+            let name = format!("{bin}-{VERSION}.{}", arch.rust());
+            sboms.insert(bin, doc.finish(&name, &subject, &epoch)?);
+        }
         Ok(Inputs {
             arch,
             bins,
@@ -200,6 +410,8 @@ impl Inputs {
             epoch,
             image: image.to_owned(),
             digests,
+            crates,
+            sboms,
         })
     }
 
@@ -254,8 +466,17 @@ fn stage_node(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) -> Re
         link(root, &format!("{cni_dir}/{name}"), "multus")?;
         made.push(format!("{cni_dir}/{name}"));
     }
-    link(root, "usr/bin/multus", &format!("../../{cni_dir}/multus"))?;
+    // The shortest relative path, as Debian's policy asks: both lie under /usr.
+    let under_usr = cni_dir
+        .strip_prefix("usr/")
+        .context("the CNI directory is under /usr")?;
+    link(root, "usr/bin/multus", &format!("../{under_usr}/multus"))?;
     made.push("usr/bin/multus".into());
+    for (bin, doc) in &inputs.sboms {
+        let path = format!("{DOC_DIR}/{bin}.spdx.json");
+        put(root, &path, doc.as_bytes(), 0o644)?;
+        made.push(path);
+    }
     for unit in ["cni-dhcp.socket", "cni-dhcp.service"] {
         let text = read(&format!("packaging/systemd/{unit}"))?
             .replace("@CNI_DIR@", &format!("/{cni_dir}"));
@@ -342,11 +563,33 @@ fn settle_times(root: &Path, epoch: &str) -> Result<()> {
     .map(drop)
 }
 
-/// The rpm `%files` lines for `paths` and the directories only they use.
+/// The rpm `%files` lines for `paths` and the directories only they use: what is under
+/// [`DOC_DIR`] is `%doc`, and [`RPM_LICENSE`] is `%license`.
 fn file_list(paths: &[String], own_dirs: &[&str]) -> String {
     let mut lines: Vec<String> = own_dirs.iter().map(|d| format!("%dir /{d}")).collect();
-    lines.extend(paths.iter().map(|p| format!("/{p}")));
+    lines.extend(paths.iter().map(|p| {
+        if p == RPM_LICENSE {
+            format!("%license /{p}")
+        } else if p.starts_with(DOC_DIR) {
+            format!("%doc /{p}")
+        } else {
+            format!("/{p}")
+        }
+    }));
     lines.join("\n") + "\n"
+}
+
+/// The commit's time, as `format` (date(1)'s) gives it.
+fn epoch_as(inputs: &Inputs, format: &str) -> Result<String> {
+    Ok(output(
+        Command::new("date")
+            .env("LC_ALL", "C")
+            .args(["-u", "-d"])
+            .arg(format!("@{}", inputs.epoch))
+            .arg(format!("+{format}")),
+    )?
+    .trim()
+    .to_owned())
 }
 
 /// Builds the four packages into `out`, with rpm release `release`.
@@ -373,11 +616,22 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
         )?;
         node_all.push(format!("opt/cni/bin/{name}"));
     }
+    put(&root, RPM_LICENSE, read("LICENSE")?.as_bytes(), 0o644)?;
+    node_all.push(RPM_LICENSE.into());
     let microshift = stage_microshift(inputs, &root)?;
     settle_times(&root, &inputs.epoch)?;
     std::fs::write(
         sources.join("files-node"),
-        file_list(&node_all, &[RPM_CNI_DIR, "opt/cni", "opt/cni/bin"]),
+        file_list(
+            &node_all,
+            &[
+                RPM_CNI_DIR,
+                "opt/cni",
+                "opt/cni/bin",
+                DOC_DIR,
+                "usr/share/licenses/multus-rs",
+            ],
+        ),
     )?;
     let manifests: Vec<String> = microshift
         .iter()
@@ -407,6 +661,8 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
         .args(define("plugins_next", PLUGINS_NEXT))
         .args(define("release", &release.to_string()))
         .args(define("commit", &inputs.commit))
+        .args(define("maintainer", MAINTAINER))
+        .args(define("changelog_date", &epoch_as(inputs, "%a %b %d %Y")?))
         .arg(crate::workspace_root().join("packaging/rpm/multus-rs.spec"))
         .env("SOURCE_DATE_EPOCH", &inputs.epoch);
     output(&mut rpmbuild).context("rpmbuild (Debian's rpm package)")?;
@@ -428,10 +684,11 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
             .replace("@PLUGINS_VERSION@", PLUGINS_VERSION)
             .replace("@PLUGINS_NEXT@", PLUGINS_NEXT)
             .replace("@SIZE_KB@", &size_kb.to_string())
+            .replace("@MAINTAINER@", MAINTAINER)
             .as_bytes(),
         0o644,
     )?;
-    for script in ["postinst", "prerm"] {
+    for script in ["postinst", "prerm", "postrm"] {
         put(
             &deb_root,
             &format!("DEBIAN/{script}"),
@@ -439,6 +696,32 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
             0o755,
         )?;
     }
+    put(
+        &deb_root,
+        DEB_LINTIAN_OVERRIDES,
+        read("packaging/deb/lintian-overrides")?.as_bytes(),
+        0o644,
+    )?;
+    put(
+        &deb_root,
+        &format!("{DOC_DIR}/copyright"),
+        read("packaging/deb/copyright")?.as_bytes(),
+        0o644,
+    )?;
+    let changelog = read("packaging/deb/changelog")?
+        .replace("@VERSION@", VERSION)
+        .replace("@COMMIT@", &inputs.commit)
+        .replace("@MAINTAINER@", MAINTAINER)
+        .replace("@DATE@", &epoch_as(inputs, "%a, %d %b %Y %H:%M:%S +0000")?);
+    let gz = work.path().join("changelog");
+    std::fs::write(&gz, changelog)?;
+    output(Command::new("gzip").args(["-9n"]).arg(&gz))?;
+    put(
+        &deb_root,
+        &format!("{DOC_DIR}/changelog.gz"),
+        &std::fs::read(gz.with_extension("gz"))?,
+        0o644,
+    )?;
     settle_times(&deb_root, &inputs.epoch)?;
     let deb = out.join(format!("multus-rs_{VERSION}_{}.deb", deb_arch(inputs.arch)));
     output(
@@ -512,6 +795,9 @@ fn expected_node(inputs: &Inputs, cni_dir: &str, unit_dir: &str) -> Listing {
         want.insert(format!("lrwxrwxrwx root:root /{cni_dir}/{name}"));
     }
     want.insert("lrwxrwxrwx root:root /usr/bin/multus".into());
+    for bin in inputs.sboms.keys() {
+        want.insert(format!("-rw-r--r-- root:root /{DOC_DIR}/{bin}.spdx.json"));
+    }
     for unit in ["cni-dhcp.socket", "cni-dhcp.service"] {
         want.insert(format!("-rw-r--r-- root:root /{unit_dir}/{unit}"));
     }
@@ -520,9 +806,16 @@ fn expected_node(inputs: &Inputs, cni_dir: &str, unit_dir: &str) -> Listing {
 
 fn check_listings(inputs: &Inputs, p: &Packages) -> Result<()> {
     let mut node = expected_node(inputs, RPM_CNI_DIR, "usr/lib/systemd/system");
-    for dir in [RPM_CNI_DIR, "opt/cni", "opt/cni/bin"] {
+    for dir in [
+        RPM_CNI_DIR,
+        "opt/cni",
+        "opt/cni/bin",
+        DOC_DIR,
+        "usr/share/licenses/multus-rs",
+    ] {
         node.insert(format!("drwxr-xr-x root:root /{dir}"));
     }
+    node.insert(format!("-rw-r--r-- root:root /{RPM_LICENSE}"));
     for name in inputs
         .plugins
         .iter()
@@ -566,7 +859,11 @@ fn check_listings(inputs: &Inputs, p: &Packages) -> Result<()> {
             got.difference(&want).collect::<Vec<_>>()
         );
     }
-    let want_deb = expected_node(inputs, DEB_CNI_DIR, "lib/systemd/system");
+    let mut want_deb = expected_node(inputs, DEB_CNI_DIR, "lib/systemd/system");
+    for doc in ["copyright", "changelog.gz"] {
+        want_deb.insert(format!("-rw-r--r-- root:root /{DOC_DIR}/{doc}"));
+    }
+    want_deb.insert(format!("-rw-r--r-- root:root /{DEB_LINTIAN_OVERRIDES}"));
     let got = deb_listing(&p.deb)?;
     ensure!(
         got == want_deb,
@@ -842,6 +1139,7 @@ fn check_node_root(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) 
 
 fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
     check_listings(inputs, p)?;
+    lint(p)?;
 
     let rpm_root = tempfile::tempdir()?;
     rpm_install(
@@ -899,21 +1197,38 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
         config.display()
     );
 
-    // The same commit gives the same binaries (built again in a target directory of their
-    // own; x86_64's, as the cross build runs the same compiler) and the same inputs the same
-    // packages, byte for byte.
+    // The same commit gives the same binaries, built again from a copy of the source tree in
+    // another directory, with another CARGO_HOME (x86_64's, as the cross build runs the same
+    // compiler), and the same inputs the same packages, byte for byte.
     if inputs.arch == Arch::X86_64 {
-        let again_bins = crate::build_release_into(
-            &crate::workspace_root().join("target/reproduce"),
+        let elsewhere = tempfile::tempdir()?;
+        let checkout = elsewhere.path().join("checkout");
+        copy_source_tree(&checkout)?;
+        // The same crates, reached through a path of its own.
+        let cargo_home = elsewhere.path().join("cargo-home");
+        std::fs::create_dir(&cargo_home)?;
+        let home = std::env::var_os("HOME").context("HOME is not set")?;
+        let registry = std::env::var_os("CARGO_HOME")
+            .map_or_else(|| Path::new(&home).join(".cargo"), PathBuf::from)
+            .join("registry");
+        symlink(&registry, cargo_home.join("registry"))?;
+        let again_bins = crate::build_release_from(
+            &checkout,
+            &checkout.join("target"),
             Arch::X86_64,
+            &[
+                ("CARGO_HOME", cargo_home.as_os_str()),
+                ("MULTUS_RS_COMMIT", inputs.commit.as_ref()),
+            ],
         )?;
         let again_dir = again_bins.parent().context("release dir")?;
         for bin in ["multus", "cni-plugins"] {
             let again = again_dir.join(bin);
             ensure!(
                 std::fs::read(inputs.bins.join(bin))? == std::fs::read(&again)?,
-                "{bin} differs when built again from the same commit ({})",
-                again.display()
+                "{bin} differs when built again from the same source in {} (CARGO_HOME {})",
+                checkout.display(),
+                cargo_home.display()
             );
         }
     }
@@ -925,6 +1240,34 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
             "{} differs when built again",
             first.display()
         );
+    }
+    Ok(())
+}
+
+/// A copy at `dest` of the source tree's files as git sees them: tracked ones as they are in
+/// the work tree, and new ones not ignored.
+fn copy_source_tree(dest: &Path) -> Result<()> {
+    let root = crate::workspace_root();
+    let list = output(Command::new("git").current_dir(&root).args([
+        "ls-files",
+        "-z",
+        "--cached",
+        "--others",
+        "--exclude-standard",
+    ]))?;
+    for path in list.split('\0').filter(|p| !p.is_empty()) {
+        let from = root.join(path);
+        // A tracked file deleted in the work tree is not part of it.
+        let Ok(meta) = std::fs::symlink_metadata(&from) else {
+            continue;
+        };
+        let to = dest.join(path);
+        std::fs::create_dir_all(to.parent().context("a file's directory")?)?;
+        if meta.file_type().is_symlink() {
+            symlink(std::fs::read_link(&from)?, &to)?;
+        } else {
+            std::fs::copy(&from, &to).with_context(|| format!("copying {path}"))?;
+        }
     }
     Ok(())
 }
