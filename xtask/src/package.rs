@@ -991,15 +991,71 @@ fn rpm_install(root: &Path, args: &[&str], packages: &[&Path]) -> Result<()> {
         Command::new("rpm")
             .arg("--root")
             .arg(root)
-            .args([
-                "--dbpath",
-                "/var/lib/rpm",
-                "--nodeps",
-                "--noscripts",
-                "--ignorearch",
-            ])
+            .args(["--dbpath", "/var/lib/rpm", "--nodeps", "--ignorearch"])
             .args(args)
             .args(packages),
+    )
+    .map(drop)
+}
+
+/// A scratch root where the packages' scriptlets run, chrooted by rpm and dpkg: busybox as
+/// /bin/sh, /dev/null, systemd taken as running (/run/systemd/system), and stand-ins for
+/// systemctl and Debian's deb-systemd-helper and deb-systemd-invoke that write each call to
+/// /scriptlets.log (systemctl is-active says no).
+fn scriptlet_root() -> Result<tempfile::TempDir> {
+    let root = tempfile::tempdir()?;
+    let r = root.path();
+    put(r, "bin/sh", &std::fs::read("/bin/busybox")?, 0o755)?;
+    for tool in ["systemctl", "deb-systemd-helper", "deb-systemd-invoke"] {
+        let script =
+            format!("#!/bin/sh\necho \"{tool} $*\" >>/scriptlets.log\n[ \"$1\" != is-active ]\n");
+        put(r, &format!("usr/bin/{tool}"), script.as_bytes(), 0o755)?;
+    }
+    for dir in [
+        "run/systemd/system",
+        "var/lib/dpkg/info",
+        "var/lib/dpkg/updates",
+        "dev",
+        "tmp",
+    ] {
+        std::fs::create_dir_all(r.join(dir))?;
+    }
+    for file in ["var/lib/dpkg/status", "var/lib/dpkg/available"] {
+        std::fs::write(r.join(file), "")?;
+    }
+    output(
+        Command::new("mknod")
+            .arg(r.join("dev/null"))
+            .args(["c", "1", "3"]),
+    )?;
+    Ok(root)
+}
+
+/// The scriptlets' calls since the last look are `want`, in any order.
+fn expect_scriptlets(root: &Path, when: &str, want: &[&str]) -> Result<()> {
+    let log = root.join("scriptlets.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    std::fs::write(&log, "")?;
+    let mut got: Vec<&str> = text.lines().collect();
+    let mut want = want.to_vec();
+    got.sort_unstable();
+    want.sort_unstable();
+    ensure!(
+        got == want,
+        "{when}: the scriptlets called {got:?}, not {want:?}"
+    );
+    Ok(())
+}
+
+/// dpkg on the scratch root `root` (its maintainer scripts run chrooted there); the
+/// dependencies are not there, nor is the package's architecture always this machine's.
+fn dpkg(root: &Path, args: &[&str], package: Option<&Path>) -> Result<()> {
+    output(
+        Command::new("dpkg")
+            .arg(format!("--root={}", root.display()))
+            .args(["--force-depends", "--force-architecture"])
+            .args(args)
+            .args(package),
     )
     .map(drop)
 }
@@ -1141,11 +1197,22 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
     check_listings(inputs, p)?;
     lint(p)?;
 
-    let rpm_root = tempfile::tempdir()?;
+    // Installed with their scriptlets, which run in the scratch root as on a host with systemd.
+    let rpm_root = scriptlet_root()?;
     rpm_install(
         rpm_root.path(),
         &["-i"],
         &[&p.node_rpm, &p.microshift_rpm, &p.release_info_rpm],
+    )?;
+    expect_scriptlets(
+        rpm_root.path(),
+        "the RPMs' first install",
+        &[
+            "systemctl daemon-reload",
+            "systemctl preset cni-dhcp.socket",
+            // CRI-O is not running: not restarted.
+            "systemctl is-active --quiet crio",
+        ],
     )?;
     check_node_root(
         inputs,
@@ -1163,14 +1230,43 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
         );
     }
 
-    let deb_root = tempfile::tempdir()?;
-    output(
-        Command::new("dpkg")
-            .arg("-x")
-            .arg(&p.deb)
-            .arg(deb_root.path()),
+    let deb_root = scriptlet_root()?;
+    dpkg(deb_root.path(), &["-i"], Some(&p.deb))?;
+    expect_scriptlets(
+        deb_root.path(),
+        "the .deb's first install",
+        &[
+            "deb-systemd-helper enable cni-dhcp.socket",
+            "systemctl --system daemon-reload",
+            "deb-systemd-invoke start cni-dhcp.socket",
+        ],
     )?;
     check_node_root(inputs, deb_root.path(), DEB_CNI_DIR, "lib/systemd/system")?;
+    // Installed again, as an upgrade is: the admin's choice about the socket stands.
+    dpkg(deb_root.path(), &["-i"], Some(&p.deb))?;
+    expect_scriptlets(deb_root.path(), "the .deb's upgrade", &[])?;
+    dpkg(deb_root.path(), &["-r", "multus-rs"], None)?;
+    expect_scriptlets(
+        deb_root.path(),
+        "the .deb's removal",
+        &[
+            "deb-systemd-invoke stop cni-dhcp.socket cni-dhcp.service",
+            "deb-systemd-helper mask cni-dhcp.socket",
+        ],
+    )?;
+    dpkg(deb_root.path(), &["-P", "multus-rs"], None)?;
+    expect_scriptlets(
+        deb_root.path(),
+        "the .deb's purge",
+        &[
+            "deb-systemd-helper purge cni-dhcp.socket",
+            "deb-systemd-helper unmask cni-dhcp.socket",
+        ],
+    )?;
+    ensure!(
+        !deb_root.path().join(DEB_CNI_DIR).join("multus").exists(),
+        "the .deb's removal left its files"
+    );
 
     // Upgrade: the next release over this one keeps the admin's edit of the config drop-in.
     let config = rpm_root
@@ -1180,7 +1276,13 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
     std::fs::write(&config, edited)?;
     let next_dir = tempfile::tempdir()?;
     let next = build(inputs, next_dir.path(), 2)?;
-    rpm_install(rpm_root.path(), &["-U"], &[&next.microshift_rpm])?;
+    rpm_install(
+        rpm_root.path(),
+        &["-U"],
+        &[&next.node_rpm, &next.microshift_rpm],
+    )?;
+    // An upgrade leaves the socket and CRI-O as they are.
+    expect_scriptlets(rpm_root.path(), "the RPMs' upgrade", &[])?;
     let installed = output(
         Command::new("rpm")
             .arg("--root")
@@ -1195,6 +1297,46 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
         std::fs::read_to_string(&config)? == edited,
         "the upgrade replaced the edited {}",
         config.display()
+    );
+    let flags = output(
+        Command::new("rpm")
+            .args(["-qp", "--qf", "[%{FILEFLAGS:fflags} %{FILENAMES}\\n]"])
+            .arg(&p.microshift_rpm),
+    )?;
+    ensure!(
+        flags
+            .lines()
+            .any(|l| l == "cn /etc/microshift/config.d/00-enable-multus.yaml"),
+        "00-enable-multus.yaml is not %config(noreplace): {flags}"
+    );
+    output(
+        Command::new("rpm")
+            .arg("--root")
+            .arg(rpm_root.path())
+            .args([
+                "--dbpath",
+                "/var/lib/rpm",
+                "--nodeps",
+                "-e",
+                "multus-rs",
+                "multus-rs-microshift",
+                "multus-rs-microshift-release-info",
+            ]),
+    )?;
+    expect_scriptlets(
+        rpm_root.path(),
+        "the RPMs' removal",
+        &["systemctl --no-reload disable --now cni-dhcp.socket cni-dhcp.service"],
+    )?;
+    // The edited config is kept aside, as %config files are; nothing else of the packages stays.
+    ensure!(
+        std::fs::read_to_string(config.with_extension("yaml.rpmsave"))? == edited,
+        "the removal did not keep the edited {}",
+        config.display()
+    );
+    ensure!(
+        !rpm_root.path().join(RPM_CNI_DIR).join("multus").exists(),
+        "the RPMs' removal left their files"
     );
 
     // The same commit gives the same binaries, built again from a copy of the source tree in
