@@ -61,6 +61,16 @@ pub struct Packages {
 }
 
 impl Packages {
+    /// Each package with its name.
+    fn named(&self) -> [(&'static str, &Path); 4] {
+        [
+            ("multus-rs", &self.node_rpm),
+            ("multus-rs-microshift", &self.microshift_rpm),
+            ("multus-rs-microshift-release-info", &self.release_info_rpm),
+            ("multus-rs", &self.deb),
+        ]
+    }
+
     fn all(&self) -> [&Path; 4] {
         [
             &self.node_rpm,
@@ -199,7 +209,7 @@ fn write_sboms(inputs: &Inputs, p: &Packages, out: &Path) -> Result<Vec<PathBuf>
         check_binary_sbom(inputs, bin, doc)?;
         written.push(path);
     }
-    for package in p.all() {
+    for (name, package) in p.named() {
         let unpacked = tempfile::tempdir()?;
         let is_deb = package.extension().is_some_and(|e| e == "deb");
         if is_deb {
@@ -217,27 +227,15 @@ fn write_sboms(inputs: &Inputs, p: &Packages, out: &Path) -> Result<Vec<PathBuf>
                     .arg(package),
             )?;
         }
-        let name = output(
-            Command::new(if is_deb { "dpkg-deb" } else { "rpm" }).args(if is_deb {
-                vec!["-f".as_ref(), package.as_os_str(), "Package".as_ref()]
-            } else {
-                vec![
-                    "-qp".as_ref(),
-                    "--qf".as_ref(),
-                    "%{NAME}".as_ref(),
-                    package.as_os_str(),
-                ]
-            }),
-        )?;
         let mut doc = sbom::Document::new()?;
-        let subject = doc.package(name.trim(), package, unpacked.path(), &inputs.crates)?;
+        let subject = doc.package(name, package, unpacked.path(), &inputs.crates)?;
         let file_name = package.file_name().context("a package's name")?;
         let path = out.join(format!("{}.spdx.json", file_name.to_string_lossy()));
         std::fs::write(
             &path,
             doc.finish(&file_name.to_string_lossy(), &subject, &inputs.epoch)?,
         )?;
-        check_package_sbom(&path, package)?;
+        check_package_sbom(&path, package, is_deb)?;
         written.push(path);
     }
     let paths: Vec<&Path> = written.iter().map(PathBuf::as_path).collect();
@@ -250,7 +248,7 @@ fn write_sboms(inputs: &Inputs, p: &Packages, out: &Path) -> Result<Vec<PathBuf>
 fn check_binary_sbom(inputs: &Inputs, bin: &str, doc: &str) -> Result<()> {
     let doc: serde_json::Value = serde_json::from_str(doc)?;
     let data = std::fs::read(inputs.bins.join(bin))?;
-    let sum = output(Command::new("sha256sum").arg(inputs.bins.join(bin)))?;
+    let sha256 = &sbom::file_sums(&[&inputs.bins.join(bin)])?[0].1;
     let described = doc["packages"]
         .as_array()
         .context("packages")?
@@ -258,7 +256,7 @@ fn check_binary_sbom(inputs: &Inputs, bin: &str, doc: &str) -> Result<()> {
         .find(|p| p["SPDXID"] == format!("SPDXRef-Binary-{bin}"))
         .context("the binary's own element")?;
     ensure!(
-        described["checksums"][1]["checksumValue"].as_str() == sum.split(' ').next(),
+        described["checksums"][1]["checksumValue"].as_str() == Some(sha256),
         "{bin}'s SBOM names another file"
     );
     let listed: BTreeSet<String> = doc["packages"]
@@ -295,9 +293,9 @@ fn check_binary_sbom(inputs: &Inputs, bin: &str, doc: &str) -> Result<()> {
 }
 
 /// A package's SBOM names the package's checksum and exactly its regular files.
-fn check_package_sbom(sbom_path: &Path, package: &Path) -> Result<()> {
+fn check_package_sbom(sbom_path: &Path, package: &Path, is_deb: bool) -> Result<()> {
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(sbom_path)?)?;
-    let sum = output(Command::new("sha256sum").arg(package))?;
+    let sha256 = &sbom::file_sums(&[package])?[0].1;
     let subject = &doc["packages"]
         .as_array()
         .context("packages")?
@@ -305,7 +303,7 @@ fn check_package_sbom(sbom_path: &Path, package: &Path) -> Result<()> {
         .find(|p| p["primaryPackagePurpose"] == "INSTALL")
         .context("the package's own element")?;
     ensure!(
-        subject["checksums"][1]["checksumValue"].as_str() == sum.split(' ').next(),
+        subject["checksums"][1]["checksumValue"].as_str() == Some(sha256),
         "{} names another file than {}",
         sbom_path.display(),
         package.display()
@@ -316,7 +314,6 @@ fn check_package_sbom(sbom_path: &Path, package: &Path) -> Result<()> {
         .iter()
         .filter_map(|f| Some(f["fileName"].as_str()?.trim_start_matches('.').to_owned()))
         .collect();
-    let is_deb = package.extension().is_some_and(|e| e == "deb");
     let listing = if is_deb {
         deb_listing(package)?
     } else {
@@ -579,13 +576,13 @@ fn file_list(paths: &[String], own_dirs: &[&str]) -> String {
     lines.join("\n") + "\n"
 }
 
-/// The commit's time, as `format` (date(1)'s) gives it.
-fn epoch_as(inputs: &Inputs, format: &str) -> Result<String> {
+/// The time `epoch` (seconds), as `format` (date(1)'s) gives it.
+pub(crate) fn epoch_as(epoch: &str, format: &str) -> Result<String> {
     Ok(output(
         Command::new("date")
             .env("LC_ALL", "C")
             .args(["-u", "-d"])
-            .arg(format!("@{}", inputs.epoch))
+            .arg(format!("@{epoch}"))
             .arg(format!("+{format}")),
     )?
     .trim()
@@ -662,7 +659,10 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
         .args(define("release", &release.to_string()))
         .args(define("commit", &inputs.commit))
         .args(define("maintainer", MAINTAINER))
-        .args(define("changelog_date", &epoch_as(inputs, "%a %b %d %Y")?))
+        .args(define(
+            "changelog_date",
+            &epoch_as(&inputs.epoch, "%a %b %d %Y")?,
+        ))
         .arg(crate::workspace_root().join("packaging/rpm/multus-rs.spec"))
         .env("SOURCE_DATE_EPOCH", &inputs.epoch);
     output(&mut rpmbuild).context("rpmbuild (Debian's rpm package)")?;
@@ -712,7 +712,10 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
         .replace("@VERSION@", VERSION)
         .replace("@COMMIT@", &inputs.commit)
         .replace("@MAINTAINER@", MAINTAINER)
-        .replace("@DATE@", &epoch_as(inputs, "%a, %d %b %Y %H:%M:%S +0000")?);
+        .replace(
+            "@DATE@",
+            &epoch_as(&inputs.epoch, "%a, %d %b %Y %H:%M:%S +0000")?,
+        );
     let gz = work.path().join("changelog");
     std::fs::write(&gz, changelog)?;
     output(Command::new("gzip").args(["-9n"]).arg(&gz))?;

@@ -147,6 +147,12 @@ pub fn file_sums(paths: &[&Path]) -> Result<Vec<(String, String)>> {
     Ok(sha1.into_iter().zip(sha256).collect())
 }
 
+/// What a document describes: its element's identifier and its file's SHA-256.
+pub struct Subject {
+    id: String,
+    sha256: String,
+}
+
 /// A document under construction: its elements and how they relate.
 pub struct Document {
     packages: Vec<Value>,
@@ -237,7 +243,7 @@ impl Document {
     }
 
     /// A node binary: the file `path`, built by this project from `crates`.
-    pub fn binary(&mut self, name: &str, path: &Path, crates: &[Crate]) -> Result<String> {
+    pub fn binary(&mut self, name: &str, path: &Path, crates: &[Crate]) -> Result<Subject> {
         let sums = file_sums(&[path])?;
         let binary_id = id(&["Binary", name]);
         self.packages.push(json!({
@@ -256,7 +262,10 @@ impl Document {
             "primaryPackagePurpose": "APPLICATION",
         }));
         self.add_crates(&binary_id, crates)?;
-        Ok(binary_id)
+        Ok(Subject {
+            id: binary_id,
+            sha256: sums[0].1.clone(),
+        })
     }
 
     /// A package (the file `path`, named `name`) holding the files under `root`, where it was
@@ -267,7 +276,7 @@ impl Document {
         path: &Path,
         root: &Path,
         crates: &BTreeMap<&str, Vec<Crate>>,
-    ) -> Result<String> {
+    ) -> Result<Subject> {
         let mut files = Vec::new();
         collect_files(root, root, &mut files)?;
         files.sort();
@@ -322,25 +331,18 @@ impl Document {
         for file_id in &has_files {
             self.relate(&package_id, "CONTAINS", file_id);
         }
-        Ok(package_id)
+        Ok(Subject {
+            id: package_id,
+            sha256: sums[0].1.clone(),
+        })
     }
 
     /// The finished document, named `name`, describing `subject`, made at `epoch`.
-    pub fn finish(mut self, name: &str, subject: &str, epoch: &str) -> Result<String> {
-        self.relate("SPDXRef-DOCUMENT", "DESCRIBES", subject);
-        let created = crate::package::output(
-            Command::new("date")
-                .args(["-u", "+%Y-%m-%dT%H:%M:%SZ", "-d"])
-                .arg(format!("@{epoch}")),
-        )?;
+    pub fn finish(mut self, name: &str, subject: &Subject, epoch: &str) -> Result<String> {
+        self.relate("SPDXRef-DOCUMENT", "DESCRIBES", &subject.id);
+        let created = crate::package::epoch_as(epoch, "%Y-%m-%dT%H:%M:%SZ")?;
         // Unique for each subject: its checksum is in the name space.
-        let subject_sum = self
-            .packages
-            .iter()
-            .find(|p| p["SPDXID"] == subject)
-            .and_then(|p| p["checksums"][1]["checksumValue"].as_str())
-            .context("the subject has no checksum")?
-            .to_owned();
+        let subject_sum = &subject.sha256;
         let doc = json!({
             "spdxVersion": "SPDX-2.3",
             "dataLicense": "CC0-1.0",
@@ -348,7 +350,7 @@ impl Document {
             "name": name,
             "documentNamespace": format!("https://multus-rs.invalid/spdx/{name}-{subject_sum}"),
             "creationInfo": {
-                "created": created.trim(),
+                "created": created,
                 "creators": ["Organization: multus-rs", "Tool: cargo-xtask-package"],
             },
             "packages": self.packages,
