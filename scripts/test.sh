@@ -31,7 +31,9 @@ node_peers_log=$(mktemp)
 setsid scripts/peers.sh build kubernetes etcd containerd cri-o >"$node_peers_log" 2>&1 &
 node_peers=$!
 log=$(mktemp)
-trap '[ -z "$node_peers" ] || kill -- "-$node_peers" 2>/dev/null; rm -f "$log" "$node_peers_log"' EXIT
+trap 'rm -f "$log" "$node_peers_log"; [ -z "$node_peers" ] || kill -- "-$node_peers" 2>/dev/null || true' EXIT
+# Stopped from outside, it cleans up too: the EXIT trap runs on exit, not on a signal's death.
+trap 'exit 143' TERM INT
 
 cargo fmt --all -- --check
 timed clippy cargo clippy --workspace --all-targets -- -D warnings
