@@ -68,8 +68,12 @@ pub fn serve(listener: &TcpListener, shared: &Arc<Shared>) -> io::Result<()> {
             .name("admission".into())
             .stack_size(STACK)
             .spawn(move || {
+                // The slot is given back before the socket closes, so a peer that sees the
+                // close and connects again at once finds it free.
+                let socket = stream.try_clone();
                 handle(stream, &shared);
                 shared.open.fetch_sub(1, Ordering::SeqCst);
+                drop(socket);
             });
         if let Err(e) = spawned {
             eprintln!("multus webhook: cannot start a connection's thread: {e}");
