@@ -53,13 +53,37 @@ pod_cidr=10.42.0.0/16
 log() { echo "cluster: $*" >&2; }
 die() {
   echo "cluster: $*" >&2
+  # A node that failed to start says why: the ends of its parts' logs, which the next `up`
+  # removes when it takes the half-started node down.
+  if [ -n "${starting:-}" ]; then
+    log_ends "$state"/logs/*.log
+  fi
   exit 1
+}
+log_ends() { # log files...
+  local f
+  for f; do
+    [ -s "$f" ] || continue
+    echo "cluster: the end of $f:" >&2
+    tail -n 15 "$f" | sed 's/^/    /' >&2
+  done
 }
 
 # CMD in the node's namespaces.
 on_node() { nsenter --net="/run/netns/$netns" --mount="$run/mnt" -- "$@"; }
 
 is_up() { [ -e "/run/netns/$netns" ] && [ -e "$run/mnt" ] && mountpoint -q "$run/mnt"; }
+# A start that got through to its end; without this mark the node is half-started.
+started_mark() { echo "$state/started"; }
+# The parts of a running node whose process is gone (a crash, or a test's `stop` it did not
+# undo).
+dead_parts() {
+  local name pid
+  for name in etcd apiserver controller-manager scheduler "$(runtime_part)" kubelet kube-proxy; do
+    pid=$(cat "$state/pids/$name" 2>/dev/null || true)
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || echo "$name"
+  done
+}
 
 # ---------------------------------------------------------------------------------------------
 # The parts
@@ -341,16 +365,20 @@ stop() { # name
   rm -f "$f"
 }
 
+# Until COMMAND succeeds, for SECONDS of the clock (a probe may itself take seconds). WHAT, when
+# it names a part `start` started, fails at once if that part exits.
 wait_for() { # what seconds command...
-  local what=$1 secs=$2 i
+  local what=$1 secs=$2 pid
+  local deadline=$((SECONDS + secs))
   shift 2
-  for ((i = 0; i < secs * 5; i++)); do
-    if "$@" >/dev/null 2>&1; then
-      return 0
+  pid=$(cat "$state/pids/$what" 2>/dev/null || true)
+  until "$@" >/dev/null 2>&1; do
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+      die "$what exited at its start; logs in $state/logs"
     fi
+    [ "$SECONDS" -lt "$deadline" ] || die "$what did not come up in ${secs}s; logs in $state/logs"
     sleep 0.2
   done
-  die "$what did not come up in ${secs}s; logs in $state/logs"
 }
 
 # kubectl on the node, where the API server is.
@@ -384,7 +412,7 @@ EOF
     --allow-privileged=true --profiling=false --kubelet-preferred-address-types InternalIP \
     --audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$state/logs/audit.log" \
     --audit-log-maxsize 200 --audit-log-maxbackup 1
-  wait_for kube-apiserver 60 kc get --raw /readyz
+  wait_for apiserver 60 kc get --raw /readyz
 }
 
 start_forwarder() {
@@ -738,6 +766,10 @@ up() {
   esac
   [ "$(id -u)" = 0 ] || die "runs as root: the node is made of namespaces and cgroups"
   command -v socat >/dev/null || die "socat is missing (scripts/deps.sh installs it)"
+  if { is_up || [ -e "/run/netns/$netns" ]; } && [ ! -e "$(started_mark)" ]; then
+    log "a node is left half-started; starting again"
+    down
+  fi
   if is_up && [ "$(cat "$state/runtime" 2>/dev/null)" != "$runtime" ]; then
     log "$(cat "$state/runtime" 2>/dev/null) is running; starting again with $runtime"
     down
@@ -745,6 +777,17 @@ up() {
   if is_up && [ "$(runtime_conf_dir)" != "$conf_dir" ]; then
     log "the runtime reads $(runtime_conf_dir); starting again with $conf_dir"
     down
+  fi
+  if is_up; then
+    local dead name
+    dead=$(dead_parts)
+    if [ -n "$dead" ]; then
+      log "no longer running on the node: $(echo "$dead" | paste -sd ' '); starting again"
+      for name in $dead; do
+        log_ends "$state/logs/$name.log"
+      done
+      down
+    fi
   fi
   peer_dirs
   multus_image
@@ -768,6 +811,7 @@ up() {
     fi
   else
     log "starting the node"
+    starting=1
     pki
     namespaces
     echo "$runtime" >"$state/runtime"
@@ -782,6 +826,8 @@ up() {
     import_images
     start_kubelet
     start_kube_proxy
+    starting=
+    touch "$(started_mark)"
   fi
   install_multus
   log "up: $mode, $runtime, $conf_dir, node $node"

@@ -13,14 +13,14 @@ timed() {
   local name=$1 started=$SECONDS rc=0
   shift
   "$@" || rc=$?
-  echo "test.sh: $name took $((SECONDS - started)) s"
+  echo "test.sh: $name took $((SECONDS - started)) s, $(df -h --output=avail . | tail -1 | tr -d ' ') left on disk"
   return "$rc"
 }
 
 timed deps scripts/deps.sh
 # A fresh clone gains nothing from incremental state, which would take gigabytes of its disk.
 export CARGO_INCREMENTAL=0
-# The free space at the start, so that a run that fills its disk says so.
+# The free space at the start (and after each step), so that a run that fills its disk says so.
 df -h --output=avail,target . | sed 's/^/test.sh: disk: /'
 
 # The parts of the e2e suite's node, built from their Go modules (scripts/peers.sh, at the lowest

@@ -6,7 +6,7 @@
 
 pub mod admission;
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -160,16 +160,36 @@ pub fn up_with(mode: &str, args: &[&str]) -> Result<Node> {
     // A test that failed while it held the node leaves it usable for the next.
     let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let taken = Instant::now();
-    let out = Command::new(cluster_sh())
+    let mut child = Command::new(cluster_sh())
         .args(["up", mode])
         .args(args)
-        .stderr(Stdio::inherit())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .context("running scripts/cluster.sh up")?;
+    let said = child.stderr.take().map(|stderr| {
+        std::thread::spawn(move || {
+            // Passed on as it comes, and its end kept for the error: why a start failed.
+            let mut end = std::collections::VecDeque::new();
+            for line in BufReader::new(stderr).lines().map_while(|l| l.ok()) {
+                let _ = writeln!(std::io::stderr(), "{line}");
+                if end.len() == 60 {
+                    end.pop_front();
+                }
+                end.push_back(line);
+            }
+            Vec::from(end).join("\n")
+        })
+    });
+    let out = child
+        .wait_with_output()
+        .context("waiting for scripts/cluster.sh up")?;
+    let said = said.and_then(|t| t.join().ok()).unwrap_or_default();
     let stdout = String::from_utf8_lossy(&out.stdout);
     ensure!(
         out.status.success(),
-        "scripts/cluster.sh up {mode} failed: {stdout}"
+        "scripts/cluster.sh up {mode} {} failed: {stdout}\n{said}",
+        args.join(" ")
     );
     let exports: Vec<String> = stdout.lines().map(str::to_owned).collect();
     let [.., kubeconfig, path] = exports.as_slice() else {

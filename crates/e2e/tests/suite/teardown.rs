@@ -5,7 +5,53 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Result};
+
+/// A start that fails says why at once, with the end of the failed part's log, and the next `up`
+/// takes the half-started node down and starts again rather than failing on what is left; so
+/// does an `up` on a node with a part no longer running.
+#[test]
+fn a_failed_start_says_why_and_the_next_up_starts_again() -> Result<()> {
+    e2e::cluster(&["down"])?;
+    let state = e2e::state_dir();
+    std::fs::create_dir_all(&state)?;
+    // etcd's data directory is a file: etcd exits at its start.
+    let in_the_way = state.join("etcd");
+    std::fs::write(&in_the_way, "not a directory")?;
+    let failed = match e2e::up("thin") {
+        Ok(_) => bail!("up succeeded with etcd's data directory a file"),
+        Err(e) => format!("{e:#}"),
+    };
+    ensure!(
+        failed.contains("etcd exited at its start")
+            && failed.contains("the end of")
+            && failed.contains("failed to list data directory"),
+        "{failed}"
+    );
+    std::fs::remove_file(&in_the_way)?;
+    let node = e2e::up("thin")?;
+    node.apply(&e2e::sleeping_pod("after-a-failed-start", None))?;
+    node.wait_ready(
+        "default",
+        "after-a-failed-start",
+        std::time::Duration::from_secs(120),
+    )?;
+    node.kubectl(&["delete", "pod", "after-a-failed-start", "--wait=true"])?;
+    drop(node);
+
+    // A part that died since (here stopped, as a test that failed half-way may leave it): the
+    // next `up` starts the node again.
+    e2e::cluster(&["stop", "kubelet"])?;
+    let node = e2e::up("thin")?;
+    node.apply(&e2e::sleeping_pod("after-a-dead-kubelet", None))?;
+    node.wait_ready(
+        "default",
+        "after-a-dead-kubelet",
+        std::time::Duration::from_secs(120),
+    )?;
+    node.kubectl(&["delete", "pod", "after-a-dead-kubelet", "--wait=true"])?;
+    Ok(())
+}
 
 #[test]
 fn down_leaves_nothing() -> Result<()> {
