@@ -63,26 +63,10 @@ pub fn run() -> Result<()> {
     let _ = std::fs::remove_file(var.join("run"));
     std::os::unix::fs::symlink("../run", var.join("run")).context("linking var/run")?;
     let epoch = crate::source_date_epoch()?;
-    for (platform, tag) in [("linux/amd64", IMAGE), ("linux/arm64", ARM_IMAGE)] {
-        podman.run(&[
-            "build",
-            "--quiet",
-            "--network=none",
-            "--platform",
-            platform,
-            // The commit's time, not the build's: the same commit, the same image digests.
-            "--timestamp",
-            &epoch,
-            "-f",
-            &root.join("deploy/Containerfile").display().to_string(),
-            "-t",
-            tag,
-            // The index under the release's own tag, which the packages name by digest.
-            "--manifest",
-            INDEX,
-            &context.display().to_string(),
-        ])?;
-        println!("built {tag} ({platform}) into {INDEX}");
+    let index_archive = bins.join(INDEX_ARCHIVE);
+    let digests = build_index(&podman, &root, &context, &epoch, &index_archive)?;
+    for (arch, digest) in &digests {
+        println!("{INDEX} {arch}: {digest}");
     }
     // The image as an archive beside the binaries, which scripts/cluster.sh imports into the
     // node's containerd: podman's storage here is scratch.
@@ -98,20 +82,21 @@ pub fn run() -> Result<()> {
         IMAGE,
     ])?;
     println!("saved {IMAGE} to {}", archive.display());
-    let index_archive = bins.join(INDEX_ARCHIVE);
-    let _ = std::fs::remove_file(&index_archive);
-    podman.run(&[
-        "manifest",
-        "push",
-        "--quiet",
-        "--all",
-        "--format=oci",
-        INDEX,
-        &format!("oci-archive:{}", index_archive.display()),
-    ])?;
-    for (arch, digest) in index_digests(&index_archive)? {
-        println!("{INDEX} {arch}: {digest}");
-    }
+    // Built again from the same binaries in another store, the images are the same to the
+    // byte: their digests depend on nothing but the binaries and the commit.
+    let again = tempfile::tempdir()?;
+    let digests_again = build_index(
+        &Podman::new()?,
+        &root,
+        &context,
+        &epoch,
+        &again.path().join(INDEX_ARCHIVE),
+    )?;
+    ensure!(
+        digests_again == digests,
+        "the image built twice has other digests: {digests:?}, then {digests_again:?}"
+    );
+    println!("built again in another store: the same digests");
     upstream_paths_run(&podman)?;
     println!("multus-daemon and multus-shim run from upstream's paths in the image");
 
@@ -144,6 +129,49 @@ pub fn run() -> Result<()> {
     relayed?;
     println!("the container relayed multus's log lines to its own, across a rotation");
     Ok(())
+}
+
+/// Both platforms' images from `context`, stamped with the commit's time, as one index under
+/// the release's tag, pushed to the oci-archive `index_archive`: each platform's digest.
+fn build_index(
+    podman: &Podman,
+    root: &Path,
+    context: &Path,
+    epoch: &str,
+    index_archive: &Path,
+) -> Result<BTreeMap<String, String>> {
+    for (platform, tag) in [("linux/amd64", IMAGE), ("linux/arm64", ARM_IMAGE)] {
+        podman.run(&[
+            "build",
+            "--quiet",
+            "--network=none",
+            "--platform",
+            platform,
+            // The commit's time, not the build's: the same commit, the same image digests.
+            "--timestamp",
+            epoch,
+            "-f",
+            &root.join("deploy/Containerfile").display().to_string(),
+            "-t",
+            tag,
+            // The index under the release's own tag, which the packages name by digest.
+            "--manifest",
+            INDEX,
+            &context.display().to_string(),
+        ])?;
+        println!("built {tag} ({platform}) into {INDEX}");
+    }
+    let _ = std::fs::remove_file(index_archive);
+    podman.run(&[
+        "manifest",
+        "push",
+        "--quiet",
+        "--all",
+        "--format=oci",
+        INDEX,
+        &format!("oci-archive:{}", index_archive.display()),
+    ])?;
+    index_digests(index_archive)
 }
 
 /// The architecture's name in OCI platforms and in the Containerfile's TARGETARCH.
