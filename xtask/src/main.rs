@@ -19,6 +19,7 @@ mod bench_thick;
 mod bench_whereabouts;
 mod dhcp_bench;
 mod image;
+mod manual;
 mod measure;
 mod package;
 mod sbom;

@@ -97,6 +97,8 @@ struct Inputs {
     crates: BTreeMap<&'static str, Vec<sbom::Crate>>,
     /// Each binary's SBOM, by its name.
     sboms: BTreeMap<&'static str, String>,
+    /// multus(1), compressed.
+    manual: Vec<u8>,
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -166,8 +168,6 @@ const LINTIAN_LEFT: &[&str] = &[
     // The maintainer address is a placeholder until the project has one of its own.
     "bogus-mail-host",
     "bogus-mail-host-in-debian-changelog",
-    // No manual page yet: `multus --help` documents every command.
-    "no-manual-page",
 ];
 
 /// lintian and rpmlint find no error and no warning in the packages.
@@ -399,8 +399,10 @@ impl Inputs {
             let name = format!("{bin}-{VERSION}.{}", arch.rust());
             sboms.insert(bin, doc.finish(&name, &subject, &epoch)?);
         }
+        let manual = crate::manual::page(&bins.join("multus"), &epoch)?;
         Ok(Inputs {
             arch,
+            manual,
             bins,
             plugins,
             commit,
@@ -469,6 +471,8 @@ fn stage_node(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) -> Re
         .context("the CNI directory is under /usr")?;
     link(root, "usr/bin/multus", &format!("../{under_usr}/multus"))?;
     made.push("usr/bin/multus".into());
+    put(root, crate::manual::PATH, &inputs.manual, 0o644)?;
+    made.push(crate::manual::PATH.into());
     for (bin, doc) in &inputs.sboms {
         let path = format!("{DOC_DIR}/{bin}.spdx.json");
         put(root, &path, doc.as_bytes(), 0o644)?;
@@ -798,6 +802,7 @@ fn expected_node(inputs: &Inputs, cni_dir: &str, unit_dir: &str) -> Listing {
         want.insert(format!("lrwxrwxrwx root:root /{cni_dir}/{name}"));
     }
     want.insert("lrwxrwxrwx root:root /usr/bin/multus".into());
+    want.insert(format!("-rw-r--r-- root:root /{}", crate::manual::PATH));
     for bin in inputs.sboms.keys() {
         want.insert(format!("-rw-r--r-- root:root /{DOC_DIR}/{bin}.spdx.json"));
     }
