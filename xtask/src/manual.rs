@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 
-use crate::package::{epoch_as, output};
+use crate::package::{epoch_as, filter, output};
 
 /// Where the packages install the page.
 pub(crate) const PATH: &str = "usr/share/man/man1/multus.1.gz";
@@ -33,7 +33,10 @@ pub(crate) fn page(multus: &Path, epoch: &str) -> Result<Vec<u8>> {
         version.trim(),
         &epoch_as(epoch, "%Y-%m-%d")?,
     );
-    gzip(roff.as_bytes())
+    filter(
+        Command::new("gzip").args(["-9", "-n", "-c"]),
+        roff.as_bytes(),
+    )
 }
 
 /// The command names under `Commands:` in clap's help, but `help`.
@@ -94,24 +97,6 @@ fn preformatted(text: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
-}
-
-fn gzip(data: &[u8]) -> Result<Vec<u8>> {
-    use std::io::Write;
-    let mut child = Command::new("gzip")
-        .args(["-9", "-n", "-c"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("running gzip")?;
-    child
-        .stdin
-        .take()
-        .context("gzip's stdin")?
-        .write_all(data)?;
-    let out = child.wait_with_output().context("waiting for gzip")?;
-    ensure!(out.status.success(), "gzip failed");
-    Ok(out.stdout)
 }
 
 #[cfg(test)]

@@ -368,6 +368,26 @@ pub(crate) fn output(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// What `cmd` writes with `input` on its stdin; it must succeed.
+pub(crate) fn filter(cmd: &mut Command, input: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Write as _;
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {cmd:?}"))?;
+    child
+        .stdin
+        .take()
+        .context("the child's stdin")?
+        .write_all(input)?;
+    let out = child
+        .wait_with_output()
+        .with_context(|| format!("waiting for {cmd:?}"))?;
+    ensure!(out.status.success(), "{cmd:?} failed");
+    Ok(out.stdout)
+}
+
 impl Inputs {
     /// `bins` holds `arch`'s binaries; aarch64's run here under qemu-user (binfmt_misc).
     fn new(

@@ -377,20 +377,8 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
 }
 
 fn sha1_of(data: &[u8]) -> Result<String> {
-    use std::io::Write as _;
-    let mut child = Command::new("sha1sum")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .context("running sha1sum")?;
-    child
-        .stdin
-        .take()
-        .context("sha1sum's stdin")?
-        .write_all(data)?;
-    let out = child.wait_with_output()?;
-    ensure!(out.status.success(), "sha1sum failed");
-    Ok(String::from_utf8_lossy(&out.stdout)
+    let out = crate::package::filter(&mut Command::new("sha1sum"), data)?;
+    Ok(String::from_utf8_lossy(&out)
         .split(' ')
         .next()
         .unwrap_or_default()

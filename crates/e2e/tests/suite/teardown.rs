@@ -29,27 +29,20 @@ fn a_failed_start_says_why_and_the_next_up_starts_again() -> Result<()> {
         "{failed}"
     );
     std::fs::remove_file(&in_the_way)?;
-    let node = e2e::up("thin")?;
-    node.apply(&e2e::sleeping_pod("after-a-failed-start", None))?;
-    node.wait_ready(
-        "default",
-        "after-a-failed-start",
-        std::time::Duration::from_secs(120),
-    )?;
-    node.kubectl(&["delete", "pod", "after-a-failed-start", "--wait=true"])?;
-    drop(node);
+    up_runs_a_pod("after-a-failed-start")?;
 
     // A part that died since (here stopped, as a test that failed half-way may leave it): the
     // next `up` starts the node again.
     e2e::cluster(&["stop", "kubelet"])?;
+    up_runs_a_pod("after-a-dead-kubelet")
+}
+
+/// `up thin`, and a pod named `name` runs on the node and is deleted.
+fn up_runs_a_pod(name: &str) -> Result<()> {
     let node = e2e::up("thin")?;
-    node.apply(&e2e::sleeping_pod("after-a-dead-kubelet", None))?;
-    node.wait_ready(
-        "default",
-        "after-a-dead-kubelet",
-        std::time::Duration::from_secs(120),
-    )?;
-    node.kubectl(&["delete", "pod", "after-a-dead-kubelet", "--wait=true"])?;
+    node.apply(&e2e::sleeping_pod(name, None))?;
+    node.wait_ready("default", name, std::time::Duration::from_secs(120))?;
+    node.kubectl(&["delete", "pod", name, "--wait=true"])?;
     Ok(())
 }
 
