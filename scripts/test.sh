@@ -8,7 +8,8 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "scripts/test.sh runs as root: the tests create network namespaces" >&2
   exit 1
 fi
-# Each step's time, for CI's budget: "test.sh: STEP took N s".
+# Each step's time, for CI's budget, and the free disk after it, so that a run that fills its
+# disk says so: "test.sh: STEP took N s, SIZE left on disk".
 timed() {
   local name=$1 started=$SECONDS rc=0
   shift
@@ -20,8 +21,6 @@ timed() {
 timed deps scripts/deps.sh
 # A fresh clone gains nothing from incremental state, which would take gigabytes of its disk.
 export CARGO_INCREMENTAL=0
-# The free space at the start (and after each step), so that a run that fills its disk says so.
-df -h --output=avail,target . | sed 's/^/test.sh: disk: /'
 
 # The parts of the e2e suite's node, built from their Go modules (scripts/peers.sh, at the lowest
 # CPU priority) while the crates' suites run: on a machine that has never built them, that is
