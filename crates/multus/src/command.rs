@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use cni::{CmdArgs, CniError, CniResult, GcAttachment};
+use npwg::selection::Selection;
 
 use crate::api::Api;
 use crate::config::MultusConf;
@@ -20,7 +21,7 @@ pub fn run<T>(
     args: &CmdArgs,
     conf: MultusConf,
     api: Option<&dyn Api>,
-    command: fn(&Invocation) -> Result<T>,
+    command: impl FnOnce(&Invocation) -> Result<T>,
 ) -> Result<T> {
     command(&Invocation::new(args, conf, api)?)
 }
@@ -70,12 +71,13 @@ fn add_locked(inv: &Invocation) -> Result<CniResult> {
         attach::add(inv, &plan).inspect_err(|e| report::add_failed(inv, &plan, e))?;
     let statuses = report::network_status(inv, &plan, &attached);
     // Success is reported only once the delegate cache is on disk.
-    let reported = report::write_status(inv, &plan, &statuses).and_then(|()| cache_sync.wait());
+    let reported =
+        report::write_status(inv, plan.pod.as_ref(), &statuses).and_then(|()| cache_sync.wait());
     if let Err(e) = reported {
         attach::undo(inv, &plan.attachments);
         return Err(e);
     }
-    report::added(inv, &plan, &attached);
+    report::added(inv, plan.pod.as_ref(), &plan.attachments, &attached);
     attached
         .into_iter()
         .next()
@@ -123,6 +125,134 @@ fn del_locked(inv: &Invocation) -> Result<()> {
         cache::remove(&inv.conf.cni_dir, &inv.args.container_id)?;
     }
     one_or_many(unreadable.into_iter().chain(failures).collect())
+}
+
+/// The running sandbox of a hot-plug call, under its lock. A sandbox without a delegate
+/// cache (its DEL came first) is left without a lock file too.
+fn locked_sandbox(
+    inv: &Invocation,
+) -> Result<(container_lock::ContainerLock, plan::hotplug::Sandbox)> {
+    let lock = inv.lock()?;
+    match plan::hotplug::sandbox(inv) {
+        Ok(sandbox) => Ok((lock, sandbox)),
+        Err(e) => {
+            if !cache::path(&inv.conf.cni_dir, &inv.args.container_id).exists() {
+                lock.remove();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Hot-plug ADD: `config` (a NAD's config) added to the running sandbox with what
+/// `selection` asks, alone on the sandbox as ADD and DEL are.
+pub fn hot_add(inv: &Invocation, config: &str, selection: &Selection) -> Result<CniResult> {
+    let _no_gc = container_lock::gc_lock(&inv.conf.cni_dir, false, container_lock::WAIT)?;
+    let (_lock, mut sandbox) = locked_sandbox(inv)?;
+    if let Some(result) = plan::hotplug::already(inv, &sandbox, config, selection)? {
+        return Ok(result);
+    }
+    let a = plan::hotplug::add(inv, &sandbox, config, selection)?;
+    let (ifname, network) = (a.ifname.clone(), a.delegate.name.clone());
+    let added = attach::hot_add(inv, &mut sandbox, a)?;
+    tracing::info!("Hot-plugged {ifname} from {network}");
+    Ok(added.result)
+}
+
+/// Hot-plug by annotation: brings the running sandbox to the networks its pod's annotation
+/// selects now, removals first, then additions in the annotation's order, and writes its
+/// network-status from what the sandbox then has (with `always_status`, also when nothing
+/// changed but it shows otherwise). A network that cannot be added or removed is said in an
+/// event and leaves the rest alone; the errors are returned together.
+pub fn hot_sync(inv: &Invocation, always_status: bool) -> Result<()> {
+    let _no_gc = container_lock::gc_lock(&inv.conf.cni_dir, false, container_lock::WAIT)?;
+    let (_lock, mut sandbox) = locked_sandbox(inv)?;
+    let pod_ns = attach::route::PodNetns::open(&inv.args.netns)?;
+    // Its interface, and the result its ADD cached once it succeeded.
+    let present = |a: &plan::Attachment| {
+        let (dir, id) = (&inv.conf.cni_dir, &inv.args.container_id);
+        pod_ns.has_interface(&a.ifname).unwrap_or(true)
+            && cni::cache::read(dir, &a.delegate.network.name, id, &a.ifname)
+                .is_ok_and(|c| c.is_some_and(|c| c.result.is_some()))
+    };
+    let Some(sync) = plan::hotplug::sync(inv, &sandbox, present)? else {
+        return Ok(());
+    };
+    let pod = Some(&sync.pod);
+    let mut changed = false;
+    let mut failures = Vec::new();
+    for index in sync.remove {
+        match attach::hot_del(inv, &mut sandbox, plan::hotplug::Removal::Cached(index)) {
+            Ok(a) => {
+                changed = true;
+                report::removed(inv, pod, &a);
+            }
+            Err(e) => {
+                report::hot_remove_failed(inv, pod, &e);
+                failures.push(e);
+            }
+        }
+    }
+    for wanted in sync.add {
+        let added = wanted
+            .map_err(|(_, e)| e)
+            .and_then(|a| attach::hot_add(inv, &mut sandbox, a));
+        match added {
+            Ok(added) => {
+                changed = true;
+                // hot_add leaves the attachment last in the sandbox.
+                let a = &sandbox.attachments[sandbox.attachments.len() - 1..];
+                report::added(inv, pod, a, std::slice::from_ref(&added));
+            }
+            Err(e) => {
+                report::hot_add_failed(inv, pod, &e);
+                failures.push(e);
+            }
+        }
+    }
+    if changed || always_status {
+        let statuses = report::sandbox_status(inv, &sync.pod, &sandbox);
+        let shown = sync
+            .pod
+            .annotations
+            .get(npwg::status::NETWORK_STATUS_ANNOTATION);
+        if shown != Some(&npwg::status::annotation(&statuses)) {
+            if let Err(e) = report::write_status(inv, pod, &statuses) {
+                failures.push(e);
+            }
+        }
+    }
+    inv.send_events();
+    one_or_many(failures)
+}
+
+/// Hot-plug DEL of the sandbox's interface `ifname`; `config` and `selection` are the
+/// network's, used when the delegate cache does not record it.
+pub fn hot_del(inv: &Invocation, ifname: &str, config: &str, selection: &Selection) -> Result<()> {
+    let (_lock, mut sandbox) = locked_sandbox(inv)?;
+    let removal = plan::hotplug::del(inv, &sandbox, ifname, config, selection)?;
+    let removed = attach::hot_del(inv, &mut sandbox, removal)?;
+    tracing::info!("Hot-unplugged {ifname} from {}", removed.delegate.name);
+    Ok(())
+}
+
+/// Hot-plug CHECK of the sandbox's interface `ifname`.
+pub fn hot_check(inv: &Invocation, ifname: &str) -> Result<()> {
+    let (_lock, sandbox) = locked_sandbox(inv)?;
+    let index = sandbox.position(ifname)?;
+    one_or_many(attach::check(inv, &sandbox.attachments[index..=index]))
+}
+
+/// Hot-plug STATUS of the network `config`.
+pub fn hot_status(inv: &Invocation, config: &str, selection: &Selection) -> Result<()> {
+    let d = Delegate::for_selection(config, selection, None)?;
+    d.refuse_this_binary(&inv.path)?;
+    d.network
+        .status(&inv.path)
+        .map_err(|source| Error::Network {
+            network: d.name.clone(),
+            source: Box::new(source),
+        })
 }
 
 pub fn check(inv: &Invocation) -> Result<()> {

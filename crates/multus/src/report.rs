@@ -2,10 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::Reason;
+use cni::CniResult;
+
+use crate::api::{Pod, Reason};
 use crate::attach::Added;
 use crate::error::{Error, Result};
 use crate::invocation::Invocation;
+use crate::plan::hotplug::Sandbox;
 use crate::plan::{Attachment, Plan, Role};
 use npwg::devinfo;
 use npwg::status::{self, NetworkStatus};
@@ -14,12 +17,51 @@ use npwg::status::{self, NetworkStatus};
 /// The auxiliary chain makes no interface of its own: an empty result of it shows nothing (as
 /// upstream).
 pub fn network_status(inv: &Invocation, plan: &Plan, attached: &[Added]) -> Vec<NetworkStatus> {
+    let results = plan
+        .attachments
+        .iter()
+        .zip(attached.iter().map(|a| &a.result));
+    statuses(inv, plan.pod.as_ref(), results)
+}
+
+/// The network-status entries of a running sandbox (after hot-plug), from the results its
+/// delegates' calls cached; an attachment without one is left out, said in the log.
+pub fn sandbox_status(inv: &Invocation, pod: &Pod, sandbox: &Sandbox) -> Vec<NetworkStatus> {
+    let (dir, id) = (&inv.conf.cni_dir, &inv.args.container_id);
+    let mut results = Vec::new();
+    for (index, a) in sandbox.attachments.iter().enumerate() {
+        let cached = if index == 0 {
+            Ok(sandbox.cluster_result.clone())
+        } else {
+            cni::cache::read(dir, &a.delegate.network.name, id, &a.ifname).and_then(|c| {
+                c.and_then(|c| c.result)
+                    .map(|r| CniResult::from_value(&r))
+                    .unwrap_or_else(|| Ok(CniResult::default()))
+            })
+        };
+        match cached {
+            Ok(result) => results.push((a, result)),
+            Err(e) => tracing::warn!(
+                "network-status leaves out {} from {}: {e}",
+                a.ifname,
+                a.delegate.name
+            ),
+        }
+    }
+    statuses(inv, Some(pod), results.iter().map(|(a, r)| (*a, r)))
+}
+
+fn statuses<'a>(
+    inv: &Invocation,
+    pod: Option<&Pod>,
+    results: impl Iterator<Item = (&'a Attachment, &'a CniResult)>,
+) -> Vec<NetworkStatus> {
     let mut statuses = Vec::new();
-    for (a, Added { result, .. }) in plan.attachments.iter().zip(attached) {
+    for (a, result) in results {
         if a.role == Role::Auxiliary && result.interfaces.is_empty() && result.ips.is_empty() {
             continue;
         }
-        let device_info = device_info(inv, plan, a);
+        let device_info = device_info(inv, pod, a);
         let d = &a.delegate;
         let mut entries = status::entries(
             result,
@@ -38,11 +80,11 @@ pub fn network_status(inv: &Invocation, plan: &Plan, attached: &[Added]) -> Vec<
 
 /// The device-info attachment `a`'s delegate left, if any. A file that cannot be used is a
 /// warning: the entry goes without it.
-fn device_info(inv: &Invocation, plan: &Plan, a: &Attachment) -> Option<serde_json::Value> {
+fn device_info(inv: &Invocation, pod: Option<&Pod>, a: &Attachment) -> Option<serde_json::Value> {
     let file = a.device_info_file.as_ref()?;
     devinfo::load(file).unwrap_or_else(|e| {
         inv.warn(
-            plan.pod.as_ref(),
+            pod,
             Reason::DeviceInfoUnusable,
             &format!(
                 "network {} on interface {}: {e}; its network-status has no device-info",
@@ -54,8 +96,8 @@ fn device_info(inv: &Invocation, plan: &Plan, a: &Attachment) -> Option<serde_js
 }
 
 /// Writes network-status on the pod, unless there is no pod or it is in a system namespace.
-pub fn write_status(inv: &Invocation, plan: &Plan, statuses: &[NetworkStatus]) -> Result<()> {
-    match (inv.api, plan.pod.as_ref()) {
+pub fn write_status(inv: &Invocation, pod: Option<&Pod>, statuses: &[NetworkStatus]) -> Result<()> {
+    match (inv.api, pod) {
         (Some(api), Some(pod)) if !inv.is_system_namespace() => {
             let annotations = BTreeMap::from([(
                 status::NETWORK_STATUS_ANNOTATION.to_owned(),
@@ -91,9 +133,8 @@ pub fn add_failed(inv: &Invocation, plan: &Plan, e: &Error) {
 /// The events of a successful ADD: one per interface added, then one per device-info the
 /// delegate could not be given, one per secondary network whose default route was kept
 /// behind the pod's, and one per route into the cluster's networks removed.
-pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
-    let pod = plan.pod.as_ref();
-    for (a, Added { result, .. }) in plan.attachments.iter().zip(attached) {
+pub fn added(inv: &Invocation, pod: Option<&Pod>, attachments: &[Attachment], attached: &[Added]) {
+    for (a, Added { result, .. }) in attachments.iter().zip(attached) {
         let ips: Vec<String> = result.ips.iter().map(|ip| ip.address.to_string()).collect();
         let msg = format!(
             "Add {} [{}] from {}",
@@ -110,7 +151,7 @@ pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
     {
         inv.warn(pod, Reason::DeviceInfoUnusable, unusable);
     }
-    for (a, Added { demoted, .. }) in plan.attachments.iter().zip(attached) {
+    for (a, Added { demoted, .. }) in attachments.iter().zip(attached) {
         for moved in demoted {
             let msg = format!(
                 "{} from {}: {moved}; name this network with \"default-route\" in the pod's \
@@ -120,7 +161,7 @@ pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
             inv.warn(pod, Reason::SecondaryDefaultRoute, &msg);
         }
     }
-    for (a, Added { dropped, .. }) in plan.attachments.iter().zip(attached) {
+    for (a, Added { dropped, .. }) in attachments.iter().zip(attached) {
         for route in dropped {
             let msg = format!(
                 "{} from {}: {route} (allowClusterRoutes in the multus config keeps such routes)",
@@ -129,4 +170,25 @@ pub fn added(inv: &Invocation, plan: &Plan, attached: &[Added]) {
             inv.warn(pod, Reason::SecondaryRouteDropped, &msg);
         }
     }
+}
+
+/// The event of an interface hot-plug removed.
+pub fn removed(inv: &Invocation, pod: Option<&Pod>, a: &Attachment) {
+    let msg = format!("Remove {} from {}", a.ifname, a.delegate.name);
+    tracing::info!("{msg}");
+    inv.event(pod, Reason::RemovedInterface, &msg);
+}
+
+/// The event of a network hot-plug could not add: a NAD that is not there or a network the
+/// admission policy denies as at ADD, any other failure as `AddInterfaceFailed`.
+pub fn hot_add_failed(inv: &Invocation, pod: Option<&Pod>, e: &Error) {
+    match e {
+        Error::NetworkNotFound(_) | Error::Refused { .. } => unresolved(inv, e),
+        _ => inv.warn(pod, Reason::AddInterfaceFailed, &e.to_string()),
+    }
+}
+
+/// The event of an interface hot-plug could not remove.
+pub fn hot_remove_failed(inv: &Invocation, pod: Option<&Pod>, e: &Error) {
+    inv.warn(pod, Reason::RemoveInterfaceFailed, &e.to_string());
 }

@@ -4,7 +4,8 @@
 //! HTTP framing both ends use is `nodekit::http1`'s.
 //!
 //! - Request body: `{"env": {"CNI_COMMAND": ..., ...}, "config": "<stdin, base64>",
-//!   "interfaceAttributes": {...}}` (the last only on `/delegate`).
+//!   "interfaceAttributes": {...}}` (the last only on `/delegate`, hot-plug's endpoint, whose
+//!   config is the one network to add to or remove from a running sandbox).
 //! - ADD's reply: 200 `{"Result": <the CNI result, cniVersion 1.1.0>}`; other commands: 200 with
 //!   an empty body.
 //! - A failure: 400 with a CNI error object `{"code", "msg", "details"}`; upstream's daemon may
@@ -44,7 +45,19 @@ pub struct CniRequest {
         rename = "interfaceAttributes",
         skip_serializing_if = "Option::is_none"
     )]
-    pub interface_attributes: Option<Value>,
+    pub interface_attributes: Option<InterfaceAttributes>,
+}
+
+/// What a hot-plug caller asks of the interface, as a network selection element would: upstream's
+/// `DelegateInterfaceAttributes` (its client always sends `cni-args`, `null` when unset).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct InterfaceAttributes {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    #[serde(default, rename = "cni-args")]
+    pub cni_args: Option<serde_json::Map<String, Value>>,
 }
 
 fn to_base64<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {

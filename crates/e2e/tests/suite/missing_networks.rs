@@ -56,8 +56,10 @@ fn thick_mode_reports_a_pod_without_its_networks_and_deletes_it_when_asked() -> 
 }
 
 fn reported_and_deleted(node: &Node, shipped: &str) -> Result<()> {
-    // Looks every 5 s rather than 30, so that the test waits less.
-    reconfigure(node, shipped, json!({"missingNetworksCheckSeconds": 5}))?;
+    // Looks every 5 s rather than 30, so that the test waits less; without hot-plug, which
+    // would attach a network named after the pod started.
+    let keys = json!({"missingNetworksCheckSeconds": 5, "hotPlug": false});
+    reconfigure(node, shipped, keys)?;
     let deployment = e2e::sleeping_deployment(APP, 1, None);
     // A pod no controller would make again: reported, never deleted.
     let bare = e2e::sleeping_pod("stray-bare", None);
@@ -99,7 +101,7 @@ fn reported_and_deleted(node: &Node, shipped: &str) -> Result<()> {
     reconfigure(
         node,
         shipped,
-        json!({"missingNetworksCheckSeconds": 5, "deletePodsMissingNetworks": true}),
+        json!({"missingNetworksCheckSeconds": 5, "deletePodsMissingNetworks": true, "hotPlug": false}),
     )?;
     node.eventually("the pod deleted", Duration::from_secs(120), || {
         Ok(node

@@ -1495,3 +1495,468 @@ fn pods_running_without_their_networks_are_reported_once() {
         "{log}"
     );
 }
+
+impl Thick {
+    /// A `POST /delegate` in the shape multus-dynamic-networks-controller sends (upstream's
+    /// `CreateDelegateRequest`: five variables, the NAD's config, `cni-args` always present),
+    /// for this sandbox: the status and the reply as JSON (`null` when empty).
+    fn delegate(
+        &self,
+        command: &str,
+        ifname: &str,
+        config: &Value,
+        attributes: Value,
+    ) -> (u16, Value) {
+        use base64::Engine;
+        let call = self.c.call("ADD");
+        let mut attributes = attributes;
+        if attributes.get("cni-args").is_none() {
+            attributes["cni-args"] = Value::Null;
+        }
+        let body = json!({
+            "env": {
+                "CNI_COMMAND": command,
+                "CNI_CONTAINERID": call.container_id,
+                "CNI_NETNS": call.netns,
+                "CNI_IFNAME": ifname,
+                "CNI_ARGS": format!(
+                    "K8S_POD_NAMESPACE=default;K8S_POD_NAME={POD_NAME};K8S_POD_UID={}",
+                    self.c.uid
+                ),
+            },
+            "config": base64::engine::general_purpose::STANDARD.encode(config.to_string()),
+            "interfaceAttributes": attributes,
+        });
+        let (status, reply) = self
+            .request("POST", "/delegate", body.to_string().as_bytes())
+            .expect("an answer");
+        let reply = if reply.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&reply).expect("a JSON reply")
+        };
+        (status, reply)
+    }
+
+    /// The interface names the sandbox's delegate cache records, in its order.
+    fn cached_ifnames(&self) -> Vec<String> {
+        let path = self.c.sb.cni_dir().join(CONTAINER_ID);
+        let cache: Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("the delegate cache"))
+                .expect("JSON");
+        cache
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| d["ifnameRequest"].as_str().unwrap_or("").to_owned())
+            .collect()
+    }
+}
+
+/// Hot-plug through `/delegate` alone (built-in hot-plug off, as beside upstream's
+/// controller by choice): networks added to and removed from a running pod, with the names,
+/// checks and cache a pod's ADD gets; refusals leave the pod as it was; the sandbox's DEL then
+/// removes everything, hot-plugged interfaces included.
+#[test]
+fn delegate_adds_and_removes_networks_of_a_running_pod() {
+    let t = Thick::new(json!({NETWORKS: "a"}), json!({"hotPlug": false}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    t.shim("ADD").ok();
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"]);
+    let b =
+        t.c.sb
+            .bridge("b", &t.c.bridge_name(), "10.21.0.0/24", "1.0.0");
+    let c =
+        t.c.sb
+            .bridge("c", &t.c.bridge_name(), "10.22.0.0/24", "0.3.1");
+
+    // Upstream's reply: the result in 1.1.0 under `Result`.
+    let (status, reply) = t.delegate("ADD", "net2", &b, json!({}));
+    assert_eq!(status, 200, "{reply}\n{}", t.daemon_log());
+    assert_eq!(reply["Result"]["cniVersion"], "1.1.0", "{reply}");
+    assert_eq!(
+        reply["Result"]["ips"][0]["address"], "10.21.0.2/24",
+        "{reply}"
+    );
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1", "net2"]);
+    // No name: the next by position, where upstream's daemon would take eth0.
+    let (status, reply) = t.delegate("ADD", "", &c, json!({"cni-args": {"x": "y"}}));
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["Result"]["interfaces"][2]["name"], "net3", "{reply}");
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1", "net2", "net3"]);
+    assert_eq!(t.cached_ifnames(), ["", "net1", "net2", "net3"]);
+
+    // Refused as at ADD, each leaving the pod and its cache as they were.
+    let mut runs_multus = b.clone();
+    runs_multus["ipam"] = json!({"type": "multus"});
+    let mut sets_runtime = b.clone();
+    sets_runtime["runtimeConfig"] =
+        json!({"portMappings": [{"hostPort": 22, "containerPort": 80}]});
+    let missing_plugin = json!({"cniVersion": "1.0.0", "name": "gone", "type": "no-such-plugin"});
+    // A tenant's network that would take an address of the cluster network.
+    let captures = json!({"cniVersion": "1.0.0", "name": "capture", "type": "bridge",
+        "bridge": t.c.bridge_name(),
+        "ipam": {"type": "static", "addresses": [{"address": "10.88.0.50/24"}]}});
+    for (ifname, config, attributes, code, want) in [
+        (
+            "net2",
+            &c,
+            json!({}),
+            7,
+            "network default/b has this interface already",
+        ),
+        (
+            "eth0",
+            &b,
+            json!({}),
+            7,
+            "network cluster has this interface already",
+        ),
+        ("net9", &runs_multus, json!({}), 7, "runs multus itself"),
+        ("net9", &sets_runtime, json!({}), 7, "only the runtime sets"),
+        ("net9", &captures, json!({}), 7, "cluster"),
+        ("net9", &missing_plugin, json!({}), 7, "no-such-plugin"),
+        ("../x", &b, json!({}), 4, "interface name"),
+    ] {
+        let (status, reply) = t.delegate("ADD", ifname, config, attributes);
+        assert_eq!(status, 400, "{ifname}: {reply}");
+        assert_eq!(reply["code"], code, "{ifname}: {reply}");
+        let msg = reply["msg"].as_str().unwrap_or_default();
+        assert!(msg.contains(want), "{ifname}: {reply}");
+        assert_eq!(
+            t.c.sb.pod_links(),
+            ["eth0", "net1", "net2", "net3"],
+            "{ifname}"
+        );
+        assert_eq!(t.cached_ifnames(), ["", "net1", "net2", "net3"], "{ifname}");
+    }
+
+    // DEL by interface: the others keep their names; the cluster network stays.
+    let a_conf = t.c.sb.bridge("a", "unused", "10.20.0.0/24", "1.0.0");
+    let (status, reply) = t.delegate("DEL", "net1", &a_conf, json!({}));
+    assert_eq!((status, &reply), (200, &Value::Null));
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net2", "net3"]);
+    assert_eq!(t.cached_ifnames(), ["", "net2", "net3"]);
+    let (status, reply) = t.delegate("DEL", "eth0", &a_conf, json!({}));
+    assert_eq!(status, 400, "{reply}");
+    assert!(
+        reply["msg"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("goes only with its sandbox"),
+        "{reply}"
+    );
+    let (status, reply) = t.delegate("CHECK", "net2", &b, json!({}));
+    assert_eq!((status, &reply), (200, &Value::Null));
+    // The next unnamed one takes the first free name by position.
+    let d =
+        t.c.sb
+            .bridge("d", &t.c.bridge_name(), "10.23.0.0/24", "1.0.0");
+    let (status, reply) = t.delegate("ADD", "", &d, json!({"ips": ["10.23.0.9/24"]}));
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(
+        reply["Result"]["ips"][0]["address"], "10.23.0.9/24",
+        "{reply}"
+    );
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1", "net2", "net3"]);
+
+    let log = t.daemon_log();
+    assert!(log.contains("Hot-plugged net2 from default/b"), "{log}");
+    // The sandbox's DEL, by the shim alone with the daemon down, removes everything.
+    let mut t = t;
+    t.signal(libc::SIGKILL);
+    t.shim("DEL").ok();
+    t.c.sb
+        .assert_clean("the sandbox's DEL after hot-plugs, without the daemon");
+}
+
+/// The sandbox's DEL with the daemon down removes hot-plugged interfaces too: the shim reads
+/// the delegate cache the daemon kept.
+#[test]
+fn hot_plugged_interfaces_go_with_the_sandbox_without_the_daemon() {
+    let mut t = Thick::new(json!({NETWORKS: "a"}), json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    t.c.bridge_nad("default", "b", "10.21.0.0/24");
+    t.shim("ADD").ok();
+    t.annotate("a,b");
+    t.links_become(&["eth0", "net1", "net2"]);
+    t.signal(libc::SIGKILL);
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("the sandbox's DEL without the daemon");
+}
+
+impl Thick {
+    /// Sets the pod's networks annotation, as `kubectl annotate --overwrite` does.
+    fn annotate(&self, networks: &str) {
+        let mut pod = self.c.server.pod("default", POD_NAME).expect("the pod");
+        pod["metadata"]["annotations"][NETWORKS] = json!(networks);
+        self.c.server.add_pod(pod);
+    }
+
+    /// Waits until the pod's interfaces are `want` (5 s at most); how long that took.
+    fn links_become(&self, want: &[&str]) -> Duration {
+        let started = Instant::now();
+        while self.c.sb.pod_links() != want {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "the pod has {:?}, not {want:?}\n{}",
+                self.c.sb.pod_links(),
+                self.daemon_log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        started.elapsed()
+    }
+
+    /// Waits until network-status shows exactly these names and interfaces (5 s at most).
+    fn status_becomes(&self, want: &[(&str, &str)]) {
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(n, i)| (n.to_string(), i.to_string()))
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let entries: Vec<(String, String)> = self
+                .c
+                .network_status()
+                .and_then(|s| s.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .map(|e| {
+                    let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+                    (text("name"), text("interface"))
+                })
+                .collect();
+            if entries == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "network-status shows {entries:?}, not {want:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Built-in hot-plug: the daemon follows a running pod's networks annotation. An added network
+/// gets its interface, a removed one loses it, one that stays keeps its name and address; a
+/// network that cannot be added is said in an event and leaves the pod as it was;
+/// network-status and events follow; the sandbox's DEL removes everything.
+#[test]
+fn a_running_pods_networks_follow_its_annotation() {
+    let t = Thick::new(json!({NETWORKS: "a"}), json!({}));
+    for (name, subnet) in [
+        ("a", "10.20.0.0/24"),
+        ("b", "10.21.0.0/24"),
+        ("c", "10.22.0.0/24"),
+    ] {
+        t.c.bridge_nad("default", name, subnet);
+    }
+    t.shim("ADD").ok();
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"]);
+    let pod_ip = |ifname: &str| {
+        t.c.sb.pod.ip_json(&["-4", "addr", "show", ifname])[0]["addr_info"][0]["local"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+
+    t.annotate("a,b");
+    t.links_become(&["eth0", "net1", "net2"]);
+    assert_eq!(pod_ip("net2"), "10.21.0.2");
+    t.status_becomes(&[
+        ("cluster", "eth0"),
+        ("default/a", "net1"),
+        ("default/b", "net2"),
+    ]);
+    assert!(
+        t.events_soon("AddedInterface", 3)
+            .contains(&"Add net2 [10.21.0.2/24] from default/b".to_owned()),
+        "{:?}",
+        t.c.events("AddedInterface")
+    );
+
+    // net1 goes; net2 keeps its name and address.
+    t.annotate("b");
+    t.links_become(&["eth0", "net2"]);
+    assert_eq!(pod_ip("net2"), "10.21.0.2");
+    t.status_becomes(&[("cluster", "eth0"), ("default/b", "net2")]);
+    assert_eq!(
+        t.events_soon("RemovedInterface", 1),
+        ["Remove net1 from default/a"]
+    );
+
+    // A network that cannot be had: said in an event, and nothing else changes.
+    t.annotate("b,nowhere");
+    let why = t.events_soon("NoNetworkFound", 1);
+    assert!(
+        why.iter().any(|m| m.contains("nowhere")),
+        "{why:?}\n{}",
+        t.daemon_log()
+    );
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net2"]);
+    // Whatever else the annotation asks is still added, named by its position.
+    t.annotate("b,nowhere,c");
+    t.links_become(&["eth0", "net2", "net3"]);
+    assert_eq!(pod_ip("net3"), "10.22.0.2");
+    t.status_becomes(&[
+        ("cluster", "eth0"),
+        ("default/b", "net2"),
+        ("default/c", "net3"),
+    ]);
+    // Removed and added at once: the name freed is taken by position.
+    t.annotate("c,a");
+    t.status_becomes(&[
+        ("cluster", "eth0"),
+        ("default/c", "net3"),
+        ("default/a", "net2"),
+    ]);
+    t.links_become(&["eth0", "net2", "net3"]);
+    assert!(pod_ip("net2").starts_with("10.20.0."), "{}", pod_ip("net2"));
+    assert_eq!(pod_ip("net3"), "10.22.0.2");
+    // A name taken by position gives way to the first free one.
+    t.annotate("c,a,b");
+    t.links_become(&["eth0", "net1", "net2", "net3"]);
+    t.status_becomes(&[
+        ("cluster", "eth0"),
+        ("default/c", "net3"),
+        ("default/a", "net2"),
+        ("default/b", "net1"),
+    ]);
+    assert!(pod_ip("net1").starts_with("10.21.0."), "{}", pod_ip("net1"));
+
+    // The sandbox's DEL removes everything, hot-plugged interfaces included.
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("the sandbox's DEL after hot-plugs");
+}
+
+/// A pod whose annotation flips many times costs one cycle per settled state, not one per
+/// change; and with `hotPlug: false` the daemon leaves a running pod's networks alone.
+#[test]
+fn annotation_flips_settle_and_hot_plug_can_be_turned_off() {
+    let t = Thick::new(json!({NETWORKS: "a"}), json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    t.c.bridge_nad("default", "b", "10.21.0.0/24");
+    t.shim("ADD").ok();
+    let started = Instant::now();
+    for i in 0..100 {
+        t.annotate(if i % 2 == 0 { "a,b" } else { "a" });
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // The last state ("a") holds: net2 never stays.
+    t.annotate("a,b");
+    t.links_become(&["eth0", "net1", "net2"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let cycles = t.c.events("AddedInterface").len() + t.c.events("RemovedInterface").len();
+    // The ADD's two, then at most one add and one remove per MOST_WAIT (1 s) of flipping,
+    // and the final add.
+    assert!(cycles <= 2 + 2 * 2 + 1, "{cycles} events for 100 changes");
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("after DEL");
+    drop(t);
+
+    let t = Thick::new(json!({NETWORKS: "a"}), json!({"hotPlug": false}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    t.c.bridge_nad("default", "b", "10.21.0.0/24");
+    t.shim("ADD").ok();
+    t.annotate("a,b");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"]);
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("after DEL");
+}
+
+/// A daemon killed in the middle of a hot-plug leaves nothing half-made for good: the next one
+/// looks at every pod of the node when it starts, deletes what the cut-short ADD may have made,
+/// and adds it again; network-status then shows it.
+#[test]
+fn a_daemon_killed_during_a_change_finishes_it_when_it_starts_again() {
+    let mut t = Thick::new(json!({NETWORKS: "a"}), json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    // A bridge network whose plugin takes a second and a half before it does its work.
+    t.c.sb
+        .script("slowbridge", r#"sleep 1.5; exec "$(dirname "$0")/bridge""#);
+    let mut slow =
+        t.c.sb
+            .bridge("slow", &t.c.bridge_name(), "10.21.0.0/24", "1.0.0");
+    slow["type"] = json!("slowbridge");
+    t.c.nad("default", "slow", slow);
+    t.shim("ADD").ok();
+    t.annotate("a,slow");
+    // The delegate cache has it before the plugin runs: kill the daemon then.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !t.cached_ifnames().contains(&"net2".to_owned()) {
+        assert!(Instant::now() < deadline, "{}", t.daemon_log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    t.signal(libc::SIGKILL);
+    // The plugin, left to itself, makes its interface; nothing records its result.
+    std::thread::sleep(Duration::from_secs(2));
+    t.start();
+    t.status_becomes(&[
+        ("cluster", "eth0"),
+        ("default/a", "net1"),
+        ("default/slow", "net2"),
+    ]);
+    t.links_become(&["eth0", "net1", "net2"]);
+    let log = t.daemon_log();
+    assert!(log.contains("Remove net2 from default/slow"), "{log}");
+    assert!(
+        log.contains("Add net2 [10.21.0.") && log.contains("from default/slow"),
+        "{log}"
+    );
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("after DEL");
+}
+
+/// Built-in hot-plug and a `/delegate` caller following the same annotation (upstream's
+/// controller beside the daemon, as installed by default) make one interface per network:
+/// the second to come gets what the first made, whichever it is; a removal by both is done
+/// once and answered twice.
+#[test]
+fn built_in_hot_plug_and_a_delegate_caller_agree() {
+    let t = Thick::new(json!({NETWORKS: "a"}), json!({}));
+    t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    let b =
+        t.c.sb
+            .bridge("b", &t.c.bridge_name(), "10.21.0.0/24", "1.0.0");
+    t.c.nad("default", "b", b.clone());
+    t.shim("ADD").ok();
+    for round in 0..3 {
+        // The controller calls as soon as it sees the change; the daemon settles first.
+        t.annotate("a,b");
+        let (status, reply) = t.delegate("ADD", "", &b, json!({}));
+        assert_eq!(status, 200, "round {round}: {reply}");
+        assert_eq!(
+            reply["Result"]["ips"][0]["address"]
+                .as_str()
+                .map(|a| a.starts_with("10.21.0.")),
+            Some(true),
+            "{reply}"
+        );
+        t.links_become(&["eth0", "net1", "net2"]);
+        std::thread::sleep(SETTLE_TWICE);
+        assert_eq!(
+            t.c.sb.pod_links(),
+            ["eth0", "net1", "net2"],
+            "round {round}"
+        );
+        t.annotate("a");
+        let (status, reply) = t.delegate("DEL", "net2", &b, json!({}));
+        assert_eq!((status, &reply), (200, &Value::Null), "round {round}");
+        t.links_become(&["eth0", "net1"]);
+        std::thread::sleep(SETTLE_TWICE);
+        assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"], "round {round}");
+    }
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("after DEL");
+}
+
+/// Twice the daemon's settling time: long enough for its hot-plug to have acted.
+const SETTLE_TWICE: Duration = Duration::from_millis(300);

@@ -41,6 +41,10 @@ pub enum Reason {
     AddedInterface,
     /// ADD failed; what it added is undone.
     AddInterfaceFailed,
+    /// Hot-plug removed a network's interface.
+    RemovedInterface,
+    /// Hot-plug could not remove a network's interface: the sandbox's DEL tries again.
+    RemoveInterfaceFailed,
     /// The pod names a NAD that does not exist.
     NoNetworkFound,
     /// The admission policy denies a network the pod names.
@@ -60,6 +64,8 @@ impl Reason {
         match self {
             Reason::AddedInterface => "AddedInterface",
             Reason::AddInterfaceFailed => "AddInterfaceFailed",
+            Reason::RemovedInterface => "RemovedInterface",
+            Reason::RemoveInterfaceFailed => "RemoveInterfaceFailed",
             Reason::NoNetworkFound => "NoNetworkFound",
             Reason::NetworkRefused => "NetworkRefused",
             Reason::DeviceInfoUnusable => "DeviceInfoUnusable",
@@ -71,7 +77,7 @@ impl Reason {
 
     pub fn kind(self) -> EventKind {
         match self {
-            Reason::AddedInterface => EventKind::Normal,
+            Reason::AddedInterface | Reason::RemovedInterface => EventKind::Normal,
             _ => EventKind::Warning,
         }
     }

@@ -8,6 +8,7 @@ pub mod route;
 use crate::cache::{self, CacheSync};
 use crate::error::{Error, Result};
 use crate::invocation::Invocation;
+use crate::plan::hotplug::{Removal, Sandbox};
 use crate::plan::{Attachment, Plan, Role};
 use cluster::ClusterView;
 pub use exec::Added;
@@ -55,6 +56,69 @@ pub fn add(inv: &Invocation, plan: &Plan) -> Result<(Vec<Added>, CacheSync)> {
         }
     }
     Ok((attached, cache_sync))
+}
+
+/// Hot-plug ADD of `a` into `sandbox`, which has it once it is added: the delegate cache
+/// records it before it runs, so that the sandbox's DEL finds it whatever happens next, and
+/// forgets it again if it fails. It is checked against the cluster network as a secondary
+/// network at ADD is.
+pub fn hot_add(inv: &Invocation, sandbox: &mut Sandbox, a: Attachment) -> Result<Added> {
+    let pod_ns = PodNetns::open(&inv.args.netns)?;
+    free_ifname(&pod_ns, &a)?;
+    // A delegate cache always has the cluster network first.
+    let cluster = ClusterView::new(
+        &inv.conf.policy,
+        &sandbox.attachments[0],
+        &sandbox.cluster_result,
+    );
+    cluster.check_interfaces(&inv.conf.policy, &a)?;
+    let (dir, id) = (&inv.conf.cni_dir, &inv.args.container_id);
+    let before = sandbox.attachments.iter().map(|a| &a.delegate);
+    cache::save(dir, id, before.chain(std::iter::once(&a.delegate)))?.wait()?;
+    let device_info_unusable = copy_device_info(&a);
+    match exec::add(inv, &pod_ns, &a, Some(&cluster)) {
+        Ok(mut added) => {
+            added.device_info_unusable = device_info_unusable;
+            sandbox.attachments.push(a);
+            Ok(added)
+        }
+        Err(e) => {
+            for e in del(inv, std::slice::from_ref(&a)) {
+                tracing::error!("rollback: {e}");
+            }
+            let before = sandbox.attachments.iter().map(|a| &a.delegate);
+            if let Err(e) = cache::save(dir, id, before).and_then(CacheSync::wait) {
+                tracing::error!("rollback: {e}");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Hot-plug DEL of what `removal` names; the removed attachment. The delegate cache (and
+/// `sandbox`) forget a cached attachment only once its DEL succeeded, so that a failed one is
+/// tried again by the sandbox's DEL.
+pub fn hot_del(inv: &Invocation, sandbox: &mut Sandbox, removal: Removal) -> Result<Attachment> {
+    let a = match &removal {
+        Removal::Cached(index) => &sandbox.attachments[*index],
+        Removal::Uncached(a) => a,
+    };
+    if let Some(e) = del(inv, std::slice::from_ref(a)).pop() {
+        return Err(e);
+    }
+    match removal {
+        Removal::Cached(index) => {
+            let rest = sandbox
+                .attachments
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != index)
+                .map(|(_, a)| &a.delegate);
+            cache::save(&inv.conf.cni_dir, &inv.args.container_id, rest)?.wait()?;
+            Ok(sandbox.attachments.remove(index))
+        }
+        Removal::Uncached(a) => Ok(*a),
+    }
 }
 
 /// A failed ADD: the first `ran` attachments are deleted again.

@@ -5,6 +5,7 @@
 
 mod admission;
 mod devices;
+pub mod hotplug;
 mod networks;
 pub mod policy;
 
@@ -112,40 +113,45 @@ fn attachments(inv: &Invocation, delegates: Vec<Delegate>, auxiliary: usize) -> 
                 i if i >= auxiliary => Role::Auxiliary,
                 _ => Role::Secondary,
             };
-            let ifname = delegate.ifname(&inv.args.ifname, index);
-            let device_info_file = delegate.uses_device_info().then(|| {
-                devinfo::cni_path(
-                    &inv.conf.device_info_dir,
-                    &delegate.name,
-                    &inv.args.container_id,
-                    &ifname,
-                )
-            });
-            let device_plugin_file = match (&device_info_file, &delegate.resource_name) {
-                (Some(_), Some(resource)) => delegate
-                    .device_id
-                    .as_ref()
-                    .map(|id| devinfo::dp_path(&inv.conf.device_info_dir, resource, id)),
-                _ => None,
-            };
-            let mut capability_args = delegate.capability_args(index, &inv.conf.runtime_config);
-            if let Some(file) = &device_info_file {
-                capability_args.insert(
-                    devinfo::CAPABILITY.into(),
-                    file.to_string_lossy().into_owned().into(),
-                );
-            }
-            Attachment {
-                cni_args: inv.k8s.for_delegate(&delegate),
-                delegate,
-                role,
-                ifname,
-                capability_args,
-                device_info_file,
-                device_plugin_file,
-            }
+            attachment(inv, index, delegate, role)
         })
         .collect()
+}
+
+/// The attachment of `delegate` at position `index` of the pod's networks.
+fn attachment(inv: &Invocation, index: usize, delegate: Delegate, role: Role) -> Attachment {
+    let ifname = delegate.ifname(&inv.args.ifname, index);
+    let device_info_file = delegate.uses_device_info().then(|| {
+        devinfo::cni_path(
+            &inv.conf.device_info_dir,
+            &delegate.name,
+            &inv.args.container_id,
+            &ifname,
+        )
+    });
+    let device_plugin_file = match (&device_info_file, &delegate.resource_name) {
+        (Some(_), Some(resource)) => delegate
+            .device_id
+            .as_ref()
+            .map(|id| devinfo::dp_path(&inv.conf.device_info_dir, resource, id)),
+        _ => None,
+    };
+    let mut capability_args = delegate.capability_args(index, &inv.conf.runtime_config);
+    if let Some(file) = &device_info_file {
+        capability_args.insert(
+            devinfo::CAPABILITY.into(),
+            file.to_string_lossy().into_owned().into(),
+        );
+    }
+    Attachment {
+        cni_args: inv.k8s.for_delegate(&delegate),
+        delegate,
+        role,
+        ifname,
+        capability_args,
+        device_info_file,
+        device_plugin_file,
+    }
 }
 
 /// ADD's plan. Everything that can be refused is refused here, before anything runs: a

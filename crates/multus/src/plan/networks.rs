@@ -49,16 +49,36 @@ impl Networks<'_> {
             self.check_isolation(&sel, "the default network", true)?;
             delegates[0] = self.nad_delegate(&sel)?;
         }
-        // An empty annotation selects nothing, as upstream reads it.
-        let networks = self.annotation(selection::NETWORKS_ANNOTATION);
-        if let Some(text) = networks.filter(|text| !text.is_empty()) {
-            for sel in selection::parse(selection::NETWORKS_ANNOTATION, text, self.pod_namespace)? {
-                self.check_isolation(&sel, "networks", false)?;
-                delegates.push(self.nad_delegate(&sel)?);
-            }
+        for (_, delegate) in self.selected()? {
+            delegates.push(delegate?);
         }
         mark_gateway_filters(&mut delegates)?;
         Ok(delegates)
+    }
+
+    /// The networks the pod's annotation selects, in its order, each resolved on its own: its
+    /// selection, and its delegate or why it cannot be had. An annotation that does not parse
+    /// is an error for them all.
+    pub fn selected(&self) -> Result<Vec<(Selection, Result<Delegate>)>> {
+        self.read_ahead(true);
+        // An empty annotation selects nothing, as upstream reads it.
+        let Some(text) = self
+            .annotation(selection::NETWORKS_ANNOTATION)
+            .filter(|text| !text.is_empty())
+        else {
+            return Ok(Vec::new());
+        };
+        let selections =
+            selection::parse(selection::NETWORKS_ANNOTATION, text, self.pod_namespace)?;
+        Ok(selections
+            .into_iter()
+            .map(|sel| {
+                let delegate = self
+                    .check_isolation(&sel, "networks", false)
+                    .and_then(|()| self.nad_delegate(&sel));
+                (sel, delegate)
+            })
+            .collect())
     }
 
     /// `auxiliaryCNIChainName`: a list named after the chain, `passthru` first, then the

@@ -13,6 +13,7 @@ use multus::api::{Nad, Pod};
 use serde_json::Value;
 
 use super::error::StartError;
+use super::hotplug::HotPlug;
 use super::metrics::Metrics;
 
 type Key = (String, String);
@@ -188,11 +189,15 @@ pub struct Caches {
 impl Caches {
     /// Starts filling the caches, each on a thread and a client of its own; the threads end
     /// soon after `stop` (see [`KubeClient::reflect`]).
+    /// Pods whose networks annotation changes are told to `hot_plug`: every pod of a listing
+    /// whose annotation differs from the cache's (at the first, every pod), and each pod the
+    /// cache had whose annotation a watch event changes.
     pub fn start(
         kubeconfig: Option<PathBuf>,
         node: Option<String>,
         metrics: Arc<Metrics>,
         stop: Arc<AtomicBool>,
+        hot_plug: Option<Arc<HotPlug>>,
     ) -> Result<Arc<Caches>, StartError> {
         let caches = Arc::new(Caches {
             pods: Store::new(|_| 0, usize::MAX),
@@ -205,14 +210,30 @@ impl Caches {
                 keep_alive: KeepAlive::Process,
                 ..ClientOptions::default()
             })?;
-            let (caches, metrics, stop) =
-                (Arc::clone(&caches), Arc::clone(&metrics), Arc::clone(&stop));
+            let (caches, metrics, stop, hot_plug) = (
+                Arc::clone(&caches),
+                Arc::clone(&metrics),
+                Arc::clone(&stop),
+                hot_plug.clone(),
+            );
             std::thread::Builder::new()
                 .name(format!("watch-{}", collection.resource))
                 .spawn(move || {
                     client.reflect(&collection, &stop, &mut |change| {
                         let (n, version, count, seen) = if is_pods {
+                            let changed = match &hot_plug {
+                                Some(_) => caches.networks_changed(&change),
+                                None => Vec::new(),
+                            };
                             let n = caches.pods.apply(change, read_pod);
+                            if let Some(hot_plug) = &hot_plug {
+                                for (key, listed) in changed {
+                                    match listed {
+                                        true => hot_plug.listed(key),
+                                        false => hot_plug.changed(key),
+                                    }
+                                }
+                            }
                             (
                                 n,
                                 &caches.pods.version,
@@ -240,6 +261,32 @@ impl Caches {
     /// Both caches hold a whole list.
     pub fn synced(&self) -> bool {
         self.pods.synced.load(Ordering::SeqCst) && self.nads.synced.load(Ordering::SeqCst)
+    }
+
+    /// The pods whose networks annotation `change` changes (see [`Caches::start`]), each
+    /// with whether a listing named it.
+    fn networks_changed(&self, change: &Change) -> Vec<(Key, bool)> {
+        let networks = |pod: &Pod| {
+            pod.annotations
+                .get(npwg::selection::NETWORKS_ANNOTATION)
+                .cloned()
+        };
+        let differs = |v: &Value, listed: bool| {
+            let ((namespace, name), Some(new)) = read_pod(v)? else {
+                return None;
+            };
+            let old = self.pod(&namespace, &name);
+            let changed = match old {
+                Some(old) => networks(&old) != networks(&new),
+                None => listed,
+            };
+            changed.then_some(((namespace, name), listed))
+        };
+        match change {
+            Change::Listed(list) => list.iter().filter_map(|v| differs(v, true)).collect(),
+            Change::Applied(v) => differs(v, false).into_iter().collect(),
+            Change::Deleted(_) => Vec::new(),
+        }
     }
 
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Pod> {

@@ -68,6 +68,9 @@ pub struct DaemonConfig {
     /// `missingNetworksCheckSeconds` (ours): how often the node's pods are looked at for
     /// networks they lack.
     pub missing_networks_check: Duration,
+    /// `hotPlug` (ours, on unless `false`): a running pod's networks follow its annotation
+    /// (docs/hotplug.md).
+    pub hot_plug: bool,
     /// `systemNamespaces`: multus writes no network-status for their pods.
     pub system_namespaces: Vec<String>,
     /// What the daemon logs once its log is set up: keys it reads and ignores.
@@ -121,6 +124,7 @@ struct Keys {
     delegate_timeout_seconds: Option<u64>,
     delete_pods_missing_networks: Option<bool>,
     missing_networks_check_seconds: Option<u64>,
+    hot_plug: Option<bool>,
     system_namespaces: Option<multus::config::StringList>,
     enable_pprof: Option<Value>,
 }
@@ -274,6 +278,7 @@ impl DaemonConfig {
                 }),
             delete_pods_missing_networks: read.delete_pods_missing_networks.unwrap_or(false),
             missing_networks_check: Duration::from_secs(missing_networks_check),
+            hot_plug: read.hot_plug.unwrap_or(true),
             system_namespaces: read.system_namespaces.map_or_else(
                 || {
                     multus::config::DEFAULT_SYSTEM_NAMESPACES
@@ -343,6 +348,12 @@ mod tests {
         let d = DaemonConfig::parse(b"{}").unwrap();
         assert_eq!(d.socket_dir, Path::new("/run/multus/"));
         assert_eq!(d.missing_networks_check, Duration::from_secs(30));
+        assert!(d.hot_plug);
+        assert!(
+            !DaemonConfig::parse(br#"{"hotPlug": false}"#)
+                .unwrap()
+                .hot_plug
+        );
         assert!(d.warnings.is_empty(), "{:?}", d.warnings);
         // Out of range is served at the nearest bound, and the log says so.
         let far = DaemonConfig::parse(br#"{"missingNetworksCheckSeconds": 86400}"#).unwrap();

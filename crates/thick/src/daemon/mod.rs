@@ -12,6 +12,7 @@ mod cache;
 mod config;
 mod error;
 mod handler;
+mod hotplug;
 mod metrics;
 mod server;
 mod shim_conf;
@@ -214,11 +215,15 @@ impl Daemon {
                 "MULTUS_NODE_NAME is not set: the pod cache holds every pod of the cluster"
             );
         }
+        let hot_plug = config
+            .hot_plug
+            .then(|| Arc::new(hotplug::HotPlug::default()));
         let caches = cache::Caches::start(
             kubeconfig,
             node.clone(),
             Arc::clone(&metrics),
             Arc::clone(&stop_watches),
+            hot_plug.clone(),
         )?;
         let (shared, queued_events) = api::Shared::new(
             Arc::new(client),
@@ -268,9 +273,22 @@ impl Daemon {
                 .spawn(move || watchman.run())
                 .map_err(StartError::thread("missing networks"))?;
         }
+        if let Some(hot_plug) = &hot_plug {
+            let (hot_plug, config, shared, stop) = (
+                Arc::clone(hot_plug),
+                Arc::clone(&config),
+                Arc::clone(&shared),
+                Arc::clone(&stop_watches),
+            );
+            std::thread::Builder::new()
+                .name("hot-plug".into())
+                .spawn(move || hot_plug.run(&config, &shared, &stop))
+                .map_err(StartError::thread("hot-plug"))?;
+        }
         let handler = Arc::new(handler::Handler {
             config: Arc::clone(&config),
             shared,
+            hot_plug,
         });
         let server = server::Server::start(
             &config.socket_dir,

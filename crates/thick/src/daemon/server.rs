@@ -47,6 +47,8 @@ pub struct State {
 
 struct Job {
     stream: UnixStream,
+    /// `/cni` or `/delegate`.
+    path: &'static str,
     body: Vec<u8>,
     arrived: Instant,
     _held: Held,
@@ -482,18 +484,11 @@ fn route(
             );
             200
         }
-        ("/cni", "POST") => {
-            let (mut stream, why) = admit(stream, request.body, queue, state).err()?;
+        (path @ ("/cni" | "/delegate"), "POST") => {
+            let path = if path == "/cni" { "/cni" } else { "/delegate" };
+            let (mut stream, why) = admit(stream, path, request.body, queue, state).err()?;
             state.metrics.request("unknown", "rejected", Duration::ZERO);
             reply_error(&mut stream, 400, &CniError::new(Code::TryAgainLater, why));
-            400
-        }
-        ("/delegate", "POST") => {
-            let e = CniError::new(
-                Code::Internal,
-                "hot-plug (/delegate) is not served by this multus daemon",
-            );
-            reply_error(&mut stream, 400, &e);
             400
         }
         (path, _) if ROUTES.contains(&path) => {
@@ -512,6 +507,7 @@ fn route(
 /// does not fit comes back with the reason, for the caller to refuse.
 fn admit(
     stream: UnixStream,
+    path: &'static str,
     body: Vec<u8>,
     queue: &Queue,
     state: &State,
@@ -527,6 +523,7 @@ fn admit(
     };
     let job = Job {
         stream,
+        path,
         body,
         arrived: Instant::now(),
         _held: held,
@@ -576,7 +573,7 @@ fn end_unrun(mut job: Job, m: &Metrics) {
         return;
     }
     m.request("unknown", "expired", waited);
-    m.served("/cni", 400, "post");
+    m.served(job.path, 400, "post");
     let e = CniError::new(
         Code::TryAgainLater,
         format!(
@@ -598,7 +595,11 @@ fn work(queue: &Queue, handler: &Handler, state: &State) {
         }
         m.queued.fetch_sub(1, Ordering::Relaxed);
         m.in_flight.fetch_add(1, Ordering::Relaxed);
-        let answer: Answer = handler.cni(&job.body);
+        let answer: Answer = if job.path == "/delegate" {
+            handler.delegate(&job.body)
+        } else {
+            handler.cni(&job.body)
+        };
         m.in_flight.fetch_sub(1, Ordering::Relaxed);
         let content_type = if answer.ok {
             "text/plain; charset=utf-8"
@@ -611,7 +612,7 @@ fn work(queue: &Queue, handler: &Handler, state: &State) {
             if answer.ok { "ok" } else { "error" },
             job.arrived.elapsed(),
         );
-        m.served("/cni", answer.status, "post");
+        m.served(job.path, answer.status, "post");
         reply(&mut job.stream, answer.status, content_type, &answer.body);
     }
 }
