@@ -8,6 +8,7 @@ mod certificates;
 mod deploy_trees;
 mod doctor;
 mod failures;
+mod hotplug;
 mod missing_networks;
 mod reboot;
 mod status;

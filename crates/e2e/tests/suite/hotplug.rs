@@ -1,0 +1,262 @@
+//! Hot-plug on the real node, in thick mode: a running pod's networks follow its networks
+//! annotation, edited with `kubectl annotate` (docs/hotplug.md).
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use e2e::{up, Node};
+
+const ANNOTATION: &str = "k8s.v1.cni.cncf.io/networks";
+
+fn nad(name: &str, bridge: &str, subnet: &str) -> String {
+    e2e::bridge_nad(
+        name,
+        bridge,
+        &format!(
+            r#"{{"type": "host-local", "subnet": "{subnet}", "dataDir": "/var/lib/cni/e2e-hotplug"}}"#
+        ),
+    )
+}
+
+fn nads() -> String {
+    [
+        nad("hp-a", "br-hpa", "10.40.0.0/24"),
+        nad("hp-b", "br-hpb", "10.41.0.0/24"),
+    ]
+    .join("---\n")
+}
+
+/// The pod's interfaces other than `lo`, sorted.
+fn links(node: &Node, pod: &str) -> Result<Vec<String>> {
+    let out = node.kubectl(&["exec", pod, "--", "ip", "-o", "link", "show"])?;
+    let mut names: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_owned())
+        .filter(|n| n != "lo")
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The names and interfaces the pod's network-status shows.
+fn status(node: &Node, pod: &str) -> Result<Vec<(String, String)>> {
+    let pod = node.get("default", &format!("pod/{pod}"))?;
+    let text = pod["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
+        .as_str()
+        .unwrap_or("[]");
+    let entries: Vec<serde_json::Value> = serde_json::from_str(text)?;
+    Ok(entries
+        .iter()
+        .map(|e| {
+            let text = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (text("name"), text("interface"))
+        })
+        .collect())
+}
+
+fn annotate(node: &Node, pod: &str, networks: &str) -> Result<()> {
+    node.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "pod",
+        pod,
+        &format!("{ANNOTATION}={networks}"),
+    ])?;
+    Ok(())
+}
+
+/// The machine's clock since boot, which a pod reads too (`/proc/uptime`), in seconds.
+fn uptime() -> Result<f64> {
+    let text = std::fs::read_to_string("/proc/uptime")?;
+    text.split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .context("/proc/uptime")
+}
+
+#[test]
+fn a_running_pods_networks_follow_its_annotation() -> Result<()> {
+    let node = up("thick")?;
+    let (state, veths) = (node.cni_state()?, node.veths()?.len());
+    // Names of this run's own: events outlive their pods.
+    let (pod, peer_pod) = (
+        format!("hp-pod-{}", std::process::id()),
+        format!("hp-peer-{}", std::process::id()),
+    );
+    let (pod, peer_pod) = (pod.as_str(), peer_pod.as_str());
+    node.apply(&nads())?;
+    node.apply(&e2e::sleeping_pod(peer_pod, Some("hp-b")))?;
+    node.apply(&e2e::sleeping_pod(pod, Some("hp-a")))?;
+    node.wait_ready("default", peer_pod, Duration::from_secs(120))?;
+    node.wait_ready("default", pod, Duration::from_secs(120))?;
+    ensure!(links(&node, pod)? == ["eth0", "net1"]);
+    let peer = node.ipv4(peer_pod, "net1")?;
+    let net1 = node.ipv4(pod, "net1")?;
+
+    // Gains net2: the pod pings the peer on it within a second of the annotation. The pod
+    // tries from before the change, and says when it first got an answer.
+    let script = format!(
+        "until ping -c1 -W1 -I net2 {peer} >/dev/null 2>&1; do sleep 0.02; done; \
+         cut -d' ' -f1 /proc/uptime"
+    );
+    let pinger = node
+        .exec_command(&["kubectl", "exec", pod, "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("kubectl exec")?;
+    std::thread::sleep(Duration::from_millis(500));
+    let changed = uptime()?;
+    annotate(&node, pod, "hp-a,hp-b")?;
+    let answered = pinger.wait_with_output()?;
+    let answered: f64 = String::from_utf8_lossy(&answered.stdout)
+        .trim()
+        .parse()
+        .context("the pod's clock")?;
+    let took = answered - changed;
+    eprintln!("hotplug: net2 answered {took:.3} s after the annotation changed");
+    ensure!(
+        took < 1.0,
+        "the pod could ping on net2 only {took:.3} s after the change"
+    );
+    ensure!(links(&node, pod)? == ["eth0", "net1", "net2"]);
+    node.eventually("network-status with net2", Duration::from_secs(10), || {
+        Ok(status(&node, pod)?.contains(&("default/hp-b".into(), "net2".into())))
+    })?;
+    let added = node.events("default", pod, "AddedInterface")?;
+    ensure!(
+        added
+            .iter()
+            .any(|m| m.starts_with("Add net2 [10.41.0.") && m.ends_with("from default/hp-b")),
+        "{added:?}"
+    );
+    let net2 = node.ipv4(pod, "net2")?;
+
+    // Loses net1; net2 keeps its name and address.
+    annotate(&node, pod, "hp-b")?;
+    node.eventually("net1 gone", Duration::from_secs(10), || {
+        Ok(links(&node, pod)? == ["eth0", "net2"])
+    })?;
+    ensure!(node.ipv4(pod, "net2")? == net2);
+    node.eventually(
+        "network-status without net1",
+        Duration::from_secs(10),
+        || Ok(status(&node, pod)?.len() == 2),
+    )?;
+    let removed = node.events("default", pod, "RemovedInterface")?;
+    ensure!(removed == ["Remove net1 from default/hp-a"], "{removed:?}");
+
+    // A network that does not exist: the pod keeps running with what it had, and an event
+    // says why.
+    annotate(&node, pod, "hp-b,hp-nowhere")?;
+    node.eventually("a NoNetworkFound event", Duration::from_secs(10), || {
+        Ok(node
+            .events("default", pod, "NoNetworkFound")?
+            .iter()
+            .any(|m| m.contains("hp-nowhere")))
+    })?;
+    ensure!(links(&node, pod)? == ["eth0", "net2"]);
+    node.wait_ready("default", pod, Duration::from_secs(5))?;
+    ensure!(net1.starts_with("10.40.0."));
+
+    // Deleted right after a change: nothing is left of either.
+    annotate(&node, pod, "hp-a,hp-b")?;
+    node.kubectl(&["delete", "pod", pod, peer_pod, "--wait=true"])?;
+    node.eventually("nothing left", Duration::from_secs(30), || {
+        Ok(node.cni_state()? == state && node.veths()?.len() <= veths)
+    })
+    .with_context(|| format!("left {:?}", node.cni_state()))?;
+    node.delete(&nads())?;
+    Ok(())
+}
+
+/// The PID of the multus daemon the node runs (deploy/thick's command line).
+fn daemon_pid() -> Result<i32> {
+    for entry in std::fs::read_dir("/proc")?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if words.first().is_some_and(|w| w.ends_with(b"multus"))
+            && words.get(1) == Some(&&b"daemon"[..])
+            && words.get(2) == Some(&&b"-config"[..])
+        {
+            return Ok(pid);
+        }
+    }
+    anyhow::bail!("no multus daemon runs")
+}
+
+/// Twenty pods changed by one `kubectl annotate`, with the daemon killed in the middle: every
+/// pod ends with both networks, once, and network-status says so.
+#[test]
+fn twenty_pods_changed_at_once_with_the_daemon_killed_mid_change() -> Result<()> {
+    const APP: &str = "hp-many";
+    let node = up("thick")?;
+    let (state, veths) = (node.cni_state()?, node.veths()?.len());
+    node.apply(&nads())?;
+    let deployment = e2e::sleeping_deployment(APP, 20, Some("hp-a"));
+    node.apply(&deployment)?;
+    node.eventually("20 pods ready", Duration::from_secs(180), || {
+        Ok(node.pods_labelled(APP)?.iter().filter(|p| p.ready).count() == 20)
+    })?;
+    node.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "pods",
+        "-l",
+        &format!("app={APP}"),
+        &format!("{ANNOTATION}=hp-a,hp-b"),
+    ])?;
+    // Some pods are changed by now, some not yet.
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = daemon_pid()?;
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()?;
+    ensure!(killed.success(), "kill -KILL {pid}: {killed}");
+    node.eventually("the daemon started again", Duration::from_secs(60), || {
+        Ok(daemon_pid().is_ok_and(|again| again != pid))
+    })?;
+    node.eventually(
+        "every pod with both networks",
+        Duration::from_secs(120),
+        || {
+            let pods = node.pods_labelled(APP)?;
+            Ok(pods.len() == 20
+                && pods.iter().all(|p| {
+                    let names: Vec<&str> = p
+                        .networks
+                        .iter()
+                        .filter_map(|e| e["name"].as_str())
+                        .collect();
+                    names.len() == 3 && names[1..] == ["default/hp-a", "default/hp-b"]
+                }))
+        },
+    )?;
+    // The new daemon finished what the killed one had not done.
+    let log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+    let finished = log
+        .lines()
+        .filter(|l| l.contains("hot-plug{") && l.contains("Add net2 ["))
+        .count();
+    eprintln!("hotplug: the restarted daemon added net2 to {finished} pods");
+    for p in node.pods_labelled(APP)?.iter().take(5) {
+        ensure!(
+            links(&node, &p.name)? == ["eth0", "net1", "net2"],
+            "{}: {:?}",
+            p.name,
+            links(&node, &p.name)?
+        );
+    }
+    node.delete(&deployment)?;
+    node.eventually("nothing left", Duration::from_secs(120), || {
+        Ok(node.pods_labelled(APP)?.is_empty()
+            && node.cni_state()? == state
+            && node.veths()?.len() <= veths)
+    })
+    .with_context(|| format!("left {:?}", node.cni_state()))?;
+    node.delete(&nads())?;
+    Ok(())
+}
