@@ -41,10 +41,9 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     without.sort();
     with.sort();
-    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let (p50, p99) = (
-        |v: &[Duration]| ms(pick(v, 50)),
-        |v: &[Duration]| ms(pick(v, 99)),
+        |v: &[Duration]| crate::bench_cluster::percentile(v, 50),
+        |v: &[Duration]| crate::bench_cluster::percentile(v, 99),
     );
     println!(
         "| NAD create in the API server ({} creates each, {rounds} rounds) | p50 ms | p99 ms |",
@@ -67,12 +66,6 @@ pub fn run(args: &[String]) -> Result<()> {
         p99(&with) - p99(&without)
     );
     Ok(())
-}
-
-/// The nearest-rank percentile `p` of `sorted`.
-fn pick(sorted: &[Duration], p: usize) -> Duration {
-    let rank = (sorted.len() * p).div_ceil(100).max(1);
-    sorted.get(rank - 1).copied().unwrap_or_default()
 }
 
 /// Creates `count` NADs named `bench-<tag>-<i>` and reads each create's time from the audit

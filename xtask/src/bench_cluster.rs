@@ -726,7 +726,7 @@ fn without_limits(yaml: &str) -> String {
 }
 
 /// The nearest-rank percentile `p` (0 to 100) in milliseconds.
-fn percentile(sorted: &[Duration], p: usize) -> f64 {
+pub fn percentile(sorted: &[Duration], p: usize) -> f64 {
     let rank = (sorted.len() * p).div_ceil(100).max(1);
     sorted[rank - 1].as_secs_f64() * 1000.0
 }

@@ -2,7 +2,7 @@
 //! `cargo xtask image` (the container image, built and tried), `cargo xtask package` (the RPMs
 //! and the .deb, built and checked), `cargo xtask bench`, `cargo xtask bench-multus`,
 //! `cargo xtask bench-whereabouts`, `cargo xtask bench-thick`, `cargo xtask bench-cluster`,
-//! `cargo xtask bench-admission` and
+//! `cargo xtask bench-admission`, `cargo xtask bench-hotplug` and
 //! `cargo xtask bench-reconcile` (on the real node of scripts/cluster.sh), `cargo xtask bench-probe`,
 //! `cargo xtask vm-test` (the tests that need a full kernel), `cargo xtask aarch64-test` (the
 //! aarch64 binaries under the integration suites, in qemu-user) and `cargo xtask vm-bench` (the
@@ -12,6 +12,7 @@ mod aarch64;
 mod bench;
 mod bench_admission;
 mod bench_cluster;
+mod bench_hotplug;
 mod bench_multus;
 mod bench_probe;
 mod bench_reconcile;
@@ -53,6 +54,7 @@ fn main() -> Result<()> {
         "bench-thick" => bench_thick::run(&rest),
         "bench-cluster" => bench_cluster::run(&rest),
         "bench-admission" => bench_admission::run(&rest),
+        "bench-hotplug" => bench_hotplug::run(&rest),
         "bench-reconcile" => bench_reconcile::run(&rest),
         "bench-probe" => bench_probe::run(&rest),
         "vm-test" => vm::run(&rest),
@@ -68,7 +70,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-hotplug [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N]>"
             );
             std::process::exit(2)
         }

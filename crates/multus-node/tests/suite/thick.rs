@@ -1960,3 +1960,47 @@ fn built_in_hot_plug_and_a_delegate_caller_agree() {
 
 /// Twice the daemon's settling time: long enough for its hot-plug to have acted.
 const SETTLE_TWICE: Duration = Duration::from_millis(300);
+
+/// A network hot-plug would add meets the policies ADD applies: the admission policy (a
+/// `NetworkRefused` event) and namespace isolation (an `AddInterfaceFailed` event); the pod
+/// keeps what it had.
+#[test]
+fn hot_plug_applies_the_admission_policy_and_namespace_isolation() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(&policy, "deniedSubnets: [10.77.0.0/16]\n").expect("the policy");
+    let t = Thick::new(
+        json!({NETWORKS: "fine"}),
+        json!({"admissionPolicy": policy, "namespaceIsolation": true}),
+    );
+    t.c.bridge_nad("default", "fine", "10.78.1.0/24");
+    t.c.bridge_nad("default", "denied", "10.77.1.0/24");
+    t.c.bridge_nad("other", "elsewhere", "10.79.1.0/24");
+    t.shim("ADD").ok();
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"]);
+
+    t.annotate("fine,denied");
+    let refused = t.events_soon("NetworkRefused", 1);
+    let said = format!(
+        "network default/denied on interface net2: refused by the admission policy {}",
+        policy.display()
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|e| e.contains(&said) && e.contains("[reserved-overlap]")),
+        "{refused:?}\n{}",
+        t.daemon_log()
+    );
+    t.annotate("fine,other/elsewhere");
+    let failed = t.events_soon("AddInterfaceFailed", 1);
+    assert!(
+        failed
+            .iter()
+            .any(|e| e.contains("namespace isolation") && e.contains("other/elsewhere")),
+        "{failed:?}"
+    );
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"]);
+    t.shim("DEL").ok();
+    t.c.sb.assert_clean("after DEL");
+}

@@ -157,12 +157,25 @@ impl HotPlug {
         }
     }
 
-    /// Applies the changes until `stop`.
-    pub fn run(&self, config: &DaemonConfig, shared: &Arc<Shared>, stop: &AtomicBool) {
+    /// Applies the changes until `stop`, each once the daemon is `ready` (its caches filled,
+    /// `00-multus.conf` written): a change found at start waits for the cluster network.
+    pub fn run(
+        &self,
+        config: &DaemonConfig,
+        shared: &Arc<Shared>,
+        stop: &AtomicBool,
+        ready: &AtomicBool,
+    ) {
         loop {
             let due = self.due(stop);
             if due.is_empty() {
                 return;
+            }
+            while !ready.load(Ordering::SeqCst) {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(SETTLE);
             }
             for (key, listed) in due {
                 self.sync(config, shared, &key, listed);

@@ -274,15 +274,16 @@ impl Daemon {
                 .map_err(StartError::thread("missing networks"))?;
         }
         if let Some(hot_plug) = &hot_plug {
-            let (hot_plug, config, shared, stop) = (
+            let (hot_plug, config, shared, stop, state) = (
                 Arc::clone(hot_plug),
                 Arc::clone(&config),
                 Arc::clone(&shared),
                 Arc::clone(&stop_watches),
+                Arc::clone(&state),
             );
             std::thread::Builder::new()
                 .name("hot-plug".into())
-                .spawn(move || hot_plug.run(&config, &shared, &stop))
+                .spawn(move || hot_plug.run(&config, &shared, &stop, &state.ready))
                 .map_err(StartError::thread("hot-plug"))?;
         }
         let handler = Arc::new(handler::Handler {
