@@ -163,8 +163,9 @@ pub fn hot_add(inv: &Invocation, config: &str, selection: &Selection) -> Result<
 /// selects now, removals first, then additions in the annotation's order, and writes its
 /// network-status from what the sandbox then has (with `always_status`, also when nothing
 /// changed but it shows otherwise). A network that cannot be added or removed is said in an
-/// event and leaves the rest alone; the errors are returned together.
-pub fn hot_sync(inv: &Invocation, always_status: bool) -> Result<()> {
+/// event and leaves the rest alone; the errors are returned together. Whether anything
+/// changed.
+pub fn hot_sync(inv: &Invocation, always_status: bool) -> Result<bool> {
     let _no_gc = container_lock::gc_lock(&inv.conf.cni_dir, false, container_lock::WAIT)?;
     let (_lock, mut sandbox) = locked_sandbox(inv)?;
     let pod_ns = attach::route::PodNetns::open(&inv.args.netns)?;
@@ -176,7 +177,7 @@ pub fn hot_sync(inv: &Invocation, always_status: bool) -> Result<()> {
                 .is_ok_and(|c| c.is_some_and(|c| c.result.is_some()))
     };
     let Some(sync) = plan::hotplug::sync(inv, &sandbox, present)? else {
-        return Ok(());
+        return Ok(false);
     };
     let pod = Some(&sync.pod);
     let mut changed = false;
@@ -223,7 +224,7 @@ pub fn hot_sync(inv: &Invocation, always_status: bool) -> Result<()> {
         }
     }
     inv.send_events();
-    one_or_many(failures)
+    one_or_many(failures).map(|()| changed)
 }
 
 /// Hot-plug DEL of the sandbox's interface `ifname`; `config` and `selection` are the

@@ -1686,6 +1686,24 @@ fn hot_plugged_interfaces_go_with_the_sandbox_without_the_daemon() {
 }
 
 impl Thick {
+    /// The hot-plug syncs the daemon has made, whatever their result.
+    fn syncs(&self) -> i64 {
+        self.metrics()
+            .lines()
+            .filter(|l| l.starts_with("multus_hot_plug_syncs_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+            .sum()
+    }
+
+    /// Waits until the daemon has made a hot-plug sync since it had made `before`.
+    fn synced_since(&self, before: i64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.syncs() <= before {
+            assert!(Instant::now() < deadline, "no sync\n{}", self.daemon_log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Sets the pod's networks annotation, as `kubectl annotate --overwrite` does.
     fn annotate(&self, networks: &str) {
         let mut pod = self.c.server.pod("default", POD_NAME).expect("the pod");
@@ -1762,14 +1780,15 @@ fn a_running_pods_networks_follow_its_annotation() {
             .to_owned()
     };
 
+    // network-status is written once the interfaces are made, addresses and all.
     t.annotate("a,b");
-    t.links_become(&["eth0", "net1", "net2"]);
-    assert_eq!(pod_ip("net2"), "10.21.0.2");
     t.status_becomes(&[
         ("cluster", "eth0"),
         ("default/a", "net1"),
         ("default/b", "net2"),
     ]);
+    t.links_become(&["eth0", "net1", "net2"]);
+    assert_eq!(pod_ip("net2"), "10.21.0.2");
     assert!(
         t.events_soon("AddedInterface", 3)
             .contains(&"Add net2 [10.21.0.2/24] from default/b".to_owned()),
@@ -1779,9 +1798,9 @@ fn a_running_pods_networks_follow_its_annotation() {
 
     // net1 goes; net2 keeps its name and address.
     t.annotate("b");
+    t.status_becomes(&[("cluster", "eth0"), ("default/b", "net2")]);
     t.links_become(&["eth0", "net2"]);
     assert_eq!(pod_ip("net2"), "10.21.0.2");
-    t.status_becomes(&[("cluster", "eth0"), ("default/b", "net2")]);
     assert_eq!(
         t.events_soon("RemovedInterface", 1),
         ["Remove net1 from default/a"]
@@ -1798,13 +1817,13 @@ fn a_running_pods_networks_follow_its_annotation() {
     assert_eq!(t.c.sb.pod_links(), ["eth0", "net2"]);
     // Whatever else the annotation asks is still added, named by its position.
     t.annotate("b,nowhere,c");
-    t.links_become(&["eth0", "net2", "net3"]);
-    assert_eq!(pod_ip("net3"), "10.22.0.2");
     t.status_becomes(&[
         ("cluster", "eth0"),
         ("default/b", "net2"),
         ("default/c", "net3"),
     ]);
+    t.links_become(&["eth0", "net2", "net3"]);
+    assert_eq!(pod_ip("net3"), "10.22.0.2");
     // Removed and added at once: the name freed is taken by position.
     t.annotate("c,a");
     t.status_becomes(&[
@@ -1817,13 +1836,13 @@ fn a_running_pods_networks_follow_its_annotation() {
     assert_eq!(pod_ip("net3"), "10.22.0.2");
     // A name taken by position gives way to the first free one.
     t.annotate("c,a,b");
-    t.links_become(&["eth0", "net1", "net2", "net3"]);
     t.status_becomes(&[
         ("cluster", "eth0"),
         ("default/c", "net3"),
         ("default/a", "net2"),
         ("default/b", "net1"),
     ]);
+    t.links_become(&["eth0", "net1", "net2", "net3"]);
     assert!(pod_ip("net1").starts_with("10.21.0."), "{}", pod_ip("net1"));
 
     // The sandbox's DEL removes everything, hot-plugged interfaces included.
@@ -1916,50 +1935,47 @@ fn a_daemon_killed_during_a_change_finishes_it_when_it_starts_again() {
 }
 
 /// Built-in hot-plug and a `/delegate` caller following the same annotation (upstream's
-/// controller beside the daemon, as installed by default) make one interface per network:
+/// controller beside the daemon, as installed by default) make one interface per network
+/// (the daemon's metrics say when its own sync of each change has run):
 /// the second to come gets what the first made, whichever it is; a removal by both is done
 /// once and answered twice.
 #[test]
 fn built_in_hot_plug_and_a_delegate_caller_agree() {
     let t = Thick::new(json!({NETWORKS: "a"}), json!({}));
     t.c.bridge_nad("default", "a", "10.20.0.0/24");
+    // Its config names the network otherwise than the NAD: the controller's requests name it
+    // by the config, the annotation by the NAD.
     let b =
         t.c.sb
-            .bridge("b", &t.c.bridge_name(), "10.21.0.0/24", "1.0.0");
+            .bridge("b-net", &t.c.bridge_name(), "10.21.0.0/24", "1.0.0");
     t.c.nad("default", "b", b.clone());
     t.shim("ADD").ok();
     for round in 0..3 {
         // The controller calls as soon as it sees the change; the daemon settles first.
+        let before = t.syncs();
         t.annotate("a,b");
         let (status, reply) = t.delegate("ADD", "", &b, json!({}));
         assert_eq!(status, 200, "round {round}: {reply}");
-        assert_eq!(
-            reply["Result"]["ips"][0]["address"]
-                .as_str()
-                .map(|a| a.starts_with("10.21.0.")),
-            Some(true),
-            "{reply}"
-        );
-        t.links_become(&["eth0", "net1", "net2"]);
-        std::thread::sleep(SETTLE_TWICE);
+        let address = reply["Result"]["ips"][0]["address"].as_str().unwrap_or("");
+        assert!(address.starts_with("10.21.0."), "{reply}");
+        t.synced_since(before);
         assert_eq!(
             t.c.sb.pod_links(),
             ["eth0", "net1", "net2"],
             "round {round}"
         );
+        assert_eq!(t.cached_ifnames(), ["", "net1", "net2"], "round {round}");
+        let before = t.syncs();
         t.annotate("a");
         let (status, reply) = t.delegate("DEL", "net2", &b, json!({}));
         assert_eq!((status, &reply), (200, &Value::Null), "round {round}");
-        t.links_become(&["eth0", "net1"]);
-        std::thread::sleep(SETTLE_TWICE);
+        t.synced_since(before);
         assert_eq!(t.c.sb.pod_links(), ["eth0", "net1"], "round {round}");
+        assert_eq!(t.cached_ifnames(), ["", "net1"], "round {round}");
     }
     t.shim("DEL").ok();
     t.c.sb.assert_clean("after DEL");
 }
-
-/// Twice the daemon's settling time: long enough for its hot-plug to have acted.
-const SETTLE_TWICE: Duration = Duration::from_millis(300);
 
 /// A network hot-plug would add meets the policies ADD applies: the admission policy (a
 /// `NetworkRefused` event) and namespace isolation (an `AddInterfaceFailed` event); the pod

@@ -230,9 +230,15 @@ impl HotPlug {
         let synced = command::run(&args, conf, Some(&api), |inv| {
             command::hot_sync(inv, listed)
         });
-        if let Err(e) = synced {
-            tracing::warn!("{e}");
-        }
+        let result = match synced {
+            Ok(true) => "changed",
+            Ok(false) => "unchanged",
+            Err(e) => {
+                tracing::warn!("{e}");
+                "failed"
+            }
+        };
+        shared.metrics.hot_plug_sync(result);
     }
 
     /// The sandboxes an earlier daemon added, from the result cache: each pod's cluster

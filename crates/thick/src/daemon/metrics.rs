@@ -13,6 +13,8 @@
 //! - `multus_events_queued`, `multus_events_failed_total`;
 //! - `multus_pods_missing_networks`: the node's pods found, at the last look, running without
 //!   networks they asked for (`missing`);
+//! - `multus_hot_plug_syncs_total{result}`: running pods brought to their networks annotation
+//!   (docs/hotplug.md): `changed`, `unchanged`, or `failed` (in part or whole);
 //! - `multus_server_request_total{handler,code,method}`: upstream's one family, for dashboards
 //!   made for it.
 
@@ -41,6 +43,7 @@ struct Counts {
     api_errors: BTreeMap<String, u64>,
     server: BTreeMap<(String, u16, String), u64>,
     events_failed: u64,
+    hot_plug_syncs: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Default)]
@@ -90,6 +93,11 @@ impl Metrics {
 
     pub fn event_failed(&self) {
         self.counts().events_failed += 1;
+    }
+
+    /// One hot-plug sync of a pod, and how it ended.
+    pub fn hot_plug_sync(&self, result: &'static str) {
+        *self.counts().hot_plug_syncs.entry(result).or_default() += 1;
     }
 
     /// One request on the socket, as upstream counts them.
@@ -195,6 +203,17 @@ impl Metrics {
             "Events waiting to be sent to the API.",
             load(&self.events_queued),
         );
+        let _ = writeln!(
+            out,
+            "# HELP multus_hot_plug_syncs_total Running pods brought to their networks annotation.\n\
+             # TYPE multus_hot_plug_syncs_total counter"
+        );
+        for (result, n) in &c.hot_plug_syncs {
+            let _ = writeln!(
+                out,
+                "multus_hot_plug_syncs_total{{result=\"{result}\"}} {n}"
+            );
+        }
         gauge(
             &mut out,
             "multus_pods_missing_networks",
