@@ -176,8 +176,15 @@ pub fn hot_sync(inv: &Invocation, always_status: bool) -> Result<bool> {
             && cni::cache::read(dir, &a.delegate.network.name, id, &a.ifname)
                 .is_ok_and(|c| c.is_some_and(|c| c.result.is_some()))
     };
-    let Some(sync) = plan::hotplug::sync(inv, &sandbox, present)? else {
-        return Ok(false);
+    let sync = match plan::hotplug::sync(inv, &sandbox, present) {
+        Ok(Some(sync)) => sync,
+        Ok(None) => return Ok(false),
+        // An annotation that does not parse, a cluster network that cannot be read.
+        Err(e) => {
+            report::hot_add_failed(inv, inv.pod_read(), &e);
+            inv.send_events();
+            return Err(e);
+        }
     };
     let pod = Some(&sync.pod);
     let mut changed = false;
@@ -195,9 +202,7 @@ pub fn hot_sync(inv: &Invocation, always_status: bool) -> Result<bool> {
         }
     }
     for wanted in sync.add {
-        let added = wanted
-            .map_err(|(_, e)| e)
-            .and_then(|a| attach::hot_add(inv, &mut sandbox, a));
+        let added = wanted.and_then(|a| attach::hot_add(inv, &mut sandbox, a));
         match added {
             Ok(added) => {
                 changed = true;

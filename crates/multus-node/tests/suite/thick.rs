@@ -1815,6 +1815,15 @@ fn a_running_pods_networks_follow_its_annotation() {
         t.daemon_log()
     );
     assert_eq!(t.c.sb.pod_links(), ["eth0", "net2"]);
+    // An annotation that does not parse: said in an event; nothing changes.
+    t.annotate("[{\"name\": ");
+    let why = t.events_soon("AddInterfaceFailed", 1);
+    assert!(
+        why.iter().any(|m| m.contains(NETWORKS)),
+        "{why:?}\n{}",
+        t.daemon_log()
+    );
+    assert_eq!(t.c.sb.pod_links(), ["eth0", "net2"]);
     // Whatever else the annotation asks is still added, named by its position.
     t.annotate("b,nowhere,c");
     t.status_becomes(&[

@@ -52,6 +52,7 @@ pub fn sandbox(inv: &Invocation) -> Result<Sandbox> {
               nothing is hot-plugged into it"
             .to_owned(),
     })?;
+    // A delegate cache that loads has the cluster network first.
     let cluster_network = delegates[0].network.name.clone();
     let mut attachments: Vec<Attachment> = delegates
         .into_iter()
@@ -69,11 +70,16 @@ pub fn sandbox(inv: &Invocation) -> Result<Sandbox> {
         a.delegate.ifname_request = Some(a.ifname.clone());
     }
     // The cluster network's interface is the runtime's, which the delegate cache does not
-    // keep: its result is found by container and network.
-    let cluster_result = cni::cache::list(dir)?
-        .into_iter()
-        .flatten()
-        .find(|c| c.container_id == *id && c.network_name == cluster_network)
+    // keep: its result is looked for on the call's interface (hot-plug by annotation names
+    // the runtime's), else found among the container's.
+    let cached = match cni::cache::read(dir, &cluster_network, id, &inv.args.ifname)? {
+        Some(c) => Some(c),
+        None => cni::cache::list(dir)?
+            .into_iter()
+            .flatten()
+            .find(|c| c.container_id == *id && c.network_name == cluster_network),
+    };
+    let cluster_result = cached
         .and_then(|c| c.result)
         .map(|r| CniResult::from_value(&r))
         .transpose()?
@@ -159,18 +165,19 @@ fn checked(
     mut delegate: Delegate,
     taken: &[&str],
 ) -> Result<Attachment> {
+    delegate.ifname_request = Some(ifname(&delegate, index, taken));
+    let a = attachment(inv, index, delegate, Role::Secondary);
     if taken.len() > npwg::selection::MAX_NETWORKS {
-        return Err(Error::config(
-            "networks",
-            format!(
+        return Err(Error::Request {
+            network: a.delegate.name.clone(),
+            ifname: a.ifname.clone(),
+            msg: format!(
                 "the pod has {} networks besides the cluster network already, the most a pod \
                  may have",
                 taken.len() - 1
             ),
-        ));
+        });
     }
-    delegate.ifname_request = Some(ifname(&delegate, index, taken));
-    let a = attachment(inv, index, delegate, Role::Secondary);
     policy::check(&inv.conf.policy, &inv.node, std::slice::from_ref(&a))?;
     admission::check(
         &inv.conf.policy,
@@ -201,8 +208,8 @@ pub struct Sync {
     /// longer selects, and those whose interface is gone (a change cut short), which are added
     /// again.
     pub remove: Vec<usize>,
-    /// The networks to add, in the annotation's order, each with why it cannot be, if so.
-    pub add: Vec<std::result::Result<Attachment, (Selection, Error)>>,
+    /// The networks to add, in the annotation's order, each or why it cannot be.
+    pub add: Vec<Result<Attachment>>,
 }
 
 /// The sync of `sandbox` with its pod's annotation (`None`: the pod is gone). A selection
@@ -225,8 +232,9 @@ pub fn sync(
         .skip(1)
         .map(|d| d.name)
         .collect();
-    fixed.extend(inv.conf.auxiliary_cni_chain_name.clone());
+    // At ADD the selected networks come after the cluster network and `defaultNetworks`.
     let first_selected = fixed.len() + 1;
+    fixed.extend(inv.conf.auxiliary_cni_chain_name.clone());
     let current = &sandbox.attachments;
     let mut kept: Vec<bool> = current
         .iter()
@@ -265,19 +273,19 @@ pub fn sync(
         .into_iter()
         .enumerate()
         .filter(|(s, _)| !matched[*s])
-        .map(|(position, (selection, delegate))| (first_selected + position, selection, delegate));
+        .map(|(position, (_, delegate))| (first_selected + position, delegate));
     let mut taken: Vec<String> = (0..current.len())
         .filter(|&i| kept[i])
         .map(|i| current[i].ifname.clone())
         .collect();
     let mut add = Vec::new();
-    for (index, selection, delegate) in wanted {
+    for (index, delegate) in wanted {
         let names: Vec<&str> = taken.iter().map(String::as_str).collect();
         let a = delegate.and_then(|d| checked(inv, sandbox, index, d, &names));
         if let Ok(a) = &a {
             taken.push(a.ifname.clone());
         }
-        add.push(a.map_err(|e| (selection, e)));
+        add.push(a);
     }
     let remove = (1..current.len()).rev().filter(|&i| !kept[i]).collect();
     Ok(Some(Sync { pod, remove, add }))
