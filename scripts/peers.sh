@@ -14,7 +14,8 @@
 #
 # Each peer is a small module of ours, test-support/peers/<peer>/go.mod, that requires exactly
 # the pinned upstream version; its go.sum pins everything beneath it and the builds run with
-# -mod=readonly. The version is read from that go.mod: to move a peer, change its require line
+# -mod=readonly. A peer module may hold a program of ours built against upstream's packages
+# (multus's delegate-client). The version is read from that go.mod: to move a peer, change its require line
 # (and the replace lines beside it) and run `go mod tidy` there.
 #
 # Everything is built with CGO_ENABLED=0: static binaries that do not depend on the machine's
@@ -67,11 +68,11 @@ version() { # peer
   echo "$v"
 }
 
-# What a built directory was built from: the recipe and the peer's go.mod and go.sum files
+# What a built directory was built from: the recipe and the peer's go.mod, go.sum and .go files
 # (containerd's include crictl's). A directory whose stamp differs is built again.
 stamp() { # peer
   echo "recipe $recipe"
-  (cd "$modules/$1" && find . -name go.mod -o -name go.sum | LC_ALL=C sort | xargs sha256sum)
+  (cd "$modules/$1" && find . -name go.mod -o -name go.sum -o -name '*.go' | LC_ALL=C sort | xargs sha256sum)
 }
 
 dir_of() { echo "$cache/$1-$(version "$1")"; }
@@ -113,6 +114,8 @@ build_multus() { # out version
     -ldflags "-X $p.version=$2 -X $p.gitTreeState=clean -X $p.releaseStatus=,released" tool
   # Upstream's name for cmd/passthru-cni (hack/build-go.sh).
   mv "$1/passthru-cni" "$1/passthru"
+  # Ours: /delegate requests as multus-dynamic-networks-controller makes them.
+  gob "$modules/multus" -o "$1/" ./delegate-client
 }
 
 build_whereabouts() { # out version

@@ -260,3 +260,123 @@ fn twenty_pods_changed_at_once_with_the_daemon_killed_mid_change() -> Result<()>
     node.delete(&nads())?;
     Ok(())
 }
+
+/// The hot-plug syncs the node's multus daemon has made, from its metrics on its socket.
+fn syncs(node: &Node) -> Result<i64> {
+    let metrics = node.exec(&[
+        "curl",
+        "-sS",
+        "--unix-socket",
+        "/run/multus/multus.sock",
+        "http://multus/metrics",
+    ])?;
+    Ok(metrics
+        .lines()
+        .filter(|l| l.starts_with("multus_hot_plug_syncs_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())
+        .sum())
+}
+
+/// Upstream's hot-plug, multus-dynamic-networks-controller, beside the built-in one on the same
+/// annotation: its requests made by `delegate-client` (scripts/peers.sh), with upstream's own
+/// request builder and reply type, to a sandbox and netns found through the CRI as the
+/// controller finds them. Each network is made once, whichever comes first, and the reply
+/// reads into upstream's types.
+#[test]
+fn upstreams_delegate_requests_beside_built_in_hot_plug() -> Result<()> {
+    let node = up("thick")?;
+    let (state, veths) = (node.cni_state()?, node.veths()?.len());
+    let pod = format!("hp-ctl-{}", std::process::id());
+    node.apply(&nads())?;
+    node.apply(&e2e::sleeping_pod(&pod, Some("hp-a")))?;
+    node.wait_ready("default", &pod, Duration::from_secs(120))?;
+    let crictl = testkit::peers::build("containerd")?.join("crictl");
+    let client = testkit::peers::build("multus")?.join("delegate-client");
+    let crictl = |args: &[&str]| {
+        let mut all = vec![
+            crictl.to_str().unwrap_or_default(),
+            "-r",
+            "unix:///run/containerd/containerd.sock",
+        ];
+        all.extend(args);
+        node.exec(&all)
+    };
+    let sandbox = crictl(&["pods", "--name", &pod, "--state", "ready", "-q"])?
+        .trim()
+        .to_owned();
+    let inspect: serde_json::Value = serde_json::from_str(&crictl(&["inspectp", &sandbox])?)?;
+    let netns = inspect["info"]["runtimeSpec"]["linux"]["namespaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["type"] == "network")
+        .and_then(|n| n["path"].as_str())
+        .context("the sandbox's network namespace")?
+        .to_owned();
+    let uid = node.get("default", &format!("pod/{pod}"))?["metadata"]["uid"]
+        .as_str()
+        .context("uid")?
+        .to_owned();
+    let spec = node.get("default", "network-attachment-definitions/hp-b")?["spec"]["config"]
+        .as_str()
+        .context("hp-b's config")?
+        .to_owned();
+    let delegate = |command: &str, ifname: &str| -> Result<String> {
+        let mut cmd = node.exec_command(&[
+            client.to_str().unwrap_or_default(),
+            "/run/multus/multus.sock",
+            command,
+            &sandbox,
+            &netns,
+            ifname,
+            "default",
+            &pod,
+            &uid,
+            "hp-b",
+        ]);
+        let mut child = cmd
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        std::io::Write::write_all(&mut child.stdin.take().context("stdin")?, spec.as_bytes())?;
+        let out = child.wait_with_output()?;
+        ensure!(
+            out.status.success(),
+            "delegate-client {command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+
+    for round in 0..2 {
+        // As the controller does on the change: no interface named, so ours names it.
+        let before = syncs(&node)?;
+        annotate(&node, &pod, "hp-a,hp-b")?;
+        let result: serde_json::Value = serde_json::from_str(&delegate("ADD", "")?)?;
+        let address = result["ips"][0]["address"].as_str().unwrap_or_default();
+        ensure!(address.starts_with("10.41.0."), "round {round}: {result}");
+        node.eventually("the daemon's own sync", Duration::from_secs(10), || {
+            Ok(syncs(&node)? > before)
+        })?;
+        ensure!(
+            links(&node, &pod)? == ["eth0", "net1", "net2"],
+            "round {round}: {:?}",
+            links(&node, &pod)?
+        );
+        let before = syncs(&node)?;
+        annotate(&node, &pod, "hp-a")?;
+        ensure!(delegate("DEL", "net2")? == "null", "round {round}");
+        node.eventually("the daemon's own sync", Duration::from_secs(10), || {
+            Ok(syncs(&node)? > before)
+        })?;
+        ensure!(links(&node, &pod)? == ["eth0", "net1"], "round {round}");
+    }
+    node.kubectl(&["delete", "pod", &pod, "--wait=true"])?;
+    node.eventually("nothing left", Duration::from_secs(30), || {
+        Ok(node.cni_state()? == state && node.veths()?.len() <= veths)
+    })
+    .with_context(|| format!("left {:?}", node.cni_state()))?;
+    node.delete(&nads())?;
+    Ok(())
+}
