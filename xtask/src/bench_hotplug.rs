@@ -104,7 +104,7 @@ fn change(node: &Node, networks: &str, wait: &str) -> Result<(Duration, Duration
         .context("kubectl exec")?;
     // The loop is running once kubectl exec has reached the pod.
     std::thread::sleep(Duration::from_millis(500));
-    let before = uptime()?;
+    let before = e2e::uptime()?;
     let annotating = std::time::Instant::now();
     node.kubectl(&[
         "annotate",
@@ -120,13 +120,4 @@ fn change(node: &Node, networks: &str, wait: &str) -> Result<(Duration, Duration
         .parse()
         .with_context(|| format!("the pod's clock: {}", String::from_utf8_lossy(&out.stderr)))?;
     Ok((Duration::from_secs_f64((seen - before).max(0.0)), annotate))
-}
-
-/// The machine's clock since boot, in seconds: the one the pod reads.
-fn uptime() -> Result<f64> {
-    let text = std::fs::read_to_string("/proc/uptime")?;
-    text.split_whitespace()
-        .next()
-        .and_then(|s| s.parse().ok())
-        .context("/proc/uptime")
 }

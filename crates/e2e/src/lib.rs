@@ -523,6 +523,17 @@ impl Node {
         }
     }
 
+    /// The thick daemon's metrics, from its socket on the node.
+    pub fn daemon_metrics(&self) -> Result<String> {
+        self.exec(&[
+            "curl",
+            "-sS",
+            "--unix-socket",
+            "/run/multus/multus.sock",
+            "http://multus/metrics",
+        ])
+    }
+
     /// The pod's IPv4 address on `ifname`, without its prefix length.
     pub fn ipv4(&self, pod: &str, ifname: &str) -> Result<String> {
         let out = self.kubectl(&["exec", pod, "--", "ip", "-4", "-o", "addr", "show", ifname])?;
@@ -564,4 +575,14 @@ impl Node {
         files.sort_unstable();
         Ok(files)
     }
+}
+
+/// The machine's clock since boot (`/proc/uptime`), in seconds: the one a pod reads too, so
+/// that a time the pod saw and one the test saw can be compared.
+pub fn uptime() -> Result<f64> {
+    let text = std::fs::read_to_string("/proc/uptime")?;
+    text.split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .context("/proc/uptime")
 }

@@ -66,15 +66,6 @@ fn annotate(node: &Node, pod: &str, networks: &str) -> Result<()> {
     Ok(())
 }
 
-/// The machine's clock since boot, which a pod reads too (`/proc/uptime`), in seconds.
-fn uptime() -> Result<f64> {
-    let text = std::fs::read_to_string("/proc/uptime")?;
-    text.split_whitespace()
-        .next()
-        .and_then(|s| s.parse().ok())
-        .context("/proc/uptime")
-}
-
 #[test]
 fn a_running_pods_networks_follow_its_annotation() -> Result<()> {
     let node = up("thick")?;
@@ -106,7 +97,7 @@ fn a_running_pods_networks_follow_its_annotation() -> Result<()> {
         .spawn()
         .context("kubectl exec")?;
     std::thread::sleep(Duration::from_millis(500));
-    let changed = uptime()?;
+    let changed = e2e::uptime()?;
     annotate(&node, pod, "hp-a,hp-b")?;
     let answered = pinger.wait_with_output()?;
     let answered: f64 = String::from_utf8_lossy(&answered.stdout)
@@ -263,14 +254,8 @@ fn twenty_pods_changed_at_once_with_the_daemon_killed_mid_change() -> Result<()>
 
 /// The hot-plug syncs the node's multus daemon has made, from its metrics on its socket.
 fn syncs(node: &Node) -> Result<i64> {
-    let metrics = node.exec(&[
-        "curl",
-        "-sS",
-        "--unix-socket",
-        "/run/multus/multus.sock",
-        "http://multus/metrics",
-    ])?;
-    Ok(metrics
+    Ok(node
+        .daemon_metrics()?
         .lines()
         .filter(|l| l.starts_with("multus_hot_plug_syncs_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<i64>().ok())

@@ -19,14 +19,7 @@ fn pod(name: &str) -> String {
 
 /// The last NAD version the thick daemon's cache has seen, from its metrics on its socket.
 fn nad_cache_version(node: &e2e::Node) -> Result<i64> {
-    let metrics = node.exec(&[
-        "curl",
-        "-sS",
-        "--unix-socket",
-        "/run/multus/multus.sock",
-        "http://multus/metrics",
-    ])?;
-    metrics
+    node.daemon_metrics()?
         .lines()
         .find_map(|l| l.strip_prefix("multus_cache_resource_version{kind=\"nads\"} "))
         .and_then(|v| v.trim().parse().ok())
