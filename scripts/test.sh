@@ -30,7 +30,10 @@ node_peers_log=$(mktemp)
 setsid scripts/peers.sh build kubernetes etcd containerd cri-o >"$node_peers_log" 2>&1 &
 node_peers=$!
 log=$(mktemp)
-trap 'rm -f "$log" "$node_peers_log"; [ -z "$node_peers" ] || kill -- "-$node_peers" 2>/dev/null || true' EXIT
+beside=
+beside_dir=
+trap 'rm -rf "$log" "$node_peers_log" ${beside_dir:+"$beside_dir"}
+  for group in $node_peers $beside; do kill -- "-$group" 2>/dev/null || true; done' EXIT
 # Stopped from outside, it cleans up too: the EXIT trap runs on exit, not on a signal's death.
 trap 'exit 143' TERM INT
 
@@ -38,29 +41,48 @@ cargo fmt --all -- --check
 timed clippy cargo clippy --workspace --all-targets -- -D warnings
 status=0
 timed tests bash -o pipefail -c 'cargo test --workspace --exclude e2e --no-fail-fast 2>&1 | tee "$1"' - "$log" || status=$?
-# The tests' VLAN, ipvlan and 8021q parts, which this kernel cannot run, under a Debian kernel in
-# qemu; it prints its own result per test binary.
-timed vm-test cargo xtask vm-test || status=$?
-# The aarch64 binaries under the plugins' and multus's suites, run by qemu-user. Alone: beside
-# the image and package builds, at a low priority, a DHCP renewal test starved past its timings.
-timed aarch64-test bash -o pipefail -c 'cargo xtask aarch64-test 2>&1 | tee -a "$1"' - "$log" || status=$?
 # The amd64 and arm64 images: built with podman from deploy/Containerfile into one index, and
-# each run as the DaemonSet runs it, installing into a scratch node tree.
+# each run as the DaemonSet runs it, installing into a scratch node tree. e2e installs the amd64
+# one, and the packages' release-info names both by digest.
 timed image cargo xtask image || status=$?
-# The RPMs and the .debs of both architectures: built, listed, installed into scratch roots and
-# checked there, upgraded, and built again to the same bytes.
-timed package cargo xtask package || status=$?
-# End to end on a real node (scripts/cluster.sh): kube-apiserver, etcd, containerd 2 and a
-# kubelet, multus-rs installed from deploy/ with the image just built. The node is taken down
-# after, whatever the result.
 if ! timed node-peers wait "$node_peers"; then
   cat "$node_peers_log"
   status=1
 fi
 node_peers=
+# The e2e suite spends most of its time waiting on the node (about three quarters of two cores
+# idle), so the suites that keep the CPU busy run beside it, one after another, each with its
+# own log, shown once e2e is done:
+# - vm-test: the tests' VLAN, ipvlan and 8021q parts, which this kernel cannot run, under a
+#   Debian kernel in qemu; it prints its own result per test binary;
+# - aarch64-test: the aarch64 binaries under the plugins' and multus's suites, run by qemu-user.
+#   Not beside compiles: at a low priority there, a DHCP renewal test starved past its timings;
+# - package: the RPMs and the .debs of both architectures, built, listed, installed into
+#   scratch roots and checked there, upgraded, built again to the same bytes, and the .deb
+#   installed by apt on a podman host.
+# e2e's binary is built first, so that neither waits on the other's cargo lock for long.
+cargo test -p e2e --no-run
+beside_dir=$(mktemp -d)
+export -f timed
+setsid bash -c '
+  status=0
+  for step in vm-test aarch64-test package; do
+    timed "$step" cargo xtask "$step" >"$1/$step" 2>&1 || status=$?
+  done
+  exit "$status"' - "$beside_dir" &
+beside=$!
+# End to end on a real node (scripts/cluster.sh): kube-apiserver, etcd, containerd 2 and a
+# kubelet, multus-rs installed from deploy/ with the image just built. The node is taken down
+# after, whatever the result.
 export MULTUS_RS_CLUSTER_IMAGE=$PWD/target/x86_64-unknown-linux-gnu/release/multus-rs-image.tar
 timed e2e bash -o pipefail -c 'cargo test -p e2e --no-fail-fast -- --test-threads=1 2>&1 | tee -a "$1"' - "$log" || status=$?
 scripts/cluster.sh down || status=$?
+wait "$beside" || status=$?
+beside=
+for step in vm-test aarch64-test package; do
+  cat "$beside_dir/$step"
+done
+cat "$beside_dir/aarch64-test" >>"$log"
 # One closing line for the whole run, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "%d passed, %d failed\n", p, f }' "$log"
