@@ -660,6 +660,9 @@ fn release(
 ) -> Result<(), Error> {
     let Target { pool: name, range } = target;
     let mut round = 0;
+    // A write that seemed lost may have landed: its reply lost on the way, the client's retry
+    // then failed the write's test. The pool read next tells; the reservation follows it.
+    let mut unsure: Option<Unsure> = None;
     loop {
         let Some(pool) = store.pool(name)? else {
             return Ok(());
@@ -668,6 +671,12 @@ fn release(
             .find_container(container_id, ifname)
             .filter(|o| !matches!(why, TakenBack(only) if only != *o))
         else {
+            if let Some(u) = unsure {
+                let landed = u
+                    .held
+                    .filter(|h| pool.allocations.get(&u.offset) == Some(h));
+                settle_reservation(store, conf, u.ip, &u.podref, landed.as_ref())?;
+            }
             return Ok(());
         };
         let podref = pool.allocations.get(&offset).map(|a| a.podref.clone());
@@ -689,12 +698,8 @@ fn release(
             None => pool.release_patch(offset),
         };
         if store.patch_pool(name, &patch)? {
-            if let (true, Some(ip), Some(podref)) = (conf.overlapping_ranges, ip, podref) {
-                let rname = reservation_name(&conf.network_name, ip);
-                match &held {
-                    Some(held) => store.hold_reservation(&rname, &podref, held)?,
-                    None => store.unreserve(&rname, &podref)?,
-                }
+            if let (Some(ip), Some(podref)) = (ip, &podref) {
+                settle_reservation(store, conf, ip, podref, held.as_ref())?;
             }
             if let (Some(held), Some(ip)) = (&held, ip) {
                 eprintln!(
@@ -705,10 +710,44 @@ fn release(
             }
             return Ok(());
         }
+        unsure = ip.zip(podref).map(|(ip, podref)| Unsure {
+            offset,
+            ip,
+            podref,
+            held,
+        });
         if let Some(e) = give_up(format!("pool {name}"), round, deadline) {
             return Err(e);
         }
         back_off(round);
         round += 1;
+    }
+}
+
+/// A release's pool write that may have landed.
+struct Unsure {
+    offset: u128,
+    ip: IpAddr,
+    podref: String,
+    /// The hold it wrote in place of the allocation, if it held the address.
+    held: Option<Allocation>,
+}
+
+/// After a release's pool write: `ip`'s reservation becomes the hold's when the address is
+/// `held`, and goes otherwise, while it still names `podref`.
+fn settle_reservation(
+    store: &Store,
+    conf: &Config,
+    ip: IpAddr,
+    podref: &str,
+    held: Option<&Allocation>,
+) -> Result<(), Error> {
+    if !conf.overlapping_ranges {
+        return Ok(());
+    }
+    let rname = reservation_name(&conf.network_name, ip);
+    match held {
+        Some(held) => store.hold_reservation(&rname, podref, held),
+        None => store.unreserve(&rname, podref),
     }
 }

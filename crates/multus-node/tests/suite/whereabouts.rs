@@ -551,6 +551,33 @@ fn conflicts_and_failed_tests_are_retried_until_the_write_lands() {
     assert_eq!(c.allocations("10.77.0.0-24").len(), 2);
 }
 
+/// A pool write that lands while its reply is lost: the client sends it again, and that
+/// second try fails the write's test. Under load, a reply slower than the client's timeout
+/// does the same.
+#[test]
+fn a_pool_write_whose_reply_is_lost_still_settles_the_reservation() {
+    let c = Cluster::new();
+    let pools = Resource::IP_POOLS.path(NS);
+    // ADD: the address is the pod's, with its reservation.
+    c.api.inject_under("PATCH", &pools, Fault::LoseReply, 1);
+    assert_eq!(ips(&c.add(&v4(), "ca", "a")), ["10.77.0.1/24"]);
+    assert_eq!(c.allocations("10.77.0.0-24").len(), 1);
+    assert_eq!(c.reservations().len(), 1);
+    // DEL: the address is free again, and so is its reservation.
+    c.api.inject_under("PATCH", &pools, Fault::LoseReply, 1);
+    let del = c.call("DEL", &v4(), "ca", "net1", "a");
+    assert_eq!(del.code, 0, "{}", del.stdout);
+    let lost = c
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.starts_with(&pools) && !r.replied)
+        .count();
+    assert_eq!(lost, 2, "both lost replies were served");
+    assert!(c.allocations("10.77.0.0-24").is_empty());
+    assert!(c.reservations().is_empty(), "{:?}", c.reservations());
+}
+
 #[test]
 fn parallel_adds_get_distinct_addresses_and_dels_empty_the_pool() {
     let c = Cluster::new();
