@@ -17,6 +17,7 @@ packages=(
   systemd              # systemd-socket-activate: the dhcp daemon under socket activation
   podman runc busybox-static  # a real container runtime calling our plugins
   qemu-system-x86 cpio  # cargo xtask vm-test: a Debian kernel with VLAN filtering, ipvlan, 8021q
+  qemu-system-arm      # cargo xtask vm-memory: an arm64 guest, for a call's memory on aarch64
   time                 # cargo xtask bench-multus: a call's own peak RSS
   socat                # scripts/cluster.sh: the machine's loopback port to the node's API server
   curl                 # the e2e crate: a raw PATCH with multus's own credential on the node
@@ -80,6 +81,22 @@ if ! ls "$cache/${pkg}"_*.deb >/dev/null 2>&1; then
   # apt's sandbox user cannot write to a root-only directory; download as root, quietly.
   (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null) \
     || { apt-get update -qq && (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null); }
+fi
+
+# The arm64 guest of `cargo xtask vm-memory`: Debian's arm64 cloud kernel and busybox, fetched
+# through package lists of their own (the machine's apt stays amd64-only).
+arm64=$cache/arm64
+if ! ls "$arm64"/linux-image-*_arm64.deb "$arm64"/busybox-static_*_arm64.deb >/dev/null 2>&1; then
+  echo "downloading the arm64 kernel and busybox for cargo xtask vm-memory"
+  mkdir -p "$arm64/lists/partial" "$arm64/apt/archives/partial"
+  apt_arm64() {
+    "$1" -q -o APT::Sandbox::User=root -o APT::Architectures::=amd64 -o APT::Architectures::=arm64 \
+      -o Dir::State::Lists="$arm64/lists" -o Dir::Cache="$arm64/apt" "${@:2}"
+  }
+  apt_arm64 apt-get update >/dev/null
+  kernel=$(apt_arm64 apt-cache depends linux-image-cloud-arm64:arm64 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }')
+  (cd "$arm64" && apt_arm64 apt-get download "$kernel" busybox-static:arm64 >/dev/null)
+  rm -rf "$arm64/lists" "$arm64/apt"
 fi
 
 # firewalld for the firewall plugin's firewalld backend, unpacked and never installed: the

@@ -62,6 +62,7 @@ fn main() -> Result<()> {
         "image" => image::run(),
         "package" => package::run(&rest),
         "vm-bench" => vm::bench(&rest),
+        "vm-memory" => vm::memory(&rest),
         // What `vm-bench` runs inside the VM.
         "bench-in-vm" => bench::run_in_vm(&rest),
         "build" => {
@@ -70,7 +71,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-hotplug [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N]>"
+                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-hotplug [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N] | vm-memory>"
             );
             std::process::exit(2)
         }

@@ -4,8 +4,12 @@
 //! initramfs (busybox, the tools the tests run, the test binaries at their own absolute paths)
 //! is rebuilt on every run. Inside the VM `MULTUS_RS_VM=1` turns the tests' "this kernel cannot"
 //! skips into failures.
+//!
+//! `cargo xtask vm-memory` boots a guest of each architecture, x86_64 and aarch64 (Debian's arm64
+//! cloud kernel under qemu-system-aarch64), and measures there what a plugin call costs in
+//! memory: under qemu-user a process's RSS would be the emulator's.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -16,6 +20,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+
+use crate::Arch;
 
 /// The runs in the VM: the parts of the test binaries that only a full kernel can run. Each
 /// names its binary by package and target (`lib` for the crate's unit tests, `suite` for its
@@ -171,7 +177,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut files = vec![built.plugins_bin];
     let binaries: BTreeSet<&PathBuf> = built.runs.iter().map(|(_, exe)| exe).collect();
     files.extend(binaries.into_iter().cloned());
-    let log = run_in_vm("vm-test", &files, &jobs, TEST_CPUS)?;
+    let log = run_in_vm("vm-test", &test_contents(&files)?, &jobs, TEST_CPUS)?;
     report(&log, &built.runs)
 }
 
@@ -193,7 +199,12 @@ pub fn bench(args: &[String]) -> Result<()> {
         ),
     };
     // One CPU: the figures stay comparable with those measured before.
-    let log = run_in_vm("vm-bench", &[xtask, bin], std::slice::from_ref(&job), 1)?;
+    let log = run_in_vm(
+        "vm-bench",
+        &test_contents(&[xtask, bin])?,
+        std::slice::from_ref(&job),
+        1,
+    )?;
     match job_exit(&log, &job.name) {
         Some("0") => Ok(()),
         code => bail!(
@@ -203,21 +214,164 @@ pub fn bench(args: &[String]) -> Result<()> {
     }
 }
 
+/// The calls `vm-memory` measures: a name, the binary (`multus` or a plugin of `cni-plugins`),
+/// CNI_COMMAND, and the network configuration on stdin. ADD and DEL run in a network namespace
+/// of their own each round.
+const MEMORY_CALLS: &[(&str, &str, &str, &str)] = &[
+    ("multus VERSION", "multus", "VERSION", "{}"),
+    ("cni-plugins bridge VERSION", "bridge", "VERSION", "{}"),
+    ("bridge + host-local ADD", "bridge", "ADD", MEMORY_BRIDGE),
+    ("bridge + host-local DEL", "bridge", "DEL", MEMORY_BRIDGE),
+];
+
+const MEMORY_BRIDGE: &str = r#"{"cniVersion":"1.0.0","name":"mem","type":"bridge","bridge":"mem0","isGateway":true,"ipam":{"type":"host-local","subnet":"10.99.0.0/24"}}"#;
+
+/// Rounds of each call; the median is kept.
+const MEMORY_ROUNDS: usize = 7;
+
+/// `cargo xtask vm-memory`: each call of [`MEMORY_CALLS`] by the release binaries of x86_64 and
+/// of aarch64, each on its own architecture's kernel in a guest, under busybox's `time`; the
+/// median peak RSS of each, side by side.
+pub fn memory(args: &[String]) -> Result<()> {
+    ensure!(args.is_empty(), "usage: cargo xtask vm-memory");
+    let mut figures: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for arch in Arch::ALL {
+        let plugins = crate::build_release_for(arch)?;
+        let multus = plugins.with_file_name("multus");
+        let job = Job {
+            name: "memory".into(),
+            command: memory_script(&plugins, &multus),
+        };
+        let contents = Contents {
+            arch,
+            files: vec![plugins, multus],
+            tools: &[],
+            modules: &["bridge", "veth"],
+        };
+        let log = run_in_vm("vm-memory", &contents, std::slice::from_ref(&job), 1)?;
+        ensure!(
+            job_exit(&log, &job.name) == Some("0"),
+            "vm-memory on {arch:?}: a call failed (the console log above has its error)"
+        );
+        // busybox 1.35's `time` takes ru_maxrss, which is in KB, for pages, and multiplies it
+        // by the page size in KB: divided back here.
+        let page_kb: u64 = log
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{MARK} page-kb ")))
+            .context("the guest did not report its page size")?
+            .trim()
+            .parse()?;
+        for (name, ..) in MEMORY_CALLS {
+            let prefix = format!("{MARK} rss {name}: ");
+            let mut kb: Vec<u64> = log
+                .iter()
+                .filter_map(|l| l.strip_prefix(&prefix))
+                .map(|v| v.trim().parse::<u64>().map(|v| v / page_kb))
+                .collect::<Result<_, _>>()?;
+            ensure!(
+                kb.len() == MEMORY_ROUNDS,
+                "{arch:?}: {} figures for {name}, not {MEMORY_ROUNDS}",
+                kb.len()
+            );
+            kb.sort_unstable();
+            figures.entry(name).or_default().push(kb[MEMORY_ROUNDS / 2]);
+        }
+    }
+    println!("\nPeak RSS of a call, KB (median of {MEMORY_ROUNDS}, each on its own architecture's kernel):");
+    println!("| call | x86_64 | aarch64 | aarch64 / x86_64 |\n|---|---|---|---|");
+    for (name, ..) in MEMORY_CALLS {
+        if let Some([x86, arm]) = figures.get(name).map(Vec::as_slice) {
+            println!(
+                "| {name} | {x86} | {arm} | {:.2} |",
+                *arm as f64 / *x86 as f64
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The guest's shell commands for [`memory`]: each call [`MEMORY_ROUNDS`] times, one line of
+/// peak RSS per call.
+fn memory_script(plugins: &Path, multus: &Path) -> String {
+    let (plugins, multus) = (plugins.display(), multus.display());
+    let mut s = format!(
+        "mkdir -p /opt/cni/bin\n\
+         ln -s {plugins} /opt/cni/bin/bridge\n\
+         ln -s {plugins} /opt/cni/bin/host-local\n\
+         ln -s {multus} /opt/cni/bin/multus\n\
+         echo \"{MARK} page-kb $(grep -m1 KernelPageSize /proc/self/smaps | awk '{{print $2}}')\"\n\
+         status=0\n\
+         for round in $(seq {MEMORY_ROUNDS}); do\n\
+         touch /run/netns/n$round && unshare --net=/run/netns/n$round true || status=1\n"
+    );
+    for (name, bin, command, conf) in MEMORY_CALLS {
+        let env = format!(
+            "CNI_COMMAND={command} CNI_CONTAINERID=c$round CNI_NETNS=/run/netns/n$round \
+             CNI_IFNAME=eth0 CNI_PATH=/opt/cni/bin"
+        );
+        let _ = write!(
+            s,
+            "echo '{conf}' >/tmp/conf\n\
+             if {env} time -f %M -o /tmp/rss /opt/cni/bin/{bin} </tmp/conf >/tmp/out 2>&1; then\n\
+             \x20 echo \"{MARK} rss {name}: $(cat /tmp/rss)\"\n\
+             else\n\
+             \x20 echo \"{MARK} call-failed {name}\"; cat /tmp/out; status=1\n\
+             fi\n"
+        );
+    }
+    s.push_str("done\n(exit $status)");
+    s
+}
+
 /// A command the VM's init runs, with markers around it.
 struct Job {
     name: String,
     command: String,
 }
 
-/// Stages `files` (at their own paths) with the tools and reference plugins, boots the VM, runs
-/// the jobs in order on `cpus` virtual CPUs, and returns the console log.
-fn run_in_vm(task: &str, files: &[PathBuf], jobs: &[Job], cpus: u32) -> Result<Vec<String>> {
+/// What goes into a guest besides busybox and its init.
+struct Contents {
+    arch: Arch,
+    /// Files put at their own paths, with the shared libraries they need.
+    files: Vec<PathBuf>,
+    /// Programs of this machine's PATH (x86_64 only).
+    tools: &'static [&'static str],
+    /// Kernel modules to load, with what they depend on.
+    modules: &'static [&'static str],
+}
+
+/// The x86_64 guest of the tests: `files` with the tools, the reference plugins and the modules
+/// the tests use.
+fn test_contents(files: &[PathBuf]) -> Result<Contents> {
+    let mut all = files.to_vec();
+    // iptables loads its matches and targets (MASQUERADE, comment) from here at run time.
+    let xtables = Path::new("/usr/lib/x86_64-linux-gnu/xtables");
+    for e in fs::read_dir(xtables).with_context(|| format!("{}", xtables.display()))? {
+        all.push(e?.path());
+    }
+    // The reference plugins, at the path the side-by-side tests run them from.
+    let reference = testkit::reference_dir();
+    for e in fs::read_dir(&reference).with_context(|| format!("{}", reference.display()))? {
+        all.push(e?.path());
+    }
+    Ok(Contents {
+        arch: Arch::X86_64,
+        files: all,
+        tools: TOOLS,
+        modules: MODULES,
+    })
+}
+
+/// Stages the guest's `contents`, boots it, runs the jobs in order on `cpus` virtual CPUs, and
+/// returns the console log.
+fn run_in_vm(task: &str, contents: &Contents, jobs: &[Job], cpus: u32) -> Result<Vec<String>> {
+    let arch = contents.arch;
     let vm = crate::test_build::target_dir()?.join("vm");
     fs::create_dir_all(&vm)?;
-    let kernel = Kernel::unpack(&vm)?;
-    let root = vm.join("root");
-    stage(&root, &kernel, files, jobs)?;
-    let initrd = vm.join("initramfs.cpio");
+    let kernel = Kernel::unpack(&vm, &kernel_deb(arch)?)?;
+    let root = vm.join(format!("root-{}", arch.rust()));
+    stage(&root, &kernel, &busybox(arch, &vm)?, contents, jobs)?;
+    let initrd = vm.join(format!("initramfs-{}.cpio", arch.rust()));
     pack(&root, &initrd)?;
 
     println!(
@@ -225,7 +379,7 @@ fn run_in_vm(task: &str, files: &[PathBuf], jobs: &[Job], cpus: u32) -> Result<V
         kernel.version
     );
     let started = Instant::now();
-    let log = boot(&kernel.vmlinuz(), &initrd, cpus)?;
+    let log = boot(arch, &kernel.vmlinuz(), &initrd, cpus)?;
     println!(
         "{task}: VM wall time {:.1} s",
         started.elapsed().as_secs_f64()
@@ -264,21 +418,10 @@ struct Kernel {
 }
 
 impl Kernel {
-    /// Unpacks the kernel package that scripts/deps.sh downloaded, unless already unpacked.
-    /// (The download happens there: `cargo xtask` runs in a namespace with no network.)
-    fn unpack(vm: &Path) -> Result<Kernel> {
-        let deb = kernel_deb()?;
-        let file = deb.file_name().unwrap_or_default().to_string_lossy();
-        let package = file.split('_').next().unwrap_or_default().to_owned();
-        let tree = vm.join(&package);
-        if !tree.join("boot").is_dir() {
-            fs::create_dir_all(vm)?;
-            // Unpacked beside and renamed, so an interrupted run leaves no half tree.
-            let partial = vm.join(format!("{package}.partial"));
-            let _ = fs::remove_dir_all(&partial);
-            run_ok(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
-            fs::rename(&partial, &tree)?;
-        }
+    /// Unpacks the kernel package `deb`, unless already unpacked.
+    fn unpack(vm: &Path, deb: &Path) -> Result<Kernel> {
+        let tree = unpacked(vm, deb)?;
+        let package = tree.file_name().unwrap_or_default().to_string_lossy();
         let mut versions = fs::read_dir(tree.join("lib/modules"))?
             .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
             .collect::<Result<Vec<_>>>()?;
@@ -297,9 +440,9 @@ impl Kernel {
         self.tree.join("lib/modules").join(&self.version)
     }
 
-    /// `MODULES` and what they depend on (each module's `depends=`), in load order, with the
+    /// `wanted` and what they depend on (each module's `depends=`), in load order, with the
     /// path of each `.ko` or `.ko.xz`. The package has no modules.dep.
-    fn modules_in_load_order(&self) -> Result<Vec<(String, PathBuf)>> {
+    fn modules_in_load_order(&self, wanted: &[&str]) -> Result<Vec<(String, PathBuf)>> {
         let dir = self.modules_dir();
         let mut files = HashMap::new();
         walk(&dir.join("kernel"), &mut |path| {
@@ -317,7 +460,7 @@ impl Kernel {
             .map(|m| m.replace('-', "_"))
             .collect();
         let mut order = Vec::new();
-        for m in MODULES {
+        for m in wanted {
             visit(&m.replace('-', "_"), &files, &builtin, &mut order)?;
         }
         Ok(order)
@@ -368,25 +511,81 @@ fn module_depends(ko: &[u8]) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Where scripts/deps.sh keeps Debian's cloud kernel package for the VM tests.
-const KERNEL_CACHE: &str = "/var/cache/multus-rs";
+/// Where scripts/deps.sh keeps the guests' Debian packages: the amd64 cloud kernel at the top,
+/// the arm64 kernel and busybox under `arm64/`. (The download happens there: `cargo xtask` runs
+/// in a namespace with no network.)
+const PACKAGE_CACHE: &str = "/var/cache/multus-rs";
 
-/// The newest cloud kernel package in [`KERNEL_CACHE`].
-fn kernel_deb() -> Result<PathBuf> {
-    let mut debs: Vec<PathBuf> = fs::read_dir(KERNEL_CACHE)
+/// The Debian architecture name.
+fn debian_arch(arch: Arch) -> &'static str {
+    match arch {
+        Arch::X86_64 => "amd64",
+        Arch::Aarch64 => "arm64",
+    }
+}
+
+/// The newest package named `prefix*_<arch>.deb` that scripts/deps.sh downloaded for `arch`.
+fn cached_deb(arch: Arch, prefix: &str) -> Result<PathBuf> {
+    let dir = match arch {
+        Arch::X86_64 => PathBuf::from(PACKAGE_CACHE),
+        Arch::Aarch64 => Path::new(PACKAGE_CACHE).join("arm64"),
+    };
+    let suffix = format!("_{}.deb", debian_arch(arch));
+    let mut debs: Vec<PathBuf> = fs::read_dir(&dir)
         .map(|dir| {
             dir.filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| {
                     let name = p.file_name().unwrap_or_default().to_string_lossy();
-                    name.starts_with("linux-image-") && name.ends_with(".deb")
+                    name.starts_with(prefix) && name.ends_with(&suffix)
                 })
                 .collect()
         })
         .unwrap_or_default();
     debs.sort();
     debs.pop().with_context(|| {
-        format!("no kernel package in {KERNEL_CACHE}: run scripts/deps.sh, which downloads it")
+        format!(
+            "no {prefix}*{suffix} in {}: run scripts/deps.sh, which downloads it",
+            dir.display()
+        )
     })
+}
+
+/// Debian's cloud kernel package for `arch`.
+fn kernel_deb(arch: Arch) -> Result<PathBuf> {
+    cached_deb(arch, "linux-image-")
+}
+
+/// The guest's busybox: this machine's on x86_64, Debian's arm64 build on aarch64.
+fn busybox(arch: Arch, vm: &Path) -> Result<PathBuf> {
+    match arch {
+        Arch::X86_64 => Ok(PathBuf::from("/bin/busybox")),
+        Arch::Aarch64 => {
+            Ok(unpacked(vm, &cached_deb(arch, "busybox-static_")?)?.join("bin/busybox"))
+        }
+    }
+}
+
+/// The package `deb` unpacked under `vm`, in a directory named after it; unpacked once.
+fn unpacked(vm: &Path, deb: &Path) -> Result<PathBuf> {
+    let file = deb.file_name().unwrap_or_default().to_string_lossy();
+    let package = format!(
+        "{}-{}",
+        file.split('_').next().unwrap_or_default(),
+        file.rsplit('_')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(".deb")
+    );
+    let tree = vm.join(&package);
+    if !tree.is_dir() {
+        fs::create_dir_all(vm)?;
+        // Unpacked beside and renamed, so an interrupted run leaves no half tree.
+        let partial = vm.join(format!("{package}.partial"));
+        let _ = fs::remove_dir_all(&partial);
+        run_ok(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&partial))?;
+        fs::rename(&partial, &tree)?;
+    }
+    Ok(tree)
 }
 
 fn walk(dir: &Path, f: &mut impl FnMut(&Path)) -> Result<()> {
@@ -473,7 +672,13 @@ impl Root {
     }
 }
 
-fn stage(dir: &Path, kernel: &Kernel, files: &[PathBuf], jobs: &[Job]) -> Result<()> {
+fn stage(
+    dir: &Path,
+    kernel: &Kernel,
+    busybox: &Path,
+    contents: &Contents,
+    jobs: &[Job],
+) -> Result<()> {
     if dir.exists() {
         fs::remove_dir_all(dir)?;
     }
@@ -514,39 +719,25 @@ fn stage(dir: &Path, kernel: &Kernel, files: &[PathBuf], jobs: &[Job]) -> Result
     )?;
     root.write("/etc/group", "root:x:0:\nnogroup:x:65534:\n")?;
 
-    let busybox = root.install_tool("busybox")?;
-    for tool in TOOLS {
+    root.install(busybox)?;
+    for tool in contents.tools {
         root.install_tool(tool)?;
     }
-    // iptables loads its matches and targets (MASQUERADE, comment) from here at run time.
-    let xtables = root
-        .copied
-        .iter()
-        .find(|p| p.to_string_lossy().contains("/libxtables.so"))
-        .map(|p| p.with_file_name("xtables"))
-        .context("iptables without libxtables")?;
-    for e in fs::read_dir(&xtables)? {
-        root.install(&e?.path())?;
-    }
-    // The reference plugins, at the path the side-by-side tests run them from.
-    let reference = testkit::reference_dir();
-    for e in fs::read_dir(&reference).with_context(|| format!("{}", reference.display()))? {
-        root.install(&e?.path())?;
-    }
-    for file in files {
+    for file in &contents.files {
         root.install(file)?;
     }
 
-    // Last, so that no file is copied through one of these links.
-    let applets = Command::new(&busybox).arg("--list").output()?;
+    // Last, so that no file is copied through one of these links. (The arm64 busybox runs here
+    // under qemu-user, which scripts/deps.sh registers with binfmt.)
+    let applets = Command::new(busybox).arg("--list").output()?;
     for applet in String::from_utf8_lossy(&applets.stdout).lines() {
         let link = dir.join("bin").join(applet);
-        if !TOOLS.contains(&applet) && link.symlink_metadata().is_err() {
-            symlink(&busybox, link)?;
+        if !contents.tools.contains(&applet) && link.symlink_metadata().is_err() {
+            symlink(busybox, link)?;
         }
     }
 
-    let modules = kernel.modules_in_load_order()?;
+    let modules = kernel.modules_in_load_order(contents.modules)?;
     let mod_dir = format!("/lib/modules/{}", kernel.version);
     for (name, path) in &modules {
         let dst = root.path(Path::new(&format!("{mod_dir}/{name}.ko")));
@@ -608,12 +799,22 @@ fn pack(root: &Path, out: &Path) -> Result<()> {
 }
 
 /// Boots the VM and returns its serial console output, echoed as it arrives.
-fn boot(kernel: &Path, initrd: &Path, cpus: u32) -> Result<Vec<String>> {
+fn boot(arch: Arch, kernel: &Path, initrd: &Path, cpus: u32) -> Result<Vec<String>> {
     // /dev/kvm here is kvm_pvm, which cannot run a stock kernel: software emulation, one host
     // thread per virtual CPU. The initramfs (the debug test binaries, about 700 MB) is held
-    // twice while it unpacks.
-    let mut child = Command::new("qemu-system-x86_64")
-        .args(["-accel", "tcg,thread=multi", "-cpu", "max", "-m", "4096"])
+    // twice while it unpacks. On arm64, qemu's "virt" board, whose serial port is a PL011, and
+    // a Cortex-A72: `max` would add pointer authentication, slow under TCG.
+    let (qemu, machine, console): (_, &[&str], _) = match arch {
+        Arch::X86_64 => ("qemu-system-x86_64", &["-cpu", "max"], "ttyS0"),
+        Arch::Aarch64 => (
+            "qemu-system-aarch64",
+            &["-M", "virt", "-cpu", "cortex-a72"],
+            "ttyAMA0",
+        ),
+    };
+    let mut child = Command::new(qemu)
+        .args(machine)
+        .args(["-accel", "tcg,thread=multi", "-m", "4096"])
         .args(["-smp", &cpus.to_string()])
         .args(["-nodefaults", "-no-user-config", "-display", "none"])
         .args(["-serial", "stdio", "-no-reboot"])
@@ -621,11 +822,14 @@ fn boot(kernel: &Path, initrd: &Path, cpus: u32) -> Result<Vec<String>> {
         .arg(kernel)
         .arg("-initrd")
         .arg(initrd)
-        .args(["-append", "console=ttyS0 quiet panic=-1 rdinit=/init"])
+        .args([
+            "-append",
+            &format!("console={console} quiet panic=-1 rdinit=/init"),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
-        .context("running qemu-system-x86_64 (scripts/deps.sh installs qemu-system-x86)")?;
+        .with_context(|| format!("running {qemu} (scripts/deps.sh installs it)"))?;
     let stdout = child.stdout.take().context("qemu stdout")?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
