@@ -26,6 +26,12 @@ target=$arch-unknown-linux-gnu
 # cargo's home paths, which panic messages carry, are written as /build and /cargo: a build
 # from another directory, or with another CARGO_HOME, makes the same bytes.
 remap="--remap-path-prefix=$PWD=/build --remap-path-prefix=${CARGO_HOME:-$HOME/.cargo}=/cargo"
+# The crates' sources, from cargo's registry or from the source RPM's vendor/, are written as
+# /crates: built from either, the binaries are the same. Of two prefixes that match, the later
+# one wins.
+for src in "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/ "$PWD/vendor/"; do
+  if [ -d "$src" ]; then remap+=" --remap-path-prefix=${src%/}=/crates"; fi
+done
 RUSTFLAGS="-C target-feature=+crt-static ${lld[*]} -C link-arg=-Wl,-z,pack-relative-relocs -C link-arg=-Wl,--icf=all --cfg sha2_backend=\"soft\" --cfg sha2_backend_soft=\"compact\" $remap" \
   "${CARGO:-cargo}" build --release -q -p plugins -p multus-node --target "$target"
 echo "${CARGO_TARGET_DIR:-$PWD/target}/$target/release/cni-plugins"

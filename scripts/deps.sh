@@ -132,6 +132,11 @@ if [ ! -x "$venv/bin/pyspdxtools" ]; then
   "$venv/bin/pip" install -q spdx-tools==0.8.5
 fi
 
+# Every crate Cargo.lock pins, for every target: the source RPM vendors them all (cargo xtask
+# package, which, like every `cargo run`, has no network), and Windows or macOS crates are
+# never downloaded by a Linux build.
+(cd "$(dirname "$0")/.." && cargo fetch --locked -q)
+
 # kubectl checks the testkit Kubernetes API server (crates/testkit/tests/suite/kube_api_kubectl.rs).
 # It needs `patch --subresource` (kubectl >= 1.24); Debian's kubernetes-client is older, so
 # kubectl must come with the machine.

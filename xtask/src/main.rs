@@ -24,6 +24,7 @@ mod manual;
 mod measure;
 mod package;
 mod sbom;
+mod srpm;
 mod test_build;
 mod vm;
 
@@ -61,6 +62,8 @@ fn main() -> Result<()> {
         "aarch64-test" => aarch64::run(&rest),
         "image" => image::run(),
         "package" => package::run(&rest),
+        // What the source RPM's %build runs (packaging/rpm/multus-rs.spec).
+        "stage" => package::stage(&rest),
         "vm-bench" => vm::bench(&rest),
         "vm-memory" => vm::memory(&rest),
         // What `vm-bench` runs inside the VM.
@@ -71,7 +74,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-hotplug [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N] | vm-memory>"
+                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | stage ARGS | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-hotplug [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N] | vm-memory>"
             );
             std::process::exit(2)
         }
@@ -105,25 +108,9 @@ impl Arch {
 
 /// [`build_release`] for `arch`.
 pub fn build_release_for(arch: Arch) -> Result<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"));
-    build_release_from(&workspace_root(), &target, arch, &[])
-}
-
-/// [`build_release_for`] by the scripts/build.sh of the source tree `checkout`, into the target
-/// directory `target`, with `env` added to its environment.
-pub fn build_release_from(
-    checkout: &std::path::Path,
-    target: &std::path::Path,
-    arch: Arch,
-    env: &[(&str, &std::ffi::OsStr)],
-) -> Result<PathBuf> {
-    let script = checkout.join("scripts/build.sh");
+    let script = workspace_root().join("scripts/build.sh");
     let out = Command::new(&script)
         .arg(arch.rust())
-        .env("CARGO_TARGET_DIR", target)
-        .envs(env.iter().copied())
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("running {}", script.display()))?;

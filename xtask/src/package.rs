@@ -6,11 +6,14 @@
 //!   binaries in /usr/libexec/cni, links in /opt/cni/bin, the dhcp daemon's units),
 //!   `multus-rs-microshift` (in place of microshift-multus) and
 //!   `multus-rs-microshift-release-info`;
-//! - a .deb of the node binaries in /usr/lib/cni, with dpkg-deb.
+//! - a .deb of the node binaries in /usr/lib/cni, with dpkg-deb;
+//! - the source RPM: the spec with the release's facts, the source tree and the vendored crates
+//!   (srpm.rs).
 //!
 //! Then it checks them: their file lists, an install into a scratch root (manifests rendered
 //! and validated, release info against the manifests' images, `--version`, the units), an
-//! upgrade that keeps an edited config, and that a second build gives the same bytes.
+//! upgrade that keeps an edited config, that a second build gives the same bytes, and that the
+//! source RPM, rebuilt, gives the same RPMs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -119,6 +122,17 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     let index = crate::build_release()?.with_file_name(crate::image::INDEX_ARCHIVE);
     let digests = crate::image::index_digests(&index)?;
+    let commit = output(
+        Command::new("git")
+            .arg("-C")
+            .arg(&root)
+            .args(["rev-parse", "HEAD"]),
+    )?
+    .trim()
+    .to_owned();
+    // Both read once: the same commit, the same packages, whatever lands while they build.
+    let epoch = crate::source_date_epoch()?;
+    let mut srpm = None;
     // The release info is noarch: each architecture's build makes it, and their files must
     // agree (the headers name the build's platform).
     let mut release_info: Option<String> = None;
@@ -128,7 +142,14 @@ pub fn run(args: &[String]) -> Result<()> {
             .parent()
             .context("release dir")?
             .to_path_buf();
-        let inputs = Inputs::new(arch, bins, &opts.image, digests.clone())?;
+        let inputs = Inputs::new(
+            arch,
+            bins,
+            &opts.image,
+            digests.clone(),
+            commit.clone(),
+            epoch.clone(),
+        )?;
         let packages = build(&inputs, &opts.out, 1)?;
         for p in packages.all() {
             let kb = std::fs::metadata(p)?.len().div_ceil(1024);
@@ -146,6 +167,14 @@ pub fn run(args: &[String]) -> Result<()> {
         );
         release_info = Some(info);
         check(&inputs, &packages)?;
+        if srpm.is_none() {
+            let made = source_rpm(&inputs, &opts.out)?;
+            artifacts.push(made.clone());
+            srpm = Some(made);
+        }
+        if let Some(srpm) = &srpm {
+            rebuilt_from_source(&inputs, &packages, srpm)?;
+        }
         println!("{} packages checked", arch.rust());
         artifacts.extend(packages.all().map(Path::to_path_buf));
         artifacts.extend(write_sboms(&inputs, &packages, &opts.out)?);
@@ -244,7 +273,7 @@ fn write_sboms(inputs: &Inputs, p: &Packages, out: &Path) -> Result<Vec<PathBuf>
 }
 
 /// A binary's SBOM names its checksum, and every crate whose source paths the binary carries
-/// (in its panic messages, under the build's /cargo) is among the crates it lists.
+/// (in its panic messages, under the build's /crates) is among the crates it lists.
 fn check_binary_sbom(inputs: &Inputs, bin: &str, doc: &str) -> Result<()> {
     let doc: serde_json::Value = serde_json::from_str(doc)?;
     let data = std::fs::read(inputs.bins.join(bin))?;
@@ -271,11 +300,11 @@ fn check_binary_sbom(inputs: &Inputs, bin: &str, doc: &str) -> Result<()> {
             ))
         })
         .collect();
-    // `/cargo/registry/src/index.crates.io-<hash>/<name>-<version>/`
+    // `/crates/<name>-<version>/`, as scripts/build.sh writes cargo's registry sources
     let text = String::from_utf8_lossy(&data);
     let mut seen = BTreeSet::new();
-    for piece in text.split("/cargo/registry/src/").skip(1) {
-        if let Some(krate) = piece.split('/').nth(1) {
+    for piece in text.split("/crates/").skip(1) {
+        if let Some(krate) = piece.split('/').next().filter(|k| !k.is_empty()) {
             seen.insert(krate.to_owned());
         }
     }
@@ -395,22 +424,13 @@ impl Inputs {
         bins: PathBuf,
         image: &str,
         digests: BTreeMap<String, String>,
+        commit: String,
+        epoch: String,
     ) -> Result<Inputs> {
         let plugins = output(Command::new(bins.join("cni-plugins")).arg("--list"))?
             .lines()
             .map(str::to_owned)
             .collect();
-        let git = |args: &[&str]| {
-            output(
-                Command::new("git")
-                    .arg("-C")
-                    .arg(crate::workspace_root())
-                    .args(args),
-            )
-        };
-        let commit = git(&["rev-parse", "HEAD"])?.trim().to_owned();
-        // The same commit, the same packages.
-        let epoch = crate::source_date_epoch()?;
         let crates = sbom::crates(arch)?;
         let mut sboms = BTreeMap::new();
         for (bin, _) in sbom::BINARIES {
@@ -613,14 +633,10 @@ pub(crate) fn epoch_as(epoch: &str, format: &str) -> Result<String> {
     .to_owned())
 }
 
-/// Builds the four packages into `out`, with rpm release `release`.
-fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
-    let work = tempfile::tempdir()?;
-    std::fs::create_dir_all(out)?;
-
-    // The RPMs: one staged tree, one spec, three packages.
-    let sources = work.path().join("sources");
-    let root = sources.join("root");
+/// The RPMs' files under `dir/root`, and their `%files` lists beside it (`files-node`,
+/// `files-microshift`), as the spec's %install and %files take them.
+fn stage_rpm(inputs: &Inputs, dir: &Path) -> Result<()> {
+    let root = dir.join("root");
     let node = stage_node(inputs, &root, RPM_CNI_DIR, "usr/lib/systemd/system")?;
     let mut node_all = node.clone();
     for name in inputs
@@ -642,7 +658,7 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
     let microshift = stage_microshift(inputs, &root)?;
     settle_times(&root, &inputs.epoch)?;
     std::fs::write(
-        sources.join("files-node"),
+        dir.join("files-node"),
         file_list(
             &node_all,
             &[
@@ -660,36 +676,213 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
         .cloned()
         .collect();
     std::fs::write(
-        sources.join("files-microshift"),
+        dir.join("files-microshift"),
         file_list(&manifests, &[MANIFESTS, &format!("{MANIFESTS}/base")]),
     )?;
-    let define = |k: &str, v: &str| ["--define".to_owned(), format!("{k} {v}")];
-    let mut rpmbuild = Command::new("rpmbuild");
-    rpmbuild
-        .args(["-bb", "--quiet", "--target", inputs.arch.rust()])
-        .args(define(
-            "_topdir",
-            &work.path().join("rpmbuild").display().to_string(),
-        ))
-        .args(define("_sourcedir", &sources.display().to_string()))
-        .args(define("_rpmdir", &out.display().to_string()))
-        .args(define(
+    Ok(())
+}
+
+/// packaging/rpm/multus-rs.spec with the release's facts above it, as %global lines: what the
+/// source RPM carries, so that `rpmbuild --rebuild` needs no `--define`.
+fn spec_text(inputs: &Inputs, release: u32) -> Result<String> {
+    let digest = |arch: Arch| {
+        inputs
+            .digests
+            .get(crate::image::oci_arch(arch))
+            .cloned()
+            .with_context(|| format!("the image index has no {arch:?} image"))
+    };
+    let globals = [
+        ("version", VERSION.to_owned()),
+        ("release", release.to_string()),
+        ("plugins_version", PLUGINS_VERSION.to_owned()),
+        ("plugins_next", PLUGINS_NEXT.to_owned()),
+        ("commit", inputs.commit.clone()),
+        ("maintainer", MAINTAINER.to_owned()),
+        ("source_date", inputs.epoch.clone()),
+        ("changelog_date", epoch_as(&inputs.epoch, "%a %b %d %Y")?),
+        ("image", inputs.image.clone()),
+        ("digest_amd64", digest(Arch::X86_64)?),
+        ("digest_arm64", digest(Arch::Aarch64)?),
+    ];
+    let mut text: String = globals
+        .iter()
+        .map(|(k, v)| format!("%global {k} {v}\n"))
+        .collect();
+    text.push_str(&read("packaging/rpm/multus-rs.spec")?);
+    Ok(text)
+}
+
+/// rpmbuild's directories: its work under `top`, the RPMs into `rpms` by their plain names and
+/// the source RPM into `srpms`.
+fn rpm_dirs(top: &Path, rpms: &Path, srpms: &Path) -> Vec<String> {
+    [
+        ("_topdir", top.display().to_string()),
+        ("_rpmdir", rpms.display().to_string()),
+        ("_srcrpmdir", srpms.display().to_string()),
+        (
             "_build_name_fmt",
-            "%%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm",
-        ))
-        .args(define("version", VERSION))
-        .args(define("plugins_version", PLUGINS_VERSION))
-        .args(define("plugins_next", PLUGINS_NEXT))
-        .args(define("release", &release.to_string()))
-        .args(define("commit", &inputs.commit))
-        .args(define("maintainer", MAINTAINER))
-        .args(define(
-            "changelog_date",
-            &epoch_as(&inputs.epoch, "%a %b %d %Y")?,
-        ))
-        .arg(crate::workspace_root().join("packaging/rpm/multus-rs.spec"))
-        .env("SOURCE_DATE_EPOCH", &inputs.epoch);
-    output(&mut rpmbuild).context("rpmbuild (Debian's rpm package)")?;
+            "%%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm".to_owned(),
+        ),
+    ]
+    .into_iter()
+    .flat_map(|(k, v)| ["--define".to_owned(), format!("{k} {v}")])
+    .collect()
+}
+
+/// `cargo xtask stage --arch A --bins DIR --out DIR --commit C --image REPO --digest OCIARCH=D...`:
+/// the RPMs' staged tree and file lists from binaries built before, as the spec's %build runs it
+/// when it builds from the source RPM. SOURCE_DATE_EPOCH gives the time.
+pub fn stage(args: &[String]) -> Result<()> {
+    let usage = "cargo xtask stage --arch x86_64|aarch64 --bins DIR --out DIR --commit C --image REPO --digest OCIARCH=DIGEST...";
+    let (mut arch, mut bins, mut out, mut commit, mut image) = (None, None, None, None, None);
+    let mut digests = BTreeMap::new();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .with_context(|| format!("{flag} needs a value: {usage}"))?;
+        match flag.as_str() {
+            "--arch" => {
+                arch = Some(
+                    Arch::ALL
+                        .into_iter()
+                        .find(|a| a.rust() == value)
+                        .with_context(|| format!("no architecture {value:?}: {usage}"))?,
+                )
+            }
+            "--bins" => bins = Some(PathBuf::from(value)),
+            "--out" => out = Some(PathBuf::from(value)),
+            "--commit" => commit = Some(value.clone()),
+            "--image" => image = Some(value.clone()),
+            "--digest" => {
+                let (oci_arch, digest) = value
+                    .split_once('=')
+                    .with_context(|| format!("--digest {value:?}: {usage}"))?;
+                digests.insert(oci_arch.to_owned(), digest.to_owned());
+            }
+            other => bail!("unknown flag {other:?}: {usage}"),
+        }
+    }
+    let (Some(arch), Some(bins), Some(out), Some(commit), Some(image)) =
+        (arch, bins, out, commit, image)
+    else {
+        bail!("{usage}");
+    };
+    let inputs = Inputs::new(
+        arch,
+        bins,
+        &image,
+        digests,
+        commit,
+        crate::source_date_epoch()?,
+    )?;
+    stage_rpm(&inputs, &out)
+}
+
+/// The source RPM of this release into `out`: the spec with the release's facts, the source
+/// tree and the vendored crates (srpm.rs).
+fn source_rpm(inputs: &Inputs, out: &Path) -> Result<PathBuf> {
+    let work = tempfile::tempdir()?;
+    let top = work.path().join("rpmbuild");
+    let sources = top.join("SOURCES");
+    std::fs::create_dir_all(&sources)?;
+    crate::srpm::write(&sources, &inputs.epoch)?;
+    let spec = work.path().join("multus-rs.spec");
+    std::fs::write(&spec, spec_text(inputs, 1)?)?;
+    output(
+        Command::new("rpmbuild")
+            .args(["-bs", "--quiet"])
+            .args(rpm_dirs(&top, out, out))
+            .arg(&spec)
+            .env("SOURCE_DATE_EPOCH", &inputs.epoch),
+    )
+    .context("rpmbuild -bs")?;
+    let srpm = out.join(format!("multus-rs-{VERSION}-1.src.rpm"));
+    let kb = std::fs::metadata(&srpm)?.len().div_ceil(1024);
+    println!("{} ({kb} KB)", srpm.display());
+    Ok(srpm)
+}
+
+/// The source RPM, rebuilt for `inputs.arch` as a distribution's builder would (`rpmbuild
+/// --rebuild`: the binaries compiled from its sources, offline, in rpmbuild's own directory
+/// with a CARGO_HOME of its own), gives the RPMs `p` holds, byte for byte: the same commit
+/// makes the same binaries whatever the checkout's path and cargo's home.
+fn rebuilt_from_source(inputs: &Inputs, p: &Packages, srpm: &Path) -> Result<()> {
+    let work = tempfile::tempdir()?;
+    let out = work.path().join("rpms");
+    // --nodeps: BuildRequires names Fedora's packages, which Debian's rpm database lacks.
+    output(
+        Command::new("rpmbuild")
+            .args([
+                "--rebuild",
+                "--quiet",
+                "--nodeps",
+                "--target",
+                inputs.arch.rust(),
+            ])
+            .args(rpm_dirs(&work.path().join("rpmbuild"), &out, &out))
+            .arg(srpm)
+            .env("SOURCE_DATE_EPOCH", &inputs.epoch),
+    )
+    .with_context(|| {
+        format!(
+            "rpmbuild --rebuild {} for {:?}",
+            srpm.display(),
+            inputs.arch
+        )
+    })?;
+    for built in [&p.node_rpm, &p.microshift_rpm, &p.release_info_rpm] {
+        let again = out.join(built.file_name().context("an RPM's name")?);
+        ensure!(
+            std::fs::read(built)? == std::fs::read(&again)?,
+            "{} differs when rebuilt from {}: compare `rpm -qp --dump` of both",
+            built.display(),
+            srpm.display()
+        );
+    }
+    Ok(())
+}
+
+/// Builds the four packages into `out`, with rpm release `release`.
+fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
+    let work = tempfile::tempdir()?;
+    std::fs::create_dir_all(out)?;
+
+    // The RPMs: one staged tree, one spec, three packages.
+    let staged = work.path().join("staged");
+    stage_rpm(inputs, &staged)?;
+    let spec = work.path().join("multus-rs.spec");
+    std::fs::write(&spec, spec_text(inputs, release)?)?;
+    // Built as a distribution's builder builds them, by `rpmbuild --rebuild` of a source RPM,
+    // which stamps them with its cookie (build host and time): the same bytes as a rebuild of
+    // the real source RPM. With `staged` defined nothing is compiled, so this source RPM's
+    // sources are empty files.
+    let sources = work.path().join("sources");
+    std::fs::create_dir(&sources)?;
+    for name in crate::srpm::names() {
+        std::fs::write(sources.join(name), "")?;
+    }
+    let rpmbuild = |args: &[&str], top: &str, file: &Path| {
+        output(
+            Command::new("rpmbuild")
+                .args(args)
+                // --nodeps: built from binaries, the BuildRequires (the compilers) are not needed.
+                .args(["--quiet", "--nodeps", "--target", inputs.arch.rust()])
+                .args(rpm_dirs(&work.path().join(top), out, &sources))
+                .args(["--define", &format!("_sourcedir {}", sources.display())])
+                .args(["--define", &format!("staged {}", staged.display())])
+                .arg(file)
+                .env("SOURCE_DATE_EPOCH", &inputs.epoch),
+        )
+        .context("rpmbuild (Debian's rpm package)")
+    };
+    rpmbuild(&["-bs"], "srpm", &spec)?;
+    rpmbuild(
+        &["--rebuild"],
+        "rpmbuild",
+        &sources.join(format!("multus-rs-{VERSION}-{release}.src.rpm")),
+    )?;
     let rpm = |name: &str, arch: &str| out.join(format!("{name}-{VERSION}-{release}.{arch}.rpm"));
 
     // The .deb.
@@ -1351,41 +1544,6 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
         "the RPMs' removal left their files"
     );
 
-    // The same commit gives the same binaries, built again from a copy of the source tree in
-    // another directory, with another CARGO_HOME (x86_64's, as the cross build runs the same
-    // compiler), and the same inputs the same packages, byte for byte.
-    if inputs.arch == Arch::X86_64 {
-        let elsewhere = tempfile::tempdir()?;
-        let checkout = elsewhere.path().join("checkout");
-        copy_source_tree(&checkout)?;
-        // The same crates, reached through a path of its own.
-        let cargo_home = elsewhere.path().join("cargo-home");
-        std::fs::create_dir(&cargo_home)?;
-        let home = std::env::var_os("HOME").context("HOME is not set")?;
-        let registry = std::env::var_os("CARGO_HOME")
-            .map_or_else(|| Path::new(&home).join(".cargo"), PathBuf::from)
-            .join("registry");
-        symlink(&registry, cargo_home.join("registry"))?;
-        let again_bins = crate::build_release_from(
-            &checkout,
-            &checkout.join("target"),
-            Arch::X86_64,
-            &[
-                ("CARGO_HOME", cargo_home.as_os_str()),
-                ("MULTUS_RS_COMMIT", inputs.commit.as_ref()),
-            ],
-        )?;
-        let again_dir = again_bins.parent().context("release dir")?;
-        for bin in ["multus", "cni-plugins"] {
-            let again = again_dir.join(bin);
-            ensure!(
-                std::fs::read(inputs.bins.join(bin))? == std::fs::read(&again)?,
-                "{bin} differs when built again from the same source in {} (CARGO_HOME {})",
-                checkout.display(),
-                cargo_home.display()
-            );
-        }
-    }
     let again_dir = tempfile::tempdir()?;
     let again = build(inputs, again_dir.path(), 1)?;
     for (first, second) in p.all().into_iter().zip(again.all()) {
@@ -1394,34 +1552,6 @@ fn check(inputs: &Inputs, p: &Packages) -> Result<()> {
             "{} differs when built again",
             first.display()
         );
-    }
-    Ok(())
-}
-
-/// A copy at `dest` of the source tree's files as git sees them: tracked ones as they are in
-/// the work tree, and new ones not ignored.
-fn copy_source_tree(dest: &Path) -> Result<()> {
-    let root = crate::workspace_root();
-    let list = output(Command::new("git").current_dir(&root).args([
-        "ls-files",
-        "-z",
-        "--cached",
-        "--others",
-        "--exclude-standard",
-    ]))?;
-    for path in list.split('\0').filter(|p| !p.is_empty()) {
-        let from = root.join(path);
-        // A tracked file deleted in the work tree is not part of it.
-        let Ok(meta) = std::fs::symlink_metadata(&from) else {
-            continue;
-        };
-        let to = dest.join(path);
-        std::fs::create_dir_all(to.parent().context("a file's directory")?)?;
-        if meta.file_type().is_symlink() {
-            symlink(std::fs::read_link(&from)?, &to)?;
-        } else {
-            std::fs::copy(&from, &to).with_context(|| format!("copying {path}"))?;
-        }
     }
     Ok(())
 }
