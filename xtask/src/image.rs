@@ -32,11 +32,11 @@ pub fn run() -> Result<()> {
     for arch in Arch::ALL {
         let plugins = crate::build_release_for(arch)?;
         arch_bins.insert(
-            oci_arch(arch),
+            arch.oci(),
             plugins.parent().context("release dir")?.to_path_buf(),
         );
     }
-    let bins = &arch_bins[oci_arch(Arch::X86_64)];
+    let bins = &arch_bins[Arch::X86_64.oci()];
     let root = crate::workspace_root();
     let context = bins.join("image");
     // Each architecture's binaries under its OCI name, which the Containerfile's TARGETARCH
@@ -108,7 +108,7 @@ pub fn run() -> Result<()> {
         &podman,
         ARM_IMAGE,
         &arm_node,
-        &arch_bins[oci_arch(Arch::Aarch64)],
+        &arch_bins[Arch::Aarch64.oci()],
     )?;
     println!("the arm64 image, under qemu-user, installed its aarch64 binaries");
     let (host, sa) = (&node.host, &node.sa);
@@ -174,14 +174,6 @@ fn build_index(
     index_digests(index_archive)
 }
 
-/// The architecture's name in OCI platforms and in the Containerfile's TARGETARCH.
-pub(crate) fn oci_arch(arch: Arch) -> &'static str {
-    match arch {
-        Arch::X86_64 => "amd64",
-        Arch::Aarch64 => "arm64",
-    }
-}
-
 /// Each architecture's image manifest digest in the OCI index archive `archive` (`oci-archive`
 /// layout: index.json names the image index blob, which names a manifest per platform).
 pub(crate) fn index_digests(archive: &Path) -> Result<BTreeMap<String, String>> {
@@ -224,10 +216,10 @@ pub(crate) fn index_digests(archive: &Path) -> Result<BTreeMap<String, String>> 
     }
     for arch in Arch::ALL {
         ensure!(
-            digests.contains_key(oci_arch(arch)),
+            digests.contains_key(arch.oci()),
             "{} has no {} image",
             archive.display(),
-            oci_arch(arch)
+            arch.oci()
         );
     }
     Ok(digests)

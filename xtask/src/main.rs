@@ -20,10 +20,8 @@ mod bench_thick;
 mod bench_whereabouts;
 mod dhcp_bench;
 mod image;
-mod manual;
 mod measure;
 mod package;
-mod sbom;
 mod srpm;
 mod test_build;
 mod vm;
@@ -32,6 +30,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+pub use package_layout::{
+    cargo, epoch_as, filter, output, source_date_epoch, workspace_root, Arch, VERSION,
+};
+use package_layout::{manual, sbom};
 
 fn main() -> Result<()> {
     // Release builds abort on panic, so namespaces are removed here rather than by Drop.
@@ -62,8 +64,6 @@ fn main() -> Result<()> {
         "aarch64-test" => aarch64::run(&rest),
         "image" => image::run(),
         "package" => package::run(&rest),
-        // What the source RPM's %build runs (packaging/rpm/multus-rs.spec).
-        "stage" => package::stage(&rest),
         "vm-bench" => vm::bench(&rest),
         "vm-memory" => vm::memory(&rest),
         // What `vm-bench` runs inside the VM.
@@ -74,7 +74,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | stage ARGS | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-hotplug [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N] | vm-memory>"
+                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-hotplug [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N] | vm-memory>"
             );
             std::process::exit(2)
         }
@@ -86,26 +86,6 @@ fn main() -> Result<()> {
 pub fn build_release() -> Result<PathBuf> {
     build_release_for(Arch::X86_64)
 }
-
-/// The machines the release is built for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
-    X86_64,
-    Aarch64,
-}
-
-impl Arch {
-    pub const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
-
-    /// The name in Rust's target triple and in scripts/build.sh's argument.
-    pub fn rust(self) -> &'static str {
-        match self {
-            Arch::X86_64 => "x86_64",
-            Arch::Aarch64 => "aarch64",
-        }
-    }
-}
-
 /// [`build_release`] for `arch`.
 pub fn build_release_for(arch: Arch) -> Result<PathBuf> {
     let script = workspace_root().join("scripts/build.sh");
@@ -119,33 +99,4 @@ pub fn build_release_for(arch: Arch) -> Result<PathBuf> {
     }
     let path = String::from_utf8(out.stdout).context("scripts/build.sh printed non-UTF-8")?;
     Ok(PathBuf::from(path.trim_end()))
-}
-
-/// The time of the commit being built (or SOURCE_DATE_EPOCH, when the caller sets it), in
-/// seconds: what goes into packages and images instead of the build's time.
-pub fn source_date_epoch() -> Result<String> {
-    if let Some(epoch) = std::env::var("SOURCE_DATE_EPOCH")
-        .ok()
-        .filter(|e| !e.is_empty())
-    {
-        return Ok(epoch);
-    }
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(workspace_root())
-        .args(["log", "-1", "--format=%ct"])
-        .output()
-        .context("running git log")?;
-    if !out.status.success() {
-        bail!("git log failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8(out.stdout)
-        .context("git log printed non-UTF-8")?
-        .trim()
-        .to_owned())
-}
-
-/// The repository's root, above xtask's own directory.
-pub fn workspace_root() -> PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }

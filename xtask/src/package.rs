@@ -13,37 +13,29 @@
 //! Then it checks them: their file lists, an install into a scratch root (manifests rendered
 //! and validated, release info against the manifests' images, `--version`, the units), an
 //! upgrade that keeps an edited config, that a second build gives the same bytes, and that the
-//! source RPM, rebuilt, gives the same RPMs.
+//! source RPM, rebuilt for x86_64, gives the same RPMs.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
 
-use crate::{sbom, Arch};
+use crate::{epoch_as, output, sbom, Arch, VERSION};
+use package_layout::{
+    put, read, settle_times, stage_node, stage_rpm, Inputs, DOC_DIR, MANIFESTS, MULTUS_PLUGINS,
+    RPM_CNI_DIR, RPM_LICENSE,
+};
 
 /// The repository the packages name the image in when no `--image` is given: where a release
 /// pushes the index `cargo xtask image` saved (docs/install.md). The digests are that index's.
 const DEFAULT_IMAGE: &str = "ghcr.io/multus-rs/multus-rs";
-/// The name deploy/base's kustomization gives the image, which the MicroShift tree rewrites.
-const BASE_IMAGE: &str = "localhost/multus-rs";
-const MANIFESTS: &str = "usr/lib/microshift/manifests.d/003-microshift-multus";
-pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The reference plugins' release ours match (the peers' pin): the packages provide
 /// containernetworking-plugins at it, and replace every release before the next.
 const PLUGINS_VERSION: &str = "1.9.1";
 /// Below every 1.9.2 release, Debian's `1.9.2+ds1-1` and `1.9.2~rc1` included, and above every
 /// 1.9.1 one.
 const PLUGINS_NEXT: &str = "1.9.2~";
-/// Where the rpm node package puts the binaries, and the .deb.
-const RPM_CNI_DIR: &str = "usr/libexec/cni";
-/// The node package's documentation: the binaries' SBOMs (and, in the .deb, its copyright and
-/// changelog).
-const DOC_DIR: &str = "usr/share/doc/multus-rs";
-/// The node RPM's `%license` file.
-const RPM_LICENSE: &str = "usr/share/licenses/multus-rs/LICENSE";
 /// The .deb's lintian overrides: findings that are so by design, each with its reason.
 const DEB_LINTIAN_OVERRIDES: &str = "usr/share/lintian/overrides/multus-rs";
 /// Who the packages name as their maintainer.
@@ -84,26 +76,6 @@ impl Packages {
     }
 }
 
-/// What goes into one build: the binaries, their architecture and the facts the packages
-/// carry.
-struct Inputs {
-    arch: Arch,
-    bins: PathBuf,
-    plugins: Vec<String>,
-    commit: String,
-    epoch: String,
-    image: String,
-    /// Each architecture's image manifest digest (by OCI architecture name), from the index
-    /// `cargo xtask image` saved.
-    digests: BTreeMap<String, String>,
-    /// The crates of each binary, by its name.
-    crates: BTreeMap<&'static str, Vec<sbom::Crate>>,
-    /// Each binary's SBOM, by its name.
-    sboms: BTreeMap<&'static str, String>,
-    /// multus(1), compressed.
-    manual: Vec<u8>,
-}
-
 pub fn run(args: &[String]) -> Result<()> {
     let root = crate::workspace_root();
     let mut opts = Options {
@@ -132,7 +104,6 @@ pub fn run(args: &[String]) -> Result<()> {
     .to_owned();
     // Both read once: the same commit, the same packages, whatever lands while they build.
     let epoch = crate::source_date_epoch()?;
-    let mut srpm = None;
     // The release info is noarch: each architecture's build makes it, and their files must
     // agree (the headers name the build's platform).
     let mut release_info: Option<String> = None;
@@ -167,13 +138,13 @@ pub fn run(args: &[String]) -> Result<()> {
         );
         release_info = Some(info);
         check(&inputs, &packages)?;
-        if srpm.is_none() {
-            let made = source_rpm(&inputs, &opts.out)?;
-            artifacts.push(made.clone());
-            srpm = Some(made);
-        }
-        if let Some(srpm) = &srpm {
-            rebuilt_from_source(&inputs, &packages, srpm)?;
+        // One source RPM serves both architectures. It is rebuilt for x86_64 only: a rebuild
+        // compiles everything from nothing, and aarch64's second one would double the step's
+        // time in the test command (docs/install.md).
+        if arch == Arch::X86_64 {
+            let srpm = source_rpm(&inputs, &opts.out)?;
+            rebuilt_from_source(&inputs, &packages, &srpm)?;
+            artifacts.push(srpm);
         }
         println!("{} packages checked", arch.rust());
         artifacts.extend(packages.all().map(Path::to_path_buf));
@@ -386,309 +357,13 @@ fn write_sums(out: &Path, artifacts: &[PathBuf]) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn output(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    ensure!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// What `cmd` writes with `input` on its stdin; it must succeed.
-pub(crate) fn filter(cmd: &mut Command, input: &[u8]) -> Result<Vec<u8>> {
-    use std::io::Write as _;
-    let mut child = cmd
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running {cmd:?}"))?;
-    child
-        .stdin
-        .take()
-        .context("the child's stdin")?
-        .write_all(input)?;
-    let out = child
-        .wait_with_output()
-        .with_context(|| format!("waiting for {cmd:?}"))?;
-    ensure!(out.status.success(), "{cmd:?} failed");
-    Ok(out.stdout)
-}
-
-impl Inputs {
-    /// `bins` holds `arch`'s binaries; aarch64's run here under qemu-user (binfmt_misc).
-    fn new(
-        arch: Arch,
-        bins: PathBuf,
-        image: &str,
-        digests: BTreeMap<String, String>,
-        commit: String,
-        epoch: String,
-    ) -> Result<Inputs> {
-        let plugins = output(Command::new(bins.join("cni-plugins")).arg("--list"))?
-            .lines()
-            .map(str::to_owned)
-            .collect();
-        let crates = sbom::crates(arch)?;
-        let mut sboms = BTreeMap::new();
-        for (bin, _) in sbom::BINARIES {
-            let mut doc = sbom::Document::new()?;
-            let subject = doc.binary(bin, &bins.join(bin), &crates[bin])?;
-            let name = format!("{bin}-{VERSION}.{}", arch.rust());
-            sboms.insert(bin, doc.finish(&name, &subject, &epoch)?);
-        }
-        let manual = crate::manual::page(&bins.join("multus"), &epoch)?;
-        Ok(Inputs {
-            arch,
-            manual,
-            bins,
-            plugins,
-            commit,
-            epoch,
-            image: image.to_owned(),
-            digests,
-            crates,
-            sboms,
-        })
-    }
-
-    /// The image of this release for `arch`, by repository and digest.
-    fn image_ref(&self, arch: Arch) -> String {
-        let digest = self
-            .digests
-            .get(crate::image::oci_arch(arch))
-            .map_or("", String::as_str);
-        format!("{}@{digest}", self.image)
-    }
-}
-
-/// Writes `data` at `root/path` with `mode`, making the directories.
-fn put(root: &Path, path: &str, data: &[u8], mode: u32) -> Result<()> {
-    let file = root.join(path);
-    std::fs::create_dir_all(file.parent().context("parent")?)?;
-    std::fs::write(&file, data).with_context(|| format!("writing {}", file.display()))?;
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))?;
-    Ok(())
-}
-
-fn link(root: &Path, path: &str, target: &str) -> Result<()> {
-    let at = root.join(path);
-    std::fs::create_dir_all(at.parent().context("parent")?)?;
-    symlink(target, &at).with_context(|| format!("linking {}", at.display()))
-}
-
-fn read(path: &str) -> Result<String> {
-    std::fs::read_to_string(crate::workspace_root().join(path))
-        .with_context(|| format!("reading {path}"))
-}
-
-/// The plugins the `multus` binary carries, run through links to it (as `multus install` makes
-/// them).
-const MULTUS_PLUGINS: &[&str] = &["whereabouts"];
-
-/// The node binaries under `cni_dir`: multus, cni-plugins, a link per plugin, /usr/bin/multus
-/// and the dhcp daemon's units in `unit_dir`. Returns the paths it made.
-fn stage_node(inputs: &Inputs, root: &Path, cni_dir: &str, unit_dir: &str) -> Result<Vec<String>> {
-    let mut made = Vec::new();
-    for bin in ["multus", "cni-plugins"] {
-        let data = std::fs::read(inputs.bins.join(bin))?;
-        put(root, &format!("{cni_dir}/{bin}"), &data, 0o755)?;
-        made.push(format!("{cni_dir}/{bin}"));
-    }
-    for name in &inputs.plugins {
-        link(root, &format!("{cni_dir}/{name}"), "cni-plugins")?;
-        made.push(format!("{cni_dir}/{name}"));
-    }
-    for name in MULTUS_PLUGINS {
-        link(root, &format!("{cni_dir}/{name}"), "multus")?;
-        made.push(format!("{cni_dir}/{name}"));
-    }
-    // The shortest relative path, as Debian's policy asks: both lie under /usr.
-    let under_usr = cni_dir
-        .strip_prefix("usr/")
-        .context("the CNI directory is under /usr")?;
-    link(root, "usr/bin/multus", &format!("../{under_usr}/multus"))?;
-    made.push("usr/bin/multus".into());
-    put(root, crate::manual::PATH, &inputs.manual, 0o644)?;
-    made.push(crate::manual::PATH.into());
-    for (bin, doc) in &inputs.sboms {
-        let path = format!("{DOC_DIR}/{bin}.spdx.json");
-        put(root, &path, doc.as_bytes(), 0o644)?;
-        made.push(path);
-    }
-    for unit in ["cni-dhcp.socket", "cni-dhcp.service"] {
-        let text = read(&format!("packaging/systemd/{unit}"))?
-            .replace("@CNI_DIR@", &format!("/{cni_dir}"));
-        put(root, &format!("{unit_dir}/{unit}"), text.as_bytes(), 0o644)?;
-        made.push(format!("{unit_dir}/{unit}"));
-    }
-    Ok(made)
-}
-
-/// The MicroShift files: the kustomize tree (deploy/microshift over deploy/base, made one tree,
-/// with this release's image appended), the two drop-ins and the release info.
-fn stage_microshift(inputs: &Inputs, root: &Path) -> Result<Vec<String>> {
-    let mut made = Vec::new();
-    let base = crate::workspace_root().join("deploy/base");
-    let mut names: Vec<String> = std::fs::read_dir(&base)?
-        .map(|e| Ok(e?.file_name().to_string_lossy().into_owned()))
-        .collect::<Result<_>>()?;
-    names.sort();
-    for name in names {
-        let data = std::fs::read(base.join(&name))?;
-        put(root, &format!("{MANIFESTS}/base/{name}"), &data, 0o644)?;
-        made.push(format!("{MANIFESTS}/base/{name}"));
-    }
-    let scc = std::fs::read(crate::workspace_root().join("deploy/microshift/scc.yaml"))?;
-    put(root, &format!("{MANIFESTS}/scc.yaml"), &scc, 0o644)?;
-    made.push(format!("{MANIFESTS}/scc.yaml"));
-    let kustomization = read("deploy/microshift/kustomization.yaml")?;
-    ensure!(
-        kustomization.contains("\n  - ../base\n") && !kustomization.contains("\nimages:"),
-        "deploy/microshift/kustomization.yaml no longer has the shape packaging rewrites"
-    );
-    let kustomization = format!(
-        "{}\n# This release's image for this architecture, by digest, appended by the package.\nimages:\n  - name: {BASE_IMAGE}\n    newName: {}\n    digest: {}\n",
-        kustomization.replace("\n  - ../base\n", "\n  - base\n").trim_end(),
-        inputs.image,
-        inputs.digests[crate::image::oci_arch(inputs.arch)]
-    );
-    put(
-        root,
-        &format!("{MANIFESTS}/kustomization.yaml"),
-        kustomization.as_bytes(),
-        0o644,
-    )?;
-    made.push(format!("{MANIFESTS}/kustomization.yaml"));
-    put(
-        root,
-        "etc/microshift/config.d/00-enable-multus.yaml",
-        read("packaging/microshift/00-enable-multus.yaml")?.as_bytes(),
-        0o644,
-    )?;
-    put(
-        root,
-        "etc/crio/crio.conf.d/12-microshift-multus.conf",
-        read("deploy/microshift/crio/12-multus.conf")?.as_bytes(),
-        0o644,
-    )?;
-    // One file per architecture, each naming that architecture's image.
-    for arch in Arch::ALL {
-        let info = serde_json::to_string_pretty(&serde_json::json!({
-            "release": { "base": VERSION },
-            "images": { "multus-rs": inputs.image_ref(arch) },
-        }))? + "\n";
-        let arch = arch.rust();
-        put(
-            root,
-            &format!("usr/share/microshift/release/release-multus-{arch}.json"),
-            info.as_bytes(),
-            0o644,
-        )?;
-    }
-    Ok(made)
-}
-
-/// Every staged path's time set to `epoch`, so what the tools read from the tree is the same
-/// in every build.
-fn settle_times(root: &Path, epoch: &str) -> Result<()> {
-    output(
-        Command::new("find")
-            .arg(root)
-            .args(["-exec", "touch", "-h", "-d"])
-            .arg(format!("@{epoch}"))
-            .args(["{}", "+"]),
-    )
-    .map(drop)
-}
-
-/// The rpm `%files` lines for `paths` and the directories only they use: what is under
-/// [`DOC_DIR`] is `%doc`, and [`RPM_LICENSE`] is `%license`.
-fn file_list(paths: &[String], own_dirs: &[&str]) -> String {
-    let mut lines: Vec<String> = own_dirs.iter().map(|d| format!("%dir /{d}")).collect();
-    lines.extend(paths.iter().map(|p| {
-        if p == RPM_LICENSE {
-            format!("%license /{p}")
-        } else if p.starts_with(DOC_DIR) {
-            format!("%doc /{p}")
-        } else {
-            format!("/{p}")
-        }
-    }));
-    lines.join("\n") + "\n"
-}
-
-/// The time `epoch` (seconds), as `format` (date(1)'s) gives it.
-pub(crate) fn epoch_as(epoch: &str, format: &str) -> Result<String> {
-    Ok(output(
-        Command::new("date")
-            .env("LC_ALL", "C")
-            .args(["-u", "-d"])
-            .arg(format!("@{epoch}"))
-            .arg(format!("+{format}")),
-    )?
-    .trim()
-    .to_owned())
-}
-
-/// The RPMs' files under `dir/root`, and their `%files` lists beside it (`files-node`,
-/// `files-microshift`), as the spec's %install and %files take them.
-fn stage_rpm(inputs: &Inputs, dir: &Path) -> Result<()> {
-    let root = dir.join("root");
-    let node = stage_node(inputs, &root, RPM_CNI_DIR, "usr/lib/systemd/system")?;
-    let mut node_all = node.clone();
-    for name in inputs
-        .plugins
-        .iter()
-        .map(String::as_str)
-        .chain(["multus", "cni-plugins"])
-        .chain(MULTUS_PLUGINS.iter().copied())
-    {
-        link(
-            &root,
-            &format!("opt/cni/bin/{name}"),
-            &format!("/{RPM_CNI_DIR}/{name}"),
-        )?;
-        node_all.push(format!("opt/cni/bin/{name}"));
-    }
-    put(&root, RPM_LICENSE, read("LICENSE")?.as_bytes(), 0o644)?;
-    node_all.push(RPM_LICENSE.into());
-    let microshift = stage_microshift(inputs, &root)?;
-    settle_times(&root, &inputs.epoch)?;
-    std::fs::write(
-        dir.join("files-node"),
-        file_list(
-            &node_all,
-            &[
-                RPM_CNI_DIR,
-                "opt/cni",
-                "opt/cni/bin",
-                DOC_DIR,
-                "usr/share/licenses/multus-rs",
-            ],
-        ),
-    )?;
-    let manifests: Vec<String> = microshift
-        .iter()
-        .filter(|p| p.starts_with(MANIFESTS))
-        .cloned()
-        .collect();
-    std::fs::write(
-        dir.join("files-microshift"),
-        file_list(&manifests, &[MANIFESTS, &format!("{MANIFESTS}/base")]),
-    )?;
-    Ok(())
-}
-
 /// packaging/rpm/multus-rs.spec with the release's facts above it, as %global lines: what the
 /// source RPM carries, so that `rpmbuild --rebuild` needs no `--define`.
 fn spec_text(inputs: &Inputs, release: u32) -> Result<String> {
     let digest = |arch: Arch| {
         inputs
             .digests
-            .get(crate::image::oci_arch(arch))
+            .get(arch.oci())
             .cloned()
             .with_context(|| format!("the image index has no {arch:?} image"))
     };
@@ -713,10 +388,18 @@ fn spec_text(inputs: &Inputs, release: u32) -> Result<String> {
     Ok(text)
 }
 
-/// rpmbuild's directories: its work under `top`, the RPMs into `rpms` by their plain names and
-/// the source RPM into `srpms`.
-fn rpm_dirs(top: &Path, rpms: &Path, srpms: &Path) -> Vec<String> {
-    [
+/// Runs `rpmbuild VERB FILE` for `arch`: its work under `top`, the RPMs into `rpms` by their
+/// plain names and the source RPM into `srpms`, with `defines` besides. --nodeps: BuildRequires
+/// names Fedora's packages, which Debian's rpm database lacks.
+fn rpmbuild(
+    verb: &str,
+    file: &Path,
+    arch: Arch,
+    [top, rpms, srpms]: [&Path; 3],
+    defines: &[(&str, String)],
+    epoch: &str,
+) -> Result<()> {
+    let dirs = [
         ("_topdir", top.display().to_string()),
         ("_rpmdir", rpms.display().to_string()),
         ("_srcrpmdir", srpms.display().to_string()),
@@ -724,60 +407,20 @@ fn rpm_dirs(top: &Path, rpms: &Path, srpms: &Path) -> Vec<String> {
             "_build_name_fmt",
             "%%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm".to_owned(),
         ),
-    ]
-    .into_iter()
-    .flat_map(|(k, v)| ["--define".to_owned(), format!("{k} {v}")])
-    .collect()
-}
-
-/// `cargo xtask stage --arch A --bins DIR --out DIR --commit C --image REPO --digest OCIARCH=D...`:
-/// the RPMs' staged tree and file lists from binaries built before, as the spec's %build runs it
-/// when it builds from the source RPM. SOURCE_DATE_EPOCH gives the time.
-pub fn stage(args: &[String]) -> Result<()> {
-    let usage = "cargo xtask stage --arch x86_64|aarch64 --bins DIR --out DIR --commit C --image REPO --digest OCIARCH=DIGEST...";
-    let (mut arch, mut bins, mut out, mut commit, mut image) = (None, None, None, None, None);
-    let mut digests = BTreeMap::new();
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let value = it
-            .next()
-            .with_context(|| format!("{flag} needs a value: {usage}"))?;
-        match flag.as_str() {
-            "--arch" => {
-                arch = Some(
-                    Arch::ALL
-                        .into_iter()
-                        .find(|a| a.rust() == value)
-                        .with_context(|| format!("no architecture {value:?}: {usage}"))?,
-                )
-            }
-            "--bins" => bins = Some(PathBuf::from(value)),
-            "--out" => out = Some(PathBuf::from(value)),
-            "--commit" => commit = Some(value.clone()),
-            "--image" => image = Some(value.clone()),
-            "--digest" => {
-                let (oci_arch, digest) = value
-                    .split_once('=')
-                    .with_context(|| format!("--digest {value:?}: {usage}"))?;
-                digests.insert(oci_arch.to_owned(), digest.to_owned());
-            }
-            other => bail!("unknown flag {other:?}: {usage}"),
-        }
-    }
-    let (Some(arch), Some(bins), Some(out), Some(commit), Some(image)) =
-        (arch, bins, out, commit, image)
-    else {
-        bail!("{usage}");
-    };
-    let inputs = Inputs::new(
-        arch,
-        bins,
-        &image,
-        digests,
-        commit,
-        crate::source_date_epoch()?,
-    )?;
-    stage_rpm(&inputs, &out)
+    ];
+    output(
+        Command::new("rpmbuild")
+            .args([verb, "--quiet", "--nodeps", "--target", arch.rust()])
+            .args(
+                dirs.iter()
+                    .chain(defines)
+                    .flat_map(|(k, v)| ["--define".to_owned(), format!("{k} {v}")]),
+            )
+            .arg(file)
+            .env("SOURCE_DATE_EPOCH", epoch),
+    )
+    .with_context(|| format!("rpmbuild {verb} {} (Debian's rpm package)", file.display()))
+    .map(drop)
 }
 
 /// The source RPM of this release into `out`: the spec with the release's facts, the source
@@ -790,14 +433,14 @@ fn source_rpm(inputs: &Inputs, out: &Path) -> Result<PathBuf> {
     crate::srpm::write(&sources, &inputs.epoch)?;
     let spec = work.path().join("multus-rs.spec");
     std::fs::write(&spec, spec_text(inputs, 1)?)?;
-    output(
-        Command::new("rpmbuild")
-            .args(["-bs", "--quiet"])
-            .args(rpm_dirs(&top, out, out))
-            .arg(&spec)
-            .env("SOURCE_DATE_EPOCH", &inputs.epoch),
-    )
-    .context("rpmbuild -bs")?;
+    rpmbuild(
+        "-bs",
+        &spec,
+        inputs.arch,
+        [&top, out, out],
+        &[],
+        &inputs.epoch,
+    )?;
     let srpm = out.join(format!("multus-rs-{VERSION}-1.src.rpm"));
     let kb = std::fs::metadata(&srpm)?.len().div_ceil(1024);
     println!("{} ({kb} KB)", srpm.display());
@@ -811,27 +454,14 @@ fn source_rpm(inputs: &Inputs, out: &Path) -> Result<PathBuf> {
 fn rebuilt_from_source(inputs: &Inputs, p: &Packages, srpm: &Path) -> Result<()> {
     let work = tempfile::tempdir()?;
     let out = work.path().join("rpms");
-    // --nodeps: BuildRequires names Fedora's packages, which Debian's rpm database lacks.
-    output(
-        Command::new("rpmbuild")
-            .args([
-                "--rebuild",
-                "--quiet",
-                "--nodeps",
-                "--target",
-                inputs.arch.rust(),
-            ])
-            .args(rpm_dirs(&work.path().join("rpmbuild"), &out, &out))
-            .arg(srpm)
-            .env("SOURCE_DATE_EPOCH", &inputs.epoch),
-    )
-    .with_context(|| {
-        format!(
-            "rpmbuild --rebuild {} for {:?}",
-            srpm.display(),
-            inputs.arch
-        )
-    })?;
+    rpmbuild(
+        "--rebuild",
+        srpm,
+        inputs.arch,
+        [&work.path().join("rpmbuild"), &out, &out],
+        &[],
+        &inputs.epoch,
+    )?;
     for built in [&p.node_rpm, &p.microshift_rpm, &p.release_info_rpm] {
         let again = out.join(built.file_name().context("an RPM's name")?);
         ensure!(
@@ -863,25 +493,26 @@ fn build(inputs: &Inputs, out: &Path, release: u32) -> Result<Packages> {
     for name in crate::srpm::names() {
         std::fs::write(sources.join(name), "")?;
     }
-    let rpmbuild = |args: &[&str], top: &str, file: &Path| {
-        output(
-            Command::new("rpmbuild")
-                .args(args)
-                // --nodeps: built from binaries, the BuildRequires (the compilers) are not needed.
-                .args(["--quiet", "--nodeps", "--target", inputs.arch.rust()])
-                .args(rpm_dirs(&work.path().join(top), out, &sources))
-                .args(["--define", &format!("_sourcedir {}", sources.display())])
-                .args(["--define", &format!("staged {}", staged.display())])
-                .arg(file)
-                .env("SOURCE_DATE_EPOCH", &inputs.epoch),
-        )
-        .context("rpmbuild (Debian's rpm package)")
-    };
-    rpmbuild(&["-bs"], "srpm", &spec)?;
+    let defines = [
+        ("_sourcedir", sources.display().to_string()),
+        ("staged", staged.display().to_string()),
+    ];
+    let top = |name: &str| work.path().join(name);
     rpmbuild(
-        &["--rebuild"],
-        "rpmbuild",
+        "-bs",
+        &spec,
+        inputs.arch,
+        [&top("srpm"), out, &sources],
+        &defines,
+        &inputs.epoch,
+    )?;
+    rpmbuild(
+        "--rebuild",
         &sources.join(format!("multus-rs-{VERSION}-{release}.src.rpm")),
+        inputs.arch,
+        [&top("rpmbuild"), out, &sources],
+        &defines,
+        &inputs.epoch,
     )?;
     let rpm = |name: &str, arch: &str| out.join(format!("{name}-{VERSION}-{release}.{arch}.rpm"));
 

@@ -16,7 +16,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::package::{output, VERSION};
+use crate::{output, VERSION};
 
 /// The file names of the two sources.
 pub fn names() -> [String; 2] {
@@ -35,7 +35,7 @@ pub fn write(dir: &Path, epoch: &str) -> Result<()> {
     tar_gz(work.path(), &top, &dir.join(tree_name), epoch)?;
     let vendor = work.path().join("vendor");
     output(
-        Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        Command::new(crate::cargo())
             .current_dir(crate::workspace_root())
             .args(["vendor", "--offline", "--locked", "--versioned-dirs", "-q"])
             .arg(&vendor),
@@ -65,7 +65,7 @@ fn stub_unused(vendor: &Path) -> Result<()> {
     let mut used = BTreeSet::new();
     for arch in crate::Arch::ALL {
         let tree = output(
-            Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+            Command::new(crate::cargo())
                 .current_dir(crate::workspace_root())
                 .args([
                     "tree",

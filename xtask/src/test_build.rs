@@ -37,7 +37,7 @@ impl TestBuild {
 
 /// Builds the test binaries of `packages` for this machine, with what they call.
 pub fn build(packages: &[&str]) -> Result<TestBuild> {
-    let mut cargo = Command::new(cargo());
+    let mut cargo = Command::new(crate::cargo());
     cargo.args(["test", "--no-run", "--message-format=json"]);
     for package in packages {
         cargo.args(["-p", package]);
@@ -88,7 +88,7 @@ pub fn build(packages: &[&str]) -> Result<TestBuild> {
 
 /// Where cargo puts build output (honours CARGO_TARGET_DIR and config).
 pub fn target_dir() -> Result<PathBuf> {
-    let out = Command::new(cargo())
+    let out = Command::new(crate::cargo())
         .args(["metadata", "--format-version", "1", "--no-deps"])
         .output()
         .context("running cargo metadata")?;
@@ -98,8 +98,4 @@ pub fn target_dir() -> Result<PathBuf> {
         .as_str()
         .context("cargo metadata: no target_directory")?;
     Ok(PathBuf::from(dir))
-}
-
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
 }

@@ -6,14 +6,14 @@ use std::process::Command;
 
 use anyhow::{ensure, Result};
 
-use crate::package::{epoch_as, filter, output};
+use crate::{epoch_as, filter, output};
 
 /// Where the packages install the page.
-pub(crate) const PATH: &str = "usr/share/man/man1/multus.1.gz";
+pub const PATH: &str = "usr/share/man/man1/multus.1.gz";
 
 /// The page for the binary `multus`, dated `epoch`, compressed as Debian's policy asks (gzip -9
 /// with no name or time in the header, so the same input gives the same bytes).
-pub(crate) fn page(multus: &Path, epoch: &str) -> Result<Vec<u8>> {
+pub fn page(multus: &Path, epoch: &str) -> Result<Vec<u8>> {
     let help = |args: &[&str]| output(Command::new(multus).args(args));
     let top = help(&["--help"])?;
     let commands = commands(&top);

@@ -60,7 +60,7 @@ pub fn crates(arch: Arch) -> Result<BTreeMap<&'static str, Vec<Crate>>> {
 /// `cargo tree` over the release build's two packages with edges `edges`: each root package's
 /// crates (itself included), by its name.
 fn tree(arch: Arch, edges: &str) -> Result<BTreeMap<String, BTreeSet<Crate>>> {
-    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let mut cmd = Command::new(crate::cargo());
     cmd.current_dir(crate::workspace_root())
         .args(["tree", "-q", "--locked", "--no-dedupe", "--prefix", "depth"])
         .args(["--format", "{p}|{l}", "-e", edges, "--target"])
@@ -68,7 +68,7 @@ fn tree(arch: Arch, edges: &str) -> Result<BTreeMap<String, BTreeSet<Crate>>> {
     for (_, package) in BINARIES {
         cmd.args(["-p", package]);
     }
-    let text = crate::package::output(&mut cmd)?;
+    let text = crate::output(&mut cmd)?;
     let mut roots: BTreeMap<String, BTreeSet<Crate>> = BTreeMap::new();
     let mut current = None;
     for line in text.lines().filter(|l| !l.is_empty()) {
@@ -136,7 +136,7 @@ pub fn file_sums(paths: &[&Path]) -> Result<Vec<(String, String)>> {
         if paths.is_empty() {
             return Ok(Vec::new());
         }
-        let text = crate::package::output(Command::new(tool).args(paths))?;
+        let text = crate::output(Command::new(tool).args(paths))?;
         Ok(text
             .lines()
             .map(|l| l.split(' ').next().unwrap_or_default().to_owned())
@@ -249,7 +249,7 @@ impl Document {
         self.packages.push(json!({
             "SPDXID": binary_id,
             "name": name,
-            "versionInfo": crate::package::VERSION,
+            "versionInfo": crate::VERSION,
             "downloadLocation": "NOASSERTION",
             "filesAnalyzed": false,
             "checksums": [
@@ -313,7 +313,7 @@ impl Document {
             "SPDXID": package_id,
             "name": name,
             "packageFileName": path.file_name().map(|n| n.to_string_lossy()),
-            "versionInfo": crate::package::VERSION,
+            "versionInfo": crate::VERSION,
             "downloadLocation": "NOASSERTION",
             "filesAnalyzed": true,
             "hasFiles": has_files,
@@ -340,7 +340,7 @@ impl Document {
     /// The finished document, named `name`, describing `subject`, made at `epoch`.
     pub fn finish(mut self, name: &str, subject: &Subject, epoch: &str) -> Result<String> {
         self.relate("SPDXRef-DOCUMENT", "DESCRIBES", &subject.id);
-        let created = crate::package::epoch_as(epoch, "%Y-%m-%dT%H:%M:%SZ")?;
+        let created = crate::epoch_as(epoch, "%Y-%m-%dT%H:%M:%SZ")?;
         // Unique for each subject: its checksum is in the name space.
         let subject_sum = &subject.sha256;
         let doc = json!({
@@ -377,7 +377,7 @@ fn collect_files(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
 }
 
 fn sha1_of(data: &[u8]) -> Result<String> {
-    let out = crate::package::filter(&mut Command::new("sha1sum"), data)?;
+    let out = crate::filter(&mut Command::new("sha1sum"), data)?;
     Ok(String::from_utf8_lossy(&out)
         .split(' ')
         .next()
@@ -399,7 +399,7 @@ for path in sys.argv[1:]:
         bad += 1
 sys.exit(1 if bad else 0)
 ";
-    crate::package::output(Command::new(PYTHON).args(["-c", CHECK]).args(documents))
+    crate::output(Command::new(PYTHON).args(["-c", CHECK]).args(documents))
         .context("the SPDX validator refused an SBOM")
         .map(drop)
 }
