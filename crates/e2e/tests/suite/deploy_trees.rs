@@ -3,7 +3,7 @@
 //! it, and deleting them leaves nothing.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use e2e::{up, Node};
@@ -186,14 +186,27 @@ fn attach_and_delete(node: &Node, tree: &str) -> Result<()> {
             allocations(node)?
         );
     }
+    let runtime_log = e2e::state_dir().join("logs/containerd.log");
+    let log_before = std::fs::metadata(&runtime_log).map_or(0, |m| m.len());
     node.delete(&pods(3))?;
+    let deleted = Instant::now();
     node.eventually("the pods' veths gone", Duration::from_secs(60), || {
         Ok(node.veths()?.len() == veths)
     })?;
-    node.eventually("no CNI state left", Duration::from_secs(30), || {
+    // A DEL that fails is retried by the kubelet, a minute later or more: the state may go
+    // late, and the runtime's log says why.
+    let gone = node.eventually("no CNI state left", Duration::from_secs(150), || {
         Ok(node.cni_state()? == state)
-    })
-    .with_context(|| format!("{tree}: left {:?}", node.cni_state()))?;
+    });
+    let why = || teardown_errors(&runtime_log, log_before);
+    gone.with_context(|| format!("{tree}: left {:?}; {}", node.cni_state(), why()))?;
+    if deleted.elapsed() > Duration::from_secs(30) {
+        eprintln!(
+            "deploy_trees: {tree}: the pods' CNI state went {:.0} s after their deletion; {}",
+            deleted.elapsed().as_secs_f64(),
+            why()
+        );
+    }
     if tree == "whereabouts" {
         ensure!(
             allocations(node)? == 0,
@@ -202,6 +215,21 @@ fn attach_and_delete(node: &Node, tree: &str) -> Result<()> {
     }
     node.delete(&nad(tree))?;
     Ok(())
+}
+
+/// The runtime's errors about networks since byte `from` of its log `log`, for a test's message.
+fn teardown_errors(log: &std::path::Path, from: u64) -> String {
+    let text = std::fs::read(log).unwrap_or_default();
+    let start = usize::try_from(from).unwrap_or(usize::MAX);
+    let since = String::from_utf8_lossy(text.get(start..).unwrap_or_default());
+    let errors: Vec<&str> = since
+        .lines()
+        .filter(|l| l.contains("level=error") && l.contains("network"))
+        .collect();
+    if errors.is_empty() {
+        return format!("{} logged no network error", log.display());
+    }
+    format!("{} logged:\n{}", log.display(), errors.join("\n"))
 }
 
 #[test]
