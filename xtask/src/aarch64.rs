@@ -19,10 +19,11 @@ use crate::Arch;
 /// interface that qemu-user 7.2 does not translate for the emulated process, so the call fails
 /// there whatever the binary: routing-rule messages (sbr), traffic control (bandwidth),
 /// nfnetlink (nftables) and packet-socket options (the conflict probe). One needs the kernel to
-/// run the binary as a program: qemu-user reads it as data, so it is never busy text. One is a
-/// burst too large for emulation beside the e2e suite: 200 thick-mode ADDs then DELs at once,
-/// where one DEL waited past the per-container lock's 60 s (a CI run on two cores). They all run
-/// on x86_64 in `cargo test`.
+/// run the binary as a program: qemu-user reads it as data, so it is never busy text. Two are
+/// bursts too large for emulation beside the e2e suite on two cores: 200 thick-mode ADDs then
+/// DELs at once, where one DEL waited past the per-container lock's 60 s, and 100 whereabouts
+/// ADDs at once, which take half of whereabouts' 60 s alone. They all run on x86_64 in
+/// `cargo test`.
 struct Suite {
     package: &'static str,
     emulator_cannot: &'static [&'static str],
@@ -48,6 +49,7 @@ const SUITES: &[Suite] = &[
             "install::replaces_a_binary_while_a_plugin_runs_from_it",
             "multus::bridge_then_sbr_checks_and_deletes",
             "thick::two_hundred_pods_at_once_then_deleted_leave_nothing",
+            "whereabouts::parallel_adds_get_distinct_addresses_and_dels_empty_the_pool",
         ],
     },
 ];
