@@ -471,6 +471,38 @@ impl Node {
         Ok(())
     }
 
+    /// The log of thick mode's daemon, from the newest multus pod that runs it and is not
+    /// being deleted: `logs ds/multus` takes any pod the DaemonSet's selector matches, and a
+    /// pod of a replaced install can still be there.
+    pub fn daemon_log(&self) -> Result<String> {
+        let pods: Value = serde_json::from_str(&self.kubectl(&[
+            "-n",
+            "multus",
+            "get",
+            "pods",
+            "-l",
+            "app=multus",
+            "-o",
+            "json",
+        ])?)?;
+        let runs_daemon = |p: &&Value| {
+            p["metadata"]["deletionTimestamp"].is_null()
+                && p["spec"]["containers"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| c["name"] == "multus-daemon"))
+        };
+        let pod = pods["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(runs_daemon)
+            .max_by_key(|p| p["metadata"]["creationTimestamp"].as_str().unwrap_or(""))
+            .and_then(|p| p["metadata"]["name"].as_str())
+            .context("no multus pod runs the daemon")?
+            .to_owned();
+        self.kubectl(&["-n", "multus", "logs", &pod, "-c", "multus-daemon"])
+    }
+
     /// Thick mode's daemon config, as the ConfigMap holds it.
     pub fn daemon_config(&self) -> Result<String> {
         let map = self.get("multus", "configmap/multus-daemon-config")?;

@@ -73,7 +73,7 @@ fn condition<'a>(csr: &'a Value, kind: &str) -> Option<&'a Value> {
 fn thick_mode_talks_as_its_nodes_certificate_renews_it_and_keeps_to_its_node() -> Result<()> {
     let node = up("thick-per-node-certificate")?;
     crate::deploy_trees::rbac_is_what_the_docs_list(&node, "per-node-certificate/thick", "multus")?;
-    let daemon_log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+    let daemon_log = node.daemon_log()?;
     ensure!(
         daemon_log.contains("talking to the API server as system:multus:multus-rs-node"),
         "the daemon's log: {daemon_log}"

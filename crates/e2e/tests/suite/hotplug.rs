@@ -227,7 +227,7 @@ fn twenty_pods_changed_at_once_with_the_daemon_killed_mid_change() -> Result<()>
         },
     )?;
     // The new daemon finished what the killed one had not done.
-    let log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+    let log = node.daemon_log()?;
     let finished = log
         .lines()
         .filter(|l| l.contains("hot-plug{") && l.contains("Add net2 ["))

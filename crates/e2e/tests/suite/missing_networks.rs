@@ -83,7 +83,7 @@ fn reported_and_deleted(node: &Node, shipped: &str) -> Result<()> {
         said.len() == 1 && said[0].starts_with("the pod runs without default/wanted"),
         "{said:?}"
     );
-    let log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+    let log = node.daemon_log()?;
     ensure!(
         log.lines()
             .any(|l| l.contains(&format!("pod=default/{pod}")) && l.contains("runs without")),

@@ -87,8 +87,7 @@ fn the_watch_lists_again_after_a_restart_over_a_compaction() -> Result<()> {
         "the daemon's NAD watch lists again after a 410",
         Duration::from_secs(60),
         || {
-            let logs =
-                node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+            let logs = node.daemon_log()?;
             Ok(logs.lines().any(|l| {
                 l.contains("watch of network-attachment-definitions from version")
                     && l.contains("expired, listing again")

@@ -272,7 +272,7 @@ fn many_pods_with_a_connection_limit_of_one() -> Result<()> {
     );
     node.set_daemon_config(&shipped.replace("\"connectionLimit\": 16", "\"connectionLimit\": 1"))?;
     let result = (|| {
-        let log = node.kubectl(&["-n", "multus", "logs", "ds/multus", "-c", "multus-daemon"])?;
+        let log = node.daemon_log()?;
         ensure!(
             log.contains("(1 calls at once"),
             "the daemon did not take the limit: {log}"
