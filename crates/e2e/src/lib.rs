@@ -471,10 +471,10 @@ impl Node {
         Ok(())
     }
 
-    /// The log of thick mode's daemon, from the newest multus pod that runs it and is not
-    /// being deleted: `logs ds/multus` takes any pod the DaemonSet's selector matches, and a
-    /// pod of a replaced install can still be there.
-    pub fn daemon_log(&self) -> Result<String> {
+    /// The newest multus pod that runs thick mode's daemon and is not being deleted, as the
+    /// API has it: `ds/multus` and `items[0]` name any pod the DaemonSet's selector matches,
+    /// and a pod of a replaced install can still be there.
+    pub fn daemon_pod(&self) -> Result<Value> {
         let pods: Value = serde_json::from_str(&self.kubectl(&[
             "-n",
             "multus",
@@ -491,16 +491,21 @@ impl Node {
                     .as_array()
                     .is_some_and(|c| c.iter().any(|c| c["name"] == "multus-daemon"))
         };
-        let pod = pods["items"]
+        pods["items"]
             .as_array()
             .into_iter()
             .flatten()
             .filter(runs_daemon)
             .max_by_key(|p| p["metadata"]["creationTimestamp"].as_str().unwrap_or(""))
-            .and_then(|p| p["metadata"]["name"].as_str())
-            .context("no multus pod runs the daemon")?
-            .to_owned();
-        self.kubectl(&["-n", "multus", "logs", &pod, "-c", "multus-daemon"])
+            .cloned()
+            .context("no multus pod runs the daemon")
+    }
+
+    /// The log of thick mode's daemon, from [`Node::daemon_pod`].
+    pub fn daemon_log(&self) -> Result<String> {
+        let pod = self.daemon_pod()?;
+        let name = pod["metadata"]["name"].as_str().context("the pod's name")?;
+        self.kubectl(&["-n", "multus", "logs", name, "-c", "multus-daemon"])
     }
 
     /// Thick mode's daemon config, as the ConfigMap holds it.

@@ -162,16 +162,10 @@ fn primary_first(up_args: &[&str], runtime: &str) -> Result<usize> {
     }
     node.multus_rolled_out()?;
     // The daemon's image has no cat: its config volume is read on the node.
-    let uid = node.kubectl(&[
-        "-n",
-        "multus",
-        "get",
-        "pods",
-        "-l",
-        "app=multus",
-        "-o",
-        "jsonpath={.items[0].metadata.uid}",
-    ])?;
+    let pod = node.daemon_pod()?;
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .context("the daemon pod's uid")?;
     let read = e2e::cluster(&[
         "exec",
         "--",
