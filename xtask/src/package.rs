@@ -668,13 +668,7 @@ fn check_listings(inputs: &Inputs, p: &Packages) -> Result<()> {
         node.insert(format!("drwxr-xr-x root:root /{dir}"));
     }
     node.insert(format!("-rw-r--r-- root:root /{RPM_LICENSE}"));
-    for name in inputs
-        .plugins
-        .iter()
-        .map(String::as_str)
-        .chain(["multus", "cni-plugins"])
-        .chain(MULTUS_PLUGINS.iter().copied())
-    {
+    for name in inputs.opt_cni_bin_names() {
         node.insert(format!("lrwxrwxrwx root:root /opt/cni/bin/{name}"));
     }
     let mut microshift: Listing = [

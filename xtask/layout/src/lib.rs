@@ -174,6 +174,15 @@ impl Inputs {
         })
     }
 
+    /// What the RPM links in /opt/cni/bin: every binary and every plugin name.
+    pub fn opt_cni_bin_names(&self) -> impl Iterator<Item = &str> {
+        self.plugins
+            .iter()
+            .map(String::as_str)
+            .chain(["multus", "cni-plugins"])
+            .chain(MULTUS_PLUGINS.iter().copied())
+    }
+
     /// The image of this release for `arch`, by repository and digest.
     pub fn image_ref(&self, arch: Arch) -> String {
         let digest = self.digests.get(arch.oci()).map_or("", String::as_str);
@@ -360,13 +369,7 @@ pub fn stage_rpm(inputs: &Inputs, dir: &Path) -> Result<()> {
     let root = dir.join("root");
     let node = stage_node(inputs, &root, RPM_CNI_DIR, "usr/lib/systemd/system")?;
     let mut node_all = node.clone();
-    for name in inputs
-        .plugins
-        .iter()
-        .map(String::as_str)
-        .chain(["multus", "cni-plugins"])
-        .chain(MULTUS_PLUGINS.iter().copied())
-    {
+    for name in inputs.opt_cni_bin_names() {
         link(
             &root,
             &format!("opt/cni/bin/{name}"),
