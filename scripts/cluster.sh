@@ -123,7 +123,7 @@ debian_containerd() {
   ln -sf /usr/bin/containerd /usr/bin/containerd-shim-runc-v2 /usr/bin/ctr "$containerd_dir/"
 }
 
-# The image of this checkout, as `cargo xtask image` leaves it beside the release binaries;
+# The image of this checkout, as `cargo xtask image amd64` leaves it beside the release binaries;
 # MULTUS_RS_CLUSTER_IMAGE names an archive already made (the test command makes it once).
 release=$root/target/x86_64-unknown-linux-gnu/release
 multus_image() {
@@ -131,8 +131,8 @@ multus_image() {
     [ -f "$MULTUS_RS_CLUSTER_IMAGE" ] || die "MULTUS_RS_CLUSTER_IMAGE: no file $MULTUS_RS_CLUSTER_IMAGE"
     multus_archive=$(realpath "$MULTUS_RS_CLUSTER_IMAGE")
   else
-    log "building the multus-rs image (cargo xtask image)"
-    (cd "$root" && cargo xtask image >&2)
+    log "building the multus-rs image (cargo xtask image amd64)"
+    (cd "$root" && cargo xtask image amd64 >&2)
     multus_archive=$release/multus-rs-image.tar
   fi
 }
@@ -702,10 +702,33 @@ install_multus() {
     kc -n "$(namespace_of "$mode")" rollout status ds/multus --timeout=180s >&2
   fi
   wait_for "multus's DaemonSet" 180 ds_available "$(namespace_of "$mode")" multus
+  # A replaced install's DaemonSet pods can outlive it: the DaemonSet controller, working from
+  # a cache that still held the old DaemonSet, may have made one more pod from the old template
+  # into the namespace made again, which the garbage collector removes later. Until then
+  # `kubectl logs ds/multus` may pick it.
+  wait_for_stray_pods "$(namespace_of "$mode")"
   # Available is not installed: until 00-multus.conf is in place the runtime gives new pods the
   # cluster network alone (no readiness probe says otherwise yet).
   wait_for "00-multus.conf" 120 on_node sh -c "ls $(runtime_conf_dir)/00-multus.conf*"
   wait_for "the node's Ready condition" 120 node_ready
+}
+
+# Waits (at most 120 s) until no pod in namespace $1 belongs to a DaemonSet other than those
+# there now.
+wait_for_stray_pods() {
+  local deadline=$((SECONDS + 120)) current owners stray said=
+  while :; do
+    if current=$(kc -n "$1" get ds -o jsonpath='{.items[*].metadata.uid}') &&
+      owners=$(kc -n "$1" get pods -o jsonpath='{range .items[*]}{.metadata.name} {.metadata.ownerReferences[?(@.kind=="DaemonSet")].uid}{"\n"}{end}'); then
+      stray=$(awk -v current=" $current " '$2 != "" && index(current, " " $2 " ") == 0 { print $1 }' <<<"$owners")
+      [ -n "$stray" ] || return 0
+      [ -n "$said" ] || log "waiting for pods of a replaced DaemonSet to go: $(echo "$stray" | paste -sd ' ')"
+      said=1
+    fi
+    [ "$SECONDS" -lt "$deadline" ] ||
+      die "pods of a replaced DaemonSet still in namespace $1 after 120 s: ${stray:-(the API did not answer)}"
+    sleep 0.5
+  done
 }
 
 ds_available() { [ "$(kc -n "$1" get ds "$2" -o jsonpath='{.status.numberAvailable}')" = 1 ]; }
