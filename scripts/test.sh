@@ -41,10 +41,10 @@ cargo fmt --all -- --check
 timed clippy cargo clippy --workspace --all-targets -- -D warnings
 status=0
 timed tests bash -o pipefail -c 'cargo test --workspace --exclude e2e --no-fail-fast 2>&1 | tee "$1"' - "$log" || status=$?
-# The amd64 and arm64 images: built with podman from deploy/Containerfile into one index, and
-# each run as the DaemonSet runs it, installing into a scratch node tree. e2e installs the amd64
-# one, and the packages' release-info names both by digest.
-timed image cargo xtask image || status=$?
+# The amd64 image, built with podman from deploy/Containerfile and run as the DaemonSet runs it,
+# installing into a scratch node tree: e2e installs it. The index of both architectures, which
+# the packages name by digest, is built beside e2e (below), after the aarch64 build.
+timed image cargo xtask image amd64 || status=$?
 if ! timed node-peers wait "$node_peers"; then
   cat "$node_peers_log"
   status=1
@@ -57,6 +57,8 @@ node_peers=
 #   Debian kernel in qemu; it prints its own result per test binary;
 # - aarch64-test: the aarch64 binaries under the plugins' and multus's suites, run by qemu-user.
 #   Not beside compiles: at a low priority there, a DHCP renewal test starved past its timings;
+# - image-index: the amd64 and arm64 images as one index, built twice to the same digests, the
+#   arm64 one run under qemu-user;
 # - package: the RPMs and the .debs of both architectures, built, listed, installed into
 #   scratch roots and checked there, upgraded, built again to the same bytes, and the .deb
 #   installed by apt on a podman host.
@@ -66,9 +68,12 @@ beside_dir=$(mktemp -d)
 export -f timed
 setsid bash -c '
   status=0
-  for step in vm-test aarch64-test package; do
-    timed "$step" cargo xtask "$step" >"$1/$step" 2>&1 || status=$?
-  done
+  step() { timed "$1" cargo xtask "${@:2}" >"$dir/$1" 2>&1 || status=$?; }
+  dir=$1
+  step vm-test vm-test
+  step aarch64-test aarch64-test
+  step image-index image index
+  step package package
   exit "$status"' - "$beside_dir" &
 beside=$!
 # End to end on a real node (scripts/cluster.sh): kube-apiserver, etcd, containerd 2 and a
@@ -79,7 +84,7 @@ timed e2e bash -o pipefail -c 'cargo test -p e2e --no-fail-fast -- --test-thread
 scripts/cluster.sh down || status=$?
 wait "$beside" || status=$?
 beside=
-for step in vm-test aarch64-test package; do
+for step in vm-test aarch64-test image-index package; do
   cat "$beside_dir/$step"
 done
 cat "$beside_dir/aarch64-test" >>"$log"

@@ -251,7 +251,7 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// Builds our image once, for every `up` of the run to import.
 pub fn this_image_on_the_node() -> Result<()> {
-    crate::image::run()?;
+    crate::image::run(&["amd64".to_owned()])?;
     let bins = crate::build_release()?;
     let archive = bins
         .parent()

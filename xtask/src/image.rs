@@ -1,14 +1,15 @@
-//! `cargo xtask image`: builds the container image from deploy/Containerfile with podman, for
-//! amd64 and arm64, then runs each the way the DaemonSet does against a node tree in a
-//! temporary directory, and checks what it installed (arm64's under qemu-user). The amd64 image
-//! is left as a docker-archive beside the x86_64 release binaries, for scripts/cluster.sh; the
-//! two as one OCI image index in an oci-archive beside it, which `cargo xtask package` names
-//! by digest and a release pushes as it is.
+//! `cargo xtask image [amd64|index]`: builds the container image from deploy/Containerfile with
+//! podman, for amd64 and arm64, then runs each the way the DaemonSet does against a node tree
+//! in a temporary directory, and checks what it installed (arm64's under qemu-user). The amd64
+//! image is left as a docker-archive beside the x86_64 release binaries, for
+//! scripts/cluster.sh; the two as one OCI image index in an oci-archive beside it, which
+//! `cargo xtask package` names by digest and a release pushes as it is. `amd64` does the first
+//! alone, which needs no aarch64 build; `index` the second.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 
 use crate::Arch;
 
@@ -26,18 +27,37 @@ pub(crate) const INDEX_ARCHIVE: &str = "multus-rs-image-index.tar";
 const UPSTREAM_BIN: &str = "/usr/src/multus-cni/bin";
 const UPSTREAM_LINKS: [&str; 2] = ["multus-daemon", "multus-shim"];
 
-pub fn run() -> Result<()> {
-    let podman = Podman::new()?;
+/// What `cargo xtask image` builds and checks.
+#[derive(Clone, Copy, PartialEq)]
+enum Part {
+    /// The amd64 image alone, saved for scripts/cluster.sh and checked: what a node here runs.
+    Amd64,
+    /// Both images as the release's index, built twice to the same digests, the arm64 image
+    /// checked under qemu-user.
+    Index,
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let parts: &[Part] = match args {
+        [] => &[Part::Amd64, Part::Index],
+        [one] if one == "amd64" => &[Part::Amd64],
+        [one] if one == "index" => &[Part::Index],
+        _ => bail!("usage: cargo xtask image [amd64|index]"),
+    };
+    let arches: &[Arch] = if parts.contains(&Part::Index) {
+        &Arch::ALL
+    } else {
+        &[Arch::X86_64]
+    };
     let mut arch_bins = BTreeMap::new();
-    for arch in Arch::ALL {
+    for &arch in arches {
         let plugins = crate::build_release_for(arch)?;
         arch_bins.insert(
             arch.oci(),
             plugins.parent().context("release dir")?.to_path_buf(),
         );
     }
-    let bins = &arch_bins[Arch::X86_64.oci()];
-    let root = crate::workspace_root();
+    let bins = arch_bins[Arch::X86_64.oci()].clone();
     let context = bins.join("image");
     // Each architecture's binaries under its OCI name, which the Containerfile's TARGETARCH
     // picks.
@@ -62,12 +82,25 @@ pub fn run() -> Result<()> {
     std::fs::create_dir_all(&var)?;
     let _ = std::fs::remove_file(var.join("run"));
     std::os::unix::fs::symlink("../run", var.join("run")).context("linking var/run")?;
-    let epoch = crate::source_date_epoch()?;
-    let index_archive = bins.join(INDEX_ARCHIVE);
-    let digests = build_index(&podman, &root, &context, &epoch, &index_archive)?;
-    for (arch, digest) in &digests {
-        println!("{INDEX} {arch}: {digest}");
+    let build = Build {
+        root: crate::workspace_root(),
+        context,
+        epoch: crate::source_date_epoch()?,
+    };
+    for part in parts {
+        match part {
+            Part::Amd64 => amd64(&build, &bins)?,
+            Part::Index => index(&build, &bins, &arch_bins[Arch::Aarch64.oci()])?,
+        }
     }
+    Ok(())
+}
+
+/// The amd64 image, saved as a docker-archive beside the x86_64 binaries and run the ways a
+/// node runs it.
+fn amd64(build: &Build, bins: &Path) -> Result<()> {
+    let podman = Podman::new()?;
+    build.image(&podman, "linux/amd64", IMAGE, None)?;
     // The image as an archive beside the binaries, which scripts/cluster.sh imports into the
     // node's containerd: podman's storage here is scratch.
     let archive = bins.join(ARCHIVE);
@@ -82,35 +115,12 @@ pub fn run() -> Result<()> {
         IMAGE,
     ])?;
     println!("saved {IMAGE} to {}", archive.display());
-    // Built again from the same binaries in another store, the images are the same to the
-    // byte: their digests depend on nothing but the binaries and the commit.
-    let again = tempfile::tempdir()?;
-    let digests_again = build_index(
-        &Podman::new()?,
-        &root,
-        &context,
-        &epoch,
-        &again.path().join(INDEX_ARCHIVE),
-    )?;
-    ensure!(
-        digests_again == digests,
-        "the image built twice has other digests: {digests:?}, then {digests_again:?}"
-    );
-    println!("built again in another store: the same digests");
     upstream_paths_run(&podman)?;
     println!("multus-daemon and multus-shim run from upstream's paths in the image");
 
     let node = ScratchNode::new()?;
     installs_on(&podman, IMAGE, &node, bins)?;
     println!("the image installed multus, cni-plugins, the plugin links and 00-multus.conf");
-    let arm_node = ScratchNode::new()?;
-    installs_on(
-        &podman,
-        ARM_IMAGE,
-        &arm_node,
-        &arch_bins[Arch::Aarch64.oci()],
-    )?;
-    println!("the arm64 image, under qemu-user, installed its aarch64 binaries");
     let (host, sa) = (&node.host, &node.sa);
 
     // The DaemonSet's log: the container relays what multus calls append to the node's log
@@ -131,17 +141,51 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// Both platforms' images from `context`, stamped with the commit's time, as one index under
-/// the release's tag, pushed to the oci-archive `index_archive`: each platform's digest.
-fn build_index(
-    podman: &Podman,
-    root: &Path,
-    context: &Path,
-    epoch: &str,
-    index_archive: &Path,
-) -> Result<BTreeMap<String, String>> {
-    for (platform, tag) in [("linux/amd64", IMAGE), ("linux/arm64", ARM_IMAGE)] {
-        podman.run(&[
+/// Both images as one index in an oci-archive beside the x86_64 binaries, built again in
+/// another store to the same digests; the arm64 image installs its binaries under qemu-user.
+fn index(build: &Build, bins: &Path, arm_bins: &Path) -> Result<()> {
+    let podman = Podman::new()?;
+    let index_archive = bins.join(INDEX_ARCHIVE);
+    let digests = build.index(&podman, &index_archive)?;
+    for (arch, digest) in &digests {
+        println!("{INDEX} {arch}: {digest}");
+    }
+    // Built again from the same binaries in another store, the images are the same to the
+    // byte: their digests depend on nothing but the binaries and the commit.
+    let again = tempfile::tempdir()?;
+    let digests_again = build.index(&Podman::new()?, &again.path().join(INDEX_ARCHIVE))?;
+    ensure!(
+        digests_again == digests,
+        "the image built twice has other digests: {digests:?}, then {digests_again:?}"
+    );
+    println!("built again in another store: the same digests");
+    let arm_node = ScratchNode::new()?;
+    installs_on(&podman, ARM_IMAGE, &arm_node, arm_bins)?;
+    println!("the arm64 image, under qemu-user, installed its aarch64 binaries");
+    Ok(())
+}
+
+/// What every image is built from: deploy/Containerfile, the context holding each
+/// architecture's binaries, and the commit's time.
+struct Build {
+    root: PathBuf,
+    context: PathBuf,
+    epoch: String,
+}
+
+impl Build {
+    /// The image for `platform` as `tag`, added to the manifest list `manifest` if one is
+    /// given.
+    fn image(
+        &self,
+        podman: &Podman,
+        platform: &str,
+        tag: &str,
+        manifest: Option<&str>,
+    ) -> Result<()> {
+        let containerfile = self.root.join("deploy/Containerfile").display().to_string();
+        let context = self.context.display().to_string();
+        let mut args = vec![
             "build",
             "--quiet",
             "--network=none",
@@ -149,29 +193,40 @@ fn build_index(
             platform,
             // The commit's time, not the build's: the same commit, the same image digests.
             "--timestamp",
-            epoch,
+            &self.epoch,
             "-f",
-            &root.join("deploy/Containerfile").display().to_string(),
+            &containerfile,
             "-t",
             tag,
-            // The index under the release's own tag, which the packages name by digest.
-            "--manifest",
-            INDEX,
-            &context.display().to_string(),
-        ])?;
-        println!("built {tag} ({platform}) into {INDEX}");
+        ];
+        if let Some(manifest) = manifest {
+            args.extend_from_slice(&["--manifest", manifest]);
+        }
+        args.push(&context);
+        podman.run(&args)?;
+        println!("built {tag} ({platform})");
+        Ok(())
     }
-    let _ = std::fs::remove_file(index_archive);
-    podman.run(&[
-        "manifest",
-        "push",
-        "--quiet",
-        "--all",
-        "--format=oci",
-        INDEX,
-        &format!("oci-archive:{}", index_archive.display()),
-    ])?;
-    index_digests(index_archive)
+
+    /// Both platforms' images as one index under the release's tag, pushed to the oci-archive
+    /// `index_archive`: each platform's digest.
+    fn index(&self, podman: &Podman, index_archive: &Path) -> Result<BTreeMap<String, String>> {
+        for (platform, tag) in [("linux/amd64", IMAGE), ("linux/arm64", ARM_IMAGE)] {
+            // The index under the release's own tag, which the packages name by digest.
+            self.image(podman, platform, tag, Some(INDEX))?;
+        }
+        let _ = std::fs::remove_file(index_archive);
+        podman.run(&[
+            "manifest",
+            "push",
+            "--quiet",
+            "--all",
+            "--format=oci",
+            INDEX,
+            &format!("oci-archive:{}", index_archive.display()),
+        ])?;
+        index_digests(index_archive)
+    }
 }
 
 /// Each architecture's image manifest digest in the OCI index archive `archive` (`oci-archive`

@@ -62,7 +62,7 @@ fn main() -> Result<()> {
         "bench-probe" => bench_probe::run(&rest),
         "vm-test" => vm::run(&rest),
         "aarch64-test" => aarch64::run(&rest),
-        "image" => image::run(),
+        "image" => image::run(&rest),
         "package" => package::run(&rest),
         "vm-bench" => vm::bench(&rest),
         "vm-memory" => vm::memory(&rest),
