@@ -32,7 +32,10 @@ pub use addr::{Addr, AddrOpts};
 pub use bridge::{BridgePortOpts, BridgeVlan};
 pub use link::{validate_ifname, BridgeOpts, IpvlanMode, Link, MacvlanMode, MacvlanOpts};
 pub use neigh::Neighbour;
-pub use route::{Route, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
+pub use route::{
+    Route, RTN_LOCAL, RT_SCOPE_HOST, RT_SCOPE_LINK, RT_SCOPE_UNIVERSE, RT_TABLE_LOCAL,
+    RT_TABLE_MAIN,
+};
 pub use rule::Rule;
 pub use tc::{ticks_per_usec, Bucket, Tbf, LATENCY_USEC};
 

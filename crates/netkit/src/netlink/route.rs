@@ -11,6 +11,8 @@ use super::{Family, Netlink};
 use crate::error::Result;
 
 pub const RT_TABLE_MAIN: u32 = 254;
+/// The table of the host's own addresses.
+pub const RT_TABLE_LOCAL: u32 = 255;
 pub const RT_SCOPE_UNIVERSE: u8 = 0;
 pub const RT_SCOPE_LINK: u8 = 253;
 pub const RT_SCOPE_HOST: u8 = 254;
@@ -18,6 +20,8 @@ const RT_SCOPE_NOWHERE: u8 = 255;
 /// `RTPROT_BOOT`: what `ip route add` uses.
 const RTPROT_BOOT: u8 = 3;
 const RTN_UNICAST: u8 = 1;
+/// `RTN_LOCAL`: a route to one of the host's own addresses.
+pub const RTN_LOCAL: u8 = 2;
 
 /// A route. Build one with [`Route::new`] and the setters; read them with [`Netlink::routes`].
 #[derive(Debug, Clone, PartialEq, Eq)]

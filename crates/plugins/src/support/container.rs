@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use cni::{CniError, CniResult, Interface};
-use netkit::netlink::{AddrOpts, Link, Route};
+use netkit::netlink::{AddrOpts, Link, Route, RTN_LOCAL, RT_TABLE_LOCAL};
 use netkit::{Family, NetNs, Netlink};
 
 use crate::support::sys::{sys, sys_ctx};
@@ -15,6 +15,9 @@ use crate::support::sys::{sys, sys_ctx};
 /// How long to wait for IPv6 duplicate address detection when `enabledad` asks for it.
 const DAD_TIMEOUT: Duration = Duration::from_secs(5);
 const DAD_POLL: Duration = Duration::from_millis(20);
+/// How often to look whether the kernel has made the IPv6 addresses local (below): usually
+/// at once, or within a few milliseconds.
+const LOCAL_POLL: Duration = Duration::from_millis(1);
 /// Attempts at a free random host veth name before giving up.
 const VETH_NAME_ATTEMPTS: usize = 10;
 
@@ -111,6 +114,9 @@ impl ContainerIface<'_> {
         if enable_dad && v6gw.is_some() {
             self.settle_dad()?;
         }
+        if !enable_dad {
+            self.settle_local(result)?;
+        }
         for r in &result.routes {
             let family_gw = if r.dst.addr().is_ipv4() { v4gw } else { v6gw };
             let mut route = Route::new(r.dst).dev(self.index);
@@ -137,6 +143,45 @@ impl ContainerIface<'_> {
                 .map_err(sys_ctx(self.ctx()))?;
         }
         Ok(())
+    }
+
+    /// Waits until every IPv6 address of `result` is local. Once the link is up, the kernel
+    /// adds an address's local route from a work queue, even without DAD, and until then drops
+    /// what is sent to the address: on a busy node a pod could lose its first packets after
+    /// ADD. (The reference waits for DAD to end, which takes that step too.)
+    fn settle_local(&self, result: &CniResult) -> Result<(), CniError> {
+        let wanted: Vec<IpAddr> = result
+            .ips
+            .iter()
+            .map(|ip| ip.address.addr())
+            .filter(IpAddr::is_ipv6)
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + DAD_TIMEOUT;
+        loop {
+            let local = self
+                .nl
+                .routes(Family::V6, Some(RT_TABLE_LOCAL))
+                .map_err(sys_ctx(self.ctx()))?;
+            let missing = wanted.iter().find(|a| {
+                !local.iter().any(|r| {
+                    r.kind == RTN_LOCAL && r.dst.addr() == **a && r.dst.prefix_len() == 128
+                })
+            });
+            let Some(missing) = missing else {
+                return Ok(());
+            };
+            if Instant::now() >= deadline {
+                return Err(CniError::internal(format!(
+                    "{}: the kernel has not made IPv6 address {missing} local after {}s",
+                    self.ctx(),
+                    DAD_TIMEOUT.as_secs()
+                )));
+            }
+            std::thread::sleep(LOCAL_POLL);
+        }
     }
 
     /// Waits until no IPv6 address of the interface is tentative (only with `enabledad`).

@@ -177,6 +177,15 @@ fn ipv6_address_is_usable_right_after_add() {
         info[0].get("tentative").is_none(),
         "tentative right after ADD: {addrs}"
     );
+    // And it receives: the kernel has made it local, which it does from a work queue after
+    // the link comes up.
+    let local = sb
+        .pod
+        .ip(&["-6", "route", "show", "table", "local", "fd51::2"]);
+    assert!(
+        local.starts_with("local fd51::2 "),
+        "no local route for fd51::2 right after ADD: {local:?}"
+    );
 }
 
 #[test]
