@@ -83,11 +83,17 @@ if ! ls "$cache/${pkg}"_*.deb >/dev/null 2>&1; then
     || { apt-get update -qq && (cd "$cache" && apt-get download -q -o APT::Sandbox::User=root "$pkg" >/dev/null); }
 fi
 
-# The arm64 guest of `cargo xtask vm-memory`: Debian's arm64 cloud kernel and busybox, fetched
-# through package lists of their own (the machine's apt stays amd64-only).
+# The arm64 guests of `cargo xtask vm-memory` and `cargo xtask vm-test aarch64`: Debian's arm64
+# cloud kernel and busybox, and the tools the VM tests run (ip, nft, iptables, ping, dnsmasq, tc)
+# with the libraries they load, under tools/. Fetched through package lists of their own (the
+# machine's apt stays amd64-only).
 arm64=$cache/arm64
-if ! ls "$arm64"/linux-image-*_arm64.deb "$arm64"/busybox-static_*_arm64.deb >/dev/null 2>&1; then
-  echo "downloading the arm64 kernel and busybox for cargo xtask vm-memory"
+arm64_tools="iproute2 nftables iptables iputils-ping dnsmasq-base"
+# The libraries among their dependencies, by name.
+arm64_libs='^(lib|zlib)'
+if ! ls "$arm64"/linux-image-*_arm64.deb "$arm64"/busybox-static_*_arm64.deb >/dev/null 2>&1 ||
+  [ "$(cat "$arm64/tools/.packages" 2>/dev/null)" != "$arm64_tools $arm64_libs" ]; then
+  echo "downloading the arm64 kernel, busybox and the VM tests' tools"
   mkdir -p "$arm64/lists/partial" "$arm64/apt/archives/partial"
   apt_arm64() {
     "$1" -q -o APT::Sandbox::User=root -o APT::Architectures::=amd64 -o APT::Architectures::=arm64 \
@@ -96,6 +102,21 @@ if ! ls "$arm64"/linux-image-*_arm64.deb "$arm64"/busybox-static_*_arm64.deb >/d
   apt_arm64 apt-get update >/dev/null
   kernel=$(apt_arm64 apt-cache depends linux-image-cloud-arm64:arm64 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }')
   (cd "$arm64" && apt_arm64 apt-get download "$kernel" busybox-static:arm64 >/dev/null)
+  # The tools and the libraries beneath them; the rest of their dependencies (debconf, dpkg,
+  # netbase ...) are for installing, which the guest does not do.
+  # shellcheck disable=SC2086 # a list of package names
+  wanted=$(apt_arm64 apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+    --no-breaks --no-replaces --no-enhances --no-pre-depends ${arm64_tools// /:arm64 }:arm64 2>/dev/null |
+    awk -v tools=" $arm64_tools " -v libs="$arm64_libs" '/^[^ <]/ { name = $1; sub(/:arm64$/, "", name)
+      if ($1 ~ /:arm64$/ && (name ~ libs || index(tools, " " name " "))) print $1 }' | sort -u)
+  rm -rf "$arm64/tools" "$arm64/tools.partial"
+  mkdir -p "$arm64/tools.partial"
+  # shellcheck disable=SC2086 # a list of package names
+  (cd "$arm64/tools.partial" && apt_arm64 apt-get download $wanted >/dev/null)
+  for deb in "$arm64"/tools.partial/*.deb; do dpkg-deb -x "$deb" "$arm64/tools.partial/root"; done
+  rm -f "$arm64"/tools.partial/*.deb
+  echo "$arm64_tools $arm64_libs" >"$arm64/tools.partial/.packages"
+  mv -T "$arm64/tools.partial" "$arm64/tools"
   rm -rf "$arm64/lists" "$arm64/apt"
 fi
 

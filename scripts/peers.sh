@@ -29,8 +29,15 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 modules=$root/test-support/peers
 cache=${MULTUS_RS_PEERS_CACHE:-/var/cache/multus-rs-test}
 # Raised whenever the way a peer is built changes (flags, names, binaries), so that directories
-# built the old way are built again.
+# built the old way are built again: one number for every peer, and one for a peer alone.
 recipe=1
+recipe_of() { # peer
+  case $1 in
+    # 2: also for arm64, into arm64/.
+    cni-plugins) echo "$recipe.2" ;;
+    *) echo "$recipe" ;;
+  esac
+}
 
 peers=(cni-plugins multus whereabouts containerd cri-o kubernetes etcd kube-api-protos)
 
@@ -71,7 +78,7 @@ version() { # peer
 # What a built directory was built from: the recipe and the peer's go.mod, go.sum and .go files
 # (containerd's include crictl's). A directory whose stamp differs is built again.
 stamp() { # peer
-  echo "recipe $recipe"
+  echo "recipe $(recipe_of "$1")"
   (cd "$modules/$1" && find . -name go.mod -o -name go.sum -o -name '*.go' | LC_ALL=C sort | xargs sha256sum)
 }
 
@@ -104,8 +111,11 @@ gob() { # module-dir args...
 
 build_cni_plugins() { # out version
   # The release's one ldflag: the version `CNI_COMMAND=VERSION` and the about string report.
-  gob "$modules/cni-plugins" -o "$1/" \
-    -ldflags "-X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$2" tool
+  local flags="-X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=$2"
+  gob "$modules/cni-plugins" -o "$1/" -ldflags "$flags" tool
+  # For the side-by-side cases in the aarch64 guest (cargo xtask vm-test aarch64).
+  mkdir "$1/arm64"
+  GOARCH=arm64 gob "$modules/cni-plugins" -o "$1/arm64/" -ldflags "$flags" tool
 }
 
 build_multus() { # out version

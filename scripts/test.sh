@@ -55,6 +55,8 @@ node_peers=
 # own log, shown once e2e is done:
 # - vm-test: the tests' VLAN, ipvlan and 8021q parts, which this kernel cannot run, under a
 #   Debian kernel in qemu; it prints its own result per test binary;
+# - vm-test-aarch64: the same parts cross-built, in an arm64 guest under Debian's arm64 kernel,
+#   but for the side-by-side cases (4 minutes more; `cargo xtask vm-test aarch64` runs them);
 # - aarch64-test: the aarch64 binaries under the plugins' and multus's suites, run by qemu-user.
 #   Not beside compiles: at a low priority there, a DHCP renewal test starved past its timings;
 # - image-index: the amd64 and arm64 images as one index, built twice to the same digests, the
@@ -71,6 +73,7 @@ setsid bash -c '
   step() { timed "$1" cargo xtask "${@:2}" >"$dir/$1" 2>&1 || status=$?; }
   dir=$1
   step vm-test vm-test
+  step vm-test-aarch64 vm-test aarch64 netlink,plugins,link_plugins
   step aarch64-test aarch64-test
   step image-index image index
   step package package
@@ -84,7 +87,7 @@ timed e2e bash -o pipefail -c 'cargo test -p e2e --no-fail-fast -- --test-thread
 scripts/cluster.sh down || status=$?
 wait "$beside" || status=$?
 beside=
-for step in vm-test aarch64-test image-index package; do
+for step in vm-test vm-test-aarch64 aarch64-test image-index package; do
   cat "$beside_dir/$step"
 done
 cat "$beside_dir/aarch64-test" >>"$log"

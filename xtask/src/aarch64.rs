@@ -71,7 +71,10 @@ pub fn run(args: &[String]) -> Result<()> {
     );
     let aarch64_plugins = crate::build_release_for(Arch::Aarch64)?;
     let aarch64_dir = aarch64_plugins.parent().context("release dir")?;
-    let built = crate::test_build::build(&SUITES.iter().map(|s| s.package).collect::<Vec<_>>())?;
+    let built = crate::test_build::build(
+        Arch::X86_64,
+        &SUITES.iter().map(|s| s.package).collect::<Vec<_>>(),
+    )?;
     let mut binds = Vec::new();
     for name in BINARIES {
         let arm = aarch64_dir.join(name);

@@ -74,7 +74,7 @@ fn main() -> Result<()> {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <build | image | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-hotplug [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [TEST [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N] | vm-memory>"
+                "usage: cargo xtask <build | image [amd64|index] | package [--image REPO] [--out DIR] | bench [--cycles N] | bench dhcp [--leases N] | bench-multus [--cycles N] [--profile zero|datacenter|edge] | bench-multus --scale N,N,... | bench-whereabouts [--profile zero|datacenter|edge] [--rounds N] | bench-thick [--cycles N] [--profile zero|datacenter|edge] | bench-cluster [--pods N] [--rounds N] | bench-admission [--nads N] [--rounds N] | bench-hotplug [--rounds N] | bench-reconcile [--pods N] | bench-probe [--cycles N] | vm-test [aarch64] [RUN[,RUN...] [FILTER...]] | aarch64-test [SUITE [FILTER...]] | vm-bench [--cycles N] | vm-memory>"
             );
             std::process::exit(2)
         }

@@ -77,7 +77,7 @@ fn stub_unused(vendor: &Path) -> Result<()> {
                     "normal,build,dev",
                 ])
                 .args(["--prefix", "none", "--format", "{p}", "--target"])
-                .arg(format!("{}-unknown-linux-gnu", arch.rust())),
+                .arg(arch.triple()),
         )?;
         for line in tree.lines() {
             let mut words = line.split(' ');

@@ -1,6 +1,6 @@
 //! The workspace's test binaries, built by `cargo test --no-run` and found by package and
-//! target, for the tasks that run them somewhere else: in the VM (`vm-test`), or with the
-//! aarch64 binaries in place of the ones they call (`aarch64-test`).
+//! target, for the tasks that run them somewhere else: in a VM of either architecture
+//! (`vm-test`), or with the aarch64 binaries in place of the ones they call (`aarch64-test`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -9,6 +9,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{ensure, Context, Result};
 use serde_json::Value;
+
+use crate::Arch;
 
 /// What one `cargo test --no-run` built.
 pub struct TestBuild {
@@ -35,10 +37,15 @@ impl TestBuild {
     }
 }
 
-/// Builds the test binaries of `packages` for this machine, with what they call.
-pub fn build(packages: &[&str]) -> Result<TestBuild> {
+/// Builds the test binaries of `packages` for `arch`, with what they call: x86_64's where
+/// `cargo test` puts them, aarch64's under its target's directory (static, as
+/// .cargo/config.toml builds that target).
+pub fn build(arch: Arch, packages: &[&str]) -> Result<TestBuild> {
     let mut cargo = Command::new(crate::cargo());
     cargo.args(["test", "--no-run", "--message-format=json"]);
+    if arch != Arch::X86_64 {
+        cargo.args(["--target", &arch.triple()]);
+    }
     for package in packages {
         cargo.args(["-p", package]);
     }

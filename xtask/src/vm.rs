@@ -1,9 +1,12 @@
-//! `cargo xtask vm-test`: runs the test binaries that have VLAN, ipvlan, dummy, vrf and 8021q parts under
-//! Debian's cloud kernel in qemu, because the kernel of the development and CI machines lacks
-//! them and cannot load modules. The kernel package is downloaded once into `<target>/vm`; the
-//! initramfs (busybox, the tools the tests run, the test binaries at their own absolute paths)
-//! is rebuilt on every run. Inside the VM `MULTUS_RS_VM=1` turns the tests' "this kernel cannot"
-//! skips into failures.
+//! `cargo xtask vm-test [aarch64]`: runs the test binaries that have VLAN, ipvlan, dummy, vrf and
+//! 8021q parts under Debian's cloud kernel in qemu, because the kernel of the development and CI
+//! machines lacks them and cannot load modules. The kernel package is downloaded once into
+//! `<target>/vm`; the initramfs (busybox, the tools the tests run, the test binaries at their own
+//! absolute paths) is rebuilt on every run. Inside the VM `MULTUS_RS_VM=1` turns the tests' "this
+//! kernel cannot" skips into failures. With `aarch64` the same runs happen in an arm64 guest
+//! (Debian's arm64 cloud kernel under qemu-system-aarch64): the test binaries and `cni-plugins`
+//! cross-built, the reference plugins built for arm64, and the tools and their libraries from
+//! Debian's arm64 packages (scripts/deps.sh).
 //!
 //! `cargo xtask vm-memory` boots a guest of each architecture, x86_64 and aarch64 (Debian's arm64
 //! cloud kernel under qemu-system-aarch64), and measures there what a plugin call costs in
@@ -142,18 +145,28 @@ const TIMEOUT: Duration = Duration::from_secs(1800);
 
 const MARK: &str = "=== vm-test";
 
-/// `args`: none for every run, or a run's name and libtest arguments for a quicker run of some
-/// of its tests while working on them.
+/// `args`: `aarch64` first for the arm64 guest; then none for every run, or runs' names
+/// (`netlink,link_plugins`) and libtest arguments for them instead of their own, for a quicker
+/// run of some tests while working on them.
 pub fn run(args: &[String]) -> Result<()> {
-    let mut built = build()?;
+    let (arch, args) = match args.split_first() {
+        Some((first, rest)) if first == "aarch64" => (Arch::Aarch64, rest),
+        _ => (Arch::X86_64, args),
+    };
+    let mut built = build(arch)?;
     let mut chosen: Option<&[String]> = None;
     if let Some((only, rest)) = args.split_first() {
-        built.runs.retain(|(name, _)| name == only);
-        ensure!(
-            !built.runs.is_empty(),
-            "vm-test: no run {only:?}; they are {:?}",
-            RUNS.iter().map(|r| r.name).collect::<Vec<_>>()
-        );
+        let names: Vec<&str> = only.split(',').collect();
+        for name in &names {
+            ensure!(
+                RUNS.iter().any(|r| r.name == *name),
+                "vm-test: no run {name:?}; they are {:?}",
+                RUNS.iter().map(|r| r.name).collect::<Vec<_>>()
+            );
+        }
+        built
+            .runs
+            .retain(|(name, _)| names.contains(&name.as_str()));
         chosen = Some(rest);
     }
     let mut jobs = Vec::new();
@@ -177,7 +190,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut files = vec![built.plugins_bin];
     let binaries: BTreeSet<&PathBuf> = built.runs.iter().map(|(_, exe)| exe).collect();
     files.extend(binaries.into_iter().cloned());
-    let log = run_in_vm("vm-test", &test_contents(&files)?, &jobs, TEST_CPUS)?;
+    let log = run_in_vm("vm-test", &test_contents(arch, files)?, &jobs, TEST_CPUS)?;
     report(&log, &built.runs)
 }
 
@@ -201,7 +214,7 @@ pub fn bench(args: &[String]) -> Result<()> {
     // One CPU: the figures stay comparable with those measured before.
     let log = run_in_vm(
         "vm-bench",
-        &test_contents(&[xtask, bin])?,
+        &test_contents(Arch::X86_64, vec![xtask, bin])?,
         std::slice::from_ref(&job),
         1,
     )?;
@@ -244,8 +257,9 @@ pub fn memory(args: &[String]) -> Result<()> {
         };
         let contents = Contents {
             arch,
-            files: vec![plugins, multus],
+            files: [plugins, multus].map(|p| (p.clone(), p)).into(),
             tools: &[],
+            foreign_tools: None,
             modules: &["bridge", "veth"],
         };
         let log = run_in_vm("vm-memory", &contents, std::slice::from_ref(&job), 1)?;
@@ -332,32 +346,53 @@ struct Job {
 /// What goes into a guest besides busybox and its init.
 struct Contents {
     arch: Arch,
-    /// Files put at their own paths, with the shared libraries they need.
-    files: Vec<PathBuf>,
-    /// Programs of this machine's PATH (x86_64 only).
+    /// Files of this machine (this machine's path, the guest's path), with the shared libraries
+    /// they need on x86_64.
+    files: Vec<(PathBuf, PathBuf)>,
+    /// Programs of this machine's PATH, put where its PATH has them.
     tools: &'static [&'static str],
+    /// For a guest of another architecture: a tree of its Debian packages unpacked, from which
+    /// the tools and every library under it come instead.
+    foreign_tools: Option<PathBuf>,
     /// Kernel modules to load, with what they depend on.
     modules: &'static [&'static str],
 }
 
-/// The x86_64 guest of the tests: `files` with the tools, the reference plugins and the modules
-/// the tests use.
-fn test_contents(files: &[PathBuf]) -> Result<Contents> {
-    let mut all = files.to_vec();
-    // iptables loads its matches and targets (MASQUERADE, comment) from here at run time.
-    let xtables = Path::new("/usr/lib/x86_64-linux-gnu/xtables");
-    for e in fs::read_dir(xtables).with_context(|| format!("{}", xtables.display()))? {
-        all.push(e?.path());
-    }
-    // The reference plugins, at the path the side-by-side tests run them from.
+/// The guest of the tests: the test binaries and what they call (`binaries`, each at its own
+/// path), the tools, the reference plugins and the modules the tests use.
+fn test_contents(arch: Arch, binaries: Vec<PathBuf>) -> Result<Contents> {
+    let mut files: Vec<(PathBuf, PathBuf)> = binaries.into_iter().map(|p| (p.clone(), p)).collect();
+    let foreign_tools = match arch {
+        Arch::X86_64 => {
+            // iptables loads its matches and targets (MASQUERADE, comment) from here at run
+            // time. (A foreign guest gets its libraries' whole tree.)
+            let xtables = Path::new("/usr/lib/x86_64-linux-gnu/xtables");
+            for e in fs::read_dir(xtables).with_context(|| format!("{}", xtables.display()))? {
+                let path = e?.path();
+                files.push((path.clone(), path));
+            }
+            None
+        }
+        Arch::Aarch64 => Some(Path::new(PACKAGE_CACHE).join("arm64/tools/root")),
+    };
+    // The reference plugins of the guest's architecture, at the path the side-by-side tests
+    // run them from (scripts/peers.sh builds arm64's into arm64/).
     let reference = testkit::reference_dir();
-    for e in fs::read_dir(&reference).with_context(|| format!("{}", reference.display()))? {
-        all.push(e?.path());
+    let built = match arch {
+        Arch::X86_64 => reference.clone(),
+        Arch::Aarch64 => reference.join("arm64"),
+    };
+    for e in fs::read_dir(&built).with_context(|| format!("{}", built.display()))? {
+        let e = e?;
+        if e.file_type()?.is_file() {
+            files.push((e.path(), reference.join(e.file_name())));
+        }
     }
     Ok(Contents {
-        arch: Arch::X86_64,
-        files: all,
+        arch,
+        files,
         tools: TOOLS,
+        foreign_tools,
         modules: MODULES,
     })
 }
@@ -399,8 +434,8 @@ struct Built {
     plugins_bin: PathBuf,
 }
 
-fn build() -> Result<Built> {
-    let built = crate::test_build::build(&["netkit", "plugins"])?;
+fn build(arch: Arch) -> Result<Built> {
+    let built = crate::test_build::build(arch, &["netkit", "plugins"])?;
     let runs = RUNS
         .iter()
         .map(|r| Ok((r.name.to_owned(), built.test(r.package, r.target)?)))
@@ -623,44 +658,93 @@ impl Root {
         Ok(fs::write(p, text)?)
     }
 
-    /// Copies the host file `abs` to the same path, with the shared libraries it needs.
-    fn install(&mut self, abs: &Path) -> Result<()> {
-        if !self.copied.insert(abs.to_owned()) {
+    /// Copies the host file `src` to the guest's path `at`, with the shared libraries it needs
+    /// (none for a static binary or another architecture's, which ldd does not read).
+    fn install(&mut self, src: &Path, at: &Path) -> Result<()> {
+        if !self.copied.insert(at.to_owned()) {
             return Ok(());
         }
-        self.copy(abs)
-            .with_context(|| format!("putting {} into the initramfs", abs.display()))
+        self.copy(src, at)
+            .with_context(|| format!("putting {} into the initramfs", src.display()))
     }
 
-    fn copy(&mut self, abs: &Path) -> Result<()> {
-        let dst = self.path(abs);
+    fn copy(&mut self, src: &Path, at: &Path) -> Result<()> {
+        let dst = self.path(at);
         fs::create_dir_all(dst.parent().context("no parent")?)?;
         if dst.is_symlink() {
             // An absolute link would lead the copy out of the tree.
             fs::remove_file(&dst)?;
         }
-        fs::copy(abs, &dst)?;
-        // ldd fails on static binaries: they need nothing.
-        let out = Command::new("ldd").arg(abs).output()?;
+        fs::copy(src, &dst)?;
+        let out = Command::new("ldd").arg(src).output()?;
         for lib in String::from_utf8_lossy(&out.stdout)
             .split_whitespace()
             .filter(|w| w.starts_with('/'))
         {
-            self.install(Path::new(lib))?;
+            self.install(Path::new(lib), Path::new(lib))?;
         }
         Ok(())
     }
 
-    /// Installs the program found as `name` on PATH; a symlink (alternatives, multi-call
-    /// binaries) becomes a link to the real file, so the program still sees its own name.
-    fn install_tool(&mut self, name: &str) -> Result<PathBuf> {
+    /// Every file and link under `tree`'s lib/ and usr/lib/ (a foreign guest's libraries, and
+    /// what they load at run time, such as iptables's xtables), at the same paths in the guest.
+    /// glibc's character set converters are left out: nothing here converts, and they are a
+    /// third of the tree.
+    fn install_libraries(&mut self, tree: &Path) -> Result<()> {
+        let mut found = Vec::new();
+        for top in ["lib", "usr/lib"] {
+            walk(&tree.join(top), &mut |p| found.push(p.to_owned()))?;
+        }
+        for path in found {
+            let rel = path.strip_prefix(tree)?;
+            if rel.components().any(|c| c.as_os_str() == "gconv") {
+                continue;
+            }
+            let dst = self.dir.join(rel);
+            fs::create_dir_all(dst.parent().context("no parent")?)?;
+            // lib/ and usr/lib/ are one directory in the guest: the same name may come twice.
+            if dst.symlink_metadata().is_ok() {
+                fs::remove_file(&dst)?;
+            }
+            match fs::read_link(&path) {
+                Ok(target) => symlink(target, &dst),
+                Err(_) => fs::copy(&path, &dst).map(drop),
+            }
+            .with_context(|| format!("putting {} into the initramfs", path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Installs the program found as `name` on this machine's PATH, at the same path; a symlink
+    /// (alternatives, multi-call binaries) becomes a link to the real file, so the program
+    /// still sees its own name. With `foreign`, the program is that tree's file of the same
+    /// name, found at the real file's path or the same path outside /usr (the packages are
+    /// not merged into /usr; this machine is).
+    fn install_tool(&mut self, name: &str, foreign: Option<&Path>) -> Result<PathBuf> {
         let found = PATH
             .split(':')
             .map(|d| Path::new(d).join(name))
             .find(|p| p.exists())
             .with_context(|| format!("{name} is not installed (scripts/deps.sh installs it)"))?;
         let real = fs::canonicalize(&found)?;
-        self.install(&real)?;
+        let src = match foreign {
+            None => real.clone(),
+            Some(tree) => {
+                let rel = real.strip_prefix("/")?;
+                [rel, rel.strip_prefix("usr").unwrap_or(rel)]
+                    .iter()
+                    .map(|r| tree.join(r))
+                    .find(|p| p.exists())
+                    .with_context(|| {
+                        format!(
+                            "{}: no {} (scripts/deps.sh unpacks it)",
+                            tree.display(),
+                            real.display()
+                        )
+                    })?
+            }
+        };
+        self.install(&src, &real)?;
         if real != found {
             let link = self.path(&found);
             if link.symlink_metadata().is_err() {
@@ -719,12 +803,16 @@ fn stage(
     )?;
     root.write("/etc/group", "root:x:0:\nnogroup:x:65534:\n")?;
 
-    root.install(busybox)?;
-    for tool in contents.tools {
-        root.install_tool(tool)?;
+    root.install(busybox, busybox)?;
+    let foreign = contents.foreign_tools.as_deref();
+    if let Some(tree) = foreign {
+        root.install_libraries(tree)?;
     }
-    for file in &contents.files {
-        root.install(file)?;
+    for tool in contents.tools {
+        root.install_tool(tool, foreign)?;
+    }
+    for (src, at) in &contents.files {
+        root.install(src, at)?;
     }
 
     // Last, so that no file is copied through one of these links. (The arm64 busybox runs here

@@ -31,6 +31,11 @@ impl Arch {
         }
     }
 
+    /// Rust's target triple.
+    pub fn triple(self) -> String {
+        format!("{}-unknown-linux-gnu", self.rust())
+    }
+
     /// The name in OCI platforms and in the Containerfile's TARGETARCH.
     pub fn oci(self) -> &'static str {
         match self {

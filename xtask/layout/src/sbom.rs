@@ -64,7 +64,7 @@ fn tree(arch: Arch, edges: &str) -> Result<BTreeMap<String, BTreeSet<Crate>>> {
     cmd.current_dir(crate::workspace_root())
         .args(["tree", "-q", "--locked", "--no-dedupe", "--prefix", "depth"])
         .args(["--format", "{p}|{l}", "-e", edges, "--target"])
-        .arg(format!("{}-unknown-linux-gnu", arch.rust()));
+        .arg(arch.triple());
     for (_, package) in BINARIES {
         cmd.args(["-p", package]);
     }
