@@ -146,9 +146,10 @@ impl ContainerIface<'_> {
     }
 
     /// Waits until every IPv6 address of `result` is local. Once the link is up, the kernel
-    /// adds an address's local route from a work queue, even without DAD, and until then drops
-    /// what is sent to the address: on a busy node a pod could lose its first packets after
-    /// ADD. (The reference waits for DAD to end, which takes that step too.)
+    /// adds an address's local route from a work queue, even without DAD (and, without DAD,
+    /// with no carrier too), and until then drops what is sent to the address: on a busy node
+    /// a pod could lose its first packets after ADD. (The reference waits for DAD to end, which
+    /// takes that step too.)
     fn settle_local(&self, result: &CniResult) -> Result<(), CniError> {
         let wanted: Vec<IpAddr> = result
             .ips

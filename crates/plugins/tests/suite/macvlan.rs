@@ -568,3 +568,29 @@ fn a_refused_repeated_add_keeps_the_first_reservation() {
         assert!(sb.reservations().is_empty(), "{c}");
     }
 }
+
+/// On a master without a carrier (an unplugged NIC), an ADD with an IPv6 address returns at
+/// once, the address already local: without DAD the kernel makes it so with no carrier too,
+/// and ADD's wait for it must not hang there.
+#[test]
+fn ipv6_on_a_master_without_a_carrier_is_added_at_once() {
+    let plugins = Plugins::new();
+    let sb = sandbox(&plugins);
+    sb.node.ip(&["link", "set", "up0p", "down"]);
+    let c = conf(r#","ipam":{"type":"static","addresses":[{"address":"fd60::5/64"}]}"#);
+    let started = std::time::Instant::now();
+    sb.add(&c).ok();
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "ADD on a master without a carrier took {took:?}"
+    );
+    let link = sb.pod.ip(&["link", "show", "dev", "eth0"]);
+    assert!(link.contains("NO-CARRIER"), "{link}");
+    let local = sb
+        .pod
+        .ip(&["-6", "route", "show", "table", "local", "fd60::5"]);
+    assert!(local.starts_with("local fd60::5 "), "{local:?}");
+    sb.del(&c).ok();
+    assert_clean(&sb);
+}
