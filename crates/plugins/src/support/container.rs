@@ -15,9 +15,10 @@ use crate::support::sys::{sys, sys_ctx};
 /// How long to wait for IPv6 duplicate address detection when `enabledad` asks for it.
 const DAD_TIMEOUT: Duration = Duration::from_secs(5);
 const DAD_POLL: Duration = Duration::from_millis(20);
-/// How often to look whether the kernel has made the IPv6 addresses local (below): usually
-/// at once, or within a few milliseconds.
-const LOCAL_POLL: Duration = Duration::from_millis(1);
+/// How soon to look again whether the kernel has made the IPv6 addresses local (below), at
+/// first and at most: it usually has within a millisecond, so the waits start short and double.
+const LOCAL_POLL_FIRST: Duration = Duration::from_micros(50);
+const LOCAL_POLL_MAX: Duration = Duration::from_millis(5);
 /// Attempts at a free random host veth name before giving up.
 const VETH_NAME_ATTEMPTS: usize = 10;
 
@@ -161,6 +162,7 @@ impl ContainerIface<'_> {
             return Ok(());
         }
         let deadline = Instant::now() + DAD_TIMEOUT;
+        let mut pause = LOCAL_POLL_FIRST;
         loop {
             let local = self
                 .nl
@@ -181,7 +183,8 @@ impl ContainerIface<'_> {
                     DAD_TIMEOUT.as_secs()
                 )));
             }
-            std::thread::sleep(LOCAL_POLL);
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(LOCAL_POLL_MAX);
         }
     }
 
