@@ -6,8 +6,9 @@
 //! thin and thick (deploy/); and upstream multus in thin and thick mode, built from its module
 //! into a local image and installed with the DaemonSet manifests its module ships. For each:
 //! the latency from `kubectl apply` to each pod's Ready, p50 and p99; multus's memory on the node (PSS of its processes) idle, at the
-//! burst's peak, and with the pods running; and multus's API requests per pod, counted in the
-//! API server's audit log over the pods' creation and deletion.
+//! burst's peak, and with the pods running; multus's API requests per pod, counted in the
+//! API server's audit log over the pods' creation and deletion; and the machine's CPU time from
+//! the `kubectl apply` to the last Ready, by the part of the node that spent it.
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -32,6 +33,19 @@ const UPSTREAM_REFS: [&str; 2] = [
 /// The executables whose memory is multus's, ours and upstream's: the plugin, the shim, the
 /// daemon, and what the DaemonSet's container runs.
 const MULTUS_EXES: [&str; 4] = ["multus", "multus-shim", "multus-daemon", "thin_entrypoint"];
+
+/// The parts of the node whose CPU time the burst measures, by executable. A process's time
+/// includes its children's once it has reaped them: the runtime's includes the CNI plugins it
+/// runs (thin multus and its delegates), and multus's includes the delegates its daemon runs.
+/// "the rest" is what the machine spent beyond these (the scheduler, the controllers, the
+/// shims, runc, the pods, kubectl).
+const CPU_PARTS: [(&str, &[&str]); 5] = [
+    ("API server", &["kube-apiserver"]),
+    ("etcd", &["etcd"]),
+    ("kubelet", &["kubelet"]),
+    ("runtime and CNI", &["containerd", "crio"]),
+    ("multus", &["multus", "multus-daemon", "thin_entrypoint"]),
+];
 
 /// The two NADs each pod attaches: name and subnet.
 const NADS: [(&str, &str); 2] = [("bench-a", "10.61.0.0/24"), ("bench-b", "10.62.0.0/24")];
@@ -216,6 +230,8 @@ struct Figures {
     running_kb: u64,
     requests: usize,
     verbs: Vec<(String, usize)>,
+    /// From the apply to the last Ready.
+    cpu: CpuSpent,
 }
 
 pub fn run(args: &[String]) -> Result<()> {
@@ -405,6 +421,7 @@ fn burst(node: &Node, setup: Setup, pods: usize) -> Result<Figures> {
     // The watch is open before the first pod exists, so no Ready is seen late in a list.
     std::thread::sleep(Duration::from_secs(2));
 
+    let cpu_before = CpuClock::read()?;
     let start = Instant::now();
     node.apply(&deployment)?;
     let all_ready = node.eventually(
@@ -412,6 +429,7 @@ fn burst(node: &Node, setup: Setup, pods: usize) -> Result<Figures> {
         Duration::from_secs(900),
         || Ok(ready_at.lock().map(|s| s.len()).unwrap_or(0) >= pods),
     );
+    let cpu = CpuClock::read()?.since(&cpu_before);
     if let Ok(group) = i32::try_from(watcher.id()) {
         // SAFETY: kill(2) on the watch's own process group, which we made; no memory is touched.
         unsafe { libc::kill(-group, libc::SIGTERM) };
@@ -469,6 +487,7 @@ fn burst(node: &Node, setup: Setup, pods: usize) -> Result<Figures> {
         running_kb,
         requests,
         verbs,
+        cpu,
     })
 }
 
@@ -560,6 +579,95 @@ fn multus_pss_kb() -> u64 {
                 .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         })
         .sum()
+}
+
+/// The machine's CPU clock at one moment: its busy and stolen time, and each live process's
+/// time (its own and its reaped children's) with the part of the node it belongs to. In clock
+/// ticks.
+struct CpuClock {
+    busy: u64,
+    steal: u64,
+    /// By (pid, start time), so a pid used again is another process.
+    processes: HashMap<(u32, u64), (Option<usize>, u64)>,
+}
+
+/// CPU time spent between two readings of the clock, in seconds.
+struct CpuSpent {
+    busy: f64,
+    steal: f64,
+    /// As CPU_PARTS.
+    parts: [f64; CPU_PARTS.len()],
+}
+
+impl CpuClock {
+    fn read() -> Result<Self> {
+        let stat = std::fs::read_to_string("/proc/stat")?;
+        // cpu user nice system idle iowait irq softirq steal ...
+        let total: Vec<u64> = stat
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("cpu "))
+            .context("/proc/stat has no cpu line")?
+            .split_whitespace()
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        ensure!(total.len() >= 8, "/proc/stat's cpu line is short");
+        let busy = total[0] + total[1] + total[2] + total[5] + total[6];
+        let mut processes = HashMap::new();
+        for entry in std::fs::read_dir("/proc")?.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(text) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // After the command's closing parenthesis: fields 3 on, so utime (14) is at 11.
+            let Some(fields) = text.rsplit_once(") ").map(|(_, f)| f) else {
+                continue;
+            };
+            let fields: Vec<u64> = fields
+                .split_whitespace()
+                .map(|v| v.parse().unwrap_or(0))
+                .collect();
+            if fields.len() < 20 {
+                continue;
+            }
+            let ticks = fields[11] + fields[12] + fields[13] + fields[14];
+            let part = std::fs::read_link(entry.path().join("exe"))
+                .ok()
+                .and_then(|exe| {
+                    let name = exe.file_name()?.to_string_lossy().into_owned();
+                    CPU_PARTS
+                        .iter()
+                        .position(|(_, names)| names.contains(&name.as_str()))
+                });
+            processes.insert((pid, fields[19]), (part, ticks));
+        }
+        Ok(CpuClock {
+            busy,
+            steal: total[7],
+            processes,
+        })
+    }
+
+    /// What each part spent since `before`: the time of every process alive now, less what it
+    /// had spent at `before`.
+    fn since(&self, before: &CpuClock) -> CpuSpent {
+        // /proc counts in USER_HZ, 100 a second on every architecture this runs on.
+        let seconds = |ticks: u64| ticks as f64 / 100.0;
+        let mut parts = [0.0; CPU_PARTS.len()];
+        for (key, (part, ticks)) in &self.processes {
+            if let Some(part) = part {
+                let earlier = before.processes.get(key).map_or(0, |(_, t)| *t);
+                parts[*part] += seconds(ticks.saturating_sub(earlier));
+            }
+        }
+        CpuSpent {
+            busy: seconds(self.busy.saturating_sub(before.busy)),
+            steal: seconds(self.steal.saturating_sub(before.steal)),
+            parts,
+        }
+    }
 }
 
 fn audit_log() -> PathBuf {
@@ -731,6 +839,50 @@ pub fn percentile(sorted: &[Duration], p: usize) -> f64 {
     sorted[rank - 1].as_secs_f64() * 1000.0
 }
 
+/// The CPU time of each setup's burst, by part of the node, median over the rounds; and how
+/// much more the machine spent than without multus.
+fn cpu_report(results: &HashMap<String, Vec<Figures>>) -> Result<()> {
+    let summary = |setup: Setup| -> Result<Vec<f64>> {
+        let runs = results
+            .get(&setup.label())
+            .context("a setup without results")?;
+        let pick = |f: &dyn Fn(&CpuSpent) -> f64| median(runs.iter().map(|r| f(&r.cpu)).collect());
+        let mut row = vec![pick(&|c| c.busy)];
+        row.extend((0..CPU_PARTS.len()).map(|i| pick(&|c| c.parts[i])));
+        row.push(pick(&|c| c.busy - c.parts.iter().sum::<f64>()));
+        row.push(pick(&|c| c.steal));
+        Ok(row)
+    };
+    let parts: Vec<&str> = CPU_PARTS.iter().map(|(name, _)| *name).collect();
+    println!(
+        "CPU seconds from the apply to the last Ready, median over the rounds\n\n| setup | all | over no multus | {} | the rest | stolen |",
+        parts.join(" | ")
+    );
+    println!("|---|---|---|{}---|---|", "---|".repeat(parts.len()));
+    let base = summary(Setup::NoMultus)?;
+    for setup in SETUPS {
+        let row = summary(setup)?;
+        let cells: Vec<String> = row[1..].iter().map(|v| format!("{v:.1}")).collect();
+        println!(
+            "| {} | {:.1} | {:.1} | {} |",
+            setup.label(),
+            row[0],
+            row[0] - base[0],
+            cells.join(" | ")
+        );
+    }
+    println!();
+    for mode in ["thin", "thick"] {
+        let ours = summary(Setup::Ours(mode))?[0] - base[0];
+        let theirs = summary(Setup::Upstream(mode))?[0] - base[0];
+        println!(
+            "{mode}: CPU over no multus, ours / upstream's: {ours:.1} / {theirs:.1} s, {:.2}x",
+            ours / theirs
+        );
+    }
+    Ok(())
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
@@ -805,6 +957,8 @@ fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -
             );
         }
     }
+    println!();
+    cpu_report(results)?;
     println!();
     for setup in SETUPS.into_iter().skip(2) {
         let Some(last) = results.get(&setup.label()).and_then(|r| r.last()) else {
