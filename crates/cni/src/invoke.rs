@@ -1,14 +1,17 @@
 //! Calling another plugin (a delegate) by its type, the way a runtime would: found by name in
 //! `CNI_PATH`, run with the `CNI_*` environment, config on stdin, result or error on stdout.
 
+use std::ffi::OsString;
+use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Process, Output, Stdio};
+use std::process::{Command as Process, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::rooted_spawn::Spawned;
 use crate::{CmdArgs, CniError, CniResult, Code, Command};
 
 /// How much of a failing delegate's output goes into an error.
@@ -164,41 +167,29 @@ pub fn exec_output(
             format!("cannot pass CNI_PATH to {}: {e}", bin.display()),
         )
     })?;
-    let mut process = Process::new(bin);
-    process
-        .env("CNI_COMMAND", command.as_str())
-        .env("CNI_CONTAINERID", env.container_id)
-        .env("CNI_NETNS", env.netns)
-        .env("CNI_IFNAME", env.ifname)
-        .env("CNI_ARGS", env.args)
-        .env("CNI_PATH", cni_path)
-        .env_remove(crate::in_use::VAR)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if !env.addresses_in_use.is_empty() {
-        process.env(crate::in_use::VAR, env.addresses_in_use);
-    }
-    if let Some(root) = DELEGATE_ROOT.get() {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: between fork and exec the closure makes only chroot(2) and chdir(2) calls,
-        // which are async-signal-safe, on a C string made before the fork; it allocates
-        // nothing and touches no lock.
-        unsafe {
-            process.pre_exec(move || {
-                if libc::chroot(root.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
+    // The environment this process has, with the call's own variables over it.
+    let ours = [
+        ("CNI_COMMAND", command.as_str().into()),
+        ("CNI_CONTAINERID", env.container_id.into()),
+        ("CNI_NETNS", env.netns.into()),
+        ("CNI_IFNAME", env.ifname.into()),
+        ("CNI_ARGS", env.args.into()),
+        ("CNI_PATH", cni_path),
+        (crate::in_use::VAR, env.addresses_in_use.into()),
+    ];
+    let mut vars: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| !ours.iter().any(|(name, _)| k == name))
+        .collect();
+    // The addresses in use only when there are some.
+    vars.extend(
+        ours.into_iter()
+            .filter(|(name, value)| *name != crate::in_use::VAR || !value.is_empty())
+            .map(|(name, value)| (name.into(), value)),
+    );
     let deadline = DELEGATE_DEADLINE.get().copied();
-    if deadline.is_some() {
-        use std::os::unix::process::CommandExt;
-        process.process_group(0);
-    }
-    let (output, killed) = run(&mut process, stdin, deadline)
+    // Under a deadline the delegate leads a process group of its own, killed as one.
+    let new_group = deadline.is_some();
+    let (output, killed) = run(bin, &vars, new_group, stdin, deadline)
         .map_err(|e| CniError::io(format!("cannot run plugin {}: {e}", bin.display())))?;
     if let (true, Some(deadline)) = (killed, deadline) {
         return Err(CniError::new(
@@ -277,13 +268,15 @@ pub fn delegate_del(plugin_type: &str, env: &DelegateEnv, stdin: &[u8]) -> Resul
 /// Runs the delegate to its end, or to `deadline`, when its process group is killed. Returns
 /// its output, and whether it was killed.
 fn run(
-    process: &mut Process,
+    bin: &Path,
+    vars: &[(OsString, OsString)],
+    new_group: bool,
     stdin: &[u8],
     deadline: Option<Duration>,
 ) -> std::io::Result<(Output, bool)> {
     let mut attempt = 0;
     let child = loop {
-        match process.spawn() {
+        match spawn(bin, vars, new_group) {
             Err(e) if e.kind() == ErrorKind::ExecutableFileBusy && attempt < BUSY_RETRIES => {
                 attempt += 1;
                 std::thread::sleep(BUSY_WAIT);
@@ -292,6 +285,36 @@ fn run(
         }
     };
     feed_and_wait(child, stdin, deadline.map(|d| Instant::now() + d))
+}
+
+/// Starts `bin` with exactly `vars` as its environment and pipes on its standard streams: in
+/// the delegates' root when one is set, otherwise by std (posix_spawn(3), which does not fork
+/// this process either).
+fn spawn(bin: &Path, vars: &[(OsString, OsString)], new_group: bool) -> std::io::Result<Spawned> {
+    if let Some(root) = DELEGATE_ROOT.get() {
+        return crate::rooted_spawn::spawn(bin, vars, root, new_group);
+    }
+    let mut process = Process::new(bin);
+    process
+        .env_clear()
+        .envs(vars.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if new_group {
+        use std::os::unix::process::CommandExt;
+        process.process_group(0);
+    }
+    let mut child = process.spawn()?;
+    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
+    let pipe = |fd: Option<OwnedFd>| fd.map(File::from).ok_or(ErrorKind::BrokenPipe);
+    // The child is reaped by its pid (`reap`), not by the `Child`, which has nothing to drop.
+    Ok(Spawned {
+        pid,
+        stdin: pipe(child.stdin.take().map(OwnedFd::from))?,
+        stdout: pipe(child.stdout.take().map(OwnedFd::from))?,
+        stderr: pipe(child.stderr.take().map(OwnedFd::from))?,
+    })
 }
 
 /// How often a delegate's exit is looked for once its pipes are closed, where the kernel has
@@ -304,14 +327,14 @@ const EXIT_POLL: Duration = Duration::from_millis(10);
 /// after that can no longer happen, so the group signalled is never a stranger's that reused
 /// the id.
 fn feed_and_wait(
-    mut child: Child,
+    child: Spawned,
     stdin: &[u8],
     deadline: Option<Instant>,
 ) -> std::io::Result<(Output, bool)> {
-    let pid = libc::pid_t::try_from(child.id()).map_err(std::io::Error::other)?;
-    let mut input = child.stdin.take();
-    let mut stdout = child.stdout.take();
-    let mut stderr = child.stderr.take();
+    let pid = child.pid;
+    let mut input = Some(child.stdin);
+    let mut stdout = Some(child.stdout);
+    let mut stderr = Some(child.stderr);
     for fd in [raw(&input), raw(&stdout), raw(&stderr)]
         .into_iter()
         .flatten()
@@ -319,7 +342,7 @@ fn feed_and_wait(
         nonblocking(fd)?;
     }
     // Under a deadline the delegate's exit is awaited within the poll: a pidfd turns readable
-    // when it exits. Without one, the end is awaited as `Child::wait` awaits it.
+    // when it exits. Without one, the end is awaited by `reap`.
     let mut exit_fd = deadline.and_then(|_| pidfd(pid));
     let mut exited = deadline.is_none();
     let mut written = 0;
@@ -333,7 +356,7 @@ fn feed_and_wait(
     }
     let killed = loop {
         if stdout.is_none() && stderr.is_none() {
-            if !exited && has_exited(child.id())? {
+            if !exited && has_exited(pid)? {
                 exited = true;
             }
             if exited {
@@ -411,8 +434,24 @@ fn feed_and_wait(
     };
     // Killed, what its pipes still hold is not waited for: a process that left its group may
     // keep them open.
-    output.status = child.wait()?;
+    output.status = reap(pid)?;
     Ok((output, killed))
+}
+
+/// Waits for `pid`, our child, to exit, and reaps it.
+fn reap(pid: libc::pid_t) -> std::io::Result<ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid(2) on our own child, into a local.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
+            return Ok(ExitStatus::from_raw(status));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 fn raw(pipe: &Option<impl AsRawFd>) -> Option<i32> {
@@ -460,12 +499,13 @@ fn pidfd(pid: libc::pid_t) -> Option<OwnedFd> {
 }
 
 /// Whether `pid`, our child, has exited, without reaping it.
-fn has_exited(pid: libc::id_t) -> std::io::Result<bool> {
+fn has_exited(pid: libc::pid_t) -> std::io::Result<bool> {
+    let pid = libc::id_t::try_from(pid).map_err(std::io::Error::other)?;
     loop {
         // SAFETY: an all-zero siginfo_t is a valid value of this plain C struct.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: waitid(2) on our own child with WNOWAIT fills `info`, which we own, and
-        // leaves the child to be reaped by `Child::wait`.
+        // leaves the child to be reaped by `reap`.
         let r = unsafe {
             libc::waitid(
                 libc::P_PID,

@@ -19,6 +19,7 @@ pub mod network;
 pub mod path_roots;
 pub mod quote;
 pub mod result;
+mod rooted_spawn;
 pub mod skel;
 pub mod version;
 
