@@ -558,27 +558,46 @@ fn settle_memory() -> Result<u64> {
 }
 
 /// The proportional set size of every multus process on the machine, in KB: shared pages of a
-/// binary run many times at once count once.
+/// binary run many times at once count once, and so does an address space two processes
+/// share (a daemon's child between its clone and its exec).
 fn multus_pss_kb() -> u64 {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return 0;
     };
-    procs
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| {
-            std::fs::read_link(e.path().join("exe")).is_ok_and(|exe| {
-                exe.file_name()
-                    .is_some_and(|n| MULTUS_EXES.iter().any(|m| n == *m))
-            })
-        })
-        .filter_map(|e| std::fs::read_to_string(e.path().join("smaps_rollup")).ok())
-        .filter_map(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("Pss:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        })
-        .sum()
+    let mut counted: Vec<libc::pid_t> = Vec::new();
+    let mut total = 0;
+    for entry in procs.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else {
+            continue;
+        };
+        let multus = std::fs::read_link(entry.path().join("exe")).is_ok_and(|exe| {
+            exe.file_name()
+                .is_some_and(|n| MULTUS_EXES.iter().any(|m| n == *m))
+        });
+        if !multus || counted.iter().any(|c| same_memory(pid, *c)) {
+            continue;
+        }
+        let pss = std::fs::read_to_string(entry.path().join("smaps_rollup"))
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("Pss:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            });
+        if let Some(pss) = pss {
+            counted.push(pid);
+            total += pss;
+        }
+    }
+    total
+}
+
+/// Whether processes `a` and `b` share one address space (kcmp(2), KCMP_VM).
+fn same_memory(a: libc::pid_t, b: libc::pid_t) -> bool {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp(2) compares two processes' kernel objects; it takes plain integers and
+    // touches none of our memory.
+    unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_VM, 0, 0) == 0 }
 }
 
 /// The machine's CPU clock at one moment: its busy and stolen time, and each live process's
