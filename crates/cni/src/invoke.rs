@@ -6,12 +6,12 @@ use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Command as Process, ExitStatus, Output, Stdio};
+use std::process::{Command as Process, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::rooted_spawn::Spawned;
+use crate::rooted_spawn::{reap, Spawned};
 use crate::{CmdArgs, CniError, CniResult, Code, Command};
 
 /// How much of a failing delegate's output goes into an error.
@@ -436,22 +436,6 @@ fn feed_and_wait(
     // keep them open.
     output.status = reap(pid)?;
     Ok((output, killed))
-}
-
-/// Waits for `pid`, our child, to exit, and reaps it.
-fn reap(pid: libc::pid_t) -> std::io::Result<ExitStatus> {
-    use std::os::unix::process::ExitStatusExt;
-    loop {
-        let mut status = 0;
-        // SAFETY: waitpid(2) on our own child, into a local.
-        if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
-            return Ok(ExitStatus::from_raw(status));
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
 }
 
 fn raw(pipe: &Option<impl AsRawFd>) -> Option<i32> {

@@ -12,7 +12,9 @@ use std::fs::File;
 use std::io::{Error, ErrorKind, Read, Result};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
+use std::process::ExitStatus;
 
 /// The child's stack, in this process's memory, for the moment before it execs.
 const STACK: usize = 64 << 10;
@@ -135,7 +137,8 @@ pub(crate) fn spawn(
         }
     }
     if got == errno.len() {
-        reap(pid);
+        // The exec's error is the one to report; the child has exited with 127.
+        let _ = reap(pid);
         return Err(Error::from_raw_os_error(i32::from_ne_bytes(errno)));
     }
     Ok(Spawned {
@@ -205,13 +208,19 @@ unsafe fn fail(report: RawFd) -> ! {
     }
 }
 
-/// Reaps `pid`, our child, whose exit is not wanted.
-fn reap(pid: libc::pid_t) {
-    let mut status = 0;
-    // SAFETY: waitpid(2) on our own child, into a local.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
-        && Error::last_os_error().kind() == ErrorKind::Interrupted
-    {}
+/// Waits for `pid`, our child, to exit, and reaps it.
+pub(crate) fn reap(pid: libc::pid_t) -> Result<ExitStatus> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid(2) on our own child, into a local.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
+            return Ok(ExitStatus::from_raw(status));
+        }
+        let e = Error::last_os_error();
+        if e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// A close-on-exec pipe, both ends above the standard descriptors, so that the child's dup2
