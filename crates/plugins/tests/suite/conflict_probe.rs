@@ -147,9 +147,14 @@ fn a_bridge_finds_a_host_on_it_holding_the_address() {
     sb.node.ip(&["link", "set", "up0", "master", "sbs0", "up"]);
     let (_lan, mac) = lan_host(&sb, "bridge");
     for (address, subnet) in [(TAKEN_V4, "10.60.0.0/24"), (TAKEN_V6, "fd60::/64")] {
+        // A second for the answer: the emulated arm64 guest once took longer than the
+        // default 100 ms to answer across the bridge, and the address passed as free.
         let conf = bridge_conf(
             "1.0.0",
-            &format!(r#","conflictProbe":true,{}"#, only(address, subnet)),
+            &format!(
+                r#","conflictProbe":{{"timeoutMs":1000}},{}"#,
+                only(address, subnet)
+            ),
         );
         let out = sb.add(&conf);
         assert_refused(&sb, &out, address, &mac);
