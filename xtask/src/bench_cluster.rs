@@ -561,23 +561,13 @@ fn settle_memory() -> Result<u64> {
 /// binary run many times at once count once, and so does an address space two processes
 /// share (a daemon's child between its clone and its exec).
 fn multus_pss_kb() -> u64 {
-    let Ok(procs) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
     let mut counted: Vec<libc::pid_t> = Vec::new();
     let mut total = 0;
-    for entry in procs.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<libc::pid_t>() else {
-            continue;
-        };
-        let multus = std::fs::read_link(entry.path().join("exe")).is_ok_and(|exe| {
-            exe.file_name()
-                .is_some_and(|n| MULTUS_EXES.iter().any(|m| n == *m))
-        });
-        if !multus || counted.iter().any(|c| same_memory(pid, *c)) {
+    for (pid, dir, name) in machine_processes() {
+        if !MULTUS_EXES.contains(&name.as_str()) || counted.iter().any(|c| same_memory(pid, *c)) {
             continue;
         }
-        let pss = std::fs::read_to_string(entry.path().join("smaps_rollup"))
+        let pss = std::fs::read_to_string(dir.join("smaps_rollup"))
             .ok()
             .and_then(|text| {
                 text.lines()
@@ -592,6 +582,23 @@ fn multus_pss_kb() -> u64 {
     total
 }
 
+/// Every process on the machine with the file name of its executable: (pid, /proc/PID, name).
+/// A kernel thread, or a process gone while listed, has none and is left out.
+fn machine_processes() -> Vec<(libc::pid_t, PathBuf, String)> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse().ok()?;
+            let exe = std::fs::read_link(entry.path().join("exe")).ok()?;
+            let name = exe.file_name()?.to_string_lossy().into_owned();
+            Some((pid, entry.path(), name))
+        })
+        .collect()
+}
+
 /// Whether processes `a` and `b` share one address space (kcmp(2), KCMP_VM).
 fn same_memory(a: libc::pid_t, b: libc::pid_t) -> bool {
     const KCMP_VM: libc::c_long = 1;
@@ -600,14 +607,14 @@ fn same_memory(a: libc::pid_t, b: libc::pid_t) -> bool {
     unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_VM, 0, 0) == 0 }
 }
 
-/// The machine's CPU clock at one moment: its busy and stolen time, and each live process's
-/// time (its own and its reaped children's) with the part of the node it belongs to. In clock
-/// ticks.
+/// The machine's CPU clock at one moment: its busy and stolen time, and the time of each live
+/// process of a part of the node (its own and its reaped children's). In clock ticks.
 struct CpuClock {
     busy: u64,
     steal: u64,
-    /// By (pid, start time), so a pid used again is another process.
-    processes: HashMap<(u32, u64), (Option<usize>, u64)>,
+    /// The processes of CPU_PARTS, by (pid, start time), so a pid used again is another
+    /// process: the index of their part, and their time.
+    processes: HashMap<(libc::pid_t, u64), (usize, u64)>,
 }
 
 /// CPU time spent between two readings of the clock, in seconds.
@@ -633,11 +640,14 @@ impl CpuClock {
         ensure!(total.len() >= 8, "/proc/stat's cpu line is short");
         let busy = total[0] + total[1] + total[2] + total[5] + total[6];
         let mut processes = HashMap::new();
-        for entry in std::fs::read_dir("/proc")?.flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+        for (pid, dir, name) in machine_processes() {
+            let Some(part) = CPU_PARTS
+                .iter()
+                .position(|(_, names)| names.contains(&name.as_str()))
+            else {
                 continue;
             };
-            let Ok(text) = std::fs::read_to_string(entry.path().join("stat")) else {
+            let Ok(text) = std::fs::read_to_string(dir.join("stat")) else {
                 continue;
             };
             // After the command's closing parenthesis: fields 3 on, so utime (14) is at 11.
@@ -652,14 +662,6 @@ impl CpuClock {
                 continue;
             }
             let ticks = fields[11] + fields[12] + fields[13] + fields[14];
-            let part = std::fs::read_link(entry.path().join("exe"))
-                .ok()
-                .and_then(|exe| {
-                    let name = exe.file_name()?.to_string_lossy().into_owned();
-                    CPU_PARTS
-                        .iter()
-                        .position(|(_, names)| names.contains(&name.as_str()))
-                });
             processes.insert((pid, fields[19]), (part, ticks));
         }
         Ok(CpuClock {
@@ -676,10 +678,8 @@ impl CpuClock {
         let seconds = |ticks: u64| ticks as f64 / 100.0;
         let mut parts = [0.0; CPU_PARTS.len()];
         for (key, (part, ticks)) in &self.processes {
-            if let Some(part) = part {
-                let earlier = before.processes.get(key).map_or(0, |(_, t)| *t);
-                parts[*part] += seconds(ticks.saturating_sub(earlier));
-            }
+            let earlier = before.processes.get(key).map_or(0, |(_, t)| *t);
+            parts[*part] += seconds(ticks.saturating_sub(earlier));
         }
         CpuSpent {
             busy: seconds(self.busy.saturating_sub(before.busy)),
@@ -987,4 +987,45 @@ fn report(results: &HashMap<String, Vec<Figures>>, pods: usize, rounds: usize) -
         println!("{} requests: {}", setup.label(), verbs.join(", "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_process_list_names_this_process_by_its_executable() {
+        let me = libc::pid_t::try_from(std::process::id()).expect("pid");
+        let exe = std::env::current_exe().expect("exe");
+        let name = exe.file_name().expect("name").to_string_lossy();
+        let listed = machine_processes();
+        assert!(
+            listed.iter().any(|(pid, _, n)| *pid == me && *n == name),
+            "{me} {name} not among {} processes",
+            listed.len()
+        );
+        // A process shares its address space with itself and with no other.
+        let other = listed
+            .iter()
+            .find(|(pid, _, _)| *pid != me)
+            .expect("another");
+        assert!(same_memory(me, me));
+        assert!(!same_memory(me, other.0));
+    }
+
+    #[test]
+    fn the_cpu_clock_moves_while_this_process_works() {
+        let before = CpuClock::read().expect("read");
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < Duration::from_millis(200) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let spent = CpuClock::read().expect("read").since(&before);
+        assert!(
+            spent.busy >= 0.1,
+            "{} s busy after 200 ms of work",
+            spent.busy
+        );
+    }
 }
